@@ -1,0 +1,100 @@
+/**
+ * The configuration contract (see README "Configuration"): every variable, its default and its
+ * validation, read once at cold start. zod does the parsing so that a bad value fails with a
+ * message naming the variable instead of surfacing later as NaN or undefined.
+ */
+import { z } from 'zod';
+import { OutboxConfigError } from './errors.ts';
+
+const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+
+/** Relay settings; the units are in the names (ms, seconds, bytes). */
+export const relayConfigSchema = z.object({
+  EVENT_BUS_NAME: z.string().min(1, 'is required: the name or ARN of the EventBridge event bus'),
+  /** Rows claimed per batch. */
+  OUTBOX_BATCH_SIZE: int(1, 10_000).default(100),
+  /** Lease length in seconds: how long a claimed row stays with one relay before others may take it. */
+  OUTBOX_LEASE_SECONDS: int(5, 3_600).default(60),
+  /** Claims per row before it is dead-lettered. */
+  OUTBOX_MAX_ATTEMPTS: int(1, 1_000).default(10),
+  /** First retry delay in ms; doubles per attempt, with full jitter. */
+  OUTBOX_BACKOFF_BASE_MS: int(0, 3_600_000).default(1_000),
+  /** Cap on a retry delay, ms. */
+  OUTBOX_BACKOFF_MAX_MS: int(0, 86_400_000).default(300_000),
+  /** PutEvents calls in flight at once. */
+  OUTBOX_PUBLISH_CONCURRENCY: int(1, 64).default(4),
+  /** Bytes per PutEvents request, as EventBridge counts them (1 MiB today; 262144 on older limits). */
+  OUTBOX_MAX_REQUEST_BYTES: int(1_024, 1_048_576).default(1_048_576),
+  /** Events of one aggregate claimed together and sent one after another in a pass. */
+  OUTBOX_PER_AGGREGATE_LIMIT: int(1, 1_000).default(10),
+  /** `aggregate`: per-aggregate publication order. `none`: no ordering, plain batch claims. */
+  OUTBOX_ORDERING: z.enum(['aggregate', 'none']).default('aggregate'),
+  /** `continue`: later events of a dead-lettered aggregate go on. `block`: they wait for an operator. */
+  OUTBOX_DEAD_LETTER_POLICY: z.enum(['continue', 'block']).default('continue'),
+  /** Wait between polls when the outbox is empty, ms. */
+  OUTBOX_POLL_INTERVAL_MS: int(10, 60_000).default(200),
+});
+
+export type RelayEnv = z.infer<typeof relayConfigSchema>;
+
+/** The relay's settings in the shape the relay core takes. */
+export interface RelaySettings {
+  eventBusName: string;
+  batchSize: number;
+  leaseSeconds: number;
+  maxAttempts: number;
+  backoffBaseMs: number;
+  backoffMaxMs: number;
+  publishConcurrency: number;
+  maxRequestBytes: number;
+  perAggregateLimit: number;
+  ordering: 'aggregate' | 'none';
+  deadLetterPolicy: 'continue' | 'block';
+  pollIntervalMs: number;
+}
+
+/**
+ * Reads and validates the relay's environment.
+ * @param env defaults to `process.env`
+ * @throws {OutboxConfigError} naming the first variable that is missing or malformed
+ */
+export function loadRelaySettings(env: NodeJS.ProcessEnv = process.env): RelaySettings {
+  const e = parseEnv(relayConfigSchema, env);
+  return {
+    eventBusName: e.EVENT_BUS_NAME,
+    batchSize: e.OUTBOX_BATCH_SIZE,
+    leaseSeconds: e.OUTBOX_LEASE_SECONDS,
+    maxAttempts: e.OUTBOX_MAX_ATTEMPTS,
+    backoffBaseMs: e.OUTBOX_BACKOFF_BASE_MS,
+    backoffMaxMs: e.OUTBOX_BACKOFF_MAX_MS,
+    publishConcurrency: e.OUTBOX_PUBLISH_CONCURRENCY,
+    maxRequestBytes: e.OUTBOX_MAX_REQUEST_BYTES,
+    perAggregateLimit: e.OUTBOX_PER_AGGREGATE_LIMIT,
+    ordering: e.OUTBOX_ORDERING,
+    deadLetterPolicy: e.OUTBOX_DEAD_LETTER_POLICY,
+    pollIntervalMs: e.OUTBOX_POLL_INTERVAL_MS,
+  };
+}
+
+/**
+ * Parses `env` with a zod object schema; an empty string counts as unset (so defaults apply).
+ * @throws {OutboxConfigError} naming the variable
+ */
+export function parseEnv<S extends z.ZodObject>(schema: S, env: NodeJS.ProcessEnv): z.infer<S> {
+  const cleaned: Record<string, string> = {};
+  for (const key of Object.keys(schema.shape)) {
+    const value = env[key];
+    if (value !== undefined && value.trim() !== '') cleaned[key] = value.trim();
+  }
+  const result = schema.safeParse(cleaned);
+  if (!result.success) {
+    const issue = result.error.issues[0];
+    const variable = String(issue?.path[0] ?? 'environment');
+    const got = cleaned[variable];
+    throw new OutboxConfigError(
+      variable,
+      got === undefined ? 'is required' : `${issue?.message ?? 'is invalid'} (got ${JSON.stringify(got)})`,
+    );
+  }
+  return result.data;
+}

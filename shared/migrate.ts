@@ -1,0 +1,36 @@
+/**
+ * Schema migrations: the numbered, forward-only SQL files in `migrations/` applied by
+ * node-pg-migrate (a maintained runner: a history table, an advisory lock so two deploys cannot
+ * migrate at once, all pending files in one transaction).
+ */
+import { fileURLToPath } from 'node:url';
+import { runner } from 'node-pg-migrate';
+
+/** The folder holding the SQL migrations shipped with this package. */
+export const MIGRATIONS_DIR = fileURLToPath(new URL('../migrations', import.meta.url));
+
+/** History table, named so it cannot collide with the host application's own migration table. */
+export const MIGRATIONS_TABLE = 'outbox_migrations';
+
+/**
+ * Applies every pending migration, in one transaction, waiting for a concurrent migrator.
+ * @param databaseUrl a connection string; when omitted, libpq's `PG*` variables are used
+ * @returns the names of the migrations applied now (empty when the schema was current)
+ * @throws the database error of the failing migration; nothing is applied then
+ */
+export async function migrate(
+  databaseUrl: string | undefined,
+  options: { log?: (line: string) => void } = {},
+): Promise<string[]> {
+  const applied = await runner({
+    databaseUrl: databaseUrl ?? {},
+    dir: MIGRATIONS_DIR,
+    migrationsTable: MIGRATIONS_TABLE,
+    direction: 'up',
+    singleTransaction: true,
+    checkOrder: true,
+    advisoryLockMode: 'wait',
+    log: options.log ?? (() => {}),
+  });
+  return applied.map((m) => m.name);
+}

@@ -1,0 +1,142 @@
+/**
+ * Publishing: turn claimed events into PutEvents entries, pack them into requests by count and
+ * bytes, send them, and read the answer entry by entry.
+ *
+ * PutEvents answers HTTP 200 even when some entries failed: `FailedEntryCount > 0` and, in request
+ * order, an `ErrorCode` on each failed entry. Ignoring that is the classic silent-loss bug, so the
+ * outcome is always per entry.
+ */
+import { EventBridgeClient, type EventBridgeClientConfig, PutEventsCommand, type PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
+import { detailJson, entrySize, MAX_ENTRIES_PER_REQUEST } from '../envelope.ts';
+import type { ClaimedEvent } from './types.ts';
+
+/** Per-entry error codes that no retry can fix: the row is dead-lettered at once. */
+export const PERMANENT_ENTRY_ERRORS: ReadonlySet<string> = new Set([
+  'InvalidArgument',
+  'MalformedDetail',
+  'AccessDeniedException',
+  'NotAuthorizedForSourceException',
+  'NotAuthorizedForDetailTypeException',
+  'ValidationException',
+]);
+
+/** What happened to one entry. */
+export type EntryOutcome =
+  | { ok: true }
+  | { ok: false; code: string; message: string; permanent: boolean; throttled: boolean };
+
+/**
+ * Creates the EventBridge client. The endpoint comes from the SDK's own configuration
+ * (`AWS_ENDPOINT_URL_EVENTBRIDGE` / `AWS_ENDPOINT_URL`), region and credentials from the default
+ * chain. Timeouts are short so that one hung request cannot outlive a lease: connect 3 s,
+ * response 10 s, 3 attempts (the SDK's standard retry mode, which backs off on throttling).
+ */
+export function createEventBridgeClient(config: EventBridgeClientConfig = {}): EventBridgeClient {
+  return new EventBridgeClient({
+    maxAttempts: 3,
+    requestHandler: { connectionTimeout: 3_000, requestTimeout: 10_000 },
+    ...config,
+  });
+}
+
+/** The PutEvents entry for an event: the envelope of DESIGN.md. */
+export function toEntry(event: ClaimedEvent, eventBusName: string): PutEventsRequestEntry {
+  const entry: PutEventsRequestEntry = {
+    EventBusName: eventBusName,
+    Source: event.source,
+    DetailType: event.type,
+    Time: event.createdAt,
+    Detail: detailJson(
+      {
+        eventId: event.eventId,
+        aggregateType: event.aggregateType,
+        aggregateId: event.aggregateId,
+        sequence: event.sequence,
+        occurredAt: event.createdAt.toISOString(),
+      },
+      event.payloadJson,
+    ),
+  };
+  if (event.traceHeader) entry.TraceHeader = event.traceHeader;
+  return entry;
+}
+
+/**
+ * Packs items into requests of at most 10 entries and `maxRequestBytes` bytes (EventBridge's
+ * count). An item larger than the limit on its own gets a request of its own (and EventBridge's
+ * refusal, which dead-letters it) rather than blocking the rest.
+ */
+export function packRequests<T extends { entry: PutEventsRequestEntry }>(items: readonly T[], maxRequestBytes: number): T[][] {
+  const requests: T[][] = [];
+  let current: T[] = [];
+  let bytes = 0;
+  for (const item of items) {
+    const size = entrySize(item.entry);
+    if (current.length > 0 && (current.length === MAX_ENTRIES_PER_REQUEST || bytes + size > maxRequestBytes)) {
+      requests.push(current);
+      current = [];
+      bytes = 0;
+    }
+    current.push(item);
+    bytes += size;
+  }
+  if (current.length > 0) requests.push(current);
+  return requests;
+}
+
+/**
+ * Sends one PutEvents request and returns one outcome per entry, in request order. Request-level
+ * failures (network, 5xx, throttling after the SDK's own retries, a refused request) become a
+ * retryable outcome for every entry; a request refused as invalid is split and its entries sent
+ * one by one, so one bad entry cannot hold back the others.
+ */
+export async function putEntries(client: EventBridgeClient, entries: PutEventsRequestEntry[]): Promise<EntryOutcome[]> {
+  try {
+    const out = await client.send(new PutEventsCommand({ Entries: entries }));
+    const results = out.Entries ?? [];
+    return entries.map((_, i) => {
+      const r = results[i];
+      if (r && !r.ErrorCode && r.EventId) return { ok: true };
+      const code = r?.ErrorCode ?? 'MissingResult';
+      return {
+        ok: false,
+        code,
+        message: r?.ErrorMessage ?? 'no result for this entry in the PutEvents response',
+        permanent: PERMANENT_ENTRY_ERRORS.has(code),
+        throttled: code === 'ThrottlingException',
+      };
+    });
+  } catch (error) {
+    const err = error as { name?: string; message?: string; $metadata?: { httpStatusCode?: number } };
+    const code = err.name ?? 'Error';
+    const status = err.$metadata?.httpStatusCode;
+    const refusedAsInvalid = status !== undefined && status >= 400 && status < 500 && code === 'ValidationException';
+    if (refusedAsInvalid && entries.length > 1) {
+      const singles = await Promise.all(entries.map((e) => putEntries(client, [e])));
+      return singles.flat();
+    }
+    return entries.map(() => ({
+      ok: false as const,
+      code,
+      message: `${err.message ?? String(error)}${status ? ` (HTTP ${status})` : ''}`,
+      // A whole request refused for a bad bus name or missing permission is a deployment problem,
+      // not the event's: retry with backoff (and alarm) rather than dead-letter every event.
+      permanent: refusedAsInvalid,
+      throttled: code === 'ThrottlingException',
+    }));
+  }
+}
+
+/** Runs `worker` over `items` with at most `limit` in flight. */
+export async function mapWithConcurrency<T, R>(items: readonly T[], limit: number, worker: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  const lanes = Array.from({ length: Math.min(limit, items.length) }, async () => {
+    while (next < items.length) {
+      const i = next++;
+      results[i] = await worker(items[i] as T);
+    }
+  });
+  await Promise.all(lanes);
+  return results;
+}

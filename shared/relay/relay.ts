@@ -1,0 +1,253 @@
+/**
+ * The relay: claim → publish → mark, and the loop that repeats it.
+ *
+ * One pass claims a leased batch, then publishes it in rounds: round r holds the r-th claimed event
+ * of every aggregate, so an aggregate's event N+1 is sent only after event N was accepted and
+ * marked. An aggregate whose event failed sends nothing more in this pass; its remaining events are
+ * released (attempt returned) to wait behind the failed one's backoff. Other aggregates go on.
+ */
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import type { RelaySettings } from '../config.ts';
+import type { Sql } from '../db.ts';
+import { backoffDelayMs } from './backoff.ts';
+import { claimBatch } from './claim.ts';
+import { type Failure, markPublished, recordFailures, releaseUnsent } from './complete.ts';
+import { mapWithConcurrency, packRequests, putEntries, toEntry } from './publish.ts';
+import type { ClaimedEvent } from './types.ts';
+
+/** Counts of one pass, or of a whole run. */
+export interface RelayCounts {
+  /** Rows claimed (heads and their successors). */
+  claimed: number;
+  /** Rows accepted by the bus and marked published. */
+  published: number;
+  /** Rows that failed with a retryable error and were scheduled for a later attempt. */
+  retried: number;
+  /** Rows dead-lettered (permanent error, or attempts exhausted). */
+  deadLettered: number;
+  /** Rows claimed but not sent (an earlier event of their aggregate failed, or the lease ran short). */
+  released: number;
+  /** Rows whose lease had passed to another relay when this one tried to write their outcome. */
+  leaseLost: number;
+  /** Entries refused with ThrottlingException. */
+  throttled: number;
+  /** PutEvents requests sent. */
+  putEventsCalls: number;
+}
+
+/** A zeroed {@link RelayCounts}. */
+export function emptyCounts(): RelayCounts {
+  return { claimed: 0, published: 0, retried: 0, deadLettered: 0, released: 0, leaseLost: 0, throttled: 0, putEventsCalls: 0 };
+}
+
+function addCounts(into: RelayCounts, from: RelayCounts): void {
+  for (const key of Object.keys(into) as (keyof RelayCounts)[]) into[key] += from[key];
+}
+
+/** What a pass needs. */
+export interface RelayDeps {
+  sql: Sql;
+  client: EventBridgeClient;
+  settings: RelaySettings;
+  /** Source of randomness for backoff jitter; tests may fix it. */
+  random?: () => number;
+}
+
+/** No round is started with less lease than this left: one PutEvents call with the SDK's retries fits in it. */
+const MIN_LEASE_LEFT_TO_SEND_MS = 12_000;
+
+/**
+ * One claim-publish-mark pass.
+ * @param leaseSeconds lease for this pass; defaults to `settings.leaseSeconds`
+ * @throws database errors (rows then stay leased until the lease expires, and are claimed again)
+ */
+export async function relayOnce(deps: RelayDeps, leaseSeconds = deps.settings.leaseSeconds): Promise<RelayCounts> {
+  const { sql, client, settings } = deps;
+  const random = deps.random ?? Math.random;
+  const counts = emptyCounts();
+  const leaseToken = randomUUID();
+  // Measured before the claim is sent, so the local deadline is never later than the database's.
+  const claimedAt = performance.now();
+  const events = await claimBatch(sql, {
+    leaseToken,
+    leaseSeconds,
+    batchSize: settings.batchSize,
+    perAggregateLimit: settings.perAggregateLimit,
+    ordering: settings.ordering,
+    deadLetterPolicy: settings.deadLetterPolicy,
+  });
+  counts.claimed = events.length;
+  if (events.length === 0) return counts;
+  const sendUntil = claimedAt + leaseSeconds * 1000 - Math.min(MIN_LEASE_LEFT_TO_SEND_MS, (leaseSeconds * 1000) / 2);
+
+  const rounds = settings.ordering === 'none' ? [events] : toRounds(events);
+  /** Aggregates that must send nothing more this pass → ms before their next event may go. */
+  const stopped = new Map<string, number>();
+  const unsent: { id: string; notBeforeMs: number }[] = [];
+
+  for (const round of rounds) {
+    const sendable: ClaimedEvent[] = [];
+    for (const event of round) {
+      const held = stopped.get(aggregateKey(event));
+      if (held !== undefined) unsent.push({ id: event.id, notBeforeMs: held });
+      else if (performance.now() > sendUntil) unsent.push({ id: event.id, notBeforeMs: 0 });
+      else sendable.push(event);
+    }
+    if (sendable.length === 0) continue;
+
+    const items = sendable.map((event) => ({ event, entry: toEntry(event, settings.eventBusName) }));
+    const requests = packRequests(items, settings.maxRequestBytes);
+    counts.putEventsCalls += requests.length;
+    const outcomes = await mapWithConcurrency(requests, settings.publishConcurrency, async (request) => {
+      const results = await putEntries(
+        client,
+        request.map((i) => i.entry),
+      );
+      return request.map((item, i) => ({ event: item.event, outcome: results[i] ?? { ok: false as const, code: 'MissingResult', message: 'no outcome', permanent: false, throttled: false } }));
+    });
+
+    const publishedIds: string[] = [];
+    const failures: Failure[] = [];
+    for (const { event, outcome } of outcomes.flat()) {
+      if (outcome.ok) {
+        publishedIds.push(event.id);
+        continue;
+      }
+      if (outcome.throttled) counts.throttled++;
+      const deadLetter = outcome.permanent || event.attempts >= settings.maxAttempts;
+      const retryInMs = deadLetter ? 0 : backoffDelayMs(event.attempts, settings.backoffBaseMs, settings.backoffMaxMs, random);
+      failures.push({ id: event.id, error: `${outcome.code}: ${outcome.message}`, deadLetter, retryInMs });
+      // With `continue`, a dead-lettered event's successors may go at once (next pass); otherwise
+      // they wait behind it: for its backoff, or for an operator (`block`).
+      stopped.set(aggregateKey(event), deadLetter ? 0 : retryInMs);
+      if (deadLetter) counts.deadLettered++;
+      else counts.retried++;
+    }
+    // Mark before the next round is sent: an event is recorded as published before its
+    // successor leaves, which keeps re-publication after a crash to the events that need it.
+    const [marked, failed] = await Promise.all([
+      markPublished(sql, leaseToken, publishedIds),
+      recordFailures(sql, leaseToken, failures),
+    ]);
+    counts.published += marked;
+    counts.leaseLost += publishedIds.length - marked + (failures.length - failed);
+    if (failed < failures.length) {
+      // Outcomes of rows we no longer own were not recorded; do not report them as ours.
+      counts.retried = Math.max(0, counts.retried - (failures.length - failed));
+    }
+  }
+
+  if (unsent.length > 0) {
+    const released = await releaseUnsent(sql, leaseToken, unsent);
+    counts.released += released;
+    counts.leaseLost += unsent.length - released;
+  }
+  return counts;
+}
+
+/** Splits claimed events into rounds: round r holds the r-th event (by sequence) of each aggregate. */
+export function toRounds(events: readonly ClaimedEvent[]): ClaimedEvent[][] {
+  const byAggregate = new Map<string, ClaimedEvent[]>();
+  for (const event of events) {
+    const key = aggregateKey(event);
+    const list = byAggregate.get(key);
+    if (list) list.push(event);
+    else byAggregate.set(key, [event]);
+  }
+  const rounds: ClaimedEvent[][] = [];
+  for (const list of byAggregate.values()) {
+    list.sort((a, b) => a.sequence - b.sequence);
+    list.forEach((event, r) => {
+      (rounds[r] ??= []).push(event);
+    });
+  }
+  return rounds;
+}
+
+function aggregateKey(event: ClaimedEvent): string {
+  return `${event.aggregateType}\u0000${event.aggregateId}`;
+}
+
+/** Options of {@link runRelay}. */
+export interface RunRelayOptions extends RelayDeps {
+  /** Stops the loop after the current pass. */
+  signal?: AbortSignal;
+  /** One pass, then return. */
+  once?: boolean;
+  /** Return once no unpublished, not-dead-lettered row is left. */
+  untilEmpty?: boolean;
+  /**
+   * Milliseconds left before the caller must return (a Lambda's `getRemainingTimeInMillis`). Each
+   * pass's lease is capped to fit in it, and the loop stops claiming when no useful lease fits.
+   */
+  remainingMs?: () => number;
+  /** Called after every pass that claimed something. */
+  onPass?: (counts: RelayCounts) => void;
+}
+
+/** Why {@link runRelay} returned. */
+export type StopReason = 'once' | 'empty' | 'deadline' | 'aborted';
+
+/** Shortest lease worth claiming with, seconds. */
+const MIN_LEASE_SECONDS = 5;
+/** Time kept back at the end of an invocation for the final marks and the summary, ms. */
+const DEADLINE_MARGIN_MS = 3_000;
+
+/**
+ * Relays until stopped: by `signal`, after one pass (`once`), when the outbox is drained
+ * (`untilEmpty`), or when `remainingMs` can no longer cover a lease. Polls every
+ * `settings.pollIntervalMs` while idle. On throttling the whole loop pauses (doubling up to 5 s)
+ * rather than spending attempts of more rows.
+ * @returns the totals and why it stopped
+ */
+export async function runRelay(options: RunRelayOptions): Promise<RelayCounts & { passes: number; stopReason: StopReason }> {
+  const { settings, signal } = options;
+  const totals = emptyCounts();
+  let passes = 0;
+  let throttlePauseMs = 0;
+  const stop = (stopReason: StopReason) => ({ ...totals, passes, stopReason });
+
+  for (;;) {
+    if (signal?.aborted) return stop('aborted');
+    let leaseSeconds = settings.leaseSeconds;
+    if (options.remainingMs) {
+      const fits = Math.floor((options.remainingMs() - DEADLINE_MARGIN_MS) / 1000);
+      leaseSeconds = Math.min(leaseSeconds, fits);
+      if (leaseSeconds < MIN_LEASE_SECONDS) return stop('deadline');
+    }
+    const counts = await relayOnce(options, leaseSeconds);
+    passes++;
+    addCounts(totals, counts);
+    if (counts.claimed > 0) options.onPass?.(counts);
+    if (options.once) return stop('once');
+
+    if (counts.throttled > 0) {
+      throttlePauseMs = Math.min(5_000, Math.max(100, throttlePauseMs * 2));
+      await pause(throttlePauseMs, options);
+      continue;
+    }
+    throttlePauseMs = 0;
+    if (counts.claimed > 0) continue;
+    if (options.untilEmpty && !(await hasPending(options.sql))) return stop('empty');
+    await pause(settings.pollIntervalMs, options);
+  }
+}
+
+async function pause(ms: number, options: RunRelayOptions): Promise<void> {
+  const cap = options.remainingMs ? Math.max(0, options.remainingMs() - DEADLINE_MARGIN_MS) : ms;
+  try {
+    await sleep(Math.min(ms, cap), undefined, { signal: options.signal });
+  } catch {
+    // aborted: the loop sees the signal and stops
+  }
+}
+
+/** True while some row is neither published nor dead-lettered (including rows in backoff or leased). */
+export async function hasPending(sql: Sql): Promise<boolean> {
+  const [row] = await sql<{ pending: boolean }[]>`
+    select exists (select 1 from outbox where published_at is null and dead_lettered_at is null) as pending
+  `;
+  return row?.pending ?? false;
+}

@@ -1,0 +1,51 @@
+/** Row and domain types of the relay core (snake_case mirrors the table; camelCase is used elsewhere). */
+
+/** An outbox row as the claim statement returns it. */
+export interface DbClaimedRow {
+  id: string;
+  event_id: string;
+  aggregate_type: string;
+  aggregate_id: string;
+  sequence: string;
+  event_type: string;
+  source: string;
+  /** jsonb as text, embedded in Detail without a parse/stringify round trip. */
+  payload: string;
+  trace_header: string | null;
+  created_at: Date;
+  attempts: number;
+}
+
+/** A claimed event, leased to one relay until `lease_expires_at` (database clock). */
+export interface ClaimedEvent {
+  /** Row id (int8, kept as a string: `postgres` returns int8 as text and BigInt does not serialise). */
+  id: string;
+  eventId: string;
+  aggregateType: string;
+  aggregateId: string;
+  sequence: number;
+  type: string;
+  source: string;
+  payloadJson: string;
+  traceHeader: string | null;
+  createdAt: Date;
+  /** Claims so far, this one included. */
+  attempts: number;
+}
+
+/** The one mapping from row to domain type. */
+export function toClaimedEvent(row: DbClaimedRow): ClaimedEvent {
+  return {
+    id: row.id,
+    eventId: row.event_id,
+    aggregateType: row.aggregate_type,
+    aggregateId: row.aggregate_id,
+    sequence: Number(row.sequence),
+    type: row.event_type,
+    source: row.source,
+    payloadJson: row.payload,
+    traceHeader: row.trace_header,
+    createdAt: row.created_at,
+    attempts: row.attempts,
+  };
+}

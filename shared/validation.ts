@@ -1,0 +1,153 @@
+/**
+ * Event validation, run by `enqueue` before anything is written (guarantee 9): an event the bus
+ * or Postgres would refuse is rejected here with an error naming the field, instead of being
+ * committed and then stuck in the outbox forever.
+ */
+import { DEFAULT_MAX_REQUEST_BYTES, detailJson, entrySize, MAX_DETAIL_TYPE_LENGTH } from './envelope.ts';
+import { OutboxValidationError } from './errors.ts';
+import type { EnqueueOptions, OutboxEvent } from './producer.ts';
+
+/** A validated event, normalised for insertion. */
+export interface ValidEvent {
+  type: string;
+  source: string;
+  aggregateType: string;
+  aggregateId: string;
+  /** The payload as JSON text. */
+  payloadJson: string;
+  traceHeader: string | null;
+  idempotencyKey: string | null;
+}
+
+const MAX_KEY_LENGTH = 512;
+const MAX_AGGREGATE_LENGTH = 512;
+const MAX_TRACE_HEADER_LENGTH = 500;
+/** Worst case of the metadata the relay adds to Detail: a 19-digit sequence, a full ISO timestamp. */
+const PLACEHOLDER_SEQUENCE = 9_223_372_036_854_775_807;
+
+/**
+ * Checks one event and returns it normalised.
+ * @param index position in an `enqueueMany` call, used in the error's field path
+ * @throws {OutboxValidationError} naming the first bad field
+ */
+export function validateEvent(event: OutboxEvent, options: EnqueueOptions, index?: number): ValidEvent {
+  const fail = (field: string, message: string, cause?: unknown): never => {
+    throw new OutboxValidationError(field, message, { index, cause });
+  };
+  if (event === null || typeof event !== 'object') fail('event', 'must be an object');
+
+  const type = requireText(event.type, 'type', MAX_DETAIL_TYPE_LENGTH, fail);
+  const source = requireText(event.source ?? options.defaultSource, 'source', 256, fail);
+  if (source.toLowerCase().startsWith('aws.')) fail('source', 'must not start with "aws." (reserved for AWS services)');
+  const aggregateType = requireText(event.aggregateType, 'aggregateType', MAX_AGGREGATE_LENGTH, fail);
+  const aggregateId = requireText(
+    typeof event.aggregateId === 'number' && Number.isSafeInteger(event.aggregateId)
+      ? String(event.aggregateId)
+      : event.aggregateId,
+    'aggregateId',
+    MAX_AGGREGATE_LENGTH,
+    fail,
+  );
+  const idempotencyKey =
+    event.idempotencyKey === undefined || event.idempotencyKey === null
+      ? null
+      : requireText(event.idempotencyKey, 'idempotencyKey', MAX_KEY_LENGTH, fail);
+  const traceHeader =
+    event.traceHeader === undefined || event.traceHeader === null
+      ? null
+      : requireText(event.traceHeader, 'traceHeader', MAX_TRACE_HEADER_LENGTH, fail);
+
+  const payload = event.payload;
+  if (payload === null || typeof payload !== 'object' || Array.isArray(payload)) {
+    fail('payload', 'must be a JSON object (EventBridge requires Detail to be an object)');
+  }
+  checkJsonValue(payload, 'payload', fail);
+  let payloadJson = '';
+  try {
+    payloadJson = JSON.stringify(payload);
+  } catch (cause) {
+    fail('payload', `cannot be serialised as JSON: ${(cause as Error).message}`, cause);
+  }
+
+  const maxEntryBytes = options.maxEntryBytes ?? DEFAULT_MAX_REQUEST_BYTES;
+  const size = entrySize({
+    Source: source,
+    DetailType: type,
+    Time: new Date(),
+    Detail: detailJson(
+      {
+        eventId: '00000000-0000-0000-0000-000000000000',
+        aggregateType,
+        aggregateId,
+        sequence: PLACEHOLDER_SEQUENCE,
+        occurredAt: '2000-01-01T00:00:00.000Z',
+      },
+      payloadJson,
+    ),
+  });
+  if (size > maxEntryBytes) {
+    fail('payload', `makes the EventBridge entry ${size} bytes, over the ${maxEntryBytes}-byte limit`);
+  }
+  return { type, source, aggregateType, aggregateId, payloadJson, traceHeader, idempotencyKey };
+}
+
+function requireText(
+  value: unknown,
+  field: string,
+  maxLength: number,
+  fail: (field: string, message: string) => never,
+): string {
+  if (typeof value !== 'string') return fail(field, value === undefined ? 'is required' : 'must be a string');
+  if (value.trim() === '') return fail(field, 'must not be empty');
+  if (value.length > maxLength) return fail(field, `must be at most ${maxLength} characters (got ${value.length})`);
+  checkString(value, field, fail);
+  return value;
+}
+
+/** jsonb rejects U+0000 and unpaired UTF-16 surrogates; so does any UTF-8 consumer downstream. */
+function checkString(value: string, field: string, fail: (field: string, message: string) => never): void {
+  if (value.includes('\u0000')) fail(field, 'contains the NUL character \\u0000, which Postgres jsonb rejects');
+  if (!value.isWellFormed()) fail(field, 'contains a lone UTF-16 surrogate, which is not valid Unicode');
+}
+
+/** Walks a payload and rejects what JSON cannot carry faithfully, naming the path to it. */
+function checkJsonValue(value: unknown, path: string, fail: (field: string, message: string) => never): void {
+  switch (typeof value) {
+    case 'string':
+      checkString(value, path, fail);
+      return;
+    case 'number':
+      if (!Number.isFinite(value)) fail(path, `must be a finite number (got ${value})`);
+      return;
+    case 'boolean':
+      return;
+    case 'bigint':
+      fail(path, 'is a BigInt, which JSON cannot represent; send it as a string');
+      return;
+    case 'undefined':
+    case 'function':
+    case 'symbol':
+      // JSON.stringify drops these inside objects; a payload should not rely on that silently.
+      fail(path, `is a ${typeof value}, which JSON cannot represent`);
+      return;
+    case 'object': {
+      if (value === null) return;
+      if (Array.isArray(value)) {
+        value.forEach((item, i) => {
+          checkJsonValue(item, `${path}[${i}]`, fail);
+        });
+        return;
+      }
+      if (value instanceof Date) {
+        if (Number.isNaN(value.getTime())) fail(path, 'is an invalid Date');
+        return;
+      }
+      for (const [key, item] of Object.entries(value)) {
+        if (item === undefined) continue; // dropped by JSON.stringify, as for an absent optional field
+        const child = /^[A-Za-z_$][\w$]*$/.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`;
+        checkString(key, child, fail);
+        checkJsonValue(item, child, fail);
+      }
+    }
+  }
+}
