@@ -37,7 +37,9 @@ export async function freePort(): Promise<number> {
  * As root, Postgres refuses to run, so a `postgres` system user is created for it
  * (`createPostgresUser`).
  */
-export async function startEmbeddedPostgres(options: { log?: (line: string) => void } = {}): Promise<EmbeddedDatabase> {
+export async function startEmbeddedPostgres(
+  options: { log?: (line: string) => void } = {},
+): Promise<EmbeddedDatabase> {
   const dir = await mkdtemp(join(tmpdir(), 'outbox-pg-'));
   const asRoot = process.getuid?.() === 0;
   // As root the server runs as the `postgres` system user, which must be able to create the data dir.

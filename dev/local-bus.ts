@@ -17,7 +17,12 @@ import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { DEFAULT_MAX_REQUEST_BYTES, entrySize, MAX_DETAIL_TYPE_LENGTH, MAX_ENTRIES_PER_REQUEST } from '../shared/envelope.ts';
+import {
+  DEFAULT_MAX_REQUEST_BYTES,
+  entrySize,
+  MAX_DETAIL_TYPE_LENGTH,
+  MAX_ENTRIES_PER_REQUEST,
+} from '../shared/envelope.ts';
 
 /** Fault injection; every rate is a probability in [0, 1], drawn per request or per entry. */
 export interface Faults {
@@ -100,7 +105,18 @@ export interface LocalBus {
 }
 
 function emptyStats(): BusStats {
-  return { requests: 0, entries: 0, accepted: 0, throttled: 0, serverErrors: 0, entryFailures: 0, lostResponses: 0, rejected: 0, maxEntriesPerRequest: 0, maxRequestBytes: 0 };
+  return {
+    requests: 0,
+    entries: 0,
+    accepted: 0,
+    throttled: 0,
+    serverErrors: 0,
+    entryFailures: 0,
+    lostResponses: 0,
+    rejected: 0,
+    maxEntriesPerRequest: 0,
+    maxRequestBytes: 0,
+  };
 }
 
 /** mulberry32: a tiny seeded PRNG, so a fault schedule can be replayed. */
@@ -145,15 +161,28 @@ export async function startLocalBus(options: LocalBusOptions = {}): Promise<Loca
     const entries = input.Entries;
     if (!Array.isArray(entries) || entries.length < 1 || entries.length > MAX_ENTRIES_PER_REQUEST) {
       stats.rejected++;
-      return sendError(res, 400, 'ValidationException', `1 validation error detected: Value at 'entries' failed to satisfy constraint: Member must have length less than or equal to ${MAX_ENTRIES_PER_REQUEST} and greater than or equal to 1`);
+      return sendError(
+        res,
+        400,
+        'ValidationException',
+        `1 validation error detected: Value at 'entries' failed to satisfy constraint: Member must have length less than or equal to ${MAX_ENTRIES_PER_REQUEST} and greater than or equal to 1`,
+      );
     }
-    const size = entries.reduce((sum, e) => sum + entrySize({ ...(e as object), Time: e.Time === undefined ? undefined : new Date() }), 0);
+    const size = entries.reduce(
+      (sum, e) => sum + entrySize({ ...(e as object), Time: e.Time === undefined ? undefined : new Date() }),
+      0,
+    );
     stats.entries += entries.length;
     stats.maxEntriesPerRequest = Math.max(stats.maxEntriesPerRequest, entries.length);
     stats.maxRequestBytes = Math.max(stats.maxRequestBytes, size);
     if (size > maxRequestBytes) {
       stats.rejected++;
-      return sendError(res, 400, 'ValidationException', 'Total size of the entries in the request is over the limit.');
+      return sendError(
+        res,
+        400,
+        'ValidationException',
+        'Total size of the entries in the request is over the limit.',
+      );
     }
 
     await delay(faults, random);
@@ -270,7 +299,10 @@ function checkEntry(entry: Record<string, unknown>, faults: Faults): [string, st
   const source = entry.Source as string;
   const detailType = entry.DetailType as string;
   if (detailType.length > MAX_DETAIL_TYPE_LENGTH) {
-    return ['InvalidArgument', `Parameter DetailType is not valid. Reason: longer than ${MAX_DETAIL_TYPE_LENGTH} characters.`];
+    return [
+      'InvalidArgument',
+      `Parameter DetailType is not valid. Reason: longer than ${MAX_DETAIL_TYPE_LENGTH} characters.`,
+    ];
   }
   if (source.startsWith('aws.')) {
     return ['NotAuthorizedForSourceException', `Not authorized for the source ${source}.`];

@@ -10,6 +10,8 @@ import { parseEnv } from './config.ts';
 export type Sql = postgres.Sql;
 /** The transaction handle that `sql.begin(async (tx) => …)` passes to its callback. */
 export type Tx = postgres.TransactionSql;
+/** Anything that runs a query: the pool or a transaction. */
+export type Queryable = Sql | Tx;
 
 const dbEnvSchema = z.object({
   DATABASE_URL: z.string().optional(),

@@ -11,7 +11,7 @@
  * ```
  */
 import { randomUUID } from 'node:crypto';
-import type { Sql } from './db.ts';
+import type { Queryable } from './db.ts';
 import { validateEvent } from './validation.ts';
 
 /** An event as the producer hands it over. */
@@ -58,7 +58,11 @@ export interface EnqueueResult {
  * @throws {OutboxValidationError} naming the bad field
  * @throws the database's error (e.g. the caller's transaction was aborted)
  */
-export async function enqueue(tx: Sql, event: OutboxEvent, options: EnqueueOptions = {}): Promise<EnqueueResult> {
+export async function enqueue(
+  tx: Queryable,
+  event: OutboxEvent,
+  options: EnqueueOptions = {},
+): Promise<EnqueueResult> {
   const [result] = await enqueueMany(tx, [event], options);
   return result as EnqueueResult;
 }
@@ -69,17 +73,21 @@ export async function enqueue(tx: Sql, event: OutboxEvent, options: EnqueueOptio
  * @throws {OutboxValidationError} with `index` set to the first bad event's position
  */
 export async function enqueueMany(
-  tx: Sql,
+  tx: Queryable,
   events: readonly OutboxEvent[],
   options: EnqueueOptions = {},
 ): Promise<EnqueueResult[]> {
-  const valid = events.map((event, index) => validateEvent(event, options, events.length > 1 ? index : undefined));
+  const valid = events.map((event, index) =>
+    validateEvent(event, options, events.length > 1 ? index : undefined),
+  );
   if (valid.length === 0) return [];
 
   const results: (EnqueueResult | undefined)[] = new Array(valid.length);
   /** For a key repeated inside this call: the index of its first occurrence. */
   const repeatOf = new Map<number, number>();
-  const keys = [...new Set(valid.flatMap((e) => (e.idempotencyKey === null ? [] : [e.idempotencyKey])))].sort();
+  const keys = [
+    ...new Set(valid.flatMap((e) => (e.idempotencyKey === null ? [] : [e.idempotencyKey]))),
+  ].sort();
   const existing = new Map<string, EnqueueResult>();
   if (keys.length > 0) {
     // A transaction-scoped advisory lock per key serialises concurrent producers of one key
@@ -87,7 +95,15 @@ export async function enqueueMany(
     // snapshot) sees the winner's row and writes nothing, so a duplicate never leaves a gap in
     // the aggregate's sequence. Keys are locked in sorted order to avoid deadlocks.
     await tx`select pg_advisory_xact_lock(hashtextextended(k, 7301)) from unnest(${keys}::text[]) as k`;
-    const rows = await tx<{ idempotency_key: string; event_id: string; aggregate_type: string; aggregate_id: string; sequence: string }[]>`
+    const rows = await tx<
+      {
+        idempotency_key: string;
+        event_id: string;
+        aggregate_type: string;
+        aggregate_id: string;
+        sequence: string;
+      }[]
+    >`
       select idempotency_key, event_id, aggregate_type, aggregate_id, sequence
       from outbox where idempotency_key = any(${keys}::text[])
     `;

@@ -22,8 +22,8 @@ export interface ValidEvent {
 const MAX_KEY_LENGTH = 512;
 const MAX_AGGREGATE_LENGTH = 512;
 const MAX_TRACE_HEADER_LENGTH = 500;
-/** Worst case of the metadata the relay adds to Detail: a 19-digit sequence, a full ISO timestamp. */
-const PLACEHOLDER_SEQUENCE = 9_223_372_036_854_775_807;
+/** Worst case of the metadata the relay adds to Detail: a 16-digit sequence, a full ISO timestamp. */
+const PLACEHOLDER_SEQUENCE = Number.MAX_SAFE_INTEGER;
 
 /**
  * Checks one event and returns it normalised.
@@ -38,7 +38,8 @@ export function validateEvent(event: OutboxEvent, options: EnqueueOptions, index
 
   const type = requireText(event.type, 'type', MAX_DETAIL_TYPE_LENGTH, fail);
   const source = requireText(event.source ?? options.defaultSource, 'source', 256, fail);
-  if (source.toLowerCase().startsWith('aws.')) fail('source', 'must not start with "aws." (reserved for AWS services)');
+  if (source.toLowerCase().startsWith('aws.'))
+    fail('source', 'must not start with "aws." (reserved for AWS services)');
   const aggregateType = requireText(event.aggregateType, 'aggregateType', MAX_AGGREGATE_LENGTH, fail);
   const aggregateId = requireText(
     typeof event.aggregateId === 'number' && Number.isSafeInteger(event.aggregateId)
@@ -99,14 +100,16 @@ function requireText(
 ): string {
   if (typeof value !== 'string') return fail(field, value === undefined ? 'is required' : 'must be a string');
   if (value.trim() === '') return fail(field, 'must not be empty');
-  if (value.length > maxLength) return fail(field, `must be at most ${maxLength} characters (got ${value.length})`);
+  if (value.length > maxLength)
+    return fail(field, `must be at most ${maxLength} characters (got ${value.length})`);
   checkString(value, field, fail);
   return value;
 }
 
 /** jsonb rejects U+0000 and unpaired UTF-16 surrogates; so does any UTF-8 consumer downstream. */
 function checkString(value: string, field: string, fail: (field: string, message: string) => never): void {
-  if (value.includes('\u0000')) fail(field, 'contains the NUL character \\u0000, which Postgres jsonb rejects');
+  if (value.includes('\u0000'))
+    fail(field, 'contains the NUL character \\u0000, which Postgres jsonb rejects');
   if (!value.isWellFormed()) fail(field, 'contains a lone UTF-16 surrogate, which is not valid Unicode');
 }
 

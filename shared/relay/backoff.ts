@@ -5,7 +5,12 @@
  * @param attempt the attempt that just failed, 1-based
  * @returns milliseconds
  */
-export function backoffDelayMs(attempt: number, baseMs: number, maxMs: number, random: () => number = Math.random): number {
+export function backoffDelayMs(
+  attempt: number,
+  baseMs: number,
+  maxMs: number,
+  random: () => number = Math.random,
+): number {
   const ceiling = Math.min(maxMs, baseMs * 2 ** Math.min(Math.max(attempt - 1, 0), 30));
   return Math.floor(random() * ceiling);
 }

@@ -36,8 +36,7 @@ export interface ClaimOptions {
  * @returns the claimed events, ordered by aggregate then sequence
  */
 export async function claimBatch(sql: Sql, o: ClaimOptions): Promise<ClaimedEvent[]> {
-  const rows =
-    o.ordering === 'none' ? await claimUnordered(sql, o) : await claimOrdered(sql, o);
+  const rows = o.ordering === 'none' ? await claimUnordered(sql, o) : await claimOrdered(sql, o);
   return rows.map(toClaimedEvent);
 }
 

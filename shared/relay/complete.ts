@@ -36,7 +36,11 @@ export interface Failure {
  * dead-letters rows, in one statement.
  * @returns how many rows this lease still owned
  */
-export async function recordFailures(sql: Sql, leaseToken: string, failures: readonly Failure[]): Promise<number> {
+export async function recordFailures(
+  sql: Sql,
+  leaseToken: string,
+  failures: readonly Failure[],
+): Promise<number> {
   if (failures.length === 0) return 0;
   const result = await sql`
     update outbox o
@@ -48,7 +52,7 @@ export async function recordFailures(sql: Sql, leaseToken: string, failures: rea
         dead_lettered_at = case when f.dead then now() else null end
     from unnest(
       ${failures.map((f) => f.id)}::int8[], ${failures.map((f) => f.error.slice(0, 2000))}::text[],
-      ${failures.map((f) => f.deadLetter)}::boolean[], ${failures.map((f) => Math.round(f.retryInMs))}::int8[]
+      ${failures.map((f) => (f.deadLetter ? 'true' : 'false'))}::text[]::boolean[], ${failures.map((f) => Math.round(f.retryInMs))}::int8[]
     ) as f(id, error, dead, retry_ms)
     where o.id = f.id and o.lease_token = ${leaseToken}::uuid
   `;

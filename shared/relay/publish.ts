@@ -6,7 +6,12 @@
  * order, an `ErrorCode` on each failed entry. Ignoring that is the classic silent-loss bug, so the
  * outcome is always per entry.
  */
-import { EventBridgeClient, type EventBridgeClientConfig, PutEventsCommand, type PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
+import {
+  EventBridgeClient,
+  type EventBridgeClientConfig,
+  PutEventsCommand,
+  type PutEventsRequestEntry,
+} from '@aws-sdk/client-eventbridge';
 import { detailJson, entrySize, MAX_ENTRIES_PER_REQUEST } from '../envelope.ts';
 import type { ClaimedEvent } from './types.ts';
 
@@ -66,13 +71,19 @@ export function toEntry(event: ClaimedEvent, eventBusName: string): PutEventsReq
  * count). An item larger than the limit on its own gets a request of its own (and EventBridge's
  * refusal, which dead-letters it) rather than blocking the rest.
  */
-export function packRequests<T extends { entry: PutEventsRequestEntry }>(items: readonly T[], maxRequestBytes: number): T[][] {
+export function packRequests<T extends { entry: PutEventsRequestEntry }>(
+  items: readonly T[],
+  maxRequestBytes: number,
+): T[][] {
   const requests: T[][] = [];
   let current: T[] = [];
   let bytes = 0;
   for (const item of items) {
     const size = entrySize(item.entry);
-    if (current.length > 0 && (current.length === MAX_ENTRIES_PER_REQUEST || bytes + size > maxRequestBytes)) {
+    if (
+      current.length > 0 &&
+      (current.length === MAX_ENTRIES_PER_REQUEST || bytes + size > maxRequestBytes)
+    ) {
       requests.push(current);
       current = [];
       bytes = 0;
@@ -90,7 +101,10 @@ export function packRequests<T extends { entry: PutEventsRequestEntry }>(items: 
  * retryable outcome for every entry; a request refused as invalid is split and its entries sent
  * one by one, so one bad entry cannot hold back the others.
  */
-export async function putEntries(client: EventBridgeClient, entries: PutEventsRequestEntry[]): Promise<EntryOutcome[]> {
+export async function putEntries(
+  client: EventBridgeClient,
+  entries: PutEventsRequestEntry[],
+): Promise<EntryOutcome[]> {
   try {
     const out = await client.send(new PutEventsCommand({ Entries: entries }));
     const results = out.Entries ?? [];
@@ -110,7 +124,8 @@ export async function putEntries(client: EventBridgeClient, entries: PutEventsRe
     const err = error as { name?: string; message?: string; $metadata?: { httpStatusCode?: number } };
     const code = err.name ?? 'Error';
     const status = err.$metadata?.httpStatusCode;
-    const refusedAsInvalid = status !== undefined && status >= 400 && status < 500 && code === 'ValidationException';
+    const refusedAsInvalid =
+      status !== undefined && status >= 400 && status < 500 && code === 'ValidationException';
     if (refusedAsInvalid && entries.length > 1) {
       const singles = await Promise.all(entries.map((e) => putEntries(client, [e])));
       return singles.flat();
@@ -128,7 +143,11 @@ export async function putEntries(client: EventBridgeClient, entries: PutEventsRe
 }
 
 /** Runs `worker` over `items` with at most `limit` in flight. */
-export async function mapWithConcurrency<T, R>(items: readonly T[], limit: number, worker: (item: T) => Promise<R>): Promise<R[]> {
+export async function mapWithConcurrency<T, R>(
+  items: readonly T[],
+  limit: number,
+  worker: (item: T) => Promise<R>,
+): Promise<R[]> {
   const results: R[] = new Array(items.length);
   let next = 0;
   const lanes = Array.from({ length: Math.min(limit, items.length) }, async () => {

@@ -39,7 +39,16 @@ export interface RelayCounts {
 
 /** A zeroed {@link RelayCounts}. */
 export function emptyCounts(): RelayCounts {
-  return { claimed: 0, published: 0, retried: 0, deadLettered: 0, released: 0, leaseLost: 0, throttled: 0, putEventsCalls: 0 };
+  return {
+    claimed: 0,
+    published: 0,
+    retried: 0,
+    deadLettered: 0,
+    released: 0,
+    leaseLost: 0,
+    throttled: 0,
+    putEventsCalls: 0,
+  };
 }
 
 function addCounts(into: RelayCounts, from: RelayCounts): void {
@@ -63,7 +72,10 @@ const MIN_LEASE_LEFT_TO_SEND_MS = 12_000;
  * @param leaseSeconds lease for this pass; defaults to `settings.leaseSeconds`
  * @throws database errors (rows then stay leased until the lease expires, and are claimed again)
  */
-export async function relayOnce(deps: RelayDeps, leaseSeconds = deps.settings.leaseSeconds): Promise<RelayCounts> {
+export async function relayOnce(
+  deps: RelayDeps,
+  leaseSeconds = deps.settings.leaseSeconds,
+): Promise<RelayCounts> {
   const { sql, client, settings } = deps;
   const random = deps.random ?? Math.random;
   const counts = emptyCounts();
@@ -80,12 +92,34 @@ export async function relayOnce(deps: RelayDeps, leaseSeconds = deps.settings.le
   });
   counts.claimed = events.length;
   if (events.length === 0) return counts;
-  const sendUntil = claimedAt + leaseSeconds * 1000 - Math.min(MIN_LEASE_LEFT_TO_SEND_MS, (leaseSeconds * 1000) / 2);
+  const sendUntil =
+    claimedAt + leaseSeconds * 1000 - Math.min(MIN_LEASE_LEFT_TO_SEND_MS, (leaseSeconds * 1000) / 2);
 
-  const rounds = settings.ordering === 'none' ? [events] : toRounds(events);
   /** Aggregates that must send nothing more this pass → ms before their next event may go. */
   const stopped = new Map<string, number>();
   const unsent: { id: string; notBeforeMs: number }[] = [];
+
+  // A row claimed more often than allowed never got an outcome recorded: it crashed the relay or
+  // outlived its lease each time. Dead-letter it instead of trying again (attempts are counted at
+  // claim precisely so that such a row cannot loop forever).
+  const exhausted = events.filter((e) => e.attempts > settings.maxAttempts);
+  if (exhausted.length > 0) {
+    const recorded = await recordFailures(
+      sql,
+      leaseToken,
+      exhausted.map((e) => ({
+        id: e.id,
+        error: `AttemptsExhausted: claimed ${e.attempts} times (max ${settings.maxAttempts}) without a recorded outcome; the relay crashed or lost its lease on each attempt`,
+        deadLetter: true,
+        retryInMs: 0,
+      })),
+    );
+    counts.deadLettered += recorded;
+    counts.leaseLost += exhausted.length - recorded;
+    for (const e of exhausted) stopped.set(aggregateKey(e), 0);
+  }
+  const live = exhausted.length === 0 ? events : events.filter((e) => e.attempts <= settings.maxAttempts);
+  const rounds = settings.ordering === 'none' ? [live] : toRounds(live);
 
   for (const round of rounds) {
     const sendable: ClaimedEvent[] = [];
@@ -105,7 +139,16 @@ export async function relayOnce(deps: RelayDeps, leaseSeconds = deps.settings.le
         client,
         request.map((i) => i.entry),
       );
-      return request.map((item, i) => ({ event: item.event, outcome: results[i] ?? { ok: false as const, code: 'MissingResult', message: 'no outcome', permanent: false, throttled: false } }));
+      return request.map((item, i) => ({
+        event: item.event,
+        outcome: results[i] ?? {
+          ok: false as const,
+          code: 'MissingResult',
+          message: 'no outcome',
+          permanent: false,
+          throttled: false,
+        },
+      }));
     });
 
     const publishedIds: string[] = [];
@@ -117,7 +160,9 @@ export async function relayOnce(deps: RelayDeps, leaseSeconds = deps.settings.le
       }
       if (outcome.throttled) counts.throttled++;
       const deadLetter = outcome.permanent || event.attempts >= settings.maxAttempts;
-      const retryInMs = deadLetter ? 0 : backoffDelayMs(event.attempts, settings.backoffBaseMs, settings.backoffMaxMs, random);
+      const retryInMs = deadLetter
+        ? 0
+        : backoffDelayMs(event.attempts, settings.backoffBaseMs, settings.backoffMaxMs, random);
       failures.push({ id: event.id, error: `${outcome.code}: ${outcome.message}`, deadLetter, retryInMs });
       // With `continue`, a dead-lettered event's successors may go at once (next pass); otherwise
       // they wait behind it: for its backoff, or for an operator (`block`).
@@ -160,7 +205,9 @@ export function toRounds(events: readonly ClaimedEvent[]): ClaimedEvent[][] {
   for (const list of byAggregate.values()) {
     list.sort((a, b) => a.sequence - b.sequence);
     list.forEach((event, r) => {
-      (rounds[r] ??= []).push(event);
+      const round = rounds[r];
+      if (round) round.push(event);
+      else rounds[r] = [event];
     });
   }
   return rounds;
@@ -202,7 +249,9 @@ const DEADLINE_MARGIN_MS = 3_000;
  * rather than spending attempts of more rows.
  * @returns the totals and why it stopped
  */
-export async function runRelay(options: RunRelayOptions): Promise<RelayCounts & { passes: number; stopReason: StopReason }> {
+export async function runRelay(
+  options: RunRelayOptions,
+): Promise<RelayCounts & { passes: number; stopReason: StopReason }> {
   const { settings, signal } = options;
   const totals = emptyCounts();
   let passes = 0;

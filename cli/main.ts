@@ -1,0 +1,167 @@
+/**
+ * The `outbox` command line, on commander. Every command reads the configuration contract's
+ * environment variables (DATABASE_URL or PG*, EVENT_BUS_NAME, OUTBOX_*; the endpoint through the
+ * AWS SDK's own AWS_ENDPOINT_URL_EVENTBRIDGE).
+ */
+import { Command, CommanderError } from 'commander';
+import { loadRelaySettings } from '../shared/config.ts';
+import { connect, databaseUrlFromEnv, type Sql } from '../shared/db.ts';
+import { OutboxError } from '../shared/errors.ts';
+import { migrate } from '../shared/migrate.ts';
+import { createEventBridgeClient } from '../shared/relay/publish.ts';
+import { type RelayCounts, runRelay } from '../shared/relay/relay.ts';
+import { getStatus } from '../shared/status.ts';
+import { enqueueFromLines } from './enqueue-lines.ts';
+
+/** Where the CLI writes; tests pass their own. */
+export interface CliIo {
+  out: (line: string) => void;
+  err: (line: string) => void;
+  stdin: AsyncIterable<string | Buffer>;
+  env: NodeJS.ProcessEnv;
+}
+
+const defaultIo = (): CliIo => ({
+  out: (line) => process.stdout.write(`${line}\n`),
+  err: (line) => process.stderr.write(`${line}\n`),
+  stdin: process.stdin,
+  env: process.env,
+});
+
+/**
+ * Runs the CLI.
+ * @param argv `process.argv` shape (node, script, …args)
+ * @returns the exit code: 0 ok, 1 failure, 2 usage or configuration error
+ */
+export async function main(argv: string[], io: CliIo = defaultIo()): Promise<number> {
+  let code = 0;
+  const withDb = async (fn: (sql: Sql) => Promise<void>) => {
+    const sql = connect({ env: io.env, applicationName: 'outbox-cli' });
+    try {
+      await fn(sql);
+    } finally {
+      await sql.end({ timeout: 5 });
+    }
+  };
+
+  const program = new Command('outbox')
+    .description('Transactional outbox relay: Postgres outbox table → Amazon EventBridge')
+    .exitOverride()
+    .configureOutput({ writeOut: (s) => io.out(s.trimEnd()), writeErr: (s) => io.err(s.trimEnd()) });
+
+  program
+    .command('migrate')
+    .description('apply pending schema migrations (outbox tables) to the database')
+    .action(async () => {
+      const applied = await migrate(databaseUrlFromEnv(io.env), { log: () => {} });
+      io.out(
+        applied.length === 0
+          ? 'schema is up to date'
+          : `applied ${applied.length} migration(s): ${applied.join(', ')}`,
+      );
+    });
+
+  program
+    .command('relay')
+    .description('publish outbox rows to EventBridge until stopped (Ctrl-C)')
+    .option('--once', 'run a single claim-publish-mark pass, then exit')
+    .option('--until-empty', 'exit once no pending row is left')
+    .option('--quiet', 'print only the final summary')
+    .action(async (opts: { once?: boolean; untilEmpty?: boolean; quiet?: boolean }) => {
+      const settings = loadRelaySettings(io.env);
+      const abort = new AbortController();
+      const onSignal = () => abort.abort();
+      process.once('SIGINT', onSignal);
+      process.once('SIGTERM', onSignal);
+      const started = performance.now();
+      let window = { published: 0, at: started };
+      try {
+        await withDb(async (sql) => {
+          const result = await runRelay({
+            sql,
+            client: createEventBridgeClient(),
+            settings,
+            signal: abort.signal,
+            once: opts.once,
+            untilEmpty: opts.untilEmpty,
+            onPass: (c: RelayCounts) => {
+              window.published += c.published;
+              const now = performance.now();
+              if (!opts.quiet && now - window.at >= 1_000) {
+                io.err(
+                  `relay: ${window.published} published in the last ${((now - window.at) / 1000).toFixed(1)} s`,
+                );
+                window = { published: 0, at: now };
+              }
+            },
+          });
+          const seconds = (performance.now() - started) / 1000;
+          io.out(
+            `relay stopped (${result.stopReason}) after ${seconds.toFixed(2)} s: ` +
+              `published ${result.published}, retried ${result.retried}, dead-lettered ${result.deadLettered}, ` +
+              `lease lost ${result.leaseLost}, ${(result.published / Math.max(seconds, 0.001)).toFixed(0)} events/s`,
+          );
+        });
+      } finally {
+        process.off('SIGINT', onSignal);
+        process.off('SIGTERM', onSignal);
+      }
+    });
+
+  program
+    .command('enqueue')
+    .description(
+      'enqueue events from JSON lines on stdin (backfills); all lines are validated before any is written',
+    )
+    .option('--source <source>', 'Source for lines without one (default: $OUTBOX_DEFAULT_SOURCE)')
+    .option('--batch-size <n>', 'events per transaction', (v) => Number.parseInt(v, 10), 1000)
+    .action(async (opts: { source?: string; batchSize: number }) => {
+      await withDb(async (sql) => {
+        const result = await enqueueFromLines(sql, io.stdin, {
+          defaultSource: opts.source ?? io.env.OUTBOX_DEFAULT_SOURCE,
+          batchSize: opts.batchSize,
+          progress: (n) => io.err(`enqueue: ${n} events written`),
+        });
+        if (result.errors.length > 0) {
+          for (const e of result.errors) io.err(`line ${e.line}: ${e.message}`);
+          io.err(`enqueue: ${result.errors.length} invalid line(s); nothing was written`);
+          code = 1;
+          return;
+        }
+        io.out(`enqueued ${result.enqueued} event(s), ${result.duplicates} duplicate(s) skipped`);
+      });
+    });
+
+  program
+    .command('status')
+    .description('show the backlog: pending, oldest pending age, in flight, dead-lettered, published')
+    .option('--json', 'print JSON')
+    .action(async (opts: { json?: boolean }) => {
+      await withDb(async (sql) => {
+        const s = await getStatus(sql);
+        if (opts.json) {
+          io.out(JSON.stringify(s));
+          return;
+        }
+        io.out(`pending:             ${s.pending}`);
+        io.out(`oldest pending age:  ${s.oldestPendingAgeSeconds.toFixed(1)} s`);
+        io.out(`in flight:           ${s.inFlight}`);
+        io.out(`dead-lettered:       ${s.deadLettered}`);
+        io.out(`published:           ${s.published}`);
+      });
+    });
+
+  try {
+    await program.parseAsync(argv);
+    return code;
+  } catch (error) {
+    if (error instanceof CommanderError) return error.exitCode === 0 ? 0 : 2;
+    if (error instanceof OutboxError) {
+      io.err(`error: ${error.message}`);
+      return error.name === 'OutboxConfigError' ? 2 : 1;
+    }
+    const e = error as Error & { code?: string };
+    io.err(`error: ${e.message}${e.code ? ` (${e.code})` : ''}`);
+    return 1;
+  }
+}

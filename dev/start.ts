@@ -1,0 +1,126 @@
+/**
+ * `npm start`: the whole pipeline on one machine. Starts Postgres (embedded, unless DATABASE_URL
+ * is set), migrates, starts the local bus, runs a demo producer that commits orders with their
+ * events (and rolls some transactions back), runs the relay, and prints each event as the bus
+ * accepts it plus the backlog and lag. Ctrl-C stops everything.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { loadRelaySettings } from '../shared/config.ts';
+import { connect, type Sql } from '../shared/db.ts';
+import { migrate } from '../shared/migrate.ts';
+import { enqueueMany } from '../shared/producer.ts';
+import { createEventBridgeClient } from '../shared/relay/publish.ts';
+import { runRelay } from '../shared/relay/relay.ts';
+import { getStatus } from '../shared/status.ts';
+import { startEmbeddedPostgres } from './embedded-postgres.ts';
+import { type AcceptedEvent, startLocalBus } from './local-bus.ts';
+
+/** Thrown inside a demo transaction to roll it back. */
+class RollBack extends Error {}
+
+const log = (line: string) => process.stdout.write(`${new Date().toISOString().slice(11, 23)}  ${line}\n`);
+
+const abort = new AbortController();
+process.once('SIGINT', () => {
+  log('stopping…');
+  abort.abort();
+});
+process.once('SIGTERM', () => abort.abort());
+
+let embedded: Awaited<ReturnType<typeof startEmbeddedPostgres>> | undefined;
+let url = process.env.DATABASE_URL;
+if (!url) {
+  log('DATABASE_URL is unset: starting an embedded Postgres…');
+  embedded = await startEmbeddedPostgres();
+  url = embedded.url;
+}
+log(`database: ${url.replace(/:[^:@/]*@/, ':***@')}`);
+const applied = await migrate(url);
+log(applied.length ? `migrated: ${applied.join(', ')}` : 'schema is up to date');
+
+const bus = await startLocalBus({ port: Number(process.env.LOCAL_BUS_PORT ?? 0) });
+log(`local EventBridge endpoint: ${bus.url}`);
+bus.emitter.on('accepted', (e: AcceptedEvent) => {
+  const m = (
+    e.detail as {
+      metadata: { aggregateType: string; aggregateId: string; sequence: number; eventId: string };
+    }
+  ).metadata;
+  log(
+    `bus ← ${e.detailType.padEnd(14)} ${m.aggregateType}/${m.aggregateId} #${m.sequence}  eventId ${m.eventId.slice(0, 8)}…`,
+  );
+});
+
+const sql = connect({ url, applicationName: 'outbox-demo' });
+const settings = loadRelaySettings({ EVENT_BUS_NAME: 'demo-bus', ...process.env });
+const client = createEventBridgeClient({
+  endpoint: bus.url,
+  region: process.env.AWS_REGION ?? 'us-east-1',
+  credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
+});
+
+const producer = runDemoProducer(sql, abort.signal);
+const reporter = runReporter(sql, abort.signal);
+const relay = runRelay({ sql, client, settings, signal: abort.signal });
+log('relay running; Ctrl-C to stop');
+
+try {
+  const result = await relay;
+  await Promise.all([producer, reporter]);
+  log(
+    `relay stopped: published ${result.published}, retried ${result.retried}, dead-lettered ${result.deadLettered}`,
+  );
+} finally {
+  await sql.end({ timeout: 5 });
+  await bus.close();
+  await embedded?.stop();
+}
+
+/** Commits an order with its events every ~700 ms; every fourth transaction is rolled back. */
+async function runDemoProducer(sql: Sql, signal: AbortSignal): Promise<void> {
+  let n = 0;
+  while (!signal.aborted) {
+    n++;
+    const orderId = String(1000 + n);
+    const rollBack = n % 4 === 0;
+    try {
+      await sql.begin(async (tx) => {
+        await tx`select 1`; // the business write would go here, e.g. insert into orders
+        await enqueueMany(tx, [
+          {
+            type: 'OrderPlaced',
+            source: 'demo.shop',
+            aggregateType: 'order',
+            aggregateId: orderId,
+            payload: { orderId, total: n * 10 },
+          },
+          {
+            type: 'OrderConfirmed',
+            source: 'demo.shop',
+            aggregateType: 'order',
+            aggregateId: orderId,
+            payload: { orderId },
+          },
+        ]);
+        if (rollBack) throw new RollBack();
+      });
+      log(`producer: committed order ${orderId} with 2 events`);
+    } catch (error) {
+      if (!(error instanceof RollBack)) throw error;
+      log(`producer: rolled back order ${orderId} (its events must never reach the bus)`);
+    }
+    await sleep(700, undefined, { signal }).catch(() => {});
+  }
+}
+
+/** Prints the backlog and lag every 3 s. */
+async function runReporter(sql: Sql, signal: AbortSignal): Promise<void> {
+  while (!signal.aborted) {
+    await sleep(3_000, undefined, { signal }).catch(() => {});
+    if (signal.aborted) return;
+    const s = await getStatus(sql);
+    log(
+      `status: pending ${s.pending}, lag ${s.oldestPendingAgeSeconds.toFixed(2)} s, published ${s.published}, dead-lettered ${s.deadLettered}; bus accepted ${bus.stats.accepted}`,
+    );
+  }
+}

@@ -1,0 +1,16 @@
+/**
+ * Relay Lambda entry point. Configuration is validated here, at cold start: a missing or malformed
+ * variable fails the init with a message naming it, before any invocation is attempted.
+ */
+import { loadRelaySettings } from '../../shared/config.ts';
+import { connect } from '../../shared/db.ts';
+import { createEventBridgeClient } from '../../shared/relay/publish.ts';
+import { createRelayHandler } from './relay-handler.ts';
+
+const settings = loadRelaySettings();
+
+export const handler = createRelayHandler({
+  settings,
+  sql: connect({ applicationName: 'outbox-relay', max: settings.publishConcurrency + 1 }),
+  client: createEventBridgeClient(),
+});

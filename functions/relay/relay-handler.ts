@@ -1,0 +1,50 @@
+/**
+ * The relay Lambda's handler, built from its dependencies so tests can run it against a real
+ * database and a local bus. The deployed entry point (`handler.ts`) builds it once per cold start.
+ */
+import { Logger } from '@aws-lambda-powertools/logger';
+import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
+import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import middy from '@middy/core';
+import type { Context } from 'aws-lambda';
+import type { RelaySettings } from '../../shared/config.ts';
+import type { Sql } from '../../shared/db.ts';
+import { type RelayCounts, runRelay, type StopReason } from '../../shared/relay/relay.ts';
+
+/** What one invocation did. */
+export interface RelayInvocationSummary extends RelayCounts {
+  passes: number;
+  stopReason: StopReason;
+  durationMs: number;
+}
+
+/** Dependencies of the relay handler, created once per cold start. */
+export interface RelayHandlerDeps {
+  sql: Sql;
+  client: EventBridgeClient;
+  settings: RelaySettings;
+  logger?: Logger;
+}
+
+/**
+ * Builds the middy handler: relays until close to the invocation's deadline (the lease of each pass
+ * is capped to the remaining time), then returns a summary. Overlapping invocations are safe: they
+ * split the work through leases.
+ */
+export function createRelayHandler(deps: RelayHandlerDeps) {
+  const logger = deps.logger ?? new Logger({ serviceName: 'outbox-relay' });
+  return middy<unknown, RelayInvocationSummary, Error, Context>()
+    .use(injectLambdaContext(logger))
+    .handler(async (_event, context) => {
+      const started = performance.now();
+      const result = await runRelay({
+        sql: deps.sql,
+        client: deps.client,
+        settings: deps.settings,
+        remainingMs: () => context.getRemainingTimeInMillis(),
+      });
+      const summary = { ...result, durationMs: Math.round(performance.now() - started) };
+      logger.info('relay invocation finished', { summary });
+      return summary;
+    });
+}

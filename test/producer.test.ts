@@ -1,0 +1,228 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { OutboxValidationError } from '../shared/errors.ts';
+import { enqueue, enqueueMany, type OutboxEvent } from '../shared/producer.ts';
+import { createTestDatabase, type TestDatabase } from './support/db.ts';
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+beforeEach(async () => {
+  await db.sql`truncate outbox, outbox_aggregate`;
+});
+
+const event = (overrides: Partial<OutboxEvent> = {}): OutboxEvent => ({
+  type: 'OrderPlaced',
+  source: 'shop.orders',
+  aggregateType: 'order',
+  aggregateId: '42',
+  payload: { total: 10 },
+  ...overrides,
+});
+
+const count = async () => Number((await db.sql<{ n: string }[]>`select count(*) as n from outbox`)[0]?.n);
+
+describe('enqueue', () => {
+  it('writes the event only when the business transaction commits', async () => {
+    await db.sql`create table if not exists orders (id text primary key)`;
+    await expect(
+      db.sql.begin(async (tx) => {
+        await tx`insert into orders (id) values ('rolled-back')`;
+        await enqueue(tx, event({ aggregateId: 'rolled-back' }));
+        throw new Error('business rule failed');
+      }),
+    ).rejects.toThrow('business rule failed');
+    expect(await count()).toBe(0);
+
+    await db.sql.begin(async (tx) => {
+      await tx`insert into orders (id) values ('committed')`;
+      await enqueue(tx, event({ aggregateId: 'committed' }));
+    });
+    const rows = await db.sql`select aggregate_id, sequence, event_type, source, payload from outbox`;
+    expect(rows).toEqual([
+      {
+        aggregate_id: 'committed',
+        sequence: '1',
+        event_type: 'OrderPlaced',
+        source: 'shop.orders',
+        payload: { total: 10 },
+      },
+    ]);
+  });
+
+  it('numbers the events of each aggregate 1, 2, 3… across calls and within one call', async () => {
+    await db.sql.begin((tx) => enqueue(tx, event({ aggregateId: 'a' })));
+    const results = await db.sql.begin((tx) =>
+      enqueueMany(tx, [
+        event({ aggregateId: 'a' }),
+        event({ aggregateId: 'b' }),
+        event({ aggregateId: 'a' }),
+      ]),
+    );
+    expect(results.map((r) => [r.aggregateId, r.sequence])).toEqual([
+      ['a', 2],
+      ['b', 1],
+      ['a', 3],
+    ]);
+    const stored = await db.sql<{ aggregate_id: string; sequence: string }[]>`
+      select aggregate_id, sequence from outbox order by aggregate_id, sequence`;
+    expect(stored.map((r) => `${r.aggregate_id}${r.sequence}`)).toEqual(['a1', 'a2', 'a3', 'b1']);
+  });
+
+  it('makes a second enqueue with the same idempotency key a no-op that says so', async () => {
+    const first = await db.sql.begin((tx) => enqueue(tx, event({ idempotencyKey: 'order-42-placed' })));
+    const second = await db.sql.begin((tx) =>
+      enqueue(tx, event({ idempotencyKey: 'order-42-placed', payload: { total: 99 } })),
+    );
+    expect(first.duplicate).toBe(false);
+    expect(second).toEqual({ ...first, duplicate: true });
+    expect(await count()).toBe(1);
+    // No gap: the next event of the aggregate gets sequence 2.
+    const next = await db.sql.begin((tx) => enqueue(tx, event()));
+    expect(next.sequence).toBe(2);
+  });
+
+  it('treats a key repeated inside one call as a duplicate of its first occurrence', async () => {
+    const results = await db.sql.begin((tx) =>
+      enqueueMany(tx, [event({ idempotencyKey: 'k' }), event({ idempotencyKey: 'k' }), event()]),
+    );
+    expect(results.map((r) => [r.sequence, r.duplicate])).toEqual([
+      [1, false],
+      [1, true],
+      [2, false],
+    ]);
+    expect(results[1]?.eventId).toBe(results[0]?.eventId);
+    expect(await count()).toBe(2);
+  });
+
+  it('lets only one of two concurrent transactions with the same key write, without a sequence gap', async () => {
+    const results = await Promise.all(
+      [1, 2].map(() =>
+        db.sql.begin(async (tx) => {
+          const r = await enqueue(tx, event({ idempotencyKey: 'concurrent' }));
+          await tx`select pg_sleep(0.05)`;
+          return r;
+        }),
+      ),
+    );
+    expect(results.map((r) => r.duplicate).sort()).toEqual([false, true]);
+    expect(await count()).toBe(1);
+    const next = await db.sql.begin((tx) => enqueue(tx, event()));
+    expect(next.sequence).toBe(2);
+  });
+
+  it('gives two concurrent producers of one aggregate sequences in commit order', async () => {
+    // The first transaction takes sequence 1 and holds it; the second waits for it, so it cannot
+    // commit first with a lower number (ids from the identity column would not guarantee this).
+    let releaseFirst: () => void = () => {};
+    const firstMayCommit = new Promise<void>((r) => {
+      releaseFirst = r;
+    });
+    const commits: number[] = [];
+    const first = db.sql
+      .begin(async (tx) => {
+        const r = await enqueue(tx, event({ aggregateId: 'race' }));
+        await firstMayCommit;
+        return r;
+      })
+      .then((r) => {
+        commits.push(r.sequence);
+        return r;
+      });
+    await new Promise((r) => setTimeout(r, 50));
+    const second = db.sql
+      .begin((tx) => enqueue(tx, event({ aggregateId: 'race' })))
+      .then((r) => {
+        commits.push(r.sequence);
+        return r;
+      });
+    await new Promise((r) => setTimeout(r, 100));
+    expect(commits).toEqual([]); // the second producer is waiting on the first
+    releaseFirst();
+    await Promise.all([first, second]);
+    expect(commits).toEqual([1, 2]);
+  });
+
+  it('keeps concurrent transactions under a small pool on separate connections', async () => {
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        db.sql.begin((tx) => enqueue(tx, event({ aggregateId: `pool-${i % 3}` }))),
+      ),
+    );
+    expect(results).toHaveLength(20);
+    const perAggregate = await db.sql<{ aggregate_id: string; n: string; max: string }[]>`
+      select aggregate_id, count(*) as n, max(sequence) as max from outbox group by aggregate_id order by aggregate_id`;
+    for (const row of perAggregate) expect(row.max).toBe(row.n);
+  });
+});
+
+describe('enqueue validation', () => {
+  const big = 'x'.repeat(1_048_576);
+  const cases: [string, Partial<OutboxEvent> & Record<string, unknown>, string][] = [
+    ['a missing type', { type: undefined }, 'type'],
+    ['an empty type', { type: '  ' }, 'type'],
+    ['a DetailType over 128 characters', { type: 't'.repeat(129) }, 'type'],
+    ['a missing source', { source: undefined }, 'source'],
+    ['a source starting with aws.', { source: 'aws.orders' }, 'source'],
+    ['a missing aggregateType', { aggregateType: undefined }, 'aggregateType'],
+    ['an empty aggregateId', { aggregateId: '' }, 'aggregateId'],
+    ['a payload that is an array', { payload: [1, 2] as unknown as Record<string, unknown> }, 'payload'],
+    ['a payload that is null', { payload: null as unknown as Record<string, unknown> }, 'payload'],
+    ['a NUL character in a payload string', { payload: { note: 'a\u0000b' } }, 'payload.note'],
+    ['a NUL character in a payload key', { payload: { 'a\u0000': 1 } }, 'payload["a\\u0000"]'],
+    ['a lone surrogate', { payload: { items: [{ name: 'bad \ud800' }] } }, 'payload.items[0].name'],
+    ['a BigInt', { payload: { n: 10n } }, 'payload.n'],
+    ['a NaN', { payload: { n: Number.NaN } }, 'payload.n'],
+    ['an entry larger than the bus accepts', { payload: { big } }, 'payload'],
+    ['an empty idempotency key', { idempotencyKey: '' }, 'idempotencyKey'],
+  ];
+
+  it.each(cases)(
+    'rejects %s with a typed error naming the field, writing nothing',
+    async (_name, overrides, field) => {
+      const bad = { ...event(), ...overrides } as OutboxEvent;
+      let caught: unknown;
+      await db.sql.begin(async (tx) => {
+        try {
+          await enqueue(tx, bad);
+        } catch (error) {
+          caught = error;
+        }
+        // The transaction is still usable: validation failed before any statement was sent.
+        await tx`select 1`;
+      });
+      expect(caught).toBeInstanceOf(OutboxValidationError);
+      expect((caught as OutboxValidationError).field).toBe(field);
+      expect((caught as Error).message).toContain(field);
+      expect(await count()).toBe(0);
+    },
+  );
+
+  it('names the position of the bad event in a many-events call and writes none of them', async () => {
+    const error = await db.sql
+      .begin((tx) => enqueueMany(tx, [event(), event({ source: 'aws.ec2' })]))
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OutboxValidationError);
+    expect((error as OutboxValidationError).index).toBe(1);
+    expect((error as Error).message).toMatch(/^events\[1\]\.source/);
+    expect(await count()).toBe(0);
+  });
+
+  it('honours a smaller entry limit (accounts still on 256 KiB)', async () => {
+    const payload = { text: '日本'.repeat(50_000) }; // 300,000 bytes of UTF-8, 100,000 characters
+    await expect(
+      db.sql.begin((tx) => enqueue(tx, event({ payload }), { maxEntryBytes: 262_144 })),
+    ).rejects.toThrow(/over the 262144-byte limit/);
+    await db.sql.begin((tx) => enqueue(tx, event({ payload })));
+    expect(await count()).toBe(1);
+  });
+
+  it('takes the source from defaultSource when the event has none', async () => {
+    await db.sql.begin((tx) => enqueue(tx, event({ source: undefined }), { defaultSource: 'shop.default' }));
+    const [row] = await db.sql`select source from outbox`;
+    expect(row?.source).toBe('shop.default');
+  });
+});
