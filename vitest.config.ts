@@ -7,5 +7,6 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: 'forks',
+    env: { POWERTOOLS_LOG_LEVEL: 'WARN' },
   },
 });

@@ -1,0 +1,204 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { type LocalBus, startLocalBus } from '../dev/local-bus.ts';
+import type { Envelope } from '../shared/envelope.ts';
+import { enqueueMany } from '../shared/producer.ts';
+import { createTestDatabase, type TestDatabase } from './support/db.ts';
+
+const BIN = fileURLToPath(new URL('../bin/outbox.js', import.meta.url));
+
+let db: TestDatabase;
+let bus: LocalBus;
+beforeAll(async () => {
+  db = await createTestDatabase();
+  bus = await startLocalBus();
+});
+afterAll(async () => {
+  await db?.drop();
+  await bus?.close();
+});
+beforeEach(async () => {
+  await db.sql`truncate outbox, outbox_aggregate`;
+  bus.reset();
+  bus.setFaults({});
+});
+
+/** The environment of the configuration contract, pointing at the test database and local bus. */
+function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  return {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    DATABASE_URL: db.url,
+    EVENT_BUS_NAME: 'cli-bus',
+    AWS_ENDPOINT_URL_EVENTBRIDGE: bus.url,
+    AWS_REGION: 'us-east-1',
+    AWS_ACCESS_KEY_ID: 'local',
+    AWS_SECRET_ACCESS_KEY: 'local',
+    OUTBOX_POLL_INTERVAL_MS: '20',
+    ...extra,
+  };
+}
+
+function start(args: string[], options: { env?: NodeJS.ProcessEnv; stdin?: string } = {}): ChildProcess {
+  const child = spawn(process.execPath, [BIN, ...args], {
+    env: options.env ?? env(),
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  child.stdin?.end(options.stdin ?? '');
+  return child;
+}
+
+async function run(args: string[], options: { env?: NodeJS.ProcessEnv; stdin?: string } = {}) {
+  const child = start(args, options);
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (d) => {
+    stdout += d;
+  });
+  child.stderr?.on('data', (d) => {
+    stderr += d;
+  });
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+  return { code, stdout, stderr };
+}
+
+const line = (o: Record<string, unknown>) => JSON.stringify(o);
+
+describe('outbox CLI', () => {
+  it('migrate reports an up-to-date schema', async () => {
+    const r = await run(['migrate']);
+    expect(r.stderr).toBe('');
+    expect(r.stdout.trim()).toBe('schema is up to date');
+    expect(r.code).toBe(0);
+  });
+
+  it('enqueue reads JSON lines, skips duplicates by idempotency key, and relay --until-empty publishes them', async () => {
+    const input = [
+      line({
+        type: 'CustomerImported',
+        aggregateType: 'customer',
+        aggregateId: 'c1',
+        payload: { name: 'Zoë' },
+        idempotencyKey: 'import-c1',
+      }),
+      '',
+      line({
+        type: 'CustomerImported',
+        aggregateType: 'customer',
+        aggregateId: 'c2',
+        payload: { name: 'Ana' },
+        source: 'crm.import',
+      }),
+      line({
+        type: 'CustomerImported',
+        aggregateType: 'customer',
+        aggregateId: 'c1',
+        payload: { name: 'Zoë' },
+        idempotencyKey: 'import-c1',
+      }),
+    ].join('\n');
+    const r = await run(['enqueue', '--source', 'crm.backfill'], { stdin: input });
+    expect(r.stdout.trim()).toBe('enqueued 2 event(s), 1 duplicate(s) skipped');
+    expect(r.code).toBe(0);
+
+    const relay = await run(['relay', '--until-empty']);
+    expect(relay.code).toBe(0);
+    expect(relay.stdout).toMatch(/relay stopped \(empty\) .*published 2, retried 0, dead-lettered 0/);
+    expect(
+      bus.events.map((e) => [
+        e.source,
+        (e.detail as unknown as Envelope).metadata.aggregateId,
+        e.eventBusName,
+      ]),
+    ).toEqual([
+      ['crm.backfill', 'c1', 'cli-bus'],
+      ['crm.import', 'c2', 'cli-bus'],
+    ]);
+  });
+
+  it('enqueue rejects the whole input when any line is invalid, naming line and field', async () => {
+    const input = [
+      line({ type: 'A', aggregateType: 'x', aggregateId: '1', payload: {}, source: 's' }),
+      '{not json',
+      line({ type: 'A', aggregateType: 'x', aggregateId: '2', payload: [], source: 's' }),
+      line({ type: 'A', aggregateType: 'x', aggregateID: '3', payload: {}, source: 's' }),
+      line({ type: 'A', aggregateType: 'x', aggregateId: '4', payload: {} }),
+    ].join('\n');
+    const r = await run(['enqueue'], { stdin: input });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('line 2: line: is not valid JSON');
+    expect(r.stderr).toContain('line 3: payload: must be a JSON object');
+    expect(r.stderr).toContain('line 4: aggregateID: is not a known field');
+    expect(r.stderr).toContain('line 5: source: is required');
+    expect(r.stderr).toContain('4 invalid line(s); nothing was written');
+    const [count] = await db.sql`select count(*)::int as n from outbox`;
+    expect(count?.n).toBe(0);
+  });
+
+  it('status --json reports pending, oldest pending age, in flight, dead-lettered and published', async () => {
+    await db.sql.begin((tx) =>
+      enqueueMany(
+        tx,
+        ['a', 'b', 'c', 'd'].map((id) => ({
+          type: 'T',
+          source: 's',
+          aggregateType: 'x',
+          aggregateId: id,
+          payload: {},
+        })),
+      ),
+    );
+    await db.sql`update outbox set created_at = now() - interval '90 seconds' where aggregate_id = 'a'`;
+    await db.sql`update outbox set published_at = now() where aggregate_id = 'b'`;
+    await db.sql`update outbox set dead_lettered_at = now() where aggregate_id = 'c'`;
+    await db.sql`update outbox set lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' where aggregate_id = 'd'`;
+    const r = await run(['status', '--json']);
+    expect(r.code).toBe(0);
+    const status = JSON.parse(r.stdout);
+    expect(status).toMatchObject({ pending: 2, inFlight: 1, deadLettered: 1, published: 1 });
+    expect(status.oldestPendingAgeSeconds).toBeGreaterThanOrEqual(90);
+    expect(status.oldestPendingAgeSeconds).toBeLessThan(120);
+  });
+
+  it('relay fails fast with a message naming a missing or malformed variable', async () => {
+    const missing = await run(['relay', '--once'], { env: env({ EVENT_BUS_NAME: '' }) });
+    expect(missing.code).toBe(2);
+    expect(missing.stderr.trim()).toBe('error: EVENT_BUS_NAME: is required');
+    const malformed = await run(['relay', '--once'], { env: env({ OUTBOX_BATCH_SIZE: 'lots' }) });
+    expect(malformed.code).toBe(2);
+    expect(malformed.stderr).toMatch(/^error: OUTBOX_BATCH_SIZE: .*\(got "lots"\)/);
+  });
+
+  it('a relay killed mid-publication leaves nothing lost: the next relay publishes every row', async () => {
+    await db.sql.begin((tx) =>
+      enqueueMany(
+        tx,
+        Array.from({ length: 200 }, (_, i) => ({
+          type: 'T',
+          source: 's',
+          aggregateType: 'x',
+          aggregateId: String(i),
+          payload: { i },
+        })),
+      ),
+    );
+    bus.setFaults({ latencyMs: 100 });
+    const child = start(['relay'], { env: env({ OUTBOX_LEASE_SECONDS: '5', OUTBOX_BATCH_SIZE: '50' }) });
+    // Kill it as soon as the bus has accepted something, mid-way through its work.
+    await new Promise<void>((resolve) => bus.emitter.once('accepted', () => resolve()));
+    child.kill('SIGKILL');
+    await new Promise((r) => child.on('close', r));
+    const [left] = await db.sql`select count(*)::int as n from outbox where published_at is null`;
+    expect(left?.n).toBeGreaterThan(0);
+    bus.setFaults({});
+
+    // The next relay waits for the dead relay's leases to expire (5 s), then publishes everything.
+    const r = await run(['relay', '--until-empty'], { env: env({ OUTBOX_LEASE_SECONDS: '5' }) });
+    expect(r.code).toBe(0);
+    const [after] = await db.sql`select count(*)::int as n from outbox where published_at is null`;
+    expect(after?.n).toBe(0);
+    const ids = new Set(bus.events.map((e) => (e.detail as unknown as Envelope).metadata.eventId));
+    expect(ids.size).toBe(200);
+  });
+});

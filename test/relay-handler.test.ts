@@ -1,0 +1,126 @@
+import type { Context } from 'aws-lambda';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type LocalBus, startLocalBus } from '../dev/local-bus.ts';
+import { createRelayHandler } from '../functions/relay/relay-handler.ts';
+import { loadRelaySettings } from '../shared/config.ts';
+import { OutboxConfigError } from '../shared/errors.ts';
+import { enqueueMany } from '../shared/producer.ts';
+import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { testClient, testSettings } from './support/relay.ts';
+
+let db: TestDatabase;
+let bus: LocalBus;
+beforeAll(async () => {
+  db = await createTestDatabase();
+  bus = await startLocalBus();
+});
+afterAll(async () => {
+  await db?.drop();
+  await bus?.close();
+});
+
+/** A Lambda context whose deadline is `ms` from now, on the real clock. */
+function contextWithDeadline(ms: number): Context {
+  const deadline = Date.now() + ms;
+  return {
+    awsRequestId: 'test-request',
+    functionName: 'outbox-relay',
+    functionVersion: '$LATEST',
+    invokedFunctionArn: 'arn:aws:lambda:us-east-1:123456789012:function:outbox-relay',
+    memoryLimitInMB: '256',
+    logGroupName: '/aws/lambda/outbox-relay',
+    logStreamName: 'test',
+    callbackWaitsForEmptyEventLoop: false,
+    getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
+    done: () => {},
+    fail: () => {},
+    succeed: () => {},
+  };
+}
+
+describe('relay Lambda handler', () => {
+  it('relays until close to the deadline, then returns a summary', async () => {
+    await db.sql.begin((tx) =>
+      enqueueMany(
+        tx,
+        Array.from({ length: 300 }, (_, i) => ({
+          type: 'T',
+          source: 's',
+          aggregateType: 'x',
+          aggregateId: String(i),
+          payload: {},
+        })),
+      ),
+    );
+    const handler = createRelayHandler({
+      sql: db.sql,
+      client: testClient(bus.url),
+      settings: testSettings(),
+    });
+    const started = Date.now();
+    // 9.5 s left: leases are capped to what fits, and claiming stops once less than 5 s + margin remain.
+    const summary = await handler({}, contextWithDeadline(9_500));
+    const took = Date.now() - started;
+    expect(summary).toMatchObject({ published: 300, retried: 0, deadLettered: 0, stopReason: 'deadline' });
+    expect(took).toBeGreaterThan(1_000);
+    expect(took).toBeLessThan(9_500);
+    expect(bus.events).toHaveLength(300);
+  });
+
+  it('does not claim when the remaining time cannot cover a lease', async () => {
+    await db.sql.begin((tx) =>
+      enqueueMany(tx, [{ type: 'T', source: 's', aggregateType: 'x', aggregateId: 'late', payload: {} }]),
+    );
+    const handler = createRelayHandler({
+      sql: db.sql,
+      client: testClient(bus.url),
+      settings: testSettings(),
+    });
+    const summary = await handler({}, contextWithDeadline(6_000));
+    expect(summary).toMatchObject({ claimed: 0, passes: 0, stopReason: 'deadline' });
+    const [row] = await db.sql`select attempts, lease_token from outbox where aggregate_id = 'late'`;
+    expect(row).toEqual({ attempts: 0, lease_token: null });
+  });
+});
+
+describe('relay configuration', () => {
+  it('applies the documented defaults', () => {
+    expect(loadRelaySettings({ EVENT_BUS_NAME: 'bus' })).toEqual({
+      eventBusName: 'bus',
+      batchSize: 100,
+      leaseSeconds: 60,
+      maxAttempts: 10,
+      backoffBaseMs: 1_000,
+      backoffMaxMs: 300_000,
+      publishConcurrency: 4,
+      maxRequestBytes: 1_048_576,
+      perAggregateLimit: 10,
+      ordering: 'aggregate',
+      deadLetterPolicy: 'continue',
+      pollIntervalMs: 200,
+    });
+  });
+
+  it.each([
+    [{}, 'EVENT_BUS_NAME', /is required/],
+    [{ EVENT_BUS_NAME: 'b', OUTBOX_BATCH_SIZE: '0' }, 'OUTBOX_BATCH_SIZE', /\(got "0"\)/],
+    [{ EVENT_BUS_NAME: 'b', OUTBOX_LEASE_SECONDS: '2.5' }, 'OUTBOX_LEASE_SECONDS', /\(got "2.5"\)/],
+    [{ EVENT_BUS_NAME: 'b', OUTBOX_ORDERING: 'fifo' }, 'OUTBOX_ORDERING', /\(got "fifo"\)/],
+    [
+      { EVENT_BUS_NAME: 'b', OUTBOX_MAX_REQUEST_BYTES: '2000000' },
+      'OUTBOX_MAX_REQUEST_BYTES',
+      /\(got "2000000"\)/,
+    ],
+  ])('rejects %o naming %s', (env, variable, message) => {
+    let caught: unknown;
+    try {
+      loadRelaySettings(env);
+    } catch (error) {
+      caught = error;
+    }
+    expect(caught).toBeInstanceOf(OutboxConfigError);
+    expect((caught as OutboxConfigError).variable).toBe(variable);
+    expect((caught as Error).message).toMatch(new RegExp(`^${variable}: `));
+    expect((caught as Error).message).toMatch(message);
+  });
+});
