@@ -67,3 +67,33 @@ export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string
   const port = env.PGPORT ?? '5432';
   return `postgres://${user}${password}@${host}:${port}/${encodeURIComponent(env.PGDATABASE ?? user)}`;
 }
+
+/** porsager `postgres` and Node socket error codes that mean "the connection went away", not "the query is wrong". */
+const CONNECTION_ERROR_CODES = new Set([
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+  'CONNECT_TIMEOUT',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
+
+/**
+ * True for failures worth retrying with a fresh connection: a dropped or refused connection, a
+ * server shutting down or restarting (SQLSTATE class 08 connection exception, 57P01–57P03), a
+ * cancelled statement (57014, statement timeout), a serialisation failure or deadlock (class 40), or
+ * the server running short of resources (class 53). Matched on codes, never on message text.
+ */
+export function isTransientDatabaseError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string') return false;
+  if (CONNECTION_ERROR_CODES.has(code)) return true;
+  return (
+    /^(08|40|53)/.test(code) || code === '57P01' || code === '57P02' || code === '57P03' || code === '57014'
+  );
+}

@@ -64,22 +64,49 @@ function claimUnordered(sql: Sql, o: ClaimOptions) {
 
 function claimOrdered(sql: Sql, o: ClaimOptions) {
   const block = o.deadLetterPolicy === 'block';
+  // The scan reads a bounded window of available rows, oldest first, without locking. Rows in it
+  // that are not their aggregate's head are *parked* (available_at pushed out by a lease length),
+  // so a long backlog of one aggregate is stepped over once instead of re-read by every claim.
+  // When an aggregate's claimed group completes, its next event is unparked (unparkNextEvents).
+  // Parking only ever delays a row, so a park that races with an unpark costs latency, never a
+  // row: the `available_at = seen` guard lets a concurrent unpark win.
+  const scanLimit = Math.max(o.batchSize * 4, 200);
   return sql<DbClaimedRow[]>`
-    with heads as (
+    with scan as (
+      select c.id, c.aggregate_type, c.aggregate_id, c.sequence, c.available_at,
+        not exists (
+          select 1 from outbox p
+          where p.aggregate_type = c.aggregate_type and p.aggregate_id = c.aggregate_id
+            and p.sequence < c.sequence and p.published_at is null
+            and (p.dead_lettered_at is null or ${block}::boolean)
+        ) as is_head
+      from outbox c
+      where c.published_at is null and c.dead_lettered_at is null
+        and c.available_at <= now()
+        and (c.lease_expires_at is null or c.lease_expires_at <= now())
+      order by c.available_at, c.id
+      limit ${scanLimit}
+    ),
+    heads as (
       select h.id, h.aggregate_type, h.aggregate_id, h.sequence
       from outbox h
-      where h.published_at is null and h.dead_lettered_at is null
+      join scan s on s.id = h.id
+      where s.is_head
+        and h.published_at is null and h.dead_lettered_at is null
         and h.available_at <= now()
         and (h.lease_expires_at is null or h.lease_expires_at <= now())
-        and not exists (
-          select 1 from outbox p
-          where p.aggregate_type = h.aggregate_type and p.aggregate_id = h.aggregate_id
-            and p.sequence < h.sequence and p.published_at is null
-            and (p.dead_lettered_at is null or ${block}::boolean)
-        )
-      order by h.available_at, h.id
+      order by s.available_at, s.id
       limit ${o.batchSize}
-      for update skip locked
+      for update of h skip locked
+    ),
+    parked as (
+      update outbox w
+      set available_at = now() + make_interval(secs => ${o.leaseSeconds})
+      from scan s
+      where w.id = s.id and not s.is_head
+        and w.available_at = s.available_at
+        and w.published_at is null and w.dead_lettered_at is null
+        and (w.lease_expires_at is null or w.lease_expires_at <= now())
     ),
     successors as (
       select s.id

@@ -82,3 +82,29 @@ export async function releaseUnsent(
   `;
   return result.count;
 }
+
+/**
+ * Makes the next unfinished event of each aggregate claimable now, undoing the park the claim put
+ * on it, once the aggregate's claimed events are all settled. Unconditional (`least(…, now())`),
+ * so it also wins over a park that is being written concurrently.
+ * @param aggregates (aggregateType, aggregateId) pairs whose claimed group completed
+ */
+export async function unparkNextEvents(
+  sql: Sql,
+  aggregates: readonly { aggregateType: string; aggregateId: string }[],
+): Promise<void> {
+  if (aggregates.length === 0) return;
+  await sql`
+    update outbox o
+    set available_at = least(o.available_at, now())
+    from (
+      select a.t, a.i, (
+        select min(n.sequence) from outbox n
+        where n.aggregate_type = a.t and n.aggregate_id = a.i
+          and n.published_at is null and n.dead_lettered_at is null
+      ) as next_sequence
+      from unnest(${aggregates.map((a) => a.aggregateType)}::text[], ${aggregates.map((a) => a.aggregateId)}::text[]) as a(t, i)
+    ) nx
+    where o.aggregate_type = nx.t and o.aggregate_id = nx.i and o.sequence = nx.next_sequence
+  `;
+}

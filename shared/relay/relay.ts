@@ -10,10 +10,10 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import type { RelaySettings } from '../config.ts';
-import type { Sql } from '../db.ts';
+import { isTransientDatabaseError, type Sql } from '../db.ts';
 import { backoffDelayMs } from './backoff.ts';
 import { claimBatch } from './claim.ts';
-import { type Failure, markPublished, recordFailures, releaseUnsent } from './complete.ts';
+import { type Failure, markPublished, recordFailures, releaseUnsent, unparkNextEvents } from './complete.ts';
 import { mapWithConcurrency, packRequests, putEntries, toEntry } from './publish.ts';
 import type { ClaimedEvent } from './types.ts';
 
@@ -189,6 +189,18 @@ export async function relayOnce(
     counts.released += released;
     counts.leaseLost += unsent.length - released;
   }
+  if (settings.ordering === 'aggregate') {
+    // Aggregates whose claimed events are all settled (published, or dead-lettered and so out of
+    // the way): their next event may go now. Aggregates in backoff stay parked behind it.
+    const settled = new Map<string, { aggregateType: string; aggregateId: string }>();
+    for (const e of events) {
+      const key = aggregateKey(e);
+      if ((stopped.get(key) ?? 0) === 0 && !settled.has(key)) {
+        settled.set(key, { aggregateType: e.aggregateType, aggregateId: e.aggregateId });
+      }
+    }
+    await unparkNextEvents(sql, [...settled.values()]);
+  }
   return counts;
 }
 
@@ -232,6 +244,8 @@ export interface RunRelayOptions extends RelayDeps {
   remainingMs?: () => number;
   /** Called after every pass that claimed something. */
   onPass?: (counts: RelayCounts) => void;
+  /** Called when a pass failed with a transient database error and will be retried. */
+  onTransientError?: (error: unknown, consecutive: number) => void;
 }
 
 /** Why {@link runRelay} returned. */
@@ -256,6 +270,7 @@ export async function runRelay(
   const totals = emptyCounts();
   let passes = 0;
   let throttlePauseMs = 0;
+  let consecutiveErrors = 0;
   const stop = (stopReason: StopReason) => ({ ...totals, passes, stopReason });
 
   for (;;) {
@@ -266,7 +281,20 @@ export async function runRelay(
       leaseSeconds = Math.min(leaseSeconds, fits);
       if (leaseSeconds < MIN_LEASE_SECONDS) return stop('deadline');
     }
-    const counts = await relayOnce(options, leaseSeconds);
+    let counts: RelayCounts;
+    try {
+      counts = await relayOnce(options, leaseSeconds);
+      consecutiveErrors = 0;
+    } catch (error) {
+      // A connection that died (while a Lambda was frozen, or in a Postgres restart) is replaced
+      // by the pool on the next query; rows of the failed pass stay leased until their lease
+      // expires and are then claimed again, so nothing is lost by retrying here.
+      if (!isTransientDatabaseError(error)) throw error;
+      consecutiveErrors++;
+      options.onTransientError?.(error, consecutiveErrors);
+      await pause(Math.min(5_000, 50 * 2 ** Math.min(consecutiveErrors, 10)), options);
+      continue;
+    }
     passes++;
     addCounts(totals, counts);
     if (counts.claimed > 0) options.onPass?.(counts);
@@ -279,7 +307,13 @@ export async function runRelay(
     }
     throttlePauseMs = 0;
     if (counts.claimed > 0) continue;
-    if (options.untilEmpty && !(await hasPending(options.sql))) return stop('empty');
+    if (options.untilEmpty) {
+      const pending = await hasPending(options.sql).catch((error: unknown) => {
+        if (isTransientDatabaseError(error)) return true;
+        throw error;
+      });
+      if (!pending) return stop('empty');
+    }
     await pause(settings.pollIntervalMs, options);
   }
 }
