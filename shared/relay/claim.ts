@@ -58,55 +58,43 @@ function claimUnordered(sql: Sql, o: ClaimOptions) {
     from picked
     where o.id = picked.id
     returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.source,
-              o.payload::text as payload, o.trace_header, o.created_at, o.attempts
+              o.payload::text as payload, o.trace_header, o.created_at, o.attempts, true as is_head
   `;
 }
 
 function claimOrdered(sql: Sql, o: ClaimOptions) {
   const block = o.deadLetterPolicy === 'block';
-  // The scan reads a bounded window of available rows, oldest first, without locking. Rows in it
-  // that are not their aggregate's head are *parked* (available_at pushed out by a lease length),
-  // so a long backlog of one aggregate is stepped over once instead of re-read by every claim.
-  // When an aggregate's claimed group completes, its next event is unparked (unparkNextEvents).
-  // Parking only ever delays a row, so a park that races with an unpark costs latency, never a
-  // row: the `available_at = seen` guard lets a concurrent unpark win.
-  const scanLimit = Math.max(o.batchSize * 4, 200);
+  // Parking: when this claim takes an aggregate's head, that aggregate's events beyond the
+  // claimed group and the next head (head + perAggregateLimit) get available_at pushed out by a
+  // lease length. The head walk above then steps over a long backlog instead of re-reading it on
+  // every claim, so one hot aggregate cannot starve the rest. Only the owner of an aggregate's
+  // head parks its rows, and the owner unparks the next event when its group completes
+  // (unparkNextEvents); a park only ever delays a row, never loses it.
   return sql<DbClaimedRow[]>`
-    with scan as (
-      select c.id, c.aggregate_type, c.aggregate_id, c.sequence, c.available_at,
-        not exists (
-          select 1 from outbox p
-          where p.aggregate_type = c.aggregate_type and p.aggregate_id = c.aggregate_id
-            and p.sequence < c.sequence and p.published_at is null
-            and (p.dead_lettered_at is null or ${block}::boolean)
-        ) as is_head
-      from outbox c
-      where c.published_at is null and c.dead_lettered_at is null
-        and c.available_at <= now()
-        and (c.lease_expires_at is null or c.lease_expires_at <= now())
-      order by c.available_at, c.id
-      limit ${scanLimit}
-    ),
-    heads as (
+    with heads as (
       select h.id, h.aggregate_type, h.aggregate_id, h.sequence
       from outbox h
-      join scan s on s.id = h.id
-      where s.is_head
-        and h.published_at is null and h.dead_lettered_at is null
+      where h.published_at is null and h.dead_lettered_at is null
         and h.available_at <= now()
         and (h.lease_expires_at is null or h.lease_expires_at <= now())
-      order by s.available_at, s.id
+        and not exists (
+          select 1 from outbox p
+          where p.aggregate_type = h.aggregate_type and p.aggregate_id = h.aggregate_id
+            and p.sequence < h.sequence and p.published_at is null
+            and (p.dead_lettered_at is null or ${block}::boolean)
+        )
+      order by h.available_at, h.id
       limit ${o.batchSize}
-      for update of h skip locked
+      for update skip locked
     ),
     parked as (
       update outbox w
       set available_at = now() + make_interval(secs => ${o.leaseSeconds})
-      from scan s
-      where w.id = s.id and not s.is_head
-        and w.available_at = s.available_at
+      from heads h
+      where w.aggregate_type = h.aggregate_type and w.aggregate_id = h.aggregate_id
         and w.published_at is null and w.dead_lettered_at is null
-        and (w.lease_expires_at is null or w.lease_expires_at <= now())
+        and w.available_at <= now()
+        and w.sequence > h.sequence + ${o.perAggregateLimit}
     ),
     successors as (
       select s.id
@@ -115,6 +103,14 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
         select f.id from outbox f
         where f.aggregate_type = h.aggregate_type and f.aggregate_id = h.aggregate_id
           and f.sequence > h.sequence and f.published_at is null and f.dead_lettered_at is null
+          -- contiguous: stop before any row still leased by another relay (a relay that stopped
+          -- this aggregate hands its rows back, but it may not have done so yet)
+          and not exists (
+            select 1 from outbox l
+            where l.aggregate_type = h.aggregate_type and l.aggregate_id = h.aggregate_id
+              and l.sequence > h.sequence and l.sequence <= f.sequence
+              and l.published_at is null and l.lease_expires_at > now()
+          )
           and not exists (
             select 1 from outbox d
             where ${block}::boolean
@@ -136,6 +132,7 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
     from claimed
     where o.id = claimed.id
     returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.source,
-              o.payload::text as payload, o.trace_header, o.created_at, o.attempts
+              o.payload::text as payload, o.trace_header, o.created_at, o.attempts,
+              exists (select 1 from heads where heads.id = o.id) as is_head
   `;
 }

@@ -85,8 +85,9 @@ export async function releaseUnsent(
 
 /**
  * Makes the next unfinished event of each aggregate claimable now, undoing the park the claim put
- * on it, once the aggregate's claimed events are all settled. Unconditional (`least(…, now())`),
- * so it also wins over a park that is being written concurrently.
+ * on it, once the aggregate's claimed events are all settled. Only a parked row is touched: an
+ * unparked next event may be in the middle of being claimed by another relay, and writing it then
+ * would make that claim skip it (the row changed under its lock).
  * @param aggregates (aggregateType, aggregateId) pairs whose claimed group completed
  */
 export async function unparkNextEvents(
@@ -106,5 +107,6 @@ export async function unparkNextEvents(
       from unnest(${aggregates.map((a) => a.aggregateType)}::text[], ${aggregates.map((a) => a.aggregateId)}::text[]) as a(t, i)
     ) nx
     where o.aggregate_type = nx.t and o.aggregate_id = nx.i and o.sequence = nx.next_sequence
+      and o.available_at > now()
   `;
 }

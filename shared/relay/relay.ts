@@ -14,7 +14,7 @@ import { isTransientDatabaseError, type Sql } from '../db.ts';
 import { backoffDelayMs } from './backoff.ts';
 import { claimBatch } from './claim.ts';
 import { type Failure, markPublished, recordFailures, releaseUnsent, unparkNextEvents } from './complete.ts';
-import { mapWithConcurrency, packRequests, putEntries, toEntry } from './publish.ts';
+import { type EntryOutcome, mapWithConcurrency, packRequests, putEntries, toEntry } from './publish.ts';
 import type { ClaimedEvent } from './types.ts';
 
 /** Counts of one pass, or of a whole run. */
@@ -97,41 +97,64 @@ export async function relayOnce(
 
   /** Aggregates that must send nothing more this pass → ms before their next event may go. */
   const stopped = new Map<string, number>();
-  const unsent: { id: string; notBeforeMs: number }[] = [];
+  // Per aggregate, the claimed events not yet sent, in sequence order. With ordering `none` every
+  // event is a queue of its own, so everything goes in the first round.
+  const queues = new Map<string, ClaimedEvent[]>();
+  for (const event of [...events].sort((a, b) => a.sequence - b.sequence)) {
+    const key = settings.ordering === 'none' ? event.id : aggregateKey(event);
+    const queue = queues.get(key);
+    if (queue) queue.push(event);
+    else queues.set(key, [event]);
+  }
+  /** Stops an aggregate: its unsent events are handed back, to go no earlier than `notBeforeMs`. */
+  const stop = (key: string, notBeforeMs: number, into: { id: string; notBeforeMs: number }[]) => {
+    stopped.set(key, notBeforeMs);
+    for (const e of queues.get(key) ?? []) into.push({ id: e.id, notBeforeMs });
+    queues.delete(key);
+  };
+
+  // Successors without their head: the head changed under the claim's lock (another writer
+  // touched it in that instant) and was not leased. Sending the successors would overtake it, so
+  // they are handed straight back.
+  const toRelease: { id: string; notBeforeMs: number }[] = [];
+  for (const [key, queue] of queues) {
+    if (queue[0] && !queue[0].isHead) stop(key, 0, toRelease);
+  }
 
   // A row claimed more often than allowed never got an outcome recorded: it crashed the relay or
   // outlived its lease each time. Dead-letter it instead of trying again (attempts are counted at
   // claim precisely so that such a row cannot loop forever).
-  const exhausted = events.filter((e) => e.attempts > settings.maxAttempts);
-  if (exhausted.length > 0) {
-    const recorded = await recordFailures(
-      sql,
-      leaseToken,
-      exhausted.map((e) => ({
-        id: e.id,
-        error: `AttemptsExhausted: claimed ${e.attempts} times (max ${settings.maxAttempts}) without a recorded outcome; the relay crashed or lost its lease on each attempt`,
+  const exhausted: Failure[] = [];
+  for (const [key, queue] of queues) {
+    const head = queue[0];
+    if (head && head.attempts > settings.maxAttempts) {
+      exhausted.push({
+        id: head.id,
+        error: `AttemptsExhausted: claimed ${head.attempts} times (max ${settings.maxAttempts}) without a recorded outcome; the relay crashed or lost its lease on each attempt`,
         deadLetter: true,
         retryInMs: 0,
-      })),
-    );
+      });
+      queue.shift();
+      stop(key, 0, toRelease);
+    }
+  }
+  if (exhausted.length > 0) {
+    const recorded = await recordFailures(sql, leaseToken, exhausted);
     counts.deadLettered += recorded;
     counts.leaseLost += exhausted.length - recorded;
-    for (const e of exhausted) stopped.set(aggregateKey(e), 0);
   }
-  const live = exhausted.length === 0 ? events : events.filter((e) => e.attempts <= settings.maxAttempts);
-  const rounds = settings.ordering === 'none' ? [live] : toRounds(live);
 
-  for (const round of rounds) {
-    const sendable: ClaimedEvent[] = [];
-    for (const event of round) {
-      const held = stopped.get(aggregateKey(event));
-      if (held !== undefined) unsent.push({ id: event.id, notBeforeMs: held });
-      else if (performance.now() > sendUntil) unsent.push({ id: event.id, notBeforeMs: 0 });
-      else sendable.push(event);
+  while (queues.size > 0) {
+    if (performance.now() > sendUntil) {
+      // Too little lease left to send and mark safely: hand the rest back untouched.
+      for (const key of [...queues.keys()]) stop(key, 0, toRelease);
+      break;
     }
-    if (sendable.length === 0) continue;
+    const round: ClaimedEvent[] = [];
+    for (const queue of queues.values()) round.push(queue.shift() as ClaimedEvent);
+    for (const [key, queue] of queues) if (queue.length === 0) queues.delete(key);
 
-    const items = sendable.map((event) => ({ event, entry: toEntry(event, settings.eventBusName) }));
+    const items = round.map((event) => ({ event, entry: toEntry(event, settings.eventBusName) }));
     const requests = packRequests(items, settings.maxRequestBytes);
     counts.putEventsCalls += requests.length;
     const outcomes = await mapWithConcurrency(requests, settings.publishConcurrency, async (request) => {
@@ -139,16 +162,7 @@ export async function relayOnce(
         client,
         request.map((i) => i.entry),
       );
-      return request.map((item, i) => ({
-        event: item.event,
-        outcome: results[i] ?? {
-          ok: false as const,
-          code: 'MissingResult',
-          message: 'no outcome',
-          permanent: false,
-          throttled: false,
-        },
-      }));
+      return request.map((item, i) => ({ event: item.event, outcome: results[i] as EntryOutcome }));
     });
 
     const publishedIds: string[] = [];
@@ -164,30 +178,38 @@ export async function relayOnce(
         ? 0
         : backoffDelayMs(event.attempts, settings.backoffBaseMs, settings.backoffMaxMs, random);
       failures.push({ id: event.id, error: `${outcome.code}: ${outcome.message}`, deadLetter, retryInMs });
-      // With `continue`, a dead-lettered event's successors may go at once (next pass); otherwise
-      // they wait behind it: for its backoff, or for an operator (`block`).
-      stopped.set(aggregateKey(event), deadLetter ? 0 : retryInMs);
+      // The rest of this aggregate's claim is handed back now (not at the end of the pass, when the
+      // backoff may already have run out and another relay claimed the aggregate): behind a retry
+      // it waits for the backoff; behind a dead letter (`continue`) it may go at once.
       if (deadLetter) counts.deadLettered++;
       else counts.retried++;
+      stop(
+        settings.ordering === 'none' ? event.id : aggregateKey(event),
+        deadLetter ? 0 : retryInMs,
+        toRelease,
+      );
     }
     // Mark before the next round is sent: an event is recorded as published before its
     // successor leaves, which keeps re-publication after a crash to the events that need it.
-    const [marked, failed] = await Promise.all([
+    const releasing = toRelease.splice(0);
+    const [marked, failed, released] = await Promise.all([
       markPublished(sql, leaseToken, publishedIds),
       recordFailures(sql, leaseToken, failures),
+      releaseUnsent(sql, leaseToken, releasing),
     ]);
     counts.published += marked;
-    counts.leaseLost += publishedIds.length - marked + (failures.length - failed);
+    counts.released += released;
+    counts.leaseLost +=
+      publishedIds.length - marked + (failures.length - failed) + (releasing.length - released);
     if (failed < failures.length) {
       // Outcomes of rows we no longer own were not recorded; do not report them as ours.
       counts.retried = Math.max(0, counts.retried - (failures.length - failed));
     }
   }
-
-  if (unsent.length > 0) {
-    const released = await releaseUnsent(sql, leaseToken, unsent);
+  if (toRelease.length > 0) {
+    const released = await releaseUnsent(sql, leaseToken, toRelease);
     counts.released += released;
-    counts.leaseLost += unsent.length - released;
+    counts.leaseLost += toRelease.length - released;
   }
   if (settings.ordering === 'aggregate') {
     // Aggregates whose claimed events are all settled (published, or dead-lettered and so out of
@@ -202,27 +224,6 @@ export async function relayOnce(
     await unparkNextEvents(sql, [...settled.values()]);
   }
   return counts;
-}
-
-/** Splits claimed events into rounds: round r holds the r-th event (by sequence) of each aggregate. */
-export function toRounds(events: readonly ClaimedEvent[]): ClaimedEvent[][] {
-  const byAggregate = new Map<string, ClaimedEvent[]>();
-  for (const event of events) {
-    const key = aggregateKey(event);
-    const list = byAggregate.get(key);
-    if (list) list.push(event);
-    else byAggregate.set(key, [event]);
-  }
-  const rounds: ClaimedEvent[][] = [];
-  for (const list of byAggregate.values()) {
-    list.sort((a, b) => a.sequence - b.sequence);
-    list.forEach((event, r) => {
-      const round = rounds[r];
-      if (round) round.push(event);
-      else rounds[r] = [event];
-    });
-  }
-  return rounds;
 }
 
 function aggregateKey(event: ClaimedEvent): string {
@@ -259,7 +260,7 @@ const DEADLINE_MARGIN_MS = 3_000;
 /**
  * Relays until stopped: by `signal`, after one pass (`once`), when the outbox is drained
  * (`untilEmpty`), or when `remainingMs` can no longer cover a lease. Polls every
- * `settings.pollIntervalMs` while idle. On throttling the whole loop pauses (doubling up to 5 s)
+ * `settings.pollIntervalMs` while idle. On throttling the whole loop pauses (doubling up to 2 s)
  * rather than spending attempts of more rows.
  * @returns the totals and why it stopped
  */
@@ -300,12 +301,15 @@ export async function runRelay(
     if (counts.claimed > 0) options.onPass?.(counts);
     if (options.once) return stop('once');
 
+    // Throttling means the account's PutEvents rate is exhausted: slow the whole loop down
+    // (doubling from 50 ms up to 2 s) instead of spending more rows' attempts, and speed back up
+    // by halving the pause after every pass without throttling.
     if (counts.throttled > 0) {
-      throttlePauseMs = Math.min(5_000, Math.max(100, throttlePauseMs * 2));
+      throttlePauseMs = Math.min(2_000, Math.max(50, throttlePauseMs * 2));
       await pause(throttlePauseMs, options);
       continue;
     }
-    throttlePauseMs = 0;
+    throttlePauseMs = Math.floor(throttlePauseMs / 2);
     if (counts.claimed > 0) continue;
     if (options.untilEmpty) {
       const pending = await hasPending(options.sql).catch((error: unknown) => {

@@ -14,6 +14,8 @@ export interface DbClaimedRow {
   trace_header: string | null;
   created_at: Date;
   attempts: number;
+  /** True for the row the claim took as its aggregate's head (always true with ordering `none`). */
+  is_head: boolean;
 }
 
 /** A claimed event, leased to one relay until `lease_expires_at` (database clock). */
@@ -31,6 +33,8 @@ export interface ClaimedEvent {
   createdAt: Date;
   /** Claims so far, this one included. */
   attempts: number;
+  /** Claimed as its aggregate's head (the others came along as its successors). */
+  isHead: boolean;
 }
 
 /** The one mapping from row to domain type. */
@@ -47,5 +51,6 @@ export function toClaimedEvent(row: DbClaimedRow): ClaimedEvent {
     traceHeader: row.trace_header,
     createdAt: row.created_at,
     attempts: row.attempts,
+    isHead: row.is_head,
   };
 }
