@@ -53,7 +53,7 @@ export async function startEmbeddedPostgres(
     user: 'postgres',
     password,
     authMethod: 'scram-sha-256',
-    persistent: false,
+    persistent: true, // we delete the directory ourselves; `false` would delete it on every stop, breaking restart()
     createPostgresUser: asRoot,
     postgresFlags: ['-c', 'max_connections=300', '-c', 'fsync=off', '-c', 'synchronous_commit=off'],
     onLog: log,
