@@ -83,6 +83,36 @@ describe('relay Lambda handler', () => {
   });
 });
 
+describe('relay Lambda handler across invocations', () => {
+  it('replaces connections that were terminated between invocations, without hanging', async () => {
+    const { connect } = await import('../shared/db.ts');
+    await db.sql`truncate outbox, outbox_aggregate`;
+    const sql = connect({ url: db.url, max: 2, env: {}, applicationName: 'relay-frozen' });
+    try {
+      const handler = createRelayHandler({ sql, client: testClient(bus.url), settings: testSettings() });
+      const enqueue = (id: string) =>
+        db.sql.begin((tx) =>
+          enqueueMany(tx, [
+            { type: 'T', source: 's', aggregateType: 'frozen', aggregateId: id, payload: {} },
+          ]),
+        );
+      await enqueue('before');
+      expect((await handler({}, contextWithDeadline(8_100))).published).toBe(1);
+      // While the function is "frozen", the server (or a NAT, or RDS Proxy) drops its connections.
+      const [terminated] = await db.sql`
+        select count(pg_terminate_backend(pid))::int as n from pg_stat_activity where application_name = 'relay-frozen'`;
+      expect(terminated?.n).toBeGreaterThan(0);
+      await enqueue('after');
+      const started = Date.now();
+      const summary = await handler({}, contextWithDeadline(8_100));
+      expect(summary.published).toBe(1);
+      expect(Date.now() - started).toBeLessThan(5_000);
+    } finally {
+      await sql.end();
+    }
+  });
+});
+
 describe('relay configuration', () => {
   it('applies the documented defaults', () => {
     expect(loadRelaySettings({ EVENT_BUS_NAME: 'bus' })).toEqual({
