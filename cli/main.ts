@@ -3,6 +3,7 @@
  * environment variables (DATABASE_URL or PG*, EVENT_BUS_NAME, OUTBOX_*; the endpoint through the
  * AWS SDK's own AWS_ENDPOINT_URL_EVENTBRIDGE).
  */
+import { createInterface } from 'node:readline/promises';
 import { Command, CommanderError } from 'commander';
 import { loadRelaySettings } from '../shared/config.ts';
 import { connect, databaseUrlFromEnv, type Sql } from '../shared/db.ts';
@@ -12,6 +13,7 @@ import { createEventBridgeClient } from '../shared/relay/publish.ts';
 import { type RelayCounts, runRelay } from '../shared/relay/relay.ts';
 import { getStatus } from '../shared/status.ts';
 import { enqueueFromLines } from './enqueue-lines.ts';
+import { registerOperations } from './operations.ts';
 
 /** Where the CLI writes; tests pass their own. */
 export interface CliIo {
@@ -19,6 +21,8 @@ export interface CliIo {
   err: (line: string) => void;
   stdin: AsyncIterable<string | Buffer>;
   env: NodeJS.ProcessEnv;
+  /** Asks a yes/no question on the terminal; false when there is none. */
+  confirm: (question: string) => Promise<boolean>;
 }
 
 const defaultIo = (): CliIo => ({
@@ -26,6 +30,15 @@ const defaultIo = (): CliIo => ({
   err: (line) => process.stderr.write(`${line}\n`),
   stdin: process.stdin,
   env: process.env,
+  confirm: async (question) => {
+    if (!process.stdin.isTTY) return false;
+    const rl = createInterface({ input: process.stdin, output: process.stderr });
+    try {
+      return /^y(es)?$/i.test((await rl.question(question)).trim());
+    } finally {
+      rl.close();
+    }
+  },
 });
 
 /**
@@ -84,6 +97,13 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
             signal: abort.signal,
             once: opts.once,
             untilEmpty: opts.untilEmpty,
+            onTransientError: (error, consecutive) => {
+              if (!opts.quiet || consecutive === 1) {
+                io.err(
+                  `relay: database unavailable (${(error as { code?: string }).code ?? 'error'}), retrying…`,
+                );
+              }
+            },
             onPass: (c: RelayCounts) => {
               window.published += c.published;
               const now = performance.now();
@@ -150,6 +170,17 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
         io.out(`published:           ${s.published}`);
       });
     });
+
+  registerOperations(program, {
+    out: io.out,
+    err: io.err,
+    env: io.env,
+    withDb,
+    confirm: io.confirm,
+    setExitCode: (c) => {
+      code = c;
+    },
+  });
 
   try {
     await program.parseAsync(argv);

@@ -33,6 +33,8 @@ export const relayConfigSchema = z.object({
   OUTBOX_DEAD_LETTER_POLICY: z.enum(['continue', 'block']).default('continue'),
   /** Wait between polls when the outbox is empty, ms. */
   OUTBOX_POLL_INTERVAL_MS: int(10, 60_000).default(200),
+  /** CloudWatch namespace of the relay's metrics. */
+  OUTBOX_METRIC_NAMESPACE: z.string().min(1).max(255).default('Outbox'),
 });
 
 export type RelayEnv = z.infer<typeof relayConfigSchema>;
@@ -51,6 +53,7 @@ export interface RelaySettings {
   ordering: 'aggregate' | 'none';
   deadLetterPolicy: 'continue' | 'block';
   pollIntervalMs: number;
+  metricNamespace: string;
 }
 
 /**
@@ -73,6 +76,7 @@ export function loadRelaySettings(env: NodeJS.ProcessEnv = process.env): RelaySe
     ordering: e.OUTBOX_ORDERING,
     deadLetterPolicy: e.OUTBOX_DEAD_LETTER_POLICY,
     pollIntervalMs: e.OUTBOX_POLL_INTERVAL_MS,
+    metricNamespace: e.OUTBOX_METRIC_NAMESPACE,
   };
 }
 
@@ -97,4 +101,42 @@ export function parseEnv<S extends z.ZodObject>(schema: S, env: NodeJS.ProcessEn
     );
   }
   return result.data;
+}
+
+/** Monitor settings (pruning and metrics); units in the names. */
+export const monitorConfigSchema = z.object({
+  /** Published rows are kept this long, days. */
+  OUTBOX_PUBLISHED_RETENTION_DAYS: z.coerce.number().min(0.001).max(3_650).default(7),
+  /** Dead-lettered rows are kept this long, days (longer: they wait for an operator). */
+  OUTBOX_DEAD_LETTER_RETENTION_DAYS: z.coerce.number().min(0.001).max(3_650).default(30),
+  /** Rows per DELETE statement. */
+  OUTBOX_PRUNE_BATCH_SIZE: int(1, 100_000).default(1_000),
+  /** Longest a pruning run may take, ms (also capped by the Lambda's remaining time). */
+  OUTBOX_PRUNE_TIME_BUDGET_MS: int(100, 900_000).default(20_000),
+  /** CloudWatch namespace of the metrics. */
+  OUTBOX_METRIC_NAMESPACE: z.string().min(1).max(255).default('Outbox'),
+});
+
+/** The monitor's settings in the shape the code takes. */
+export interface MonitorSettings {
+  publishedRetentionSeconds: number;
+  deadLetterRetentionSeconds: number;
+  pruneBatchSize: number;
+  pruneTimeBudgetMs: number;
+  metricNamespace: string;
+}
+
+/**
+ * Reads and validates the monitor's environment.
+ * @throws {OutboxConfigError} naming the first variable that is malformed
+ */
+export function loadMonitorSettings(env: NodeJS.ProcessEnv = process.env): MonitorSettings {
+  const e = parseEnv(monitorConfigSchema, env);
+  return {
+    publishedRetentionSeconds: Math.round(e.OUTBOX_PUBLISHED_RETENTION_DAYS * 86_400),
+    deadLetterRetentionSeconds: Math.round(e.OUTBOX_DEAD_LETTER_RETENTION_DAYS * 86_400),
+    pruneBatchSize: e.OUTBOX_PRUNE_BATCH_SIZE,
+    pruneTimeBudgetMs: e.OUTBOX_PRUNE_TIME_BUDGET_MS,
+    metricNamespace: e.OUTBOX_METRIC_NAMESPACE,
+  };
 }

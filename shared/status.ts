@@ -1,5 +1,5 @@
-/** Backlog figures for `outbox status`, `npm start` and (later) the monitor's metrics. */
-import type { Sql } from './db.ts';
+/** Backlog figures for `outbox status`, `npm start` and the monitor's metrics. */
+import type { Queryable } from './db.ts';
 
 /** The outbox's state, counted with the database clock. */
 export interface OutboxStatus {
@@ -9,33 +9,43 @@ export interface OutboxStatus {
   oldestPendingAgeSeconds: number;
   /** Pending rows currently leased by a relay (lease not yet expired). */
   inFlight: number;
-  /** Rows dead-lettered and not yet pruned. */
+  /** Rows dead-lettered, not discarded and not yet pruned. */
   deadLettered: number;
-  /** Rows published and not yet pruned. */
+  /** Rows published and not yet pruned; -1 when not counted (`includePublished: false`). */
   published: number;
 }
 
 /**
- * Counts the outbox by state in one statement. `pending` and the oldest age use the partial
- * pending index; the published count scans the table, so it costs more on a large history.
+ * Counts the outbox by state. Pending figures read only unfinished rows (partial indexes) and the
+ * dead-letter count the dead-letter index; the published count scans the whole table, so the
+ * monitor leaves it out (`includePublished: false`). Ages use the database clock, so the process's
+ * time zone and clock do not matter.
  */
-export async function getStatus(sql: Sql): Promise<OutboxStatus> {
+export async function getStatus(
+  sql: Queryable,
+  options: { includePublished?: boolean } = {},
+): Promise<OutboxStatus> {
+  const includePublished = options.includePublished ?? true;
   const [row] = await sql<
-    { pending: string; oldest: number | null; in_flight: string; dead: string; published: string }[]
+    { pending: string; oldest: number | null; in_flight: string; dead: string; published: string | null }[]
   >`
-    select
-      count(*) filter (where published_at is null and dead_lettered_at is null) as pending,
-      extract(epoch from now() - min(created_at) filter (where published_at is null and dead_lettered_at is null))::float8 as oldest,
-      count(*) filter (where published_at is null and dead_lettered_at is null and lease_expires_at > now()) as in_flight,
-      count(*) filter (where dead_lettered_at is not null) as dead,
-      count(*) filter (where published_at is not null) as published
-    from outbox
+    select p.pending, p.oldest, p.in_flight,
+      (select count(*) from outbox
+       where dead_lettered_at is not null and published_at is null and discarded_at is null) as dead,
+      case when ${includePublished}::boolean
+        then (select count(*) from outbox where published_at is not null) end as published
+    from (
+      select count(*) as pending,
+             extract(epoch from now() - min(created_at))::float8 as oldest,
+             count(*) filter (where lease_expires_at > now()) as in_flight
+      from outbox where published_at is null and dead_lettered_at is null
+    ) p
   `;
   return {
     pending: Number(row?.pending ?? 0),
     oldestPendingAgeSeconds: Math.max(0, row?.oldest ?? 0),
     inFlight: Number(row?.in_flight ?? 0),
     deadLettered: Number(row?.dead ?? 0),
-    published: Number(row?.published ?? 0),
+    published: row?.published == null ? -1 : Number(row.published),
   };
 }

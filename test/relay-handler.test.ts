@@ -128,6 +128,7 @@ describe('relay configuration', () => {
       ordering: 'aggregate',
       deadLetterPolicy: 'continue',
       pollIntervalMs: 200,
+      metricNamespace: 'Outbox',
     });
   });
 

@@ -4,11 +4,14 @@
  */
 import { Logger } from '@aws-lambda-powertools/logger';
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
+import type { Metrics } from '@aws-lambda-powertools/metrics';
+import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import type { RelaySettings } from '../../shared/config.ts';
 import type { Sql } from '../../shared/db.ts';
+import { addRelayMetrics, createMetrics } from '../../shared/metrics.ts';
 import { type RelayCounts, runRelay, type StopReason } from '../../shared/relay/relay.ts';
 
 /** What one invocation did. */
@@ -24,6 +27,7 @@ export interface RelayHandlerDeps {
   client: EventBridgeClient;
   settings: RelaySettings;
   logger?: Logger;
+  metrics?: Metrics;
 }
 
 /**
@@ -33,8 +37,10 @@ export interface RelayHandlerDeps {
  */
 export function createRelayHandler(deps: RelayHandlerDeps) {
   const logger = deps.logger ?? new Logger({ serviceName: 'outbox-relay' });
+  const metrics = deps.metrics ?? createMetrics('outbox-relay', deps.settings.metricNamespace);
   return middy<unknown, RelayInvocationSummary, Error, Context>()
     .use(injectLambdaContext(logger))
+    .use(logMetrics(metrics))
     .handler(async (_event, context) => {
       const started = performance.now();
       const result = await runRelay({
@@ -42,7 +48,10 @@ export function createRelayHandler(deps: RelayHandlerDeps) {
         client: deps.client,
         settings: deps.settings,
         remainingMs: () => context.getRemainingTimeInMillis(),
+        onTransientError: (error, consecutive) =>
+          logger.warn('database unavailable, retrying', { error, consecutive }),
       });
+      addRelayMetrics(metrics, result);
       const summary = { ...result, durationMs: Math.round(performance.now() - started) };
       logger.info('relay invocation finished', { summary });
       return summary;

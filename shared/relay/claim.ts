@@ -6,6 +6,9 @@
  * from the database's `now()`) is written in the same statement, and every later write is guarded
  * by that token, so a relay whose lease expired cannot overwrite the new owner's state.
  *
+ * A dead letter holds back its aggregate only under the `block` policy, and only until an operator
+ * replays or discards it (`discarded_at`).
+ *
  * Ordering (`ordering = 'aggregate'`). Only the head of an aggregate — its earliest unpublished
  * event — may be claimed on its own; the NOT EXISTS test sees earlier rows whether or not another
  * relay has them locked, which is what stops SKIP LOCKED from jumping over a locked head to the next
@@ -81,7 +84,7 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
           select 1 from outbox p
           where p.aggregate_type = h.aggregate_type and p.aggregate_id = h.aggregate_id
             and p.sequence < h.sequence and p.published_at is null
-            and (p.dead_lettered_at is null or ${block}::boolean)
+            and (p.dead_lettered_at is null or (${block}::boolean and p.discarded_at is null))
         )
       order by h.available_at, h.id
       limit ${o.batchSize}
@@ -116,7 +119,7 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
             where ${block}::boolean
               and d.aggregate_type = h.aggregate_type and d.aggregate_id = h.aggregate_id
               and d.sequence > h.sequence and d.sequence < f.sequence
-              and d.published_at is null and d.dead_lettered_at is not null
+              and d.published_at is null and d.dead_lettered_at is not null and d.discarded_at is null
           )
         order by f.sequence
         limit ${o.perAggregateLimit - 1}

@@ -35,6 +35,8 @@ export interface RelayCounts {
   throttled: number;
   /** PutEvents requests sent. */
   putEventsCalls: number;
+  /** Time spent in PutEvents calls (SDK retries included), summed over calls, ms. */
+  putEventsMs: number;
 }
 
 /** A zeroed {@link RelayCounts}. */
@@ -48,6 +50,7 @@ export function emptyCounts(): RelayCounts {
     leaseLost: 0,
     throttled: 0,
     putEventsCalls: 0,
+    putEventsMs: 0,
   };
 }
 
@@ -158,10 +161,12 @@ export async function relayOnce(
     const requests = packRequests(items, settings.maxRequestBytes);
     counts.putEventsCalls += requests.length;
     const outcomes = await mapWithConcurrency(requests, settings.publishConcurrency, async (request) => {
+      const callStarted = performance.now();
       const results = await putEntries(
         client,
         request.map((i) => i.entry),
       );
+      counts.putEventsMs += performance.now() - callStarted;
       return request.map((item, i) => ({ event: item.event, outcome: results[i] as EntryOutcome }));
     });
 

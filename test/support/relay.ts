@@ -17,6 +17,7 @@ export function testSettings(overrides: Partial<RelaySettings> = {}): RelaySetti
     ordering: 'aggregate',
     deadLetterPolicy: 'continue',
     pollIntervalMs: 20,
+    metricNamespace: 'OutboxTest',
     ...overrides,
   };
 }

@@ -1,0 +1,9 @@
+/** Monitor Lambda entry point; configuration is validated at cold start. */
+import { loadMonitorSettings } from '../../shared/config.ts';
+import { connect } from '../../shared/db.ts';
+import { createMonitorHandler } from './monitor-handler.ts';
+
+export const handler = createMonitorHandler({
+  settings: loadMonitorSettings(),
+  sql: connect({ applicationName: 'outbox-monitor', max: 2 }),
+});

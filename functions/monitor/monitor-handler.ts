@@ -1,0 +1,66 @@
+/**
+ * The monitor Lambda's handler: prunes expired rows within its time budget, then emits the backlog
+ * metrics (the oldest pending age is the health signal: it grows when the relay is dead). Built
+ * from its dependencies so tests run it against a real database.
+ */
+import { Logger } from '@aws-lambda-powertools/logger';
+import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
+import type { Metrics } from '@aws-lambda-powertools/metrics';
+import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
+import middy from '@middy/core';
+import type { Context } from 'aws-lambda';
+import type { MonitorSettings } from '../../shared/config.ts';
+import type { Sql } from '../../shared/db.ts';
+import { addMonitorMetrics, createMetrics } from '../../shared/metrics.ts';
+import { type PruneResult, prune } from '../../shared/prune.ts';
+import { getStatus, type OutboxStatus } from '../../shared/status.ts';
+
+/** What one monitor invocation did. */
+export interface MonitorSummary {
+  status: OutboxStatus;
+  prune: PruneResult | { error: string };
+}
+
+/** Dependencies of the monitor handler, created once per cold start. */
+export interface MonitorHandlerDeps {
+  sql: Sql;
+  settings: MonitorSettings;
+  logger?: Logger;
+  metrics?: Metrics;
+}
+
+/** Time kept back at the end of an invocation for the metrics, ms. */
+const MARGIN_MS = 5_000;
+
+export function createMonitorHandler(deps: MonitorHandlerDeps) {
+  const logger = deps.logger ?? new Logger({ serviceName: 'outbox-monitor' });
+  const metrics = deps.metrics ?? createMetrics('outbox-monitor', deps.settings.metricNamespace);
+  return middy<unknown, MonitorSummary, Error, Context>()
+    .use(injectLambdaContext(logger))
+    .use(logMetrics(metrics))
+    .handler(async (_event, context) => {
+      const s = deps.settings;
+      let pruned: PruneResult | { error: string };
+      try {
+        pruned = await prune(deps.sql, {
+          publishedRetentionSeconds: s.publishedRetentionSeconds,
+          deadLetterRetentionSeconds: s.deadLetterRetentionSeconds,
+          batchSize: s.pruneBatchSize,
+          timeBudgetMs: Math.max(
+            0,
+            Math.min(s.pruneTimeBudgetMs, context.getRemainingTimeInMillis() - MARGIN_MS),
+          ),
+        });
+      } catch (error) {
+        // A failed prune must not cost us the lag metric: log it, emit the rest, fail afterwards.
+        logger.error('pruning failed', { error });
+        pruned = { error: (error as Error).message };
+      }
+      const status = await getStatus(deps.sql, { includePublished: false });
+      addMonitorMetrics(metrics, status, 'error' in pruned ? undefined : pruned);
+      const summary: MonitorSummary = { status, prune: pruned };
+      logger.info('monitor invocation finished', { summary });
+      if ('error' in pruned) throw new Error(`pruning failed: ${pruned.error}`);
+      return summary;
+    });
+}

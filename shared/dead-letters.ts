@@ -1,0 +1,199 @@
+/**
+ * Dead-letter operations, for `outbox dead-letters …` and for teams building their own admin tools:
+ * list, show, replay (back to pending), discard (kept for audit, never published).
+ */
+import type { Queryable } from './db.ts';
+import { OutboxValidationError } from './errors.ts';
+
+/** Which dead letters an operation applies to. Every field narrows the selection. */
+export interface DeadLetterFilter {
+  /** Event type (DetailType). */
+  type?: string;
+  /** `aggregateType` or `aggregateType/aggregateId`. */
+  aggregate?: string;
+  /** Dead-lettered at or after this time. */
+  since?: Date;
+  /** Include discarded dead letters (default false). */
+  includeDiscarded?: boolean;
+}
+
+/** A dead letter as listed (without the payload). */
+export interface DeadLetter {
+  /** Row id (int8 as a string). */
+  id: string;
+  eventId: string;
+  type: string;
+  source: string;
+  aggregateType: string;
+  aggregateId: string;
+  sequence: number;
+  attempts: number;
+  lastError: string | null;
+  createdAt: Date;
+  deadLetteredAt: Date;
+  discardedAt: Date | null;
+}
+
+/** A dead letter with its payload and trace header, as `show` prints it. */
+export interface DeadLetterDetail extends DeadLetter {
+  payload: Record<string, unknown>;
+  traceHeader: string | null;
+}
+
+interface DbDeadLetter {
+  id: string;
+  event_id: string;
+  event_type: string;
+  source: string;
+  aggregate_type: string;
+  aggregate_id: string;
+  sequence: string;
+  attempts: number;
+  last_error: string | null;
+  created_at: Date;
+  dead_lettered_at: Date;
+  discarded_at: Date | null;
+  payload?: Record<string, unknown>;
+  trace_header?: string | null;
+}
+
+function toDeadLetter(r: DbDeadLetter): DeadLetter {
+  return {
+    id: r.id,
+    eventId: r.event_id,
+    type: r.event_type,
+    source: r.source,
+    aggregateType: r.aggregate_type,
+    aggregateId: r.aggregate_id,
+    sequence: Number(r.sequence),
+    attempts: r.attempts,
+    lastError: r.last_error,
+    createdAt: r.created_at,
+    deadLetteredAt: r.dead_lettered_at,
+    discardedAt: r.discarded_at,
+  };
+}
+
+/**
+ * Parses an id given by an operator: a row id (digits) or an event id (uuid).
+ * @throws {OutboxValidationError} for anything else
+ */
+export function parseEventRef(ref: string): { rowId: string } | { eventId: string } {
+  if (/^\d{1,19}$/.test(ref)) return { rowId: ref };
+  if (/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(ref))
+    return { eventId: ref.toLowerCase() };
+  throw new OutboxValidationError('id', `"${ref}" is neither a row id nor an event id (uuid)`);
+}
+
+function splitAggregate(aggregate: string | undefined): { type: string | null; id: string | null } {
+  if (!aggregate) return { type: null, id: null };
+  const slash = aggregate.indexOf('/');
+  return slash < 0
+    ? { type: aggregate, id: null }
+    : { type: aggregate.slice(0, slash), id: aggregate.slice(slash + 1) };
+}
+
+/** Row ids of the dead letters matching `filter`, oldest first. */
+async function selectIds(sql: Queryable, filter: DeadLetterFilter, limit: number): Promise<string[]> {
+  const agg = splitAggregate(filter.aggregate);
+  const rows = await sql<{ id: string }[]>`
+    select id from outbox
+    where dead_lettered_at is not null and published_at is null
+      and (${filter.includeDiscarded ?? false}::boolean or discarded_at is null)
+      and (${filter.type ?? null}::text is null or event_type = ${filter.type ?? null})
+      and (${agg.type}::text is null or aggregate_type = ${agg.type})
+      and (${agg.id}::text is null or aggregate_id = ${agg.id})
+      and (${filter.since ?? null}::timestamptz is null or dead_lettered_at >= ${filter.since ?? null})
+    order by dead_lettered_at, id
+    limit ${limit}`;
+  return rows.map((r) => r.id);
+}
+
+/**
+ * Lists dead letters matching `filter`, oldest first.
+ * @param limit at most this many (default 100)
+ */
+export async function listDeadLetters(
+  sql: Queryable,
+  filter: DeadLetterFilter = {},
+  limit = 100,
+): Promise<DeadLetter[]> {
+  const ids = await selectIds(sql, filter, limit);
+  if (ids.length === 0) return [];
+  const rows = await sql<DbDeadLetter[]>`
+    select id, event_id, event_type, source, aggregate_type, aggregate_id, sequence, attempts, last_error,
+           created_at, dead_lettered_at, discarded_at
+    from outbox where id = any(${ids}::int8[]) order by dead_lettered_at, id`;
+  return rows.map(toDeadLetter);
+}
+
+/**
+ * One dead letter with its payload, by row id or event id.
+ * @returns undefined when no dead letter has that id
+ * @throws {OutboxValidationError} when `ref` is not an id
+ */
+export async function showDeadLetter(sql: Queryable, ref: string): Promise<DeadLetterDetail | undefined> {
+  const key = parseEventRef(ref);
+  const rowId = 'rowId' in key ? key.rowId : null;
+  const eventId = 'eventId' in key ? key.eventId : null;
+  const [row] = await sql<DbDeadLetter[]>`
+    select id, event_id, event_type, source, aggregate_type, aggregate_id, sequence, attempts, last_error,
+           created_at, dead_lettered_at, discarded_at, payload, trace_header
+    from outbox
+    where dead_lettered_at is not null and published_at is null
+      and (id = ${rowId}::int8 or event_id = ${eventId}::uuid)`;
+  if (!row) return undefined;
+  return { ...toDeadLetter(row), payload: row.payload ?? {}, traceHeader: row.trace_header ?? null };
+}
+
+/** Resolves operator ids (row ids or event ids) to the row ids of dead letters. */
+export async function resolveDeadLetterIds(
+  sql: Queryable,
+  refs: readonly string[],
+): Promise<{ ids: string[]; unknown: string[] }> {
+  const keys = refs.map(parseEventRef);
+  const rowIds = keys.flatMap((k) => ('rowId' in k ? [k.rowId] : []));
+  const eventIds = keys.flatMap((k) => ('eventId' in k ? [k.eventId] : []));
+  const rows = await sql<{ id: string; event_id: string }[]>`
+    select id, event_id from outbox
+    where dead_lettered_at is not null and published_at is null
+      and (id = any(${rowIds}::int8[]) or event_id = any(${eventIds}::uuid[]))`;
+  const found = new Set(rows.flatMap((r) => [r.id, r.event_id]));
+  return { ids: rows.map((r) => r.id), unknown: refs.filter((r) => !found.has(r.toLowerCase())) };
+}
+
+/** Row ids of every dead letter matching `filter` (for `--all`). */
+export function findDeadLetterIds(sql: Queryable, filter: DeadLetterFilter = {}): Promise<string[]> {
+  return selectIds(sql, filter, 1_000_000);
+}
+
+/**
+ * Puts dead letters back to pending: attempts reset to 0, available now, error cleared. The event
+ * keeps its `eventId` and `sequence`. Under the `block` policy the rest of its aggregate was waiting
+ * and follows it in order; under `continue` later events may already be out, so consumers see this
+ * one late (its `sequence` tells them).
+ * @param ids row ids (see {@link resolveDeadLetterIds})
+ * @returns the number of rows replayed
+ */
+export async function replayDeadLetters(sql: Queryable, ids: readonly string[]): Promise<number> {
+  if (ids.length === 0) return 0;
+  const r = await sql`
+    update outbox
+    set dead_lettered_at = null, discarded_at = null, attempts = 0, available_at = now(),
+        last_error = null, lease_token = null, lease_expires_at = null
+    where id = any(${ids}::int8[]) and dead_lettered_at is not null and published_at is null`;
+  return r.count;
+}
+
+/**
+ * Discards dead letters: kept for audit (until the dead-letter retention prunes them), never
+ * published, and no longer holding back their aggregate under the `block` policy.
+ * @returns the number of rows discarded
+ */
+export async function discardDeadLetters(sql: Queryable, ids: readonly string[]): Promise<number> {
+  if (ids.length === 0) return 0;
+  const r = await sql`
+    update outbox set discarded_at = now()
+    where id = any(${ids}::int8[]) and dead_lettered_at is not null and published_at is null and discarded_at is null`;
+  return r.count;
+}

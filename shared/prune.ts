@@ -1,0 +1,102 @@
+/**
+ * Pruning (guarantee 10): deletes published rows older than their retention, and dead-lettered rows
+ * only under their own, longer retention. It never touches an unpublished live row. It works in
+ * bounded batches (one short statement each, `SKIP LOCKED`, so it never waits on or blocks a relay)
+ * within a time budget; what is left is picked up by the next run, oldest first.
+ */
+import type { Queryable } from './db.ts';
+
+/** Options of {@link prune}. */
+export interface PruneOptions {
+  /** Published rows older than this (by `published_at`) are deleted. Seconds. */
+  publishedRetentionSeconds: number;
+  /** Dead-lettered rows older than this (by `dead_lettered_at`) are deleted. Seconds. */
+  deadLetterRetentionSeconds: number;
+  /** Rows per DELETE statement. */
+  batchSize: number;
+  /** Stop starting new batches after this long, ms. */
+  timeBudgetMs: number;
+  /** Count what would be deleted, delete nothing. */
+  dryRun?: boolean;
+}
+
+/** What {@link prune} did. */
+export interface PruneResult {
+  publishedDeleted: number;
+  deadLettersDeleted: number;
+  /** Rows deleted by each statement, in order (each ≤ batchSize). */
+  batches: number[];
+  durationMs: number;
+  /** False when the time budget ran out with rows still to delete. */
+  complete: boolean;
+  dryRun: boolean;
+}
+
+/**
+ * Deletes expired rows, batch by batch, until none is left or the time budget is spent.
+ * @throws database errors; batches already committed stay deleted
+ */
+export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResult> {
+  const started = performance.now();
+  const result: PruneResult = {
+    publishedDeleted: 0,
+    deadLettersDeleted: 0,
+    batches: [],
+    durationMs: 0,
+    complete: true,
+    dryRun: o.dryRun ?? false,
+  };
+  if (o.dryRun) {
+    const [row] = await sql<{ published: string; dead: string }[]>`
+      select
+        (select count(*) from outbox where published_at < now() - make_interval(secs => ${o.publishedRetentionSeconds})) as published,
+        (select count(*) from outbox where dead_lettered_at < now() - make_interval(secs => ${o.deadLetterRetentionSeconds})
+                                       and published_at is null) as dead`;
+    result.publishedDeleted = Number(row?.published ?? 0);
+    result.deadLettersDeleted = Number(row?.dead ?? 0);
+    result.durationMs = Math.round(performance.now() - started);
+    return result;
+  }
+  for (const kind of ['published', 'dead'] as const) {
+    for (;;) {
+      if (performance.now() - started > o.timeBudgetMs) {
+        result.complete = false;
+        result.durationMs = Math.round(performance.now() - started);
+        return result;
+      }
+      const deleted = kind === 'published' ? await deletePublished(sql, o) : await deleteDeadLetters(sql, o);
+      if (deleted === 0) break;
+      result.batches.push(deleted);
+      if (kind === 'published') result.publishedDeleted += deleted;
+      else result.deadLettersDeleted += deleted;
+    }
+  }
+  result.durationMs = Math.round(performance.now() - started);
+  return result;
+}
+
+async function deletePublished(sql: Queryable, o: PruneOptions): Promise<number> {
+  // Oldest first by id, the primary key: expired published rows form (roughly) a prefix of it.
+  const r = await sql`
+    delete from outbox where id in (
+      select id from outbox
+      where published_at < now() - make_interval(secs => ${o.publishedRetentionSeconds})
+      order by id
+      limit ${o.batchSize}
+      for update skip locked
+    )`;
+  return r.count;
+}
+
+async function deleteDeadLetters(sql: Queryable, o: PruneOptions): Promise<number> {
+  const r = await sql`
+    delete from outbox where id in (
+      select id from outbox
+      where dead_lettered_at < now() - make_interval(secs => ${o.deadLetterRetentionSeconds})
+        and published_at is null
+      order by dead_lettered_at, id
+      limit ${o.batchSize}
+      for update skip locked
+    )`;
+  return r.count;
+}
