@@ -32,4 +32,4 @@ const report = await runChaos(options);
 process.stdout.write(`${formatReport(report, options)}\n`);
 if (values.json)
   await writeFile(values.json, JSON.stringify({ options: { ...options, log: undefined }, report }, null, 2));
-process.exitCode = passed(report) ? 0 : 1;
+process.exit(passed(report) ? 0 : 1);
