@@ -2,9 +2,11 @@
  * Database connections. One place decides how we talk to Postgres, so the relay, the CLI and the
  * tests all get the same timeouts and type handling.
  */
+import { Signer } from '@aws-sdk/rds-signer';
 import postgres from 'postgres';
 import { z } from 'zod';
 import { parseEnv } from './config.ts';
+import { OutboxConfigError } from './errors.ts';
 
 /** A porsager `postgres` client (a pool) or a transaction from `sql.begin`. */
 export type Sql = postgres.Sql;
@@ -21,6 +23,8 @@ const dbEnvSchema = z.object({
   OUTBOX_DB_CONNECT_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(120).default(5),
   /** Per-statement limit, ms, enforced by the server. */
   OUTBOX_DB_STATEMENT_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(15_000),
+  /** `true`: authenticate with an IAM token (RDS Proxy / RDS IAM auth), over verified TLS. */
+  OUTBOX_DB_IAM_AUTH: z.enum(['true', 'false']).default('false'),
 });
 
 /** Options for {@link connect}. */
@@ -41,7 +45,8 @@ export interface ConnectOptions {
  * @throws {OutboxConfigError} when a `OUTBOX_DB_*` variable is malformed
  */
 export function connect(options: ConnectOptions = {}): Sql {
-  const env = parseEnv(dbEnvSchema, options.env ?? process.env);
+  const processEnv = options.env ?? process.env;
+  const env = parseEnv(dbEnvSchema, processEnv);
   const url = options.url ?? env.DATABASE_URL;
   const settings: postgres.Options<Record<string, postgres.PostgresType>> = {
     max: options.max ?? env.OUTBOX_DB_POOL_SIZE,
@@ -49,12 +54,47 @@ export function connect(options: ConnectOptions = {}): Sql {
     idle_timeout: 20,
     max_lifetime: 60 * 30,
     onnotice: () => {},
-    connection: {
+  };
+  if (env.OUTBOX_DB_IAM_AUTH === 'true') {
+    Object.assign(settings, rdsProxySettings(processEnv));
+  } else {
+    settings.connection = {
       application_name: options.applicationName ?? 'outbox',
       statement_timeout: env.OUTBOX_DB_STATEMENT_TIMEOUT_MS,
-    },
-  };
+    };
+  }
   return url ? postgres(url, settings) : postgres(settings);
+}
+
+/**
+ * Settings for RDS Proxy with IAM authentication:
+ * - the password is a fresh IAM token (15 minutes valid) from `@aws-sdk/rds-signer` for every new
+ *   connection, signed with the function's role — no secret in the environment;
+ * - TLS with certificate verification (the proxy's certificate chains to Amazon's public roots,
+ *   which Node trusts);
+ * - `prepare: false`: named prepared statements are session state, and RDS Proxy pins a client to
+ *   one database connection when it sees them, which defeats the proxy. Unnamed statements cost a
+ *   parse per query, which is small next to the network round trip;
+ * - no startup parameters (no `statement_timeout`, `application_name`): session settings pin as
+ *   well, so the statement timeout is set on the database role instead (see the migrate function).
+ */
+function rdsProxySettings(env: NodeJS.ProcessEnv): Partial<postgres.Options<Record<string, postgres.PostgresType>>> {
+  const hostname = env.PGHOST;
+  const username = env.PGUSER;
+  if (!hostname || !username) {
+    throw new OutboxConfigError(hostname ? 'PGUSER' : 'PGHOST', 'is required when OUTBOX_DB_IAM_AUTH=true');
+  }
+  const port = Number(env.PGPORT ?? 5432);
+  const signer = new Signer({ hostname, port, username, region: env.AWS_REGION });
+  return {
+    host: hostname,
+    port,
+    username,
+    database: env.PGDATABASE ?? username,
+    password: () => signer.getAuthToken(),
+    ssl: { rejectUnauthorized: true, servername: hostname },
+    prepare: false,
+  };
 }
 
 /** The connection string or libpq variables, for tools that take a URL (migrations). */
