@@ -1,19 +1,11 @@
-/** The CDK app (`cdk.json`): the demo stack. */
-import { App, Stack } from 'aws-cdk-lib';
-import { OutboxRelay } from './outbox-relay.ts';
+/** The CDK app (`cdk.json`): the demo stack. Context: `stackName` (default OutboxRelayDemo). */
+import { App } from 'aws-cdk-lib';
+import { OutboxDemoStack } from './demo-stack.ts';
 
 /** Builds the app; exported so tests synthesise exactly what `cdk synth` does. */
-export function buildApp(app = new App()): { app: App; stack: Stack } {
-  const stack = new Stack(app, 'OutboxRelayDemo', {
-    description: 'Transactional outbox relay: Postgres outbox → EventBridge',
-  });
-  new OutboxRelay(stack, 'Outbox', {
-    databaseEnvironment: {
-      PGHOST: app.node.tryGetContext('pgHost') ?? 'localhost',
-      PGPORT: String(app.node.tryGetContext('pgPort') ?? 5432),
-      PGDATABASE: app.node.tryGetContext('pgDatabase') ?? 'postgres',
-      PGUSER: app.node.tryGetContext('pgUser') ?? 'outbox_relay',
-    },
+export function buildApp(app = new App()): { app: App; stack: OutboxDemoStack } {
+  const stack = new OutboxDemoStack(app, app.node.tryGetContext('stackName') ?? 'OutboxRelayDemo', {
+    description: 'Transactional outbox relay: Postgres outbox → EventBridge (demo)',
   });
   return { app, stack };
 }

@@ -1,94 +1,428 @@
 /**
- * `OutboxRelay`: the relay Lambda, invoked by an EventBridge Scheduler schedule, publishing to an
- * event bus. This is the walking skeleton; the database (RDS Proxy, IAM auth) and the monitor are
- * wired in by later work.
+ * `OutboxRelay`: everything the relay needs next to an existing Postgres reached through RDS Proxy —
+ * the relay and monitor Lambdas on EventBridge Scheduler schedules, the event bus, optional
+ * deploy-time migrations, alarms wired to an SNS topic, and a dashboard.
  */
 import { fileURLToPath } from 'node:url';
-import { Duration } from 'aws-cdk-lib';
+import { Duration, Stack, Validations } from 'aws-cdk-lib';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
+import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as kms from 'aws-cdk-lib/aws-kms';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
+import type * as rds from 'aws-cdk-lib/aws-rds';
 import * as scheduler from 'aws-cdk-lib/aws-scheduler';
 import * as targets from 'aws-cdk-lib/aws-scheduler-targets';
+import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import * as sns from 'aws-cdk-lib/aws-sns';
+import * as triggers from 'aws-cdk-lib/triggers';
 import { Construct } from 'constructs';
 
 const repoRoot = fileURLToPath(new URL('..', import.meta.url));
 
+/** How the functions reach Postgres: RDS Proxy with IAM authentication. */
+export interface OutboxDatabaseProps {
+  /** The proxy; it must require IAM authentication and TLS. */
+  readonly proxy: rds.IDatabaseProxy;
+  /** Database name. */
+  readonly databaseName: string;
+  /**
+   * Database user of the relay (select, update on `outbox` only).
+   * @default 'outbox_relay'
+   */
+  readonly relayUser?: string;
+  /**
+   * Database user of the monitor (select, delete on `outbox`).
+   * @default 'outbox_monitor'
+   */
+  readonly monitorUser?: string;
+}
+
+/** Deploy-time migrations: applied by a CDK Trigger before the schedules are created. */
+export interface OutboxMigrationProps {
+  /** Admin credentials (`username`, `password`, `port`) of the database, e.g. `instance.secret`. */
+  readonly adminSecret: secretsmanager.ISecret;
+  /** Host of the database instance (migrations connect directly, not through the IAM-only proxy). */
+  readonly host: string;
+  /** Constructs that must exist before migrating (the instance, its security group rules). */
+  readonly executeAfter?: Construct[];
+}
+
 /** Props of {@link OutboxRelay}. */
 export interface OutboxRelayProps {
+  /** VPC of the functions: they must reach the proxy and EventBridge (an interface endpoint, or NAT). */
+  readonly vpc: ec2.IVpc;
+  /**
+   * Subnets of the functions.
+   * @default the VPC's private subnets (isolated ones when there are no others)
+   */
+  readonly vpcSubnets?: ec2.SubnetSelection;
+  /** Security groups of the functions; the proxy must accept them on its port. */
+  readonly securityGroups: ec2.ISecurityGroup[];
+  readonly database: OutboxDatabaseProps;
+  /**
+   * Applies the schema and creates the database roles at deploy time.
+   * @default no migrations (run `outbox migrate` yourself)
+   */
+  readonly migration?: OutboxMigrationProps;
   /**
    * The bus events are published to.
    * @default a new custom event bus
    */
   readonly eventBus?: events.IEventBus;
-  /** Environment that tells the relay how to reach Postgres (`PGHOST`, `PGPORT`, `PGDATABASE`, `PGUSER`). */
-  readonly databaseEnvironment: Readonly<Record<string, string>>;
   /**
-   * How often the scheduler invokes the relay; each invocation polls until near its timeout.
-   * @default 1 minute (EventBridge Scheduler's finest rate)
+   * How often the relay is invoked; each invocation polls until close to its timeout.
+   * @default rate(1 minute), EventBridge Scheduler's finest
    */
   readonly relaySchedule?: scheduler.ScheduleExpression;
   /**
-   * Relay Lambda timeout.
+   * Relay Lambda timeout (15 s – 15 min). Equal to the schedule rate keeps one relay polling at all times.
    * @default 1 minute
    */
   readonly relayTimeout?: Duration;
   /**
-   * Extra relay configuration (`OUTBOX_*` variables), validated by the relay at cold start.
+   * Relay memory, MB.
+   * @default 256
+   */
+  readonly relayMemorySize?: number;
+  /**
+   * How often the monitor prunes and emits the lag metrics.
+   * @default rate(1 minute)
+   */
+  readonly monitorSchedule?: scheduler.ScheduleExpression;
+  /**
+   * Extra `OUTBOX_*` settings of the relay (see the README's configuration table); validated by the relay at cold start.
    * @default none
    */
   readonly relayEnvironment?: Readonly<Record<string, string>>;
+  /**
+   * Extra `OUTBOX_*` settings of the monitor (retention, prune batch).
+   * @default none
+   */
+  readonly monitorEnvironment?: Readonly<Record<string, string>>;
+  /**
+   * CloudWatch namespace of the metrics.
+   * @default 'Outbox'
+   */
+  readonly metricNamespace?: string;
+  /**
+   * Oldest pending event age that raises the lag alarm.
+   * @default 5 minutes
+   */
+  readonly lagAlarmThreshold?: Duration;
+  /**
+   * Topic every alarm notifies.
+   * @default a new SNS topic encrypted with a new KMS key
+   */
+  readonly alarmTopic?: sns.ITopic;
+  /**
+   * Log retention of the functions.
+   * @default one month
+   */
+  readonly logRetention?: logs.RetentionDays;
 }
 
-/** The relay Lambda, its schedule and its bus. */
+/** The relay, the monitor, their schedules, alarms and dashboard. */
 export class OutboxRelay extends Construct {
   public readonly eventBus: events.IEventBus;
   public readonly relayFunction: nodejs.NodejsFunction;
+  public readonly monitorFunction: nodejs.NodejsFunction;
+  public readonly migrateFunction: nodejs.NodejsFunction | undefined;
   public readonly relaySchedule: scheduler.Schedule;
+  public readonly monitorSchedule: scheduler.Schedule;
+  public readonly alarmTopic: sns.ITopic;
+  public readonly alarms: {
+    readonly lag: cloudwatch.Alarm;
+    readonly deadLetters: cloudwatch.Alarm;
+    readonly relayErrors: cloudwatch.Alarm;
+    readonly relayThrottles: cloudwatch.Alarm;
+    readonly monitorErrors: cloudwatch.Alarm;
+    readonly proxyPinnedSessions: cloudwatch.Alarm;
+  };
+  public readonly dashboard: cloudwatch.Dashboard;
 
   constructor(scope: Construct, id: string, props: OutboxRelayProps) {
     super(scope, id);
+    validate(props);
     const timeout = props.relayTimeout ?? Duration.minutes(1);
-    if (timeout.toSeconds() < 15 || timeout.toSeconds() > 900) {
-      throw new Error(
-        `OutboxRelay: relayTimeout must be between 15 seconds and 15 minutes (got ${timeout.toSeconds()} s)`,
-      );
-    }
+    const namespace = props.metricNamespace ?? 'Outbox';
+    const relayUser = props.database.relayUser ?? 'outbox_relay';
+    const monitorUser = props.database.monitorUser ?? 'outbox_monitor';
+    const logRetention = props.logRetention ?? logs.RetentionDays.ONE_MONTH;
     this.eventBus = props.eventBus ?? new events.EventBus(this, 'Bus');
 
-    this.relayFunction = new nodejs.NodejsFunction(this, 'RelayFunction', {
-      entry: `${repoRoot}functions/relay/handler.ts`,
-      projectRoot: repoRoot,
-      depsLockFilePath: `${repoRoot}package-lock.json`,
-      runtime: lambda.Runtime.NODEJS_24_X,
-      architecture: lambda.Architecture.ARM_64,
-      memorySize: 256,
+    const dbEnvironment = (user: string) => ({
+      PGHOST: props.database.proxy.endpoint,
+      PGPORT: '5432',
+      PGDATABASE: props.database.databaseName,
+      PGUSER: user,
+      OUTBOX_DB_IAM_AUTH: 'true',
+      OUTBOX_METRIC_NAMESPACE: namespace,
+    });
+    const baseBundling: nodejs.BundlingOptions = {
+      format: nodejs.OutputFormat.ESM,
+      minify: true,
+      sourceMap: true,
+      target: 'node24',
+      // Bundle our pinned AWS SDK clients instead of relying on the runtime's copy.
+      bundleAwsSDK: true,
+      forceDockerBundling: false,
+      externalModules: ['pg-native'],
+      banner: "import { createRequire } from 'module'; const require = createRequire(import.meta.url);",
+    };
+    const fn = (name: string, entry: string, extra: Partial<nodejs.NodejsFunctionProps>) =>
+      new nodejs.NodejsFunction(this, name, {
+        entry: `${repoRoot}${entry}`,
+        projectRoot: repoRoot,
+        depsLockFilePath: `${repoRoot}package-lock.json`,
+        runtime: lambda.Runtime.NODEJS_24_X,
+        architecture: lambda.Architecture.ARM_64,
+        memorySize: 256,
+        vpc: props.vpc,
+        vpcSubnets: props.vpcSubnets,
+        securityGroups: props.securityGroups,
+        logGroup: new logs.LogGroup(this, `${name}Logs`, { retention: logRetention }),
+        bundling: baseBundling,
+        ...extra,
+      });
+
+    this.relayFunction = fn('RelayFunction', 'functions/relay/handler.ts', {
+      memorySize: props.relayMemorySize ?? 256,
       timeout,
       environment: {
-        ...props.databaseEnvironment,
         ...props.relayEnvironment,
+        ...dbEnvironment(relayUser),
         EVENT_BUS_NAME: this.eventBus.eventBusName,
+        POWERTOOLS_SERVICE_NAME: 'outbox-relay',
         NODE_OPTIONS: '--enable-source-maps',
       },
-      logGroup: new logs.LogGroup(this, 'RelayLogs', { retention: logs.RetentionDays.ONE_MONTH }),
-      bundling: {
-        format: nodejs.OutputFormat.ESM,
-        minify: true,
-        sourceMap: true,
-        target: 'node24',
-        // Bundle our pinned EventBridge client instead of the runtime's copy.
-        bundleAwsSDK: true,
-        forceDockerBundling: false,
-        banner: "import { createRequire } from 'module'; const require = createRequire(import.meta.url);",
-      },
+      description: 'Outbox relay: claims leased outbox rows and publishes them with PutEvents',
     });
     this.eventBus.grantPutEventsTo(this.relayFunction);
+    props.database.proxy.grantConnect(this.relayFunction, relayUser);
 
+    this.monitorFunction = fn('MonitorFunction', 'functions/monitor/handler.ts', {
+      timeout: Duration.minutes(1),
+      environment: {
+        ...props.monitorEnvironment,
+        ...dbEnvironment(monitorUser),
+        POWERTOOLS_SERVICE_NAME: 'outbox-monitor',
+        NODE_OPTIONS: '--enable-source-maps',
+      },
+      description: 'Outbox monitor: prunes old rows and emits lag and backlog metrics',
+    });
+    props.database.proxy.grantConnect(this.monitorFunction, monitorUser);
+
+    // One role for both schedules; each target grants it invoke on its own function.
+    const schedulerRole = new iam.Role(this, 'SchedulerRole', {
+      assumedBy: new iam.ServicePrincipal('scheduler.amazonaws.com'),
+      description: 'EventBridge Scheduler: invoke the outbox relay and monitor',
+    });
+    for (const f of [this.relayFunction, this.monitorFunction]) {
+      const logicalId = Stack.of(this).getLogicalId(f.node.defaultChild as lambda.CfnFunction);
+      Validations.of(schedulerRole).acknowledge({
+        id: `AwsSolutions::AwsSolutions-IAM5[Resource::<${logicalId}.Arn>:*]`,
+        reason:
+          'The Scheduler Lambda target grants invoke on the function and its versions (function:*); it is still this one function',
+      });
+    }
     this.relaySchedule = new scheduler.Schedule(this, 'RelaySchedule', {
       schedule: props.relaySchedule ?? scheduler.ScheduleExpression.rate(Duration.minutes(1)),
-      target: new targets.LambdaInvoke(this.relayFunction, { retryAttempts: 0 }),
+      target: new targets.LambdaInvoke(this.relayFunction, { retryAttempts: 0, role: schedulerRole }),
       description: 'Invokes the outbox relay; each invocation polls until close to its timeout',
     });
+    this.monitorSchedule = new scheduler.Schedule(this, 'MonitorSchedule', {
+      schedule: props.monitorSchedule ?? scheduler.ScheduleExpression.rate(Duration.minutes(1)),
+      target: new targets.LambdaInvoke(this.monitorFunction, { retryAttempts: 0, role: schedulerRole }),
+      description: 'Invokes the outbox monitor: pruning and lag metrics',
+    });
+
+    if (props.migration) {
+      this.migrateFunction = fn('MigrateFunction', 'functions/migrate/handler.ts', {
+        timeout: Duration.minutes(5),
+        environment: {
+          DB_SECRET_ARN: props.migration.adminSecret.secretArn,
+          DB_HOST: props.migration.host,
+          DB_NAME: props.database.databaseName,
+          OUTBOX_RELAY_ROLE: relayUser,
+          OUTBOX_MONITOR_ROLE: monitorUser,
+          OUTBOX_MIGRATIONS_DIR: '/var/task/migrations',
+          NODE_OPTIONS: '--enable-source-maps',
+        },
+        description: 'Outbox migrations: schema and least-privilege roles, run at deploy time',
+        bundling: {
+          ...baseBundling,
+          // The numbered SQL files travel with the code (node-pg-migrate reads them from a folder).
+          commandHooks: {
+            beforeBundling: () => [],
+            beforeInstall: () => [],
+            afterBundling: (inputDir: string, outputDir: string) => [
+              `cp -r "${inputDir}/migrations" "${outputDir}/migrations"`,
+            ],
+          },
+        },
+      });
+      props.migration.adminSecret.grantRead(this.migrateFunction);
+      // Migrations run before the schedules exist, so no relay ever meets an old schema.
+      new triggers.Trigger(this, 'MigrateTrigger', {
+        handler: this.migrateFunction,
+        executeAfter: props.migration.executeAfter ?? [],
+        executeBefore: [this.relaySchedule, this.monitorSchedule],
+        executeOnHandlerChange: true,
+        timeout: Duration.minutes(5),
+      });
+    }
+
+    for (const f of [this.relayFunction, this.monitorFunction, this.migrateFunction]) {
+      if (!f?.role) continue;
+      for (const policy of ['AWSLambdaBasicExecutionRole', 'AWSLambdaVPCAccessExecutionRole']) {
+        Validations.of(f.role).acknowledge({
+          id: `AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/${policy}]`,
+          reason: `${policy} is the AWS-maintained minimum for a VPC Lambda: its own log group and its network interfaces (whose ids are not known in advance)`,
+        });
+      }
+    }
+
+    this.alarmTopic =
+      props.alarmTopic ??
+      new sns.Topic(this, 'AlarmTopic', {
+        displayName: 'Outbox relay alarms',
+        masterKey: new kms.Key(this, 'AlarmTopicKey', {
+          enableKeyRotation: true,
+          description: 'Outbox relay alarm topic',
+        }),
+        enforceSSL: true,
+      });
+    const metric = (name: string, service: string, statistic: string, period = Duration.minutes(1)) =>
+      new cloudwatch.Metric({ namespace, metricName: name, dimensionsMap: { service }, statistic, period });
+    const alarm = (name: string, a: cloudwatch.AlarmProps) => {
+      const created = new cloudwatch.Alarm(this, name, a);
+      created.addAlarmAction(new cwActions.SnsAction(this.alarmTopic));
+      return created;
+    };
+    const lagThreshold = (props.lagAlarmThreshold ?? Duration.minutes(5)).toSeconds();
+    this.alarms = {
+      lag: alarm('LagAlarm', {
+        alarmDescription: `The oldest pending outbox event is older than ${lagThreshold} s, or the monitor stopped reporting. Run: outbox status`,
+        metric: metric('OldestPendingAgeSeconds', 'outbox-monitor', 'Maximum'),
+        threshold: lagThreshold,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluationPeriods: 3,
+        datapointsToAlarm: 3,
+        // No data means no monitor: that must alarm too.
+        treatMissingData: cloudwatch.TreatMissingData.BREACHING,
+      }),
+      deadLetters: alarm('DeadLetterAlarm', {
+        alarmDescription: 'Outbox events were dead-lettered. Run: outbox dead-letters list',
+        metric: metric('DeadLetteredCount', 'outbox-monitor', 'Maximum', Duration.minutes(5)),
+        threshold: 0,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluationPeriods: 1,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      relayErrors: alarm('RelayErrorAlarm', {
+        alarmDescription: 'Relay invocations failed. See the relay log group.',
+        metric: this.relayFunction.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
+        threshold: 1,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        evaluationPeriods: 1,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      relayThrottles: alarm('RelayThrottleAlarm', {
+        alarmDescription:
+          'PutEvents throttled the relay. Consider a quota increase or lower OUTBOX_PUBLISH_CONCURRENCY.',
+        metric: metric('Throttled', 'outbox-relay', 'Sum', Duration.minutes(5)),
+        threshold: 0,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluationPeriods: 1,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      monitorErrors: alarm('MonitorErrorAlarm', {
+        alarmDescription: 'Monitor invocations failed (pruning or metrics). See the monitor log group.',
+        metric: this.monitorFunction.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
+        threshold: 1,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        evaluationPeriods: 1,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+      proxyPinnedSessions: alarm('ProxyPinnedSessionsAlarm', {
+        alarmDescription: 'RDS Proxy connections are pinned: some client sets session state.',
+        metric: new cloudwatch.Metric({
+          namespace: 'AWS/RDS',
+          metricName: 'DatabaseConnectionsCurrentlySessionPinned',
+          dimensionsMap: { ProxyName: props.database.proxy.dbProxyName },
+          statistic: 'Maximum',
+          period: Duration.minutes(5),
+        }),
+        threshold: 0,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluationPeriods: 3,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
+    };
+
+    this.dashboard = new cloudwatch.Dashboard(this, 'Dashboard', {
+      dashboardName: `${Stack.of(this).stackName}-outbox`,
+      widgets: [
+        [
+          new cloudwatch.GraphWidget({
+            title: 'Lag: oldest pending event (s)',
+            left: [metric('OldestPendingAgeSeconds', 'outbox-monitor', 'Maximum')],
+            width: 12,
+          }),
+          new cloudwatch.GraphWidget({
+            title: 'Throughput (events published)',
+            left: [metric('Published', 'outbox-relay', 'Sum')],
+            width: 12,
+          }),
+        ],
+        [
+          new cloudwatch.GraphWidget({
+            title: 'Backlog',
+            left: [
+              metric('PendingCount', 'outbox-monitor', 'Maximum'),
+              metric('InFlightCount', 'outbox-monitor', 'Maximum'),
+            ],
+            right: [metric('DeadLetteredCount', 'outbox-monitor', 'Maximum')],
+            width: 12,
+          }),
+          new cloudwatch.GraphWidget({
+            title: 'Relay health',
+            left: [
+              metric('Retried', 'outbox-relay', 'Sum'),
+              metric('Throttled', 'outbox-relay', 'Sum'),
+              metric('LeaseLost', 'outbox-relay', 'Sum'),
+            ],
+            right: [metric('PutEventsLatency', 'outbox-relay', 'Average')],
+            width: 12,
+          }),
+        ],
+      ],
+    });
   }
+}
+
+function validate(props: OutboxRelayProps): void {
+  const timeout = props.relayTimeout?.toSeconds() ?? 60;
+  if (timeout < 15 || timeout > 900) {
+    throw new Error(`OutboxRelay: relayTimeout must be between 15 seconds and 15 minutes (got ${timeout} s)`);
+  }
+  if (props.securityGroups.length === 0) {
+    throw new Error('OutboxRelay: securityGroups must name at least one security group the proxy accepts');
+  }
+  if (!/^[A-Za-z_][A-Za-z0-9_$]{0,62}$/.test(props.database.databaseName)) {
+    throw new Error(
+      `OutboxRelay: database.databaseName "${props.database.databaseName}" is not a valid Postgres name`,
+    );
+  }
+  const memory = props.relayMemorySize ?? 256;
+  if (memory < 128 || memory > 10_240) {
+    throw new Error(`OutboxRelay: relayMemorySize must be 128–10240 MB (got ${memory})`);
+  }
+  const lag = props.lagAlarmThreshold?.toSeconds() ?? 300;
+  if (lag < 60) throw new Error(`OutboxRelay: lagAlarmThreshold must be at least 1 minute (got ${lag} s)`);
 }

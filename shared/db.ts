@@ -78,7 +78,9 @@ export function connect(options: ConnectOptions = {}): Sql {
  * - no startup parameters (no `statement_timeout`, `application_name`): session settings pin as
  *   well, so the statement timeout is set on the database role instead (see the migrate function).
  */
-function rdsProxySettings(env: NodeJS.ProcessEnv): Partial<postgres.Options<Record<string, postgres.PostgresType>>> {
+function rdsProxySettings(
+  env: NodeJS.ProcessEnv,
+): Partial<postgres.Options<Record<string, postgres.PostgresType>>> {
   const hostname = env.PGHOST;
   const username = env.PGUSER;
   if (!hostname || !username) {

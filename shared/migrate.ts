@@ -6,8 +6,12 @@
 import { fileURLToPath } from 'node:url';
 import { runner } from 'node-pg-migrate';
 
-/** The folder holding the SQL migrations shipped with this package. */
-export const MIGRATIONS_DIR = fileURLToPath(new URL('../migrations', import.meta.url));
+/**
+ * The folder holding the SQL migrations: `OUTBOX_MIGRATIONS_DIR` when set (the migrate Lambda's
+ * bundle carries them in `migrations/` beside its code), else the repository's `migrations/`.
+ */
+export const MIGRATIONS_DIR =
+  process.env.OUTBOX_MIGRATIONS_DIR ?? fileURLToPath(new URL('../migrations', import.meta.url));
 
 /** History table, named so it cannot collide with the host application's own migration table. */
 export const MIGRATIONS_TABLE = 'outbox_migrations';

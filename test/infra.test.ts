@@ -1,50 +1,335 @@
+import { App, Stack, Validations } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as rds from 'aws-cdk-lib/aws-rds';
+import { AwsSolutionsChecks } from 'cdk-nag';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../infra/app.ts';
+import { OutboxRelay } from '../infra/outbox-relay.ts';
 
 let template: Template;
+let synthError: unknown;
 beforeAll(() => {
-  const { stack } = buildApp();
+  const app = new App({ outdir: `/tmp/outbox-cdk-test-${process.pid}` });
+  // cdk-nag's AwsSolutions pack: synthesis fails on any finding that is not acknowledged with a reason.
+  Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+  const { stack } = buildApp(app);
+  try {
+    app.synth();
+  } catch (error) {
+    synthError = error;
+  }
   template = Template.fromStack(stack);
+}, 120_000);
+
+type Statement = { Action: string | string[]; Effect: string; Resource: unknown };
+function statementsOf(policyIdPrefix: string): Statement[] {
+  const policies = template.findResources('AWS::IAM::Policy');
+  const entry = Object.entries(policies).find(([id]) => id.startsWith(policyIdPrefix));
+  expect(entry, `a policy starting with ${policyIdPrefix}`).toBeDefined();
+  return (entry?.[1] as { Properties: { PolicyDocument: { Statement: Statement[] } } }).Properties
+    .PolicyDocument.Statement;
+}
+const dbUserArn = (user: string) => ({
+  'Fn::Join': [
+    '',
+    [
+      'arn:',
+      { Ref: 'AWS::Partition' },
+      ':rds-db:',
+      { Ref: 'AWS::Region' },
+      ':',
+      { Ref: 'AWS::AccountId' },
+      ':dbuser:',
+      {
+        'Fn::Select': [
+          6,
+          { 'Fn::Split': [':', { 'Fn::GetAtt': [Match.stringLikeRegexp('^DatabaseProxy'), 'DBProxyArn'] }] },
+        ],
+      },
+      `/${user}`,
+    ],
+  ],
 });
 
 describe('demo stack (synthesised)', () => {
-  it('runs the relay on nodejs24.x, arm64, with the bus name in its environment', () => {
-    template.resourceCountIs('AWS::Lambda::Function', 1);
-    template.hasResourceProperties('AWS::Lambda::Function', {
-      Runtime: 'nodejs24.x',
-      Architectures: ['arm64'],
-      Environment: {
-        Variables: Match.objectLike({
-          EVENT_BUS_NAME: { Ref: Match.stringLikeRegexp('Bus') },
-          NODE_OPTIONS: '--enable-source-maps',
-        }),
-      },
-    });
+  it('passes cdk-nag AwsSolutions with every finding acknowledged', () => {
+    expect(synthError).toBeUndefined();
   });
 
-  it('lets the relay put events on its one bus only', () => {
-    const policies = template.findResources('AWS::IAM::Policy');
-    const statements = Object.values(policies).flatMap(
-      (p) =>
-        (p as { Properties: { PolicyDocument: { Statement: unknown[] } } }).Properties.PolicyDocument
-          .Statement,
+  it('has the resources of a complete system, and no NAT gateway', () => {
+    for (const [type, count] of [
+      ['AWS::RDS::DBInstance', 1],
+      ['AWS::RDS::DBProxy', 1],
+      ['AWS::Events::EventBus', 1],
+      ['AWS::Scheduler::Schedule', 2],
+      ['AWS::CloudWatch::Alarm', 6],
+      ['AWS::CloudWatch::Dashboard', 1],
+      ['AWS::SNS::Topic', 1],
+      ['AWS::EC2::VPCEndpoint', 2],
+      ['Custom::Trigger', 1],
+      ['AWS::EC2::NatGateway', 0],
+    ] as const) {
+      template.resourceCountIs(type, count);
+    }
+    template.hasResourceProperties('AWS::RDS::DBInstance', {
+      StorageEncrypted: true,
+      EnableIAMDatabaseAuthentication: true,
+    });
+    template.hasResourceProperties('AWS::SNS::Topic', { KmsMasterKeyId: Match.anyValue() });
+  });
+
+  it('runs the relay and the monitor on nodejs24.x, arm64, with IAM auth to the proxy and no secrets in the environment', () => {
+    const functions = template.findResources('AWS::Lambda::Function', {
+      Properties: { Runtime: 'nodejs24.x' },
+    });
+    const byDescription = (d: string) =>
+      Object.values(functions).find((f) =>
+        String((f as { Properties: { Description?: string } }).Properties.Description).startsWith(d),
+      ) as
+        | {
+            Properties: {
+              Architectures: string[];
+              Environment: { Variables: Record<string, unknown> };
+              Timeout: number;
+              MemorySize: number;
+            };
+          }
+        | undefined;
+    const relay = byDescription('Outbox relay');
+    const monitor = byDescription('Outbox monitor');
+    const migrate = byDescription('Outbox migrations');
+    expect(relay?.Properties.Architectures).toEqual(['arm64']);
+    expect(relay?.Properties).toMatchObject({ Timeout: 60, MemorySize: 256 });
+    expect(relay?.Properties.Environment.Variables.EVENT_BUS_NAME).toEqual({
+      Ref: expect.stringMatching(/^OutboxBus/),
+    });
+    expect(relay?.Properties.Environment.Variables).toMatchObject({
+      PGUSER: 'outbox_relay',
+      PGDATABASE: 'app',
+      OUTBOX_DB_IAM_AUTH: 'true',
+      NODE_OPTIONS: '--enable-source-maps',
+    });
+    expect(Object.keys(relay?.Properties.Environment.Variables ?? {}).sort()).toEqual(
+      [
+        'EVENT_BUS_NAME',
+        'NODE_OPTIONS',
+        'OUTBOX_DB_IAM_AUTH',
+        'OUTBOX_METRIC_NAMESPACE',
+        'PGDATABASE',
+        'PGHOST',
+        'PGPORT',
+        'PGUSER',
+        'POWERTOOLS_SERVICE_NAME',
+      ].sort(),
     );
-    const putEvents = statements.filter((s) => (s as { Action: unknown }).Action === 'events:PutEvents');
-    expect(putEvents).toEqual([
+    expect(monitor?.Properties.Environment.Variables).toMatchObject({
+      PGUSER: 'outbox_monitor',
+      OUTBOX_DB_IAM_AUTH: 'true',
+    });
+    expect(migrate?.Properties.Environment.Variables.DB_SECRET_ARN).toEqual({
+      Ref: expect.stringMatching(/^DatabaseSecretAttachment/),
+    });
+    for (const f of [relay, monitor, migrate]) {
+      expect(JSON.stringify(f?.Properties.Environment.Variables)).not.toMatch(/PASSWORD|SecretString/i);
+    }
+  });
+
+  it('grants each function exactly what it needs', () => {
+    expect(statementsOf('OutboxRelayFunctionServiceRoleDefaultPolicy')).toEqual([
       {
         Action: 'events:PutEvents',
         Effect: 'Allow',
-        Resource: { 'Fn::GetAtt': [expect.stringMatching(/Bus/), 'Arn'] },
+        Resource: { 'Fn::GetAtt': [expect.stringMatching(/^OutboxBus/), 'Arn'] },
+      },
+      { Action: 'rds-db:connect', Effect: 'Allow', Resource: expect.anything() },
+    ]);
+    template.hasResourceProperties('AWS::IAM::Policy', {
+      PolicyName: Match.stringLikeRegexp('^OutboxRelayFunction'),
+      PolicyDocument: {
+        Statement: Match.arrayWith([
+          { Action: 'rds-db:connect', Effect: 'Allow', Resource: dbUserArn('outbox_relay') },
+        ]),
+      },
+    });
+    expect(statementsOf('OutboxMonitorFunctionServiceRoleDefaultPolicy')).toEqual([
+      { Action: 'rds-db:connect', Effect: 'Allow', Resource: expect.anything() },
+    ]);
+    template.hasResourceProperties('AWS::IAM::Policy', {
+      PolicyName: Match.stringLikeRegexp('^OutboxMonitorFunction'),
+      PolicyDocument: {
+        Statement: [{ Action: 'rds-db:connect', Effect: 'Allow', Resource: dbUserArn('outbox_monitor') }],
+      },
+    });
+    expect(statementsOf('OutboxMigrateFunctionServiceRoleDefaultPolicy')).toEqual([
+      {
+        Action: ['secretsmanager:GetSecretValue', 'secretsmanager:DescribeSecret'],
+        Effect: 'Allow',
+        Resource: { Ref: expect.stringMatching(/^DatabaseSecretAttachment/) },
       },
     ]);
   });
 
-  it('invokes the relay every minute through EventBridge Scheduler', () => {
-    template.resourceCountIs('AWS::Scheduler::Schedule', 1);
-    template.hasResourceProperties('AWS::Scheduler::Schedule', {
-      ScheduleExpression: 'rate(1 minute)',
-      Target: Match.objectLike({ Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('RelayFunction'), 'Arn'] } }),
+  it('requires IAM authentication and TLS on the proxy, and reaches EventBridge through an interface endpoint', () => {
+    template.hasResourceProperties('AWS::RDS::DBProxy', {
+      RequireTLS: true,
+      EngineFamily: 'POSTGRESQL',
+      Auth: [Match.objectLike({ IAMAuth: 'REQUIRED' })],
     });
+    template.hasResourceProperties('AWS::EC2::VPCEndpoint', {
+      ServiceName: { 'Fn::Join': ['', ['com.amazonaws.', { Ref: 'AWS::Region' }, '.events']] },
+      VpcEndpointType: 'Interface',
+      PrivateDnsEnabled: true,
+    });
+  });
+
+  it('invokes both functions every minute, and only after the migrations ran', () => {
+    const schedules = template.findResources('AWS::Scheduler::Schedule');
+    const trigger = Object.keys(template.findResources('Custom::Trigger'))[0];
+    expect(Object.values(schedules)).toHaveLength(2);
+    for (const s of Object.values(schedules) as {
+      DependsOn: string[];
+      Properties: { ScheduleExpression: string; FlexibleTimeWindow: { Mode: string } };
+    }[]) {
+      expect(s.Properties.ScheduleExpression).toBe('rate(1 minute)');
+      expect(s.Properties.FlexibleTimeWindow).toEqual({ Mode: 'OFF' });
+      expect(s.DependsOn).toContain(trigger);
+    }
+    const triggerResource = template.findResources('Custom::Trigger')[trigger as string] as {
+      DependsOn: string[];
+    };
+    expect(triggerResource.DependsOn).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^Database[A-Z0-9]/),
+        expect.stringMatching(/^DatabaseProxy[A-Z0-9]/),
+      ]),
+    );
+  });
+
+  it('alarms on lag (missing data breaches), dead letters, relay errors and throttles, monitor errors and pinned proxy sessions', () => {
+    const alarms = Object.values(template.findResources('AWS::CloudWatch::Alarm')) as {
+      Properties: {
+        MetricName?: string;
+        Namespace?: string;
+        Threshold: number;
+        TreatMissingData: string;
+        ComparisonOperator: string;
+        AlarmActions: unknown[];
+        Statistic?: string;
+        Dimensions?: unknown[];
+      };
+    }[];
+    const byMetric = Object.fromEntries(
+      alarms.map((a) => [
+        `${a.Properties.Namespace}/${a.Properties.MetricName}/${JSON.stringify(a.Properties.Dimensions)}`,
+        a.Properties,
+      ]),
+    );
+    const find = (namespace: string, name: string) =>
+      Object.entries(byMetric)
+        .filter(([k]) => k.startsWith(`${namespace}/${name}/`))
+        .map(([, v]) => v);
+    expect(find('Outbox', 'OldestPendingAgeSeconds')[0]).toMatchObject({
+      Threshold: 300,
+      TreatMissingData: 'breaching',
+      ComparisonOperator: 'GreaterThanThreshold',
+      Statistic: 'Maximum',
+    });
+    expect(find('Outbox', 'DeadLetteredCount')[0]).toMatchObject({
+      Threshold: 0,
+      TreatMissingData: 'notBreaching',
+      ComparisonOperator: 'GreaterThanThreshold',
+    });
+    expect(find('Outbox', 'Throttled')[0]).toMatchObject({
+      Threshold: 0,
+      ComparisonOperator: 'GreaterThanThreshold',
+      Statistic: 'Sum',
+    });
+    expect(find('AWS/Lambda', 'Errors')).toHaveLength(2);
+    for (const e of find('AWS/Lambda', 'Errors'))
+      expect(e).toMatchObject({ Threshold: 1, ComparisonOperator: 'GreaterThanOrEqualToThreshold' });
+    expect(find('AWS/RDS', 'DatabaseConnectionsCurrentlySessionPinned')[0]).toMatchObject({ Threshold: 0 });
+    for (const a of alarms)
+      expect(a.Properties.AlarmActions).toEqual([{ Ref: expect.stringMatching(/AlarmTopic/) }]);
+  });
+});
+
+describe('OutboxRelay in an existing stack', () => {
+  it('embeds with an imported VPC, proxy and bus', () => {
+    const app = new App();
+    const stack = new Stack(app, 'Existing', { env: { account: '123456789012', region: 'eu-west-1' } });
+    const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
+      vpcId: 'vpc-12345678',
+      availabilityZones: ['eu-west-1a', 'eu-west-1b'],
+      privateSubnetIds: ['subnet-11111111', 'subnet-22222222'],
+    });
+    const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
+      dbProxyName: 'orders-proxy',
+      dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-0123456789abcdef0',
+      endpoint: 'orders-proxy.proxy-abc.eu-west-1.rds.amazonaws.com',
+      securityGroups: [],
+    });
+    const bus = events.EventBus.fromEventBusName(stack, 'Bus', 'orders');
+    const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
+    const outbox = new OutboxRelay(stack, 'Outbox', {
+      vpc,
+      securityGroups: [sg],
+      database: { proxy, databaseName: 'orders' },
+      eventBus: bus,
+    });
+    const t = Template.fromStack(stack);
+    t.resourceCountIs('AWS::Events::EventBus', 0);
+    t.resourceCountIs('Custom::Trigger', 0);
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Environment: {
+        Variables: Match.objectLike({
+          EVENT_BUS_NAME: 'orders',
+          PGHOST: 'orders-proxy.proxy-abc.eu-west-1.rds.amazonaws.com',
+          PGDATABASE: 'orders',
+        }),
+      },
+      VpcConfig: { SubnetIds: ['subnet-11111111', 'subnet-22222222'], SecurityGroupIds: ['sg-12345678'] },
+    });
+    const relayPolicy = Object.entries(t.findResources('AWS::IAM::Policy')).find(([id]) =>
+      id.startsWith('OutboxRelayFunction'),
+    )?.[1] as {
+      Properties: { PolicyDocument: { Statement: Statement[] } };
+    };
+    const statements = relayPolicy.Properties.PolicyDocument.Statement;
+    expect(statements.map((x) => x.Action)).toEqual(['events:PutEvents', 'rds-db:connect']);
+    expect(JSON.stringify(statements[0]?.Resource)).toContain('event-bus/orders');
+    const dbUser = JSON.stringify(statements[1]?.Resource);
+    expect(dbUser).toContain(':dbuser:');
+    expect(dbUser).toContain('prx-0123456789abcdef0');
+    expect(dbUser).toContain('/outbox_relay');
+    expect(outbox.migrateFunction).toBeUndefined();
+  });
+
+  it('rejects invalid props with a clear message', () => {
+    const stack = new Stack(new App(), 'Bad');
+    const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
+      vpcId: 'vpc-1',
+      availabilityZones: ['a'],
+      privateSubnetIds: ['s-1'],
+    });
+    const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
+      dbProxyName: 'p',
+      dbProxyArn: 'arn:aws:rds:r:1:db-proxy:prx-1',
+      endpoint: 'e',
+      securityGroups: [],
+    });
+    const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-1');
+    expect(
+      () => new OutboxRelay(stack, 'A', { vpc, securityGroups: [], database: { proxy, databaseName: 'db' } }),
+    ).toThrow(/securityGroups/);
+    expect(
+      () =>
+        new OutboxRelay(stack, 'B', {
+          vpc,
+          securityGroups: [sg],
+          database: { proxy, databaseName: 'no-dash' },
+        }),
+    ).toThrow(/databaseName "no-dash"/);
   });
 });

@@ -1,0 +1,173 @@
+/**
+ * The demo stack: a complete, working system with defaults — a VPC with private subnets and an
+ * EventBridge interface endpoint (no NAT), RDS for PostgreSQL, RDS Proxy with IAM authentication
+ * and TLS required, a custom event bus, and the OutboxRelay construct with deploy-time migrations.
+ */
+import { Duration, RemovalPolicy, Stack, type StackProps, Validations } from 'aws-cdk-lib';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import * as rds from 'aws-cdk-lib/aws-rds';
+import type { Construct } from 'constructs';
+import { OutboxRelay } from './outbox-relay.ts';
+
+/** Props of {@link OutboxDemoStack}. */
+export interface OutboxDemoStackProps extends StackProps {
+  /**
+   * Database name.
+   * @default 'app'
+   */
+  readonly databaseName?: string;
+  /**
+   * Instance class of the database.
+   * @default t4g.micro
+   */
+  readonly instanceType?: ec2.InstanceType;
+}
+
+export class OutboxDemoStack extends Stack {
+  public readonly vpc: ec2.Vpc;
+  public readonly database: rds.DatabaseInstance;
+  public readonly proxy: rds.DatabaseProxy;
+  public readonly outbox: OutboxRelay;
+
+  constructor(scope: Construct, id: string, props: OutboxDemoStackProps = {}) {
+    super(scope, id, props);
+    const databaseName = props.databaseName ?? 'app';
+
+    this.vpc = new ec2.Vpc(this, 'Vpc', {
+      maxAzs: 2,
+      natGateways: 0,
+      subnetConfiguration: [{ name: 'private', subnetType: ec2.SubnetType.PRIVATE_ISOLATED, cidrMask: 24 }],
+      flowLogs: {
+        all: {
+          destination: ec2.FlowLogDestination.toCloudWatchLogs(
+            new logs.LogGroup(this, 'FlowLogs', {
+              retention: logs.RetentionDays.ONE_MONTH,
+              removalPolicy: RemovalPolicy.DESTROY,
+            }),
+          ),
+          trafficType: ec2.FlowLogTrafficType.REJECT,
+        },
+      },
+    });
+    const functionsSg = new ec2.SecurityGroup(this, 'FunctionsSg', {
+      vpc: this.vpc,
+      description: 'Outbox relay, monitor and migrate functions',
+      allowAllOutbound: false,
+    });
+    const endpointSg = new ec2.SecurityGroup(this, 'EndpointSg', {
+      vpc: this.vpc,
+      description: 'Interface endpoints',
+      allowAllOutbound: false,
+    });
+    endpointSg.addIngressRule(functionsSg, ec2.Port.tcp(443), 'HTTPS from the outbox functions');
+    functionsSg.addEgressRule(endpointSg, ec2.Port.tcp(443), 'HTTPS to the interface endpoints');
+    // The relay reaches EventBridge, the migrate function Secrets Manager, without a NAT gateway.
+    this.vpc.addInterfaceEndpoint('EventBridgeEndpoint', {
+      service: ec2.InterfaceVpcEndpointAwsService.EVENTBRIDGE,
+      securityGroups: [endpointSg],
+      open: false,
+    });
+    this.vpc.addInterfaceEndpoint('SecretsManagerEndpoint', {
+      service: ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
+      securityGroups: [endpointSg],
+      open: false,
+    });
+
+    const dbSg = new ec2.SecurityGroup(this, 'DatabaseSg', {
+      vpc: this.vpc,
+      description: 'Outbox database',
+      allowAllOutbound: false,
+    });
+    const proxySg = new ec2.SecurityGroup(this, 'ProxySg', {
+      vpc: this.vpc,
+      description: 'RDS Proxy',
+      allowAllOutbound: false,
+    });
+    dbSg.addIngressRule(proxySg, ec2.Port.tcp(5432), 'Postgres from RDS Proxy');
+    proxySg.addEgressRule(dbSg, ec2.Port.tcp(5432), 'Postgres to the database');
+    proxySg.addIngressRule(functionsSg, ec2.Port.tcp(5432), 'Postgres from the outbox functions');
+    functionsSg.addEgressRule(proxySg, ec2.Port.tcp(5432), 'Postgres to RDS Proxy');
+    dbSg.addIngressRule(functionsSg, ec2.Port.tcp(5432), 'Postgres from the migrate function');
+    functionsSg.addEgressRule(dbSg, ec2.Port.tcp(5432), 'Postgres to the database (migrations)');
+
+    this.database = new rds.DatabaseInstance(this, 'Database', {
+      engine: rds.DatabaseInstanceEngine.postgres({ version: rds.PostgresEngineVersion.VER_17 }),
+      instanceType: props.instanceType ?? ec2.InstanceType.of(ec2.InstanceClass.T4G, ec2.InstanceSize.MICRO),
+      vpc: this.vpc,
+      vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
+      securityGroups: [dbSg],
+      databaseName,
+      credentials: rds.Credentials.fromGeneratedSecret('outbox_admin'),
+      storageEncrypted: true,
+      iamAuthentication: true,
+      multiAz: false,
+      allocatedStorage: 20,
+      backupRetention: Duration.days(7),
+      deletionProtection: false,
+      removalPolicy: RemovalPolicy.SNAPSHOT,
+      cloudwatchLogsExports: ['postgresql'],
+      cloudwatchLogsRetention: logs.RetentionDays.ONE_MONTH,
+      enablePerformanceInsights: false,
+    });
+
+    const ack = (scope: Construct, id: string, reason: string) =>
+      Validations.of(scope).acknowledge({ id: `AwsSolutions::${id}`, reason });
+    ack(
+      this.database,
+      'AwsSolutions-RDS3',
+      'Demo stack: a single-AZ instance keeps the cost down; set multiAz for production',
+    );
+    ack(
+      this.database,
+      'AwsSolutions-RDS10',
+      'Demo stack: `cdk destroy` must be able to remove it (a final snapshot is kept: RemovalPolicy.SNAPSHOT)',
+    );
+    ack(
+      this.database,
+      'AwsSolutions-RDS11',
+      'Reachable only from two security groups in isolated subnets; a non-standard port adds no protection',
+    );
+    ack(
+      this.database,
+      'AwsSolutions-SMG4',
+      'Admin secret used only by RDS Proxy and the deploy-time migrate function; clients use IAM tokens. Add rotation for production',
+    );
+    for (const child of this.node.children) {
+      if (child.node.id.startsWith('LogRetention')) {
+        ack(
+          child,
+          'AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]',
+          'CDK-managed function that sets the database log group retention',
+        );
+        ack(
+          child,
+          'AwsSolutions-IAM5[Resource::*]',
+          'CDK-managed log retention function: the log group is created by RDS, so its ARN is not known to the template',
+        );
+      }
+    }
+
+    this.proxy = this.database.addProxy('Proxy', {
+      // The proxy's own login to the database uses the admin secret; clients must use IAM.
+      secrets: [this.database.secret as NonNullable<typeof this.database.secret>],
+      vpc: this.vpc,
+      vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
+      securityGroups: [proxySg],
+      iamAuth: true,
+      requireTLS: true,
+    });
+
+    this.outbox = new OutboxRelay(this, 'Outbox', {
+      vpc: this.vpc,
+      vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
+      securityGroups: [functionsSg],
+      database: { proxy: this.proxy, databaseName },
+      migration: {
+        adminSecret: this.database.secret as NonNullable<typeof this.database.secret>,
+        host: this.database.dbInstanceEndpointAddress,
+        executeAfter: [this.database, this.proxy],
+      },
+    });
+  }
+}

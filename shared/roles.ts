@@ -1,0 +1,47 @@
+/**
+ * Least-privilege database roles for a deployment, created by the migrate function after the
+ * schema migrations (roles are cluster-wide, so they are not part of the numbered migrations):
+ * - relay: reads and updates `outbox`, nothing else;
+ * - monitor: reads `outbox` and deletes expired rows;
+ * - producer: inserts events (and bumps the per-aggregate sequence counter).
+ * Each logs in through RDS Proxy with IAM (`rds_iam`, granted where it exists, i.e. on RDS), and
+ * gets its statement timeout as a role default, so clients need no `SET` (which would pin).
+ */
+import type { Queryable } from './db.ts';
+
+/** Role names of a deployment. */
+export interface OutboxRoles {
+  relay: string;
+  monitor: string;
+  producer: string;
+}
+
+/** Default role names. */
+export const DEFAULT_ROLES: OutboxRoles = {
+  relay: 'outbox_relay',
+  monitor: 'outbox_monitor',
+  producer: 'outbox_producer',
+};
+
+/**
+ * Creates the roles if missing and (re)applies their grants; safe to run on every deploy.
+ * @param statementTimeoutMs role default `statement_timeout`
+ */
+export async function ensureRoles(
+  sql: Queryable,
+  roles: OutboxRoles = DEFAULT_ROLES,
+  statementTimeoutMs = 15_000,
+): Promise<void> {
+  const grants: [string, string[]][] = [
+    [roles.relay, ['grant select, update on outbox to %I']],
+    [roles.monitor, ['grant select, delete on outbox to %I']],
+    [
+      roles.producer,
+      ['grant select, insert on outbox to %I', 'grant select, insert, update on outbox_aggregate to %I'],
+    ],
+  ];
+  for (const [role, statements] of grants) {
+    // DDL takes no bind parameters: outbox_ensure_role (migration 004) quotes names with format().
+    await sql`select outbox_ensure_role(${role}, ${statementTimeoutMs}, ${statements}::text[])`;
+  }
+}
