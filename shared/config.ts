@@ -23,6 +23,8 @@ export const relayConfigSchema = z.object({
   OUTBOX_BACKOFF_MAX_MS: int(0, 86_400_000).default(300_000),
   /** PutEvents calls in flight at once. */
   OUTBOX_PUBLISH_CONCURRENCY: int(1, 64).default(4),
+  /** Passes run at once, so claims and marks overlap publishing. */
+  OUTBOX_PIPELINE_DEPTH: int(1, 8).default(2),
   /** Bytes per PutEvents request, as EventBridge counts them (1 MiB today; 262144 on older limits). */
   OUTBOX_MAX_REQUEST_BYTES: int(1_024, 1_048_576).default(1_048_576),
   /** Events of one aggregate claimed together and sent one after another in a pass. */
@@ -48,6 +50,7 @@ export interface RelaySettings {
   backoffBaseMs: number;
   backoffMaxMs: number;
   publishConcurrency: number;
+  pipelineDepth: number;
   maxRequestBytes: number;
   perAggregateLimit: number;
   ordering: 'aggregate' | 'none';
@@ -71,6 +74,7 @@ export function loadRelaySettings(env: NodeJS.ProcessEnv = process.env): RelaySe
     backoffBaseMs: e.OUTBOX_BACKOFF_BASE_MS,
     backoffMaxMs: e.OUTBOX_BACKOFF_MAX_MS,
     publishConcurrency: e.OUTBOX_PUBLISH_CONCURRENCY,
+    pipelineDepth: e.OUTBOX_PIPELINE_DEPTH,
     maxRequestBytes: e.OUTBOX_MAX_REQUEST_BYTES,
     perAggregateLimit: e.OUTBOX_PER_AGGREGATE_LIMIT,
     ordering: e.OUTBOX_ORDERING,

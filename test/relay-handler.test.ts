@@ -123,6 +123,7 @@ describe('relay configuration', () => {
       backoffBaseMs: 1_000,
       backoffMaxMs: 300_000,
       publishConcurrency: 4,
+      pipelineDepth: 2,
       maxRequestBytes: 1_048_576,
       perAggregateLimit: 10,
       ordering: 'aggregate',

@@ -58,8 +58,7 @@ function claimUnordered(sql: Sql, o: ClaimOptions) {
     set lease_token = ${o.leaseToken}::uuid,
         lease_expires_at = now() + make_interval(secs => ${o.leaseSeconds}),
         attempts = o.attempts + 1
-    from picked
-    where o.id = picked.id
+    where o.id = any(array(select id from picked))
     returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.source,
               o.payload::text as payload, o.trace_header, o.created_at, o.attempts, true as is_head
   `;
@@ -93,11 +92,19 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
     parked as (
       update outbox w
       set available_at = now() + make_interval(secs => ${o.leaseSeconds})
-      from heads h
-      where w.aggregate_type = h.aggregate_type and w.aggregate_id = h.aggregate_id
-        and w.published_at is null and w.dead_lettered_at is null
-        and w.available_at <= now()
-        and w.sequence > h.sequence + ${o.perAggregateLimit}
+      where w.id = any(array(
+        select x.id
+        from heads h
+        cross join lateral (
+          select b.id from outbox b
+          where b.aggregate_type = h.aggregate_type and b.aggregate_id = h.aggregate_id
+            and b.published_at is null and b.dead_lettered_at is null
+            and b.available_at <= now()
+            and b.sequence > h.sequence + ${o.perAggregateLimit}
+          -- bounded work per claim (and a LIMIT keeps the planner on the aggregate's index)
+          limit 10000
+        ) x
+      ))
     ),
     successors as (
       select s.id
@@ -132,8 +139,7 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
     set lease_token = ${o.leaseToken}::uuid,
         lease_expires_at = now() + make_interval(secs => ${o.leaseSeconds}),
         attempts = o.attempts + 1
-    from claimed
-    where o.id = claimed.id
+    where o.id = any(array(select id from claimed))
     returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.source,
               o.payload::text as payload, o.trace_header, o.created_at, o.attempts,
               exists (select 1 from heads where heads.id = o.id) as is_head

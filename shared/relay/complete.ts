@@ -98,15 +98,16 @@ export async function unparkNextEvents(
   await sql`
     update outbox o
     set available_at = least(o.available_at, now())
-    from (
-      select a.t, a.i, (
-        select min(n.sequence) from outbox n
+    where o.id = any(array(
+      select (
+        select n.id from outbox n
         where n.aggregate_type = a.t and n.aggregate_id = a.i
           and n.published_at is null and n.dead_lettered_at is null
-      ) as next_sequence
+        order by n.sequence
+        limit 1
+      )
       from unnest(${aggregates.map((a) => a.aggregateType)}::text[], ${aggregates.map((a) => a.aggregateId)}::text[]) as a(t, i)
-    ) nx
-    where o.aggregate_type = nx.t and o.aggregate_id = nx.i and o.sequence = nx.next_sequence
+    ))
       and o.available_at > now()
   `;
 }

@@ -65,6 +65,8 @@ export interface RelayDeps {
   settings: RelaySettings;
   /** Source of randomness for backoff jitter; tests may fix it. */
   random?: () => number;
+  /** Caps PutEvents calls in flight across concurrent passes; default: `publishConcurrency` per pass. */
+  publishSlots?: Semaphore;
 }
 
 /** No round is started with less lease than this left: one PutEvents call with the SDK's retries fits in it. */
@@ -161,12 +163,16 @@ export async function relayOnce(
     const requests = packRequests(items, settings.maxRequestBytes);
     counts.putEventsCalls += requests.length;
     const outcomes = await mapWithConcurrency(requests, settings.publishConcurrency, async (request) => {
-      const callStarted = performance.now();
-      const results = await putEntries(
-        client,
-        request.map((i) => i.entry),
-      );
-      counts.putEventsMs += performance.now() - callStarted;
+      const send = async () => {
+        const callStarted = performance.now();
+        const sent = await putEntries(
+          client,
+          request.map((i) => i.entry),
+        );
+        counts.putEventsMs += performance.now() - callStarted;
+        return sent;
+      };
+      const results = deps.publishSlots ? await deps.publishSlots.run(send) : await send();
       return request.map((item, i) => ({ event: item.event, outcome: results[i] as EntryOutcome }));
     });
 
@@ -272,6 +278,24 @@ const DEADLINE_MARGIN_MS = 3_000;
 export async function runRelay(
   options: RunRelayOptions,
 ): Promise<RelayCounts & { passes: number; stopReason: StopReason }> {
+  // Pipelining: several passes run at once (lanes), so one lane's claim and marks overlap another
+  // lane's PutEvents calls. Leases keep the lanes' rows apart exactly as they keep separate relays
+  // apart, and one semaphore caps the PutEvents calls in flight across lanes.
+  const lanes = options.once ? 1 : Math.max(1, options.settings.pipelineDepth);
+  const publishSlots = options.publishSlots ?? new Semaphore(options.settings.publishConcurrency);
+  const results = await Promise.all(
+    Array.from({ length: lanes }, () => runLane({ ...options, publishSlots })),
+  );
+  const totals = emptyCounts();
+  for (const r of results) addCounts(totals, r);
+  const order: StopReason[] = ['aborted', 'deadline', 'once', 'empty'];
+  const stopReason = order.find((reason) => results.some((r) => r.stopReason === reason)) ?? 'empty';
+  return { ...totals, passes: results.reduce((n, r) => n + r.passes, 0), stopReason };
+}
+
+async function runLane(
+  options: RunRelayOptions,
+): Promise<RelayCounts & { passes: number; stopReason: StopReason }> {
   const { settings, signal } = options;
   const totals = emptyCounts();
   let passes = 0;
@@ -324,6 +348,26 @@ export async function runRelay(
       if (!pending) return stop('empty');
     }
     await pause(settings.pollIntervalMs, options);
+  }
+}
+
+/** A counting semaphore: at most `limit` holders at once, the rest wait in arrival order. */
+export class Semaphore {
+  private free: number;
+  private readonly waiting: (() => void)[] = [];
+  constructor(limit: number) {
+    this.free = limit;
+  }
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.free > 0) this.free--;
+    else await new Promise<void>((resolve) => this.waiting.push(resolve));
+    try {
+      return await fn();
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.free++;
+    }
   }
 }
 

@@ -12,6 +12,7 @@ export function testSettings(overrides: Partial<RelaySettings> = {}): RelaySetti
     backoffBaseMs: 10,
     backoffMaxMs: 50,
     publishConcurrency: 4,
+    pipelineDepth: 2,
     maxRequestBytes: 1_048_576,
     perAggregateLimit: 10,
     ordering: 'aggregate',
