@@ -9,7 +9,7 @@ import { loadRelaySettings } from '../shared/config.ts';
 import { connect, databaseUrlFromEnv, type Sql } from '../shared/db.ts';
 import { OutboxError } from '../shared/errors.ts';
 import { migrate } from '../shared/migrate.ts';
-import { createEventBridgeClient } from '../shared/relay/publish.ts';
+import { checkEventBridgeClient, createEventBridgeClient } from '../shared/relay/publish.ts';
 import { type RelayCounts, runRelay } from '../shared/relay/relay.ts';
 import { getStatus } from '../shared/status.ts';
 import { enqueueFromLines } from './enqueue-lines.ts';
@@ -82,6 +82,8 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
     .option('--quiet', 'print only the final summary')
     .action(async (opts: { once?: boolean; untilEmpty?: boolean; quiet?: boolean }) => {
       const settings = loadRelaySettings(io.env);
+      const client = createEventBridgeClient();
+      await checkEventBridgeClient(client);
       const abort = new AbortController();
       const onSignal = () => abort.abort();
       process.once('SIGINT', onSignal);
@@ -92,7 +94,7 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
         await withDb(async (sql) => {
           const result = await runRelay({
             sql,
-            client: createEventBridgeClient(),
+            client,
             settings,
             signal: abort.signal,
             once: opts.once,

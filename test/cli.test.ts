@@ -36,6 +36,7 @@ function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
     AWS_ACCESS_KEY_ID: 'local',
     AWS_SECRET_ACCESS_KEY: 'local',
     OUTBOX_POLL_INTERVAL_MS: '20',
+    AWS_EC2_METADATA_DISABLED: 'true',
     ...extra,
   };
 }
@@ -168,6 +169,17 @@ describe('outbox CLI', () => {
     const malformed = await run(['relay', '--once'], { env: env({ OUTBOX_BATCH_SIZE: 'lots' }) });
     expect(malformed.code).toBe(2);
     expect(malformed.stderr).toMatch(/^error: OUTBOX_BATCH_SIZE: .*\(got "lots"\)/);
+  });
+
+  it('relay refuses to start without an AWS region instead of dead-lettering every event', async () => {
+    await db.sql.begin((tx) =>
+      enqueueMany(tx, [{ type: 'T', source: 's', aggregateType: 'x', aggregateId: 'r', payload: {} }]),
+    );
+    const r = await run(['relay', '--until-empty'], { env: env({ AWS_REGION: '' }) });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^error: AWS_REGION: is required to sign PutEvents requests/);
+    const [row] = await db.sql`select attempts, dead_lettered_at from outbox`;
+    expect(row).toEqual({ attempts: 0, dead_lettered_at: null });
   });
 
   it('a relay killed mid-publication leaves nothing lost: the next relay publishes every row', async () => {

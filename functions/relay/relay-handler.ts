@@ -12,6 +12,7 @@ import type { Context } from 'aws-lambda';
 import type { RelaySettings } from '../../shared/config.ts';
 import type { Sql } from '../../shared/db.ts';
 import { addRelayMetrics, createMetrics } from '../../shared/metrics.ts';
+import { checkEventBridgeClient } from '../../shared/relay/publish.ts';
 import { type RelayCounts, runRelay, type StopReason } from '../../shared/relay/relay.ts';
 
 /** What one invocation did. */
@@ -38,11 +39,14 @@ export interface RelayHandlerDeps {
 export function createRelayHandler(deps: RelayHandlerDeps) {
   const logger = deps.logger ?? new Logger({ serviceName: 'outbox-relay' });
   const metrics = deps.metrics ?? createMetrics('outbox-relay', deps.settings.metricNamespace);
+  let clientChecked: Promise<void> | undefined;
   return middy<unknown, RelayInvocationSummary, Error, Context>()
     .use(injectLambdaContext(logger))
     .use(logMetrics(metrics))
     .handler(async (_event, context) => {
       const started = performance.now();
+      clientChecked ??= checkEventBridgeClient(deps.client);
+      await clientChecked;
       const result = await runRelay({
         sql: deps.sql,
         client: deps.client,

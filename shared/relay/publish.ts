@@ -13,6 +13,7 @@ import {
   type PutEventsRequestEntry,
 } from '@aws-sdk/client-eventbridge';
 import { detailJson, entrySize, MAX_ENTRIES_PER_REQUEST } from '../envelope.ts';
+import { OutboxConfigError } from '../errors.ts';
 import type { ClaimedEvent } from './types.ts';
 
 /** Per-entry error codes that no retry can fix: the row is dead-lettered at once. */
@@ -42,6 +43,31 @@ export function createEventBridgeClient(config: EventBridgeClientConfig = {}): E
     requestHandler: { connectionTimeout: 3_000, requestTimeout: 10_000 },
     ...config,
   });
+}
+
+/**
+ * Checks at start-up that the client can sign requests: a region and credentials must resolve.
+ * Without this, every PutEvents fails before leaving the process and each event is retried (and
+ * finally dead-lettered) for what is a deployment problem.
+ * @throws {OutboxConfigError} naming AWS_REGION or the credentials
+ */
+export async function checkEventBridgeClient(client: EventBridgeClient): Promise<void> {
+  try {
+    await client.config.region();
+  } catch (error) {
+    throw new OutboxConfigError(
+      'AWS_REGION',
+      `is required to sign PutEvents requests (${(error as Error).message})`,
+    );
+  }
+  try {
+    await client.config.credentials();
+  } catch (error) {
+    throw new OutboxConfigError(
+      'AWS credentials',
+      `none found (${(error as Error).message}); for the local bus set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY to any value`,
+    );
+  }
 }
 
 /** The PutEvents entry for an event: the envelope of DESIGN.md. */

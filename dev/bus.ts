@@ -1,0 +1,19 @@
+/**
+ * `npm run bus`: the local EventBridge endpoint on its own, for trying the CLI or your own code.
+ * Port from LOCAL_BUS_PORT (default 4010). Prints each accepted event; Ctrl-C stops it.
+ */
+import { type AcceptedEvent, startLocalBus } from './local-bus.ts';
+
+const bus = await startLocalBus({ port: Number(process.env.LOCAL_BUS_PORT ?? 4010) });
+process.stdout.write(
+  `local EventBridge endpoint listening on ${bus.url}\n` +
+    `  export AWS_ENDPOINT_URL_EVENTBRIDGE=${bus.url} AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local\n`,
+);
+bus.emitter.on('accepted', (e: AcceptedEvent) => {
+  process.stdout.write(
+    `${new Date(e.receivedAt).toISOString()}  ${e.eventBusName ?? '-'}  ${e.source}  ${e.detailType}  ${JSON.stringify(e.detail)}\n`,
+  );
+});
+process.once('SIGINT', () => {
+  void bus.close().then(() => process.exit(0));
+});
