@@ -28,8 +28,8 @@ function statementsOf(policyIdPrefix: string): Statement[] {
   const policies = template.findResources('AWS::IAM::Policy');
   const entry = Object.entries(policies).find(([id]) => id.startsWith(policyIdPrefix));
   expect(entry, `a policy starting with ${policyIdPrefix}`).toBeDefined();
-  return (entry?.[1] as { Properties: { PolicyDocument: { Statement: Statement[] } } }).Properties
-    .PolicyDocument.Statement;
+  const policy = entry?.[1] as { Properties: { PolicyDocument: { Statement: Statement[] } } } | undefined;
+  return policy?.Properties.PolicyDocument.Statement ?? [];
 }
 const dbUserArn = (user: string) => ({
   'Fn::Join': [

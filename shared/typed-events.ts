@@ -1,0 +1,71 @@
+/**
+ * Typed events: declare an event type once, with its payload schema (zod), and use it on both
+ * sides — the producer's enqueue validates the payload against it, the consumer (inbox middleware,
+ * `schema` option) gets a typed, validated `data`.
+ *
+ * ```ts
+ * export const OrderPlaced = defineEvent({
+ *   type: 'OrderPlaced', source: 'shop.orders',
+ *   schema: z.object({ orderId: z.string(), total: z.number().nonnegative() }),
+ * });
+ * await sql.begin((tx) => OrderPlaced.enqueue(tx, { aggregateType: 'order', aggregateId: id, payload: { orderId: id, total: 12 } }));
+ * ```
+ */
+import type { z } from 'zod';
+import type { Queryable } from './db.ts';
+import { OutboxValidationError } from './errors.ts';
+import { type EnqueueOptions, type EnqueueResult, enqueue, type OutboxEvent } from './producer.ts';
+
+/** A declared event type. */
+export interface EventDefinition<S extends z.ZodType<Record<string, unknown>>> {
+  readonly type: string;
+  readonly source: string | undefined;
+  readonly schema: S;
+  /**
+   * Validates the payload against the schema, then enqueues it in the caller's transaction.
+   * @throws {OutboxValidationError} naming the payload field (`payload.total`) the schema refused
+   */
+  enqueue(
+    tx: Queryable,
+    event: Omit<OutboxEvent, 'type' | 'payload'> & { payload: z.input<S> },
+    options?: EnqueueOptions,
+  ): Promise<EnqueueResult>;
+  /** Validates received data (e.g. `detail.data`); throws the schema's error when it does not match. */
+  parse(data: unknown): z.output<S>;
+}
+
+/** Declares an event type with its payload schema. */
+export function defineEvent<S extends z.ZodType<Record<string, unknown>>>(definition: {
+  type: string;
+  source?: string;
+  schema: S;
+}): EventDefinition<S> {
+  return {
+    type: definition.type,
+    source: definition.source,
+    schema: definition.schema,
+    async enqueue(tx, event, options) {
+      const parsed = definition.schema.safeParse(event.payload);
+      if (!parsed.success) {
+        const issue = parsed.error.issues[0];
+        const path = (issue?.path ?? [])
+          .map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`))
+          .join('');
+        throw new OutboxValidationError(`payload${path}`, issue?.message ?? 'does not match the schema', {
+          cause: parsed.error,
+        });
+      }
+      return enqueue(
+        tx,
+        {
+          ...event,
+          type: definition.type,
+          source: event.source ?? definition.source,
+          payload: parsed.data as Record<string, unknown>,
+        },
+        options,
+      );
+    },
+    parse: (data) => definition.schema.parse(data),
+  };
+}
