@@ -184,6 +184,7 @@ export function registerOperations(program: Command, ctx: OperationsContext): vo
         const r = await prune(sql, {
           publishedRetentionSeconds: s.publishedRetentionSeconds,
           deadLetterRetentionSeconds: s.deadLetterRetentionSeconds,
+          inboxRetentionSeconds: s.inboxRetentionSeconds,
           batchSize: s.pruneBatchSize,
           timeBudgetMs: s.pruneTimeBudgetMs,
           dryRun: o.dryRun,

@@ -64,7 +64,11 @@ export function addMonitorMetrics(metrics: Metrics, s: OutboxStatus, p: PruneRes
   metrics.addMetric(MetricName.InFlight, MetricUnit.Count, s.inFlight);
   metrics.addMetric(MetricName.DeadLettered, MetricUnit.Count, s.deadLettered);
   if (p) {
-    metrics.addMetric(MetricName.PrunedRows, MetricUnit.Count, p.publishedDeleted + p.deadLettersDeleted);
+    metrics.addMetric(
+      MetricName.PrunedRows,
+      MetricUnit.Count,
+      p.publishedDeleted + p.deadLettersDeleted + p.inboxDeleted,
+    );
     metrics.addMetric(MetricName.PruneDuration, MetricUnit.Milliseconds, p.durationMs);
   }
 }

@@ -12,6 +12,12 @@ export interface PruneOptions {
   publishedRetentionSeconds: number;
   /** Dead-lettered rows older than this (by `dead_lettered_at`) are deleted. Seconds. */
   deadLetterRetentionSeconds: number;
+  /**
+   * Inbox records (`inbox_message`) older than this are deleted. Seconds. Keep it well above
+   * EventBridge's retry window (24 hours): a duplicate arriving after its record is gone would be
+   * applied again. Default: not pruned.
+   */
+  inboxRetentionSeconds?: number;
   /** Rows per DELETE statement. */
   batchSize: number;
   /** Stop starting new batches after this long, ms. */
@@ -24,6 +30,7 @@ export interface PruneOptions {
 export interface PruneResult {
   publishedDeleted: number;
   deadLettersDeleted: number;
+  inboxDeleted: number;
   /** Rows deleted by each statement, in order (each ≤ batchSize). */
   batches: number[];
   durationMs: number;
@@ -41,6 +48,7 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
   const result: PruneResult = {
     publishedDeleted: 0,
     deadLettersDeleted: 0,
+    inboxDeleted: 0,
     batches: [],
     durationMs: 0,
     complete: true,
@@ -57,18 +65,28 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
     result.durationMs = Math.round(performance.now() - started);
     return result;
   }
-  for (const kind of ['published', 'dead'] as const) {
+  const kinds =
+    o.inboxRetentionSeconds === undefined
+      ? (['published', 'dead'] as const)
+      : (['published', 'dead', 'inbox'] as const);
+  for (const kind of kinds) {
     for (;;) {
       if (performance.now() - started > o.timeBudgetMs) {
         result.complete = false;
         result.durationMs = Math.round(performance.now() - started);
         return result;
       }
-      const deleted = kind === 'published' ? await deletePublished(sql, o) : await deleteDeadLetters(sql, o);
+      const deleted =
+        kind === 'published'
+          ? await deletePublished(sql, o)
+          : kind === 'dead'
+            ? await deleteDeadLetters(sql, o)
+            : await deleteInbox(sql, o);
       if (deleted === 0) break;
       result.batches.push(deleted);
       if (kind === 'published') result.publishedDeleted += deleted;
-      else result.deadLettersDeleted += deleted;
+      else if (kind === 'dead') result.deadLettersDeleted += deleted;
+      else result.inboxDeleted += deleted;
     }
   }
   result.durationMs = Math.round(performance.now() - started);
@@ -98,5 +116,17 @@ async function deleteDeadLetters(sql: Queryable, o: PruneOptions): Promise<numbe
       limit ${o.batchSize}
       for update skip locked
     )`;
+  return r.count;
+}
+
+async function deleteInbox(sql: Queryable, o: PruneOptions): Promise<number> {
+  const r = await sql`
+    delete from inbox_message where ctid = any(array(
+      select ctid from inbox_message
+      where processed_at < now() - make_interval(secs => ${o.inboxRetentionSeconds ?? 0})
+      order by processed_at
+      limit ${o.batchSize}
+      for update skip locked
+    ))`;
   return r.count;
 }

@@ -119,6 +119,23 @@ describe('prune', () => {
     expect(left.map((r) => r.aggregate_id)).toEqual(['dead', 'expired', 'leased', 'pending', 'recent']);
   });
 
+  it('deletes inbox records past their retention only when asked to', async () => {
+    await db.sql`truncate inbox_message`;
+    await db.sql`
+      insert into inbox_message (consumer, message_key, processed_at)
+      values ('c', 'old-1', now() - interval '31 days'), ('c', 'old-2', now() - interval '40 days'), ('c', 'recent', now() - interval '2 days')`;
+    const base = {
+      publishedRetentionSeconds: 7 * DAY,
+      deadLetterRetentionSeconds: 30 * DAY,
+      batchSize: 10,
+      timeBudgetMs: 5_000,
+    };
+    expect((await prune(db.sql, base)).inboxDeleted).toBe(0);
+    expect((await prune(db.sql, { ...base, inboxRetentionSeconds: 30 * DAY })).inboxDeleted).toBe(2);
+    const left = await db.sql<{ message_key: string }[]>`select message_key from inbox_message`;
+    expect(left.map((r) => r.message_key)).toEqual(['recent']);
+  });
+
   it('counts without deleting on a dry run', async () => {
     await seed(['a', 'b']);
     await db.sql`update outbox set published_at = now() - interval '8 days'`;
@@ -180,6 +197,7 @@ describe('monitor Lambda', () => {
         publishedRetentionSeconds: 7 * DAY,
         deadLetterRetentionSeconds: 30 * DAY,
         pruneBatchSize: 10,
+        inboxRetentionSeconds: 30 * DAY,
         pruneTimeBudgetMs: 5_000,
         metricNamespace: 'OutboxTest',
       },

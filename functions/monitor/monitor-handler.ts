@@ -45,6 +45,7 @@ export function createMonitorHandler(deps: MonitorHandlerDeps) {
         pruned = await prune(deps.sql, {
           publishedRetentionSeconds: s.publishedRetentionSeconds,
           deadLetterRetentionSeconds: s.deadLetterRetentionSeconds,
+          inboxRetentionSeconds: s.inboxRetentionSeconds,
           batchSize: s.pruneBatchSize,
           timeBudgetMs: Math.max(
             0,
