@@ -86,10 +86,10 @@ async function reset() {
   bus.reset();
 }
 /** Inserts `n` pending events, one per aggregate, in bulk (not through enqueue: this is setup). */
-async function seed(n: number) {
+async function seed(n: number, prefix = '') {
   await sql`
     insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload)
-    select 'order', g::text, 1, 'OrderPlaced', 'bench.orders', jsonb_build_object('orderId', g, 'total', g * 3)
+    select 'order', ${prefix} || g::text, 1, 'OrderPlaced', 'bench.orders', jsonb_build_object('orderId', g, 'total', g * 3)
     from generate_series(1, ${n}) g`;
   await sql`analyze outbox`;
 }
@@ -99,6 +99,10 @@ const pct = (xs: number[], p: number) => {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? 0;
 };
 const tables: string[] = [];
+const report = (table: string) => {
+  tables.push(table);
+  process.stdout.write(`${table}\n\n`);
+};
 
 // 1. Throughput: ours vs the naive baseline, at three bus latencies.
 {
@@ -128,7 +132,7 @@ const tables: string[] = [];
     out.push({ latency, ours: oursRate, naive: naiveRate });
   }
   results.throughput = out;
-  tables.push(
+  report(
     `### Throughput, ${P.rows} rows (one aggregate each), one relay, default settings\n\n${rows.join('\n')}`,
   );
 }
@@ -160,7 +164,7 @@ const tables: string[] = [];
     rows.push(`| ${batch} | ${cells.join(' | ')} |`);
   }
   results.grid = out;
-  tables.push(
+  report(
     `### Batch size × PutEvents concurrency at 20 ms bus latency (events/s, share of the bound concurrency × 10 × 1000 / 20)\n\n${rows.join('\n')}`,
   );
 }
@@ -219,7 +223,7 @@ const tables: string[] = [];
     max: pct(lags, 100),
   };
   results.lag = summary;
-  tables.push(
+  report(
     `### Commit-to-bus lag, ${P.lagRate} events/s offered for ${P.lagSeconds} s, 20 ms bus latency, default settings (poll ${defaults.pollIntervalMs} ms)\n\n| offered | delivered | p50 | p99 | max |\n|---|---|---|---|---|\n| ${summary.offered} | ${summary.delivered} | ${summary.p50} ms | ${summary.p99} ms | ${summary.max} ms |`,
   );
 }
@@ -271,13 +275,13 @@ const tables: string[] = [];
     .catch(() => {});
   while (holderPid === 0) await new Promise((r) => setTimeout(r, 10));
   await runRelay({ sql, client, settings: defaults, untilEmpty: true });
-  await seed(10_000);
+  await seed(10_000, 'after-');
   const bloated = await measureClaims(`after relaying ${P.gridRows} rows with a transaction held open`);
   await sql`select pg_terminate_backend(${holderPid})`;
   await held;
   await holder.end({ timeout: 1 });
   results.claim = { empty, history, bloated, historyRows: P.bloatRows };
-  tables.push(
+  report(
     `### Claim latency (100 heads, ms)\n\n| table | p50 | p99 |\n|---|---|---|\n| 10,000 pending, no history | ${empty.p50} | ${empty.p99} |\n| + ${P.bloatRows.toLocaleString('en')} published rows | ${history.p50} (${(history.p50 / empty.p50).toFixed(2)}×) | ${history.p99} |\n| after relaying ${P.gridRows} rows under a held-open transaction | ${bloated.p50} | ${bloated.p99} |`,
   );
 }
@@ -310,7 +314,7 @@ const tables: string[] = [];
   const withIt = await measure(true);
   const without2 = await measure(false);
   results.producer = { without, with: withIt, withoutAgain: without2 };
-  tables.push(
+  report(
     `### Producer cost, ${P.producerTxns} transactions each (ms)\n\n| business transaction | p50 | p99 |\n|---|---|---|\n| insert only | ${without.p50} | ${without.p99} |\n| insert + enqueue | ${withIt.p50} | ${withIt.p99} |\n| insert only (again) | ${without2.p50} | ${without2.p99} |\n| **enqueue adds (p50)** | **${(withIt.p50 - (without.p50 + without2.p50) / 2).toFixed(3)}** | |`,
   );
 }
@@ -377,17 +381,17 @@ const tables: string[] = [];
   );
   const peakKb = Number(rss.stderr.trim().split('\n').pop());
   results.footprint = { bundleBytes, importMsMedian: pct(imports, 50), peakRssMB: Math.round(peakKb / 1024) };
-  tables.push(
+  report(
     `### Footprint\n\n| relay bundle (minified) | handler import (cold, median of 5) | peak RSS, \`outbox relay\` over ${P.rows} rows |\n|---|---|---|\n| ${(bundleBytes / 1024).toFixed(0)} KiB | ${pct(imports, 50).toFixed(0)} ms | ${Math.round(peakKb / 1024)} MB |`,
   );
 }
 
 const m = results.machine as Record<string, unknown>;
-const report = `## Benchmark (${results.profile} profile)\n\nMachine: ${m.cores} cores, ${m.memoryGiB} GiB, Node ${m.node}, PostgreSQL ${m.postgres}; local bus in the same process.\n\n${tables.join('\n\n')}\n`;
-process.stdout.write(report);
+const markdown = `## Benchmark (${results.profile} profile)\n\nMachine: ${m.cores} cores, ${m.memoryGiB} GiB, Node ${m.node}, PostgreSQL ${m.postgres}; local bus in the same process.\n\n${tables.join('\n\n')}\n`;
 mkdirSync(`${root}bench/results`, { recursive: true });
 writeFileSync(`${root}bench/results/bench-${results.profile}.json`, JSON.stringify(results, null, 2));
-writeFileSync(`${root}bench/results/bench-${results.profile}.md`, report);
+writeFileSync(`${root}bench/results/bench-${results.profile}.md`, markdown);
+process.stdout.write(`Written to bench/results/bench-${results.profile}.md and .json\n`);
 
 await sql.end();
 await bus.close();

@@ -5,6 +5,8 @@
  * accepts it plus the backlog and lag. Ctrl-C stops everything.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { createBillingHandler, createBillingSchema } from '../examples/billing/consumer.ts';
+import { OrderPlaced } from '../examples/billing/events.ts';
 import { loadRelaySettings } from '../shared/config.ts';
 import { connect, type Sql } from '../shared/db.ts';
 import { migrate } from '../shared/migrate.ts';
@@ -52,6 +54,40 @@ bus.emitter.on('accepted', (e: AcceptedEvent) => {
 });
 
 const sql = connect({ url, applicationName: 'outbox-demo' });
+await createBillingSchema(sql);
+// The example consumer, as if it were the target of a rule on OrderPlaced. Every other delivery is
+// sent twice — EventBridge delivers at least once — and the inbox applies it once.
+const billing = createBillingHandler(sql);
+let deliveries = 0;
+bus.emitter.on('accepted', (e: AcceptedEvent) => {
+  if (e.detailType !== OrderPlaced.type) return;
+  const event = {
+    version: '0',
+    id: e.id,
+    'detail-type': e.detailType,
+    source: e.source,
+    account: '000000000000',
+    time: e.time ?? '',
+    region: 'local',
+    resources: [],
+    detail: e.detail,
+  };
+  const copies = ++deliveries % 2 === 0 ? 2 : 1;
+  for (let i = 0; i < copies; i++) {
+    billing(event, {} as never)
+      .then((r) => {
+        const result = r as { invoiced?: string; inbox?: string };
+        log(
+          result.invoiced
+            ? `billing: invoiced order ${result.invoiced}`
+            : `billing: ignored a ${result.inbox} delivery`,
+        );
+      })
+      .catch((error: unknown) =>
+        log(`billing: failed (${(error as Error).message}); EventBridge would retry`),
+      );
+  }
+});
 const settings = loadRelaySettings({ EVENT_BUS_NAME: 'demo-bus', ...process.env });
 const client = createEventBridgeClient({
   endpoint: bus.url,
@@ -86,14 +122,12 @@ async function runDemoProducer(sql: Sql, signal: AbortSignal): Promise<void> {
     try {
       await sql.begin(async (tx) => {
         await tx`select 1`; // the business write would go here, e.g. insert into orders
+        await OrderPlaced.enqueue(tx, {
+          aggregateType: 'order',
+          aggregateId: orderId,
+          payload: { orderId, total: n * 10 },
+        });
         await enqueueMany(tx, [
-          {
-            type: 'OrderPlaced',
-            source: 'demo.shop',
-            aggregateType: 'order',
-            aggregateId: orderId,
-            payload: { orderId, total: n * 10 },
-          },
           {
             type: 'OrderConfirmed',
             source: 'demo.shop',

@@ -1,0 +1,32 @@
+/**
+ * Example consumer: a billing Lambda, target of an EventBridge rule on `source: demo.shop` and
+ * `detail-type: OrderPlaced`. It creates one invoice per order, exactly once, through the inbox.
+ * Deployed as a rule target with a retry policy and an SQS dead-letter queue (see README,
+ * "Consuming events"); `npm start` runs it locally against the local bus's deliveries.
+ */
+import middy from '@middy/core';
+import type { EventBridgeEvent } from 'aws-lambda';
+import type { z } from 'zod';
+import type { Sql } from '../../shared/db.ts';
+import { type InboxContext, inbox } from '../../shared/inbox.ts';
+import { OrderPlaced } from './events.ts';
+
+/** The consumer's own table, created by its own migration in a real service. */
+export async function createBillingSchema(sql: Sql): Promise<void> {
+  await sql`create table if not exists billing_invoice (order_id text primary key, total numeric not null, created_at timestamptz not null default now())`;
+}
+
+/** Builds the billing handler on a connection pool. */
+export function createBillingHandler(sql: Sql) {
+  return middy<
+    EventBridgeEvent<string, unknown>,
+    unknown,
+    Error,
+    InboxContext<z.output<typeof OrderPlaced.schema>>
+  >()
+    .use(inbox({ sql, consumer: 'billing', order: 'ignore-stale', schema: OrderPlaced.schema }))
+    .handler(async (_event, { inbox: { tx, data } }) => {
+      await tx`insert into billing_invoice (order_id, total) values (${data.orderId}, ${data.total})`;
+      return { invoiced: data.orderId };
+    });
+}
