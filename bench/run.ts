@@ -4,7 +4,7 @@
  * Postgres (embedded, unless DATABASE_URL is set) and local bus; prints markdown tables and writes
  * JSON to bench/results/.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, statSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -363,22 +363,29 @@ const report = (table: string) => {
   await reset();
   await seed(P.rows);
   bus.setFaults({ latencyMs: 0 });
-  const rss = spawnSync(
-    '/usr/bin/time',
-    ['-f', '%M', process.execPath, `${root}bin/outbox.js`, 'relay', '--until-empty', '--quiet'],
-    {
-      env: {
-        PATH: process.env.PATH,
-        DATABASE_URL: url.toString(),
-        EVENT_BUS_NAME: 'b',
-        AWS_ENDPOINT_URL_EVENTBRIDGE: bus.url,
-        AWS_REGION: 'us-east-1',
-        AWS_ACCESS_KEY_ID: 'b',
-        AWS_SECRET_ACCESS_KEY: 'b',
+  // Asynchronous: the local bus answering this relay lives in this process's event loop.
+  const rss = await new Promise<{ stderr: string }>((resolve) => {
+    const child = spawn(
+      '/usr/bin/time',
+      ['-f', '%M', process.execPath, `${root}bin/outbox.js`, 'relay', '--until-empty', '--quiet'],
+      {
+        env: {
+          PATH: process.env.PATH,
+          DATABASE_URL: url.toString(),
+          EVENT_BUS_NAME: 'b',
+          AWS_ENDPOINT_URL_EVENTBRIDGE: bus.url,
+          AWS_REGION: 'us-east-1',
+          AWS_ACCESS_KEY_ID: 'b',
+          AWS_SECRET_ACCESS_KEY: 'b',
+        },
       },
-      encoding: 'utf8',
-    },
-  );
+    );
+    let stderr = '';
+    child.stderr.on('data', (d) => {
+      stderr += d;
+    });
+    child.on('close', () => resolve({ stderr }));
+  });
   const peakKb = Number(rss.stderr.trim().split('\n').pop());
   results.footprint = { bundleBytes, importMsMedian: pct(imports, 50), peakRssMB: Math.round(peakKb / 1024) };
   report(

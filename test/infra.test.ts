@@ -333,3 +333,40 @@ describe('OutboxRelay in an existing stack', () => {
     ).toThrow(/databaseName "no-dash"/);
   });
 });
+
+describe('example consumer wiring', () => {
+  it('routes OrderPlaced from demo.shop to the billing Lambda with retries and an encrypted DLQ', async () => {
+    const { BillingConsumer } = await import('../examples/billing/billing-consumer.ts');
+    const stack = new Stack(new App(), 'Consumer', { env: { account: '123456789012', region: 'eu-west-1' } });
+    const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
+      vpcId: 'vpc-1',
+      availabilityZones: ['eu-west-1a'],
+      privateSubnetIds: ['subnet-1'],
+    });
+    const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
+      dbProxyName: 'p',
+      dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
+      endpoint: 'p.proxy.eu-west-1.rds.amazonaws.com',
+      securityGroups: [],
+    });
+    new BillingConsumer(stack, 'Billing', {
+      bus: events.EventBus.fromEventBusName(stack, 'Bus', 'orders'),
+      vpc,
+      securityGroups: [ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-1')],
+      proxy,
+      databaseName: 'shop',
+    });
+    const t = Template.fromStack(stack);
+    t.hasResourceProperties('AWS::Events::Rule', {
+      EventBusName: 'orders',
+      EventPattern: { source: ['demo.shop'], 'detail-type': ['OrderPlaced'] },
+      Targets: [
+        Match.objectLike({
+          RetryPolicy: { MaximumRetryAttempts: 185, MaximumEventAgeInSeconds: 86_400 },
+          DeadLetterConfig: { Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('DeadLetterQueue'), 'Arn'] } },
+        }),
+      ],
+    });
+    t.hasResourceProperties('AWS::SQS::Queue', { SqsManagedSseEnabled: true });
+  }, 60_000);
+});
