@@ -12,7 +12,7 @@ import { parseArgs } from 'node:util';
 import postgres from 'postgres';
 import { startEmbeddedPostgres } from '../dev/embedded-postgres.ts';
 import { startLocalBus } from '../dev/local-bus.ts';
-import type { RelaySettings } from '../shared/config.ts';
+import { loadRelaySettings, type RelaySettings } from '../shared/config.ts';
 import { connect } from '../shared/db.ts';
 import { migrate } from '../shared/migrate.ts';
 import { enqueue } from '../shared/producer.ts';
@@ -39,22 +39,8 @@ const P = {
 };
 const log = (line: string) => process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
 
-const defaults: RelaySettings = {
-  eventBusName: 'bench-bus',
-  batchSize: 100,
-  leaseSeconds: 60,
-  maxAttempts: 10,
-  backoffBaseMs: 1_000,
-  backoffMaxMs: 300_000,
-  publishConcurrency: 4,
-  pipelineDepth: 2,
-  maxRequestBytes: 1_048_576,
-  perAggregateLimit: 10,
-  ordering: 'aggregate',
-  deadLetterPolicy: 'continue',
-  pollIntervalMs: 200,
-  metricNamespace: 'Bench',
-};
+/** The documented defaults, as a deployment without OUTBOX_* variables gets them. */
+const defaults: RelaySettings = loadRelaySettings({ EVENT_BUS_NAME: 'bench-bus' });
 
 const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedPostgres();
 const serverUrl = process.env.DATABASE_URL ?? (embedded?.url as string);

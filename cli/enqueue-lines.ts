@@ -37,7 +37,12 @@ export interface EnqueueLinesResult {
 export async function enqueueFromLines(
   sql: Sql,
   input: AsyncIterable<string | Buffer>,
-  options: { defaultSource?: string; batchSize: number; progress?: (written: number) => void },
+  options: {
+    defaultSource?: string;
+    maxEntryBytes?: number;
+    batchSize: number;
+    progress?: (written: number) => void;
+  },
 ): Promise<EnqueueLinesResult> {
   const events: OutboxEvent[] = [];
   const errors: EnqueueLinesResult['errors'] = [];
@@ -48,7 +53,7 @@ export async function enqueueFromLines(
     if (text.trim() === '') continue;
     try {
       const event = parseLine(text);
-      validateEvent(event, { defaultSource: options.defaultSource });
+      validateEvent(event, { defaultSource: options.defaultSource, maxEntryBytes: options.maxEntryBytes });
       events.push(event);
     } catch (error) {
       if (errors.length < MAX_REPORTED_ERRORS) errors.push({ line: n, message: (error as Error).message });
@@ -61,7 +66,9 @@ export async function enqueueFromLines(
   const batchSize = Math.max(1, options.batchSize);
   for (let i = 0; i < events.length; i += batchSize) {
     const batch = events.slice(i, i + batchSize);
-    const results = await sql.begin((tx) => enqueueMany(tx, batch, { defaultSource: options.defaultSource }));
+    const results = await sql.begin((tx) =>
+      enqueueMany(tx, batch, { defaultSource: options.defaultSource, maxEntryBytes: options.maxEntryBytes }),
+    );
     for (const r of results) {
       if (r.duplicate) duplicates++;
       else enqueued++;

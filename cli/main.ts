@@ -4,9 +4,9 @@
  * AWS SDK's own AWS_ENDPOINT_URL_EVENTBRIDGE).
  */
 import { createInterface } from 'node:readline/promises';
-import { Command, CommanderError } from 'commander';
+import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { loadRelaySettings } from '../shared/config.ts';
-import { connect, databaseUrlFromEnv, type Sql } from '../shared/db.ts';
+import { connect, databaseUrlFromEnv, ignoreTransientDriverRejections, type Sql } from '../shared/db.ts';
 import { OutboxError } from '../shared/errors.ts';
 import { migrate } from '../shared/migrate.ts';
 import { checkEventBridgeClient, createEventBridgeClient } from '../shared/relay/publish.ts';
@@ -14,6 +14,12 @@ import { type RelayCounts, runRelay } from '../shared/relay/relay.ts';
 import { getStatus } from '../shared/status.ts';
 import { enqueueFromLines } from './enqueue-lines.ts';
 import { registerOperations } from './operations.ts';
+
+/** Commander argument parser for a positive integer option. */
+function positiveInteger(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) < 1) throw new InvalidArgumentError('must be a positive integer');
+  return Number(value);
+}
 
 /** Where the CLI writes; tests pass their own. */
 export interface CliIo {
@@ -82,6 +88,7 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
     .option('--quiet', 'print only the final summary')
     .action(async (opts: { once?: boolean; untilEmpty?: boolean; quiet?: boolean }) => {
       const settings = loadRelaySettings(io.env);
+      ignoreTransientDriverRejections((message) => io.err(`relay: ${message}`));
       const client = createEventBridgeClient();
       await checkEventBridgeClient(client);
       const abort = new AbortController();
@@ -99,6 +106,8 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
             signal: abort.signal,
             once: opts.once,
             untilEmpty: opts.untilEmpty,
+            // A one-shot run gives up on an unreachable database (exit 1) instead of retrying forever.
+            maxConsecutiveErrors: opts.once || opts.untilEmpty ? 8 : undefined,
             onTransientError: (error, consecutive) => {
               if (!opts.quiet || consecutive === 1) {
                 io.err(
@@ -136,11 +145,13 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
       'enqueue events from JSON lines on stdin (backfills); all lines are validated before any is written',
     )
     .option('--source <source>', 'Source for lines without one (default: $OUTBOX_DEFAULT_SOURCE)')
-    .option('--batch-size <n>', 'events per transaction', (v) => Number.parseInt(v, 10), 1000)
+    .option('--batch-size <n>', 'events per transaction', positiveInteger, 1000)
     .action(async (opts: { source?: string; batchSize: number }) => {
       await withDb(async (sql) => {
         const result = await enqueueFromLines(sql, io.stdin, {
           defaultSource: opts.source ?? io.env.OUTBOX_DEFAULT_SOURCE,
+          // The bus's request limit bounds an entry too: what the relay could not send is refused here.
+          maxEntryBytes: loadRelaySettings({ EVENT_BUS_NAME: 'unused', ...io.env }).maxRequestBytes,
           batchSize: opts.batchSize,
           progress: (n) => io.err(`enqueue: ${n} events written`),
         });

@@ -168,6 +168,22 @@ export async function startLocalBus(options: LocalBusOptions = {}): Promise<Loca
         `1 validation error detected: Value at 'entries' failed to satisfy constraint: Member must have length less than or equal to ${MAX_ENTRIES_PER_REQUEST} and greater than or equal to 1`,
       );
     }
+    const badBus = entries.find(
+      (e) =>
+        e.EventBusName !== undefined &&
+        !/^(arn:aws[\w-]*:events:[\w-]+:\d{12}:event-bus\/)?[/.\-_A-Za-z0-9]{1,256}$/.test(
+          String(e.EventBusName),
+        ),
+    );
+    if (badBus) {
+      stats.rejected++;
+      return sendError(
+        res,
+        400,
+        'ValidationException',
+        `1 validation error detected: Value '${String(badBus.EventBusName)}' at 'entries.1.member.eventBusName' failed to satisfy constraint`,
+      );
+    }
     const size = entries.reduce(
       (sum, e) => sum + entrySize({ ...(e as object), Time: e.Time === undefined ? undefined : new Date() }),
       0,

@@ -10,7 +10,14 @@ const int = (min: number, max: number) => z.coerce.number().int().min(min).max(m
 
 /** Relay settings; the units are in the names (ms, seconds, bytes). */
 export const relayConfigSchema = z.object({
-  EVENT_BUS_NAME: z.string().min(1, 'is required: the name or ARN of the EventBridge event bus'),
+  EVENT_BUS_NAME: z
+    .string()
+    .min(1, 'is required: the name or ARN of the EventBridge event bus')
+    .max(1_600)
+    .regex(
+      /^(arn:aws[\w-]*:events:[\w-]+:\d{12}:event-bus\/)?[/.\-_A-Za-z0-9]{1,256}$/,
+      'must be an event bus name ([/.-_A-Za-z0-9], at most 256) or its ARN',
+    ),
   /** Rows claimed per batch. */
   OUTBOX_BATCH_SIZE: int(1, 10_000).default(100),
   /** Lease length in seconds: how long a claimed row stays with one relay before others may take it. */

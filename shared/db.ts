@@ -139,3 +139,24 @@ export function isTransientDatabaseError(error: unknown): boolean {
     /^(08|40|53)/.test(code) || code === '57P01' || code === '57P02' || code === '57P03' || code === '57014'
   );
 }
+
+let guardInstalled = false;
+
+/**
+ * Keeps a long-running process alive through one known driver fault: when a connection drops while
+ * `postgres` fetches its array types on connect, the failed query's promise is never awaited and
+ * surfaces as an unhandled rejection, which would end the process. Such a rejection with a
+ * transient database error is logged and ignored (the pool reconnects on the next query); any
+ * other unhandled rejection still ends the process, as Node does by default.
+ */
+export function ignoreTransientDriverRejections(log: (message: string) => void): void {
+  if (guardInstalled) return;
+  guardInstalled = true;
+  process.on('unhandledRejection', (reason) => {
+    if (isTransientDatabaseError(reason)) {
+      log(`database connection lost in the driver (${(reason as { code?: string }).code}); reconnecting`);
+      return;
+    }
+    throw reason;
+  });
+}

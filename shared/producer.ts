@@ -11,8 +11,8 @@
  * ```
  */
 import { randomUUID } from 'node:crypto';
-import type { Queryable } from './db.ts';
-import { validateEvent } from './validation.ts';
+import type { Queryable, Sql } from './db.ts';
+import { type ValidEvent, validateEvent } from './validation.ts';
 
 /** An event as the producer hands it over. */
 export interface OutboxEvent {
@@ -81,7 +81,15 @@ export async function enqueueMany(
     validateEvent(event, options, events.length > 1 ? index : undefined),
   );
   if (valid.length === 0) return [];
+  // Called on a pool rather than in a transaction: make the call one transaction of its own, so the
+  // idempotency locks and the sequence bump hold until the insert commits.
+  if ('begin' in tx && typeof tx.begin === 'function') {
+    return (tx as Sql).begin((inner) => insertValid(inner, valid));
+  }
+  return insertValid(tx, valid);
+}
 
+async function insertValid(tx: Queryable, valid: ValidEvent[]): Promise<EnqueueResult[]> {
   const results: (EnqueueResult | undefined)[] = new Array(valid.length);
   /** For a key repeated inside this call: the index of its first occurrence. */
   const repeatOf = new Map<number, number>();

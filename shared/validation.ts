@@ -59,16 +59,22 @@ export function validateEvent(event: OutboxEvent, options: EnqueueOptions, index
       : requireText(event.traceHeader, 'traceHeader', MAX_TRACE_HEADER_LENGTH, fail);
 
   const payload = event.payload;
-  if (payload === null || typeof payload !== 'object' || Array.isArray(payload)) {
-    fail('payload', 'must be a JSON object (EventBridge requires Detail to be an object)');
+  if (!isPlainObject(payload)) {
+    fail('payload', 'must be a plain JSON object (EventBridge requires Detail to be an object)');
   }
-  checkJsonValue(payload, 'payload', fail);
+  // First what JSON.stringify would drop or change silently (functions, Maps, NaN…), then the
+  // JSON text itself — after any toJSON() ran — for what jsonb or EventBridge would refuse.
+  checkJsonValue(payload, 'payload', 0, fail);
   let payloadJson = '';
   try {
     payloadJson = JSON.stringify(payload);
   } catch (cause) {
     fail('payload', `cannot be serialised as JSON: ${(cause as Error).message}`, cause);
   }
+  const serialised: unknown = JSON.parse(payloadJson);
+  if (!isPlainObject(serialised))
+    fail('payload', 'must serialise to a JSON object (a toJSON() returned something else)');
+  checkSerialised(serialised, 'payload', 0, fail);
 
   const maxEntryBytes = options.maxEntryBytes ?? DEFAULT_MAX_REQUEST_BYTES;
   const size = entrySize({
@@ -113,16 +119,32 @@ function checkString(value: string, field: string, fail: (field: string, message
   if (!value.isWellFormed()) fail(field, 'contains a lone UTF-16 surrogate, which is not valid Unicode');
 }
 
-/** Walks a payload and rejects what JSON cannot carry faithfully, naming the path to it. */
-function checkJsonValue(value: unknown, path: string, fail: (field: string, message: string) => never): void {
+/** EventBridge processes JSON nested up to 1100 levels; the envelope adds two. */
+const MAX_DEPTH = 1_000;
+/** PutEvents accepts JSON integers within int64 (see the PutEvents API reference). */
+const MAX_INT64 = 9_223_372_036_854_775_807;
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
+  const proto = Object.getPrototypeOf(value);
+  return proto === Object.prototype || proto === null;
+}
+
+function childPath(path: string, key: string): string {
+  return /^[A-Za-z_$][\w$]*$/.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`;
+}
+
+/** Walks a payload and rejects what JSON.stringify would drop or change silently, naming the path. */
+function checkJsonValue(
+  value: unknown,
+  path: string,
+  depth: number,
+  fail: (field: string, message: string) => never,
+): void {
+  if (depth > MAX_DEPTH) fail(path, `nests deeper than ${MAX_DEPTH} levels`);
   switch (typeof value) {
-    case 'string':
-      checkString(value, path, fail);
-      return;
     case 'number':
       if (!Number.isFinite(value)) fail(path, `must be a finite number (got ${value})`);
-      return;
-    case 'boolean':
       return;
     case 'bigint':
       fail(path, 'is a BigInt, which JSON cannot represent; send it as a string');
@@ -130,27 +152,53 @@ function checkJsonValue(value: unknown, path: string, fail: (field: string, mess
     case 'undefined':
     case 'function':
     case 'symbol':
-      // JSON.stringify drops these inside objects; a payload should not rely on that silently.
       fail(path, `is a ${typeof value}, which JSON cannot represent`);
       return;
     case 'object': {
       if (value === null) return;
+      if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return; // checked after serialisation
+      if (value instanceof Map || value instanceof Set)
+        fail(path, `is a ${value.constructor.name}, which JSON serialises as {}`);
       if (Array.isArray(value)) {
         value.forEach((item, i) => {
-          checkJsonValue(item, `${path}[${i}]`, fail);
+          checkJsonValue(item, `${path}[${i}]`, depth + 1, fail);
         });
-        return;
-      }
-      if (value instanceof Date) {
-        if (Number.isNaN(value.getTime())) fail(path, 'is an invalid Date');
         return;
       }
       for (const [key, item] of Object.entries(value)) {
         if (item === undefined) continue; // dropped by JSON.stringify, as for an absent optional field
-        const child = /^[A-Za-z_$][\w$]*$/.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`;
-        checkString(key, child, fail);
-        checkJsonValue(item, child, fail);
+        checkJsonValue(item, childPath(path, key), depth + 1, fail);
       }
+    }
+  }
+}
+
+/** Walks the serialised payload for what Postgres jsonb or EventBridge would refuse, naming the path. */
+function checkSerialised(
+  value: unknown,
+  path: string,
+  depth: number,
+  fail: (field: string, message: string) => never,
+): void {
+  if (depth > MAX_DEPTH) fail(path, `nests deeper than ${MAX_DEPTH} levels`);
+  if (typeof value === 'string') {
+    checkString(value, path, fail);
+  } else if (typeof value === 'number') {
+    if (Number.isInteger(value) && Math.abs(value) > MAX_INT64) {
+      fail(
+        path,
+        `is an integer outside the int64 range EventBridge accepts (got ${value}); send it as a string`,
+      );
+    }
+  } else if (Array.isArray(value)) {
+    value.forEach((item, i) => {
+      checkSerialised(item, `${path}[${i}]`, depth + 1, fail);
+    });
+  } else if (value !== null && typeof value === 'object') {
+    for (const [key, item] of Object.entries(value)) {
+      const child = childPath(path, key);
+      checkString(key, child, fail);
+      checkSerialised(item, child, depth + 1, fail);
     }
   }
 }

@@ -1,37 +1,22 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { type LocalBus, startLocalBus } from '../dev/local-bus.ts';
+import { describe, expect, it } from 'vitest';
 import type { Envelope } from '../shared/envelope.ts';
 import { enqueueMany } from '../shared/producer.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { useHarness } from './support/harness.ts';
 
 const BIN = fileURLToPath(new URL('../bin/outbox.js', import.meta.url));
 
-let db: TestDatabase;
-let bus: LocalBus;
-beforeAll(async () => {
-  db = await createTestDatabase();
-  bus = await startLocalBus();
-});
-afterAll(async () => {
-  await db?.drop();
-  await bus?.close();
-});
-beforeEach(async () => {
-  await db.sql`truncate outbox, outbox_aggregate`;
-  bus.reset();
-  bus.setFaults({});
-});
+const h = useHarness({ max: 10 });
 
-/** The environment of the configuration contract, pointing at the test database and local bus. */
+/** The environment of the configuration contract, pointing at the test database and local h.bus. */
 function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   return {
     PATH: process.env.PATH,
     HOME: process.env.HOME,
-    DATABASE_URL: db.url,
+    DATABASE_URL: h.db.url,
     EVENT_BUS_NAME: 'cli-bus',
-    AWS_ENDPOINT_URL_EVENTBRIDGE: bus.url,
+    AWS_ENDPOINT_URL_EVENTBRIDGE: h.bus.url,
     AWS_REGION: 'us-east-1',
     AWS_ACCESS_KEY_ID: 'local',
     AWS_SECRET_ACCESS_KEY: 'local',
@@ -46,6 +31,7 @@ function start(args: string[], options: { env?: NodeJS.ProcessEnv; stdin?: strin
     env: options.env ?? env(),
     stdio: ['pipe', 'pipe', 'pipe'],
   });
+  child.stdin?.on('error', () => {}); // the command may exit (usage error) before reading its input
   child.stdin?.end(options.stdin ?? '');
   return child;
 }
@@ -107,7 +93,7 @@ describe('outbox CLI', () => {
     expect(relay.code).toBe(0);
     expect(relay.stdout).toMatch(/relay stopped \(empty\) .*published 2, retried 0, dead-lettered 0/);
     expect(
-      bus.events.map((e) => [
+      h.bus.events.map((e) => [
         e.source,
         (e.detail as unknown as Envelope).metadata.aggregateId,
         e.eventBusName,
@@ -129,16 +115,39 @@ describe('outbox CLI', () => {
     const r = await run(['enqueue'], { stdin: input });
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('line 2: line: is not valid JSON');
-    expect(r.stderr).toContain('line 3: payload: must be a JSON object');
+    expect(r.stderr).toContain('line 3: payload: must be a plain JSON object');
     expect(r.stderr).toContain('line 4: aggregateID: is not a known field');
     expect(r.stderr).toContain('line 5: source: is required');
     expect(r.stderr).toContain('4 invalid line(s); nothing was written');
-    const [count] = await db.sql`select count(*)::int as n from outbox`;
+    const [count] = await h.db.sql`select count(*)::int as n from outbox`;
+    expect(count?.n).toBe(0);
+  });
+
+  it('enqueue refuses a malformed --batch-size and honours the configured request limit', async () => {
+    const line1 = line({
+      type: 'A',
+      aggregateType: 'x',
+      aggregateId: '1',
+      payload: { text: 'é'.repeat(150_000) },
+      source: 's',
+    });
+    const bad = await run(['enqueue', '--batch-size', 'abc'], { stdin: line1 });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("option '--batch-size <n>' argument 'abc' is invalid");
+    const limited = await run(['enqueue'], {
+      stdin: line1,
+      env: env({ OUTBOX_MAX_REQUEST_BYTES: '262144' }),
+    });
+    expect(limited.code).toBe(1);
+    expect(limited.stderr).toMatch(
+      /line 1: payload: makes the EventBridge entry \d+ bytes, over the 262144-byte limit/,
+    );
+    const [count] = await h.db.sql`select count(*)::int as n from outbox`;
     expect(count?.n).toBe(0);
   });
 
   it('status --json reports pending, oldest pending age, in flight, dead-lettered and published', async () => {
-    await db.sql.begin((tx) =>
+    await h.db.sql.begin((tx) =>
       enqueueMany(
         tx,
         ['a', 'b', 'c', 'd'].map((id) => ({
@@ -150,10 +159,11 @@ describe('outbox CLI', () => {
         })),
       ),
     );
-    await db.sql`update outbox set created_at = now() - interval '90 seconds' where aggregate_id = 'a'`;
-    await db.sql`update outbox set published_at = now() where aggregate_id = 'b'`;
-    await db.sql`update outbox set dead_lettered_at = now() where aggregate_id = 'c'`;
-    await db.sql`update outbox set lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' where aggregate_id = 'd'`;
+    await h.db.sql`update outbox set created_at = now() - interval '90 seconds' where aggregate_id = 'a'`;
+    await h.db.sql`update outbox set published_at = now() where aggregate_id = 'b'`;
+    await h.db.sql`update outbox set dead_lettered_at = now() where aggregate_id = 'c'`;
+    await h.db
+      .sql`update outbox set lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' where aggregate_id = 'd'`;
     const r = await run(['status', '--json']);
     expect(r.code).toBe(0);
     const status = JSON.parse(r.stdout);
@@ -172,18 +182,18 @@ describe('outbox CLI', () => {
   });
 
   it('relay refuses to start without an AWS region instead of dead-lettering every event', async () => {
-    await db.sql.begin((tx) =>
+    await h.db.sql.begin((tx) =>
       enqueueMany(tx, [{ type: 'T', source: 's', aggregateType: 'x', aggregateId: 'r', payload: {} }]),
     );
     const r = await run(['relay', '--until-empty'], { env: env({ AWS_REGION: '' }) });
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/^error: AWS_REGION: is required to sign PutEvents requests/);
-    const [row] = await db.sql`select attempts, dead_lettered_at from outbox`;
+    const [row] = await h.db.sql`select attempts, dead_lettered_at from outbox`;
     expect(row).toEqual({ attempts: 0, dead_lettered_at: null });
   });
 
   it('a relay killed mid-publication leaves nothing lost: the next relay publishes every row', async () => {
-    await db.sql.begin((tx) =>
+    await h.db.sql.begin((tx) =>
       enqueueMany(
         tx,
         Array.from({ length: 200 }, (_, i) => ({
@@ -195,22 +205,22 @@ describe('outbox CLI', () => {
         })),
       ),
     );
-    bus.setFaults({ latencyMs: 100 });
+    h.bus.setFaults({ latencyMs: 100 });
     const child = start(['relay'], { env: env({ OUTBOX_LEASE_SECONDS: '5', OUTBOX_BATCH_SIZE: '50' }) });
     // Kill it as soon as the bus has accepted something, mid-way through its work.
-    await new Promise<void>((resolve) => bus.emitter.once('accepted', () => resolve()));
+    await new Promise<void>((resolve) => h.bus.emitter.once('accepted', () => resolve()));
     child.kill('SIGKILL');
     await new Promise((r) => child.on('close', r));
-    const [left] = await db.sql`select count(*)::int as n from outbox where published_at is null`;
+    const [left] = await h.db.sql`select count(*)::int as n from outbox where published_at is null`;
     expect(left?.n).toBeGreaterThan(0);
-    bus.setFaults({});
+    h.bus.setFaults({});
 
     // The next relay waits for the dead relay's leases to expire (5 s), then publishes everything.
     const r = await run(['relay', '--until-empty'], { env: env({ OUTBOX_LEASE_SECONDS: '5' }) });
     expect(r.code).toBe(0);
-    const [after] = await db.sql`select count(*)::int as n from outbox where published_at is null`;
+    const [after] = await h.db.sql`select count(*)::int as n from outbox where published_at is null`;
     expect(after?.n).toBe(0);
-    const ids = new Set(bus.events.map((e) => (e.detail as unknown as Envelope).metadata.eventId));
+    const ids = new Set(h.bus.events.map((e) => (e.detail as unknown as Envelope).metadata.eventId));
     expect(ids.size).toBe(200);
   });
 });

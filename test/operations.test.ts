@@ -1,8 +1,7 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { Context } from 'aws-lambda';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { type LocalBus, startLocalBus } from '../dev/local-bus.ts';
+import { describe, expect, it } from 'vitest';
 import { createMonitorHandler } from '../functions/monitor/monitor-handler.ts';
 import { createRelayHandler } from '../functions/relay/relay-handler.ts';
 import { connect } from '../shared/db.ts';
@@ -16,30 +15,16 @@ import type { Envelope } from '../shared/envelope.ts';
 import { enqueueMany } from '../shared/producer.ts';
 import { prune } from '../shared/prune.ts';
 import { runRelay } from '../shared/relay/relay.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { useHarness } from './support/harness.ts';
 import { testClient, testSettings } from './support/relay.ts';
 
 const BIN = fileURLToPath(new URL('../bin/outbox.js', import.meta.url));
 const DAY = 86_400;
 
-let db: TestDatabase;
-let bus: LocalBus;
-beforeAll(async () => {
-  db = await createTestDatabase({ max: 10 });
-  bus = await startLocalBus();
-});
-afterAll(async () => {
-  await db?.drop();
-  await bus?.close();
-});
-beforeEach(async () => {
-  await db.sql`truncate outbox, outbox_aggregate`;
-  bus.reset();
-  bus.setFaults({});
-});
+const h = useHarness({ max: 10 });
 
 async function seed(ids: string[], aggregateType = 'order') {
-  await db.sql.begin((tx) =>
+  await h.db.sql.begin((tx) =>
     enqueueMany(
       tx,
       ids.map((id) => ({
@@ -93,15 +78,19 @@ async function captureEmf(fn: () => Promise<unknown>): Promise<Record<string, un
 describe('prune', () => {
   it('deletes only published rows past the retention, in batches of at most the batch size', async () => {
     await seed(['p1', 'p2', 'p3', 'p4', 'p5', 'recent', 'pending', 'leased', 'expired', 'dead', 'old-dead']);
-    await db.sql`update outbox set created_at = now() - interval '30 days'`;
-    await db.sql`update outbox set published_at = now() - interval '30 days' where aggregate_id like 'p_'`;
-    await db.sql`update outbox set published_at = now() - interval '1 day' where aggregate_id = 'recent'`;
-    await db.sql`update outbox set lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' where aggregate_id = 'leased'`;
-    await db.sql`update outbox set lease_token = gen_random_uuid(), lease_expires_at = now() - interval '29 days' where aggregate_id = 'expired'`;
-    await db.sql`update outbox set dead_lettered_at = now() - interval '30 days' where aggregate_id = 'dead'`;
-    await db.sql`update outbox set dead_lettered_at = now() - interval '31 days' where aggregate_id = 'old-dead'`;
+    await h.db.sql`update outbox set created_at = now() - interval '30 days'`;
+    await h.db.sql`update outbox set published_at = now() - interval '30 days' where aggregate_id like 'p_'`;
+    await h.db.sql`update outbox set published_at = now() - interval '1 day' where aggregate_id = 'recent'`;
+    await h.db
+      .sql`update outbox set lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' where aggregate_id = 'leased'`;
+    await h.db
+      .sql`update outbox set lease_token = gen_random_uuid(), lease_expires_at = now() - interval '29 days' where aggregate_id = 'expired'`;
+    await h.db
+      .sql`update outbox set dead_lettered_at = now() - interval '30 days' where aggregate_id = 'dead'`;
+    await h.db
+      .sql`update outbox set dead_lettered_at = now() - interval '31 days' where aggregate_id = 'old-dead'`;
 
-    const result = await prune(db.sql, {
+    const result = await prune(h.db.sql, {
       publishedRetentionSeconds: 7 * DAY,
       deadLetterRetentionSeconds: 30.5 * DAY,
       batchSize: 2,
@@ -113,15 +102,15 @@ describe('prune', () => {
       complete: true,
       batches: [2, 2, 1, 1],
     });
-    const left = await db.sql<
+    const left = await h.db.sql<
       { aggregate_id: string }[]
     >`select aggregate_id from outbox order by aggregate_id`;
     expect(left.map((r) => r.aggregate_id)).toEqual(['dead', 'expired', 'leased', 'pending', 'recent']);
   });
 
   it('deletes inbox records past their retention only when asked to', async () => {
-    await db.sql`truncate inbox_message`;
-    await db.sql`
+    await h.db.sql`truncate inbox_message`;
+    await h.db.sql`
       insert into inbox_message (consumer, message_key, processed_at)
       values ('c', 'old-1', now() - interval '31 days'), ('c', 'old-2', now() - interval '40 days'), ('c', 'recent', now() - interval '2 days')`;
     const base = {
@@ -130,16 +119,16 @@ describe('prune', () => {
       batchSize: 10,
       timeBudgetMs: 5_000,
     };
-    expect((await prune(db.sql, base)).inboxDeleted).toBe(0);
-    expect((await prune(db.sql, { ...base, inboxRetentionSeconds: 30 * DAY })).inboxDeleted).toBe(2);
-    const left = await db.sql<{ message_key: string }[]>`select message_key from inbox_message`;
+    expect((await prune(h.db.sql, base)).inboxDeleted).toBe(0);
+    expect((await prune(h.db.sql, { ...base, inboxRetentionSeconds: 30 * DAY })).inboxDeleted).toBe(2);
+    const left = await h.db.sql<{ message_key: string }[]>`select message_key from inbox_message`;
     expect(left.map((r) => r.message_key)).toEqual(['recent']);
   });
 
   it('counts without deleting on a dry run', async () => {
     await seed(['a', 'b']);
-    await db.sql`update outbox set published_at = now() - interval '8 days'`;
-    const result = await prune(db.sql, {
+    await h.db.sql`update outbox set published_at = now() - interval '8 days'`;
+    const result = await prune(h.db.sql, {
       publishedRetentionSeconds: 7 * DAY,
       deadLetterRetentionSeconds: 30 * DAY,
       batchSize: 1,
@@ -147,24 +136,24 @@ describe('prune', () => {
       dryRun: true,
     });
     expect(result).toMatchObject({ publishedDeleted: 2, deadLettersDeleted: 0, dryRun: true, batches: [] });
-    const [n] = await db.sql`select count(*)::int as n from outbox`;
+    const [n] = await h.db.sql`select count(*)::int as n from outbox`;
     expect(n?.n).toBe(2);
   });
 
   it('runs alongside a relay without blocking it or losing a row', async () => {
     await seed(Array.from({ length: 3_000 }, (_, i) => `old-${i}`));
-    await db.sql`update outbox set published_at = now() - interval '10 days'`;
+    await h.db.sql`update outbox set published_at = now() - interval '10 days'`;
     await seed(Array.from({ length: 2_000 }, (_, i) => `new-${i}`));
-    const relaySql = connect({ url: db.url, max: 4, env: {} });
+    const relaySql = connect({ url: h.db.url, max: 4, env: {} });
     try {
       const [relayed, pruned] = await Promise.all([
         runRelay({
           sql: relaySql,
-          client: testClient(bus.url),
+          client: testClient(h.bus.url),
           settings: testSettings({ batchSize: 50 }),
           untilEmpty: true,
         }),
-        prune(db.sql, {
+        prune(h.db.sql, {
           publishedRetentionSeconds: 7 * DAY,
           deadLetterRetentionSeconds: 30 * DAY,
           batchSize: 100,
@@ -176,23 +165,24 @@ describe('prune', () => {
     } finally {
       await relaySql.end();
     }
-    const [row] =
-      await db.sql`select count(*)::int as n, count(*) filter (where published_at is null)::int as unpublished from outbox`;
+    const [row] = await h.db
+      .sql`select count(*)::int as n, count(*) filter (where published_at is null)::int as unpublished from outbox`;
     expect(row).toEqual({ n: 2_000, unpublished: 0 });
-    expect(new Set(bus.events.map((e) => (e.detail as unknown as Envelope).metadata.aggregateId)).size).toBe(
-      2_000,
-    );
+    expect(
+      new Set(h.bus.events.map((e) => (e.detail as unknown as Envelope).metadata.aggregateId)).size,
+    ).toBe(2_000);
   });
 });
 
 describe('monitor Lambda', () => {
   it('prunes and emits the documented metrics as EMF', async () => {
     await seed(['old', 'waiting', 'dead']);
-    await db.sql`update outbox set published_at = now() - interval '8 days' where aggregate_id = 'old'`;
-    await db.sql`update outbox set created_at = now() - interval '42 seconds' where aggregate_id = 'waiting'`;
-    await db.sql`update outbox set dead_lettered_at = now() where aggregate_id = 'dead'`;
+    await h.db.sql`update outbox set published_at = now() - interval '8 days' where aggregate_id = 'old'`;
+    await h.db
+      .sql`update outbox set created_at = now() - interval '42 seconds' where aggregate_id = 'waiting'`;
+    await h.db.sql`update outbox set dead_lettered_at = now() where aggregate_id = 'dead'`;
     const handler = createMonitorHandler({
-      sql: db.sql,
+      sql: h.db.sql,
       settings: {
         publishedRetentionSeconds: 7 * DAY,
         deadLetterRetentionSeconds: 30 * DAY,
@@ -240,11 +230,11 @@ describe('monitor Lambda', () => {
   });
 
   it('relay invocations emit published, retried, dead-lettered, lease lost, throttles and PutEvents latency', async () => {
-    bus.setFaults({ poisonMarker: '"id": "bad"', poisonCode: 'InvalidArgument' });
+    h.bus.setFaults({ poisonMarker: '"id":"bad"', poisonCode: 'InvalidArgument' });
     await seed(['ok-1', 'ok-2', 'bad']);
     const handler = createRelayHandler({
-      sql: db.sql,
-      client: testClient(bus.url),
+      sql: h.db.sql,
+      client: testClient(h.bus.url),
       settings: testSettings({ metricNamespace: 'OutboxTest' }),
     });
     const docs = await captureEmf(() => handler({}, context(8_500)));
@@ -273,9 +263,14 @@ describe('monitor Lambda', () => {
 
   it('computes the oldest pending age on the database clock, whatever the time zones', async () => {
     await seed(['tz']);
-    await db.sql`update outbox set created_at = now() - interval '90 seconds'`;
+    await h.db.sql`update outbox set created_at = now() - interval '90 seconds'`;
     const child = spawn(process.execPath, [BIN, 'status', '--json'], {
-      env: { PATH: process.env.PATH, DATABASE_URL: db.url, TZ: 'Pacific/Chatham', PGTZ: 'America/St_Johns' },
+      env: {
+        PATH: process.env.PATH,
+        DATABASE_URL: h.db.url,
+        TZ: 'Pacific/Chatham',
+        PGTZ: 'America/St_Johns',
+      },
     });
     let out = '';
     child.stdout.on('data', (d) => {
@@ -290,62 +285,77 @@ describe('monitor Lambda', () => {
 
 describe('dead-letter operations', () => {
   async function deadLetterOne(id: string) {
-    bus.setFaults({ poisonMarker: `"id": "${id}"`, poisonCode: 'InvalidArgument' });
-    await runRelay({ sql: db.sql, client: testClient(bus.url), settings: testSettings(), untilEmpty: true });
-    bus.setFaults({});
+    h.bus.setFaults({ poisonMarker: `"id":"${id}"`, poisonCode: 'InvalidArgument' });
+    await runRelay({
+      sql: h.db.sql,
+      client: testClient(h.bus.url),
+      settings: testSettings(),
+      untilEmpty: true,
+    });
+    h.bus.setFaults({});
   }
 
   it('replay publishes the dead letter again with the same eventId', async () => {
     await seed(['replay-me']);
     await deadLetterOne('replay-me');
-    const [dead] = await listDeadLetters(db.sql);
+    const [dead] = await listDeadLetters(h.db.sql);
     expect(dead).toMatchObject({ aggregateId: 'replay-me', attempts: 1 });
     expect(dead?.lastError).toMatch(/^InvalidArgument/);
-    expect(bus.events).toHaveLength(0);
+    expect(h.bus.events).toHaveLength(0);
 
-    expect(await replayDeadLetters(db.sql, [dead?.id as string])).toBe(1);
-    await runRelay({ sql: db.sql, client: testClient(bus.url), settings: testSettings(), untilEmpty: true });
-    expect(bus.events.map((e) => (e.detail as unknown as Envelope).metadata.eventId)).toEqual([
+    expect(await replayDeadLetters(h.db.sql, [dead?.id as string])).toBe(1);
+    await runRelay({
+      sql: h.db.sql,
+      client: testClient(h.bus.url),
+      settings: testSettings(),
+      untilEmpty: true,
+    });
+    expect(h.bus.events.map((e) => (e.detail as unknown as Envelope).metadata.eventId)).toEqual([
       dead?.eventId,
     ]);
-    expect(await listDeadLetters(db.sql)).toEqual([]);
+    expect(await listDeadLetters(h.db.sql)).toEqual([]);
   });
 
   it('discard keeps the row for audit, never publishes it, and unblocks its aggregate under block', async () => {
     await seed(['x']);
     await seed(['x']);
-    bus.setFaults({ poisonMarker: '"id": "x"', poisonCode: 'InvalidArgument' });
+    h.bus.setFaults({ poisonMarker: '"id":"x"', poisonCode: 'InvalidArgument' });
     const settings = testSettings({ deadLetterPolicy: 'block' });
-    await runRelay({ sql: db.sql, client: testClient(bus.url), settings, once: true });
-    bus.setFaults({});
-    const [dead] = await listDeadLetters(db.sql);
+    await runRelay({ sql: h.db.sql, client: testClient(h.bus.url), settings, once: true });
+    h.bus.setFaults({});
+    const [dead] = await listDeadLetters(h.db.sql);
     expect(dead?.sequence).toBe(1);
     // Blocked: #2 waits behind the dead letter.
-    await runRelay({ sql: db.sql, client: testClient(bus.url), settings, once: true });
-    expect(bus.events).toHaveLength(0);
+    await runRelay({ sql: h.db.sql, client: testClient(h.bus.url), settings, once: true });
+    expect(h.bus.events).toHaveLength(0);
 
-    const { ids } = await resolveDeadLetterIds(db.sql, [dead?.eventId as string]);
-    expect(await discardDeadLetters(db.sql, ids)).toBe(1);
-    await db.sql`update outbox set available_at = now()`;
-    await runRelay({ sql: db.sql, client: testClient(bus.url), settings, untilEmpty: true });
-    expect(bus.events.map((e) => (e.detail as unknown as Envelope).metadata.sequence)).toEqual([2]);
-    const [row] =
-      await db.sql`select discarded_at is not null as discarded, published_at from outbox where sequence = 1`;
+    const { ids } = await resolveDeadLetterIds(h.db.sql, [dead?.eventId as string]);
+    expect(await discardDeadLetters(h.db.sql, ids)).toBe(1);
+    await h.db.sql`update outbox set available_at = now()`;
+    await runRelay({ sql: h.db.sql, client: testClient(h.bus.url), settings, untilEmpty: true });
+    expect(h.bus.events.map((e) => (e.detail as unknown as Envelope).metadata.sequence)).toEqual([2]);
+    const [row] = await h.db
+      .sql`select discarded_at is not null as discarded, published_at from outbox where sequence = 1`;
     expect(row).toEqual({ discarded: true, published_at: null });
-    expect(await listDeadLetters(db.sql)).toEqual([]);
-    expect(await listDeadLetters(db.sql, { includeDiscarded: true })).toHaveLength(1);
+    expect(await listDeadLetters(h.db.sql)).toEqual([]);
+    expect(await listDeadLetters(h.db.sql, { includeDiscarded: true })).toHaveLength(1);
   });
 
   it('the CLI lists, shows, refuses to act on several rows without --yes, and replays with it', async () => {
     await seed(['c1', 'c2'], 'cart');
-    bus.setFaults({ poisonMarker: 'InvalidEverything', poisonCode: 'InvalidArgument' });
-    await db.sql`update outbox set payload = '{"note": "InvalidEverything"}'`;
-    await runRelay({ sql: db.sql, client: testClient(bus.url), settings: testSettings(), untilEmpty: true });
-    bus.setFaults({});
+    h.bus.setFaults({ poisonMarker: 'InvalidEverything', poisonCode: 'InvalidArgument' });
+    await h.db.sql`update outbox set payload = '{"note": "InvalidEverything"}'`;
+    await runRelay({
+      sql: h.db.sql,
+      client: testClient(h.bus.url),
+      settings: testSettings(),
+      untilEmpty: true,
+    });
+    h.bus.setFaults({});
     const run = (args: string[]) =>
       new Promise<{ code: number | null; out: string; err: string }>((resolve) => {
         const child = spawn(process.execPath, [BIN, ...args], {
-          env: { PATH: process.env.PATH, DATABASE_URL: db.url },
+          env: { PATH: process.env.PATH, DATABASE_URL: h.db.url },
         });
         let out = '';
         let err = '';
@@ -373,10 +383,10 @@ describe('dead-letter operations', () => {
     const refused = await run(['dead-letters', 'replay', '--all', '--aggregate', 'cart']);
     expect(refused.code).toBe(1);
     expect(refused.err).toContain('not confirmed: nothing was changed');
-    expect(await listDeadLetters(db.sql)).toHaveLength(2);
+    expect(await listDeadLetters(h.db.sql)).toHaveLength(2);
     const replayed = await run(['dead-letters', 'replay', '--all', '--aggregate', 'cart', '--yes']);
     expect(replayed.out.trim()).toBe('replayed 2 dead letter(s)');
-    expect(await listDeadLetters(db.sql)).toHaveLength(0);
+    expect(await listDeadLetters(h.db.sql)).toHaveLength(0);
     const unknown = await run(['dead-letters', 'discard', '999999']);
     expect(unknown).toMatchObject({ code: 1 });
     expect(unknown.err).toContain('no dead letter with id 999999');

@@ -1,28 +1,14 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { type AcceptedEvent, type LocalBus, startLocalBus } from '../dev/local-bus.ts';
+import { describe, expect, it } from 'vitest';
+import type { AcceptedEvent } from '../dev/local-bus.ts';
 import { connect } from '../shared/db.ts';
 import type { Envelope } from '../shared/envelope.ts';
 import { enqueueMany, type OutboxEvent } from '../shared/producer.ts';
 import { claimBatch } from '../shared/relay/claim.ts';
 import { relayOnce, runRelay } from '../shared/relay/relay.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { useHarness } from './support/harness.ts';
 import { testClient, testSettings } from './support/relay.ts';
 
-let db: TestDatabase;
-let bus: LocalBus;
-beforeAll(async () => {
-  db = await createTestDatabase({ max: 12 });
-  bus = await startLocalBus();
-});
-afterAll(async () => {
-  await db?.drop();
-  await bus?.close();
-});
-beforeEach(async () => {
-  await db.sql`truncate outbox, outbox_aggregate`;
-  bus.reset();
-  bus.setFaults({});
-});
+const h = useHarness({ max: 12 });
 
 const ev = (aggregateId: string, payload: Record<string, unknown> = {}): OutboxEvent => ({
   type: 'Changed',
@@ -34,7 +20,7 @@ const ev = (aggregateId: string, payload: Record<string, unknown> = {}): OutboxE
 
 async function seed(events: OutboxEvent[]) {
   for (let i = 0; i < events.length; i += 1_000) {
-    await db.sql.begin((tx) => enqueueMany(tx, events.slice(i, i + 1_000)));
+    await h.db.sql.begin((tx) => enqueueMany(tx, events.slice(i, i + 1_000)));
   }
 }
 
@@ -61,7 +47,7 @@ function orderViolations(events: readonly AcceptedEvent[]): string[] {
 describe('per-aggregate order', () => {
   it('is kept by 4 concurrent relays with faults on, and every event arrives', async () => {
     await seed(Array.from({ length: 4_000 }, (_, i) => ev(`agg-${i % 200}`, { i })));
-    bus.setFaults({
+    h.bus.setFaults({
       latencyMs: [0, 4],
       spikeRate: 0.01,
       spikeMs: 300,
@@ -70,7 +56,7 @@ describe('per-aggregate order', () => {
       entryFailureRate: 0.05,
       lostResponseRate: 0.03,
     });
-    const pools = [1, 2, 3, 4].map(() => connect({ url: db.url, max: 3, env: {} }));
+    const pools = [1, 2, 3, 4].map(() => connect({ url: h.db.url, max: 3, env: {} }));
     try {
       const settings = testSettings({
         batchSize: 50,
@@ -81,37 +67,40 @@ describe('per-aggregate order', () => {
       });
       await Promise.all(
         pools.map((sql) =>
-          runRelay({ sql, client: testClient(bus.url, { maxAttempts: 1 }), settings, untilEmpty: true }),
+          runRelay({ sql, client: testClient(h.bus.url, { maxAttempts: 1 }), settings, untilEmpty: true }),
         ),
       );
     } finally {
       await Promise.all(pools.map((p) => p.end()));
     }
     expect(
-      bus.stats.throttled + bus.stats.serverErrors + bus.stats.entryFailures + bus.stats.lostResponses,
+      h.bus.stats.throttled +
+        h.bus.stats.serverErrors +
+        h.bus.stats.entryFailures +
+        h.bus.stats.lostResponses,
     ).toBeGreaterThan(50);
-    expect(orderViolations(bus.events)).toEqual([]);
-    const distinct = new Set(bus.events.map((e) => meta(e).eventId));
+    expect(orderViolations(h.bus.events)).toEqual([]);
+    const distinct = new Set(h.bus.events.map((e) => meta(e).eventId));
     expect(distinct.size).toBe(4_000);
-    const [left] = await db.sql`select count(*)::int as n from outbox where published_at is null`;
+    const [left] = await h.db.sql`select count(*)::int as n from outbox where published_at is null`;
     expect(left?.n).toBe(0);
   });
 
   it('lets a backed-off aggregate delay only itself', async () => {
-    bus.setFaults({ poisonMarker: 'stuck-here', poisonCode: 'InternalFailure' });
+    h.bus.setFaults({ poisonMarker: 'stuck-here', poisonCode: 'InternalFailure' });
     await seed([ev('stuck', { note: 'stuck-here' }), ev('stuck'), ev('stuck')]);
     await seed(Array.from({ length: 50 }, (_, i) => ev(`free-${i % 10}`)));
     const settings = testSettings({ backoffBaseMs: 60_000, backoffMaxMs: 60_000 });
     const result = await runRelay({
-      sql: db.sql,
-      client: testClient(bus.url),
+      sql: h.db.sql,
+      client: testClient(h.bus.url),
       settings,
       random: () => 0.9, // jitter fixed: a 54 s backoff
       signal: AbortSignal.timeout(1_500),
     });
     expect(result.published).toBe(50);
-    expect(bus.events.filter((e) => meta(e).aggregateId === 'stuck')).toEqual([]);
-    const stuck = await db.sql<
+    expect(h.bus.events.filter((e) => meta(e).aggregateId === 'stuck')).toEqual([]);
+    const stuck = await h.db.sql<
       { sequence: string; attempts: number; published: boolean; waiting: boolean }[]
     >`
       select sequence, attempts, published_at is not null as published, available_at > now() + interval '20 seconds' as waiting
@@ -126,41 +115,41 @@ describe('per-aggregate order', () => {
   it('does not let a hot aggregate with a 10,000-event backlog starve the others', async () => {
     await seed(Array.from({ length: 10_000 }, (_, i) => ev('hot', { i })));
     await seed(Array.from({ length: 99 }, (_, i) => ev(`cold-${i}`)));
-    const client = testClient(bus.url);
+    const client = testClient(h.bus.url);
     const settings = testSettings({ batchSize: 100, perAggregateLimit: 10 });
 
     // The first pass meets the backlog at the front of the queue, claims the hot aggregate's first
     // window and parks the rest; the second reaches every cold aggregate.
-    const first = await relayOnce({ sql: db.sql, client, settings });
-    const second = await relayOnce({ sql: db.sql, client, settings });
+    const first = await relayOnce({ sql: h.db.sql, client, settings });
+    const second = await relayOnce({ sql: h.db.sql, client, settings });
     expect(first.published + second.published).toBe(119);
     expect(
       new Set(
-        bus.events.filter((e) => meta(e).aggregateId.startsWith('cold-')).map((e) => meta(e).aggregateId),
+        h.bus.events.filter((e) => meta(e).aggregateId.startsWith('cold-')).map((e) => meta(e).aggregateId),
       ).size,
     ).toBe(99);
     // The backlog beyond the first window is parked, so later claims do not re-read it.
-    const [unparked] = await db.sql`
+    const [unparked] = await h.db.sql`
       select count(*)::int as n from outbox
       where aggregate_id = 'hot' and published_at is null and available_at <= now()`;
     expect(unparked?.n).toBeLessThanOrEqual(11);
 
     // The hot aggregate keeps moving, several events per pass, in order.
-    for (let i = 0; i < 5; i++) await relayOnce({ sql: db.sql, client, settings });
-    const hot = bus.events.filter((e) => meta(e).aggregateId === 'hot').map((e) => meta(e).sequence);
+    for (let i = 0; i < 5; i++) await relayOnce({ sql: h.db.sql, client, settings });
+    const hot = h.bus.events.filter((e) => meta(e).aggregateId === 'hot').map((e) => meta(e).sequence);
     expect(hot).toEqual(Array.from({ length: 70 }, (_, i) => i + 1));
   });
 
   it('sends several events of one aggregate in one pass, one after the other', async () => {
     await seed(Array.from({ length: 25 }, () => ev('busy')));
     const result = await relayOnce({
-      sql: db.sql,
-      client: testClient(bus.url),
+      sql: h.db.sql,
+      client: testClient(h.bus.url),
       settings: testSettings({ perAggregateLimit: 10 }),
     });
     expect(result).toMatchObject({ claimed: 10, published: 10, putEventsCalls: 10 });
-    expect(bus.events.map((e) => meta(e).sequence)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
-    expect(new Set(bus.events.map((e) => e.requestId)).size).toBe(10); // never two of them in one request
+    expect(h.bus.events.map((e) => meta(e).sequence)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    expect(new Set(h.bus.events.map((e) => e.requestId)).size).toBe(10); // never two of them in one request
   });
 
   it('never claims a later event of an aggregate whose head another relay holds', async () => {
@@ -172,25 +161,30 @@ describe('per-aggregate order', () => {
       ordering: 'aggregate' as const,
       deadLetterPolicy: 'continue' as const,
     };
-    const first = await claimBatch(db.sql, { ...options, leaseToken: crypto.randomUUID() });
+    const first = await claimBatch(h.db.sql, { ...options, leaseToken: crypto.randomUUID() });
     expect(first.map((e) => `${e.aggregateId}${e.sequence}`).sort()).toEqual(['a1', 'b1']);
-    const second = await claimBatch(db.sql, { ...options, leaseToken: crypto.randomUUID() });
+    const second = await claimBatch(h.db.sql, { ...options, leaseToken: crypto.randomUUID() });
     expect(second).toEqual([]); // a2 must wait for a1
   });
 });
 
 describe('dead-letter policy', () => {
   const seedWithPoison = async () => {
-    bus.setFaults({ poisonMarker: 'poison-pill', poisonCode: 'InvalidArgument' });
+    h.bus.setFaults({ poisonMarker: 'poison-pill', poisonCode: 'InvalidArgument' });
     await seed([ev('p'), ev('p', { note: 'poison-pill' }), ev('p'), ev('p'), ev('other')]);
   };
 
   it('continue: later events of the aggregate go on, leaving a visible gap in the sequence', async () => {
     await seedWithPoison();
     const settings = testSettings({ deadLetterPolicy: 'continue' });
-    const result = await runRelay({ sql: db.sql, client: testClient(bus.url), settings, untilEmpty: true });
+    const result = await runRelay({
+      sql: h.db.sql,
+      client: testClient(h.bus.url),
+      settings,
+      untilEmpty: true,
+    });
     expect(result).toMatchObject({ published: 4, deadLettered: 1 });
-    expect(bus.events.filter((e) => meta(e).aggregateId === 'p').map((e) => meta(e).sequence)).toEqual([
+    expect(h.bus.events.filter((e) => meta(e).aggregateId === 'p').map((e) => meta(e).sequence)).toEqual([
       1, 3, 4,
     ]);
   });
@@ -198,13 +192,13 @@ describe('dead-letter policy', () => {
   it('block: the aggregate waits behind its dead letter; other aggregates go on', async () => {
     await seedWithPoison();
     const settings = testSettings({ deadLetterPolicy: 'block' });
-    const client = testClient(bus.url);
-    for (let i = 0; i < 4; i++) await relayOnce({ sql: db.sql, client, settings });
-    expect(bus.events.map((e) => `${meta(e).aggregateId}${meta(e).sequence}`).sort()).toEqual([
+    const client = testClient(h.bus.url);
+    for (let i = 0; i < 4; i++) await relayOnce({ sql: h.db.sql, client, settings });
+    expect(h.bus.events.map((e) => `${meta(e).aggregateId}${meta(e).sequence}`).sort()).toEqual([
       'other1',
       'p1',
     ]);
-    const state = await db.sql<{ sequence: string; dead: boolean; published: boolean; attempts: number }[]>`
+    const state = await h.db.sql<{ sequence: string; dead: boolean; published: boolean; attempts: number }[]>`
       select sequence, dead_lettered_at is not null as dead, published_at is not null as published, attempts
       from outbox where aggregate_id = 'p' order by sequence`;
     expect(state.map((r) => [r.sequence, r.dead, r.published, r.attempts])).toEqual([

@@ -1,30 +1,16 @@
 import { randomUUID } from 'node:crypto';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { type LocalBus, startLocalBus } from '../dev/local-bus.ts';
+import { afterEach, describe, expect, it } from 'vitest';
+import { startLocalBus } from '../dev/local-bus.ts';
 import type { Envelope } from '../shared/envelope.ts';
 import { enqueueMany, type OutboxEvent } from '../shared/producer.ts';
 import { claimBatch } from '../shared/relay/claim.ts';
 import { markPublished, recordFailures } from '../shared/relay/complete.ts';
 import { relayOnce, runRelay } from '../shared/relay/relay.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { useHarness } from './support/harness.ts';
 import { testClient, testSettings } from './support/relay.ts';
 
-let db: TestDatabase;
-let bus: LocalBus;
-beforeAll(async () => {
-  db = await createTestDatabase({ max: 12 });
-  bus = await startLocalBus();
-});
-afterAll(async () => {
-  await db?.drop();
-  await bus?.close();
-});
-beforeEach(async () => {
-  await db.sql`truncate outbox, outbox_aggregate`;
-  bus.reset();
-  bus.setFaults({});
-});
-afterEach(() => bus.setFaults({}));
+const h = useHarness({ max: 12 });
+afterEach(() => h.bus.setFaults({}));
 
 const order = (aggregateId: string, payload: Record<string, unknown> = { total: 1 }): OutboxEvent => ({
   type: 'OrderPlaced',
@@ -37,12 +23,12 @@ const order = (aggregateId: string, payload: Record<string, unknown> = { total: 
 async function seed(events: OutboxEvent[]) {
   const chunk = 1_000;
   for (let i = 0; i < events.length; i += chunk) {
-    await db.sql.begin((tx) => enqueueMany(tx, events.slice(i, i + chunk)));
+    await h.db.sql.begin((tx) => enqueueMany(tx, events.slice(i, i + chunk)));
   }
 }
 
 const rows = () =>
-  db.sql<
+  h.db.sql<
     {
       event_id: string;
       published_at: Date | null;
@@ -56,11 +42,11 @@ const rows = () =>
 
 /** Moves every lease's expiry into the past, as if the lease length had elapsed. */
 const expireLeases = () =>
-  db.sql`update outbox set lease_expires_at = now() - interval '1 second' where lease_token is not null`;
+  h.db.sql`update outbox set lease_expires_at = now() - interval '1 second' where lease_token is not null`;
 
 describe('relay', () => {
   it('puts the envelope of DESIGN.md on the bus', async () => {
-    await db.sql.begin((tx) =>
+    await h.db.sql.begin((tx) =>
       enqueueMany(tx, [
         {
           ...order('8842', { total: 12.5, note: 'naïve ☕' }),
@@ -68,17 +54,17 @@ describe('relay', () => {
         },
       ]),
     );
-    const [stored] = await db.sql<
+    const [stored] = await h.db.sql<
       { event_id: string; created_at: Date }[]
     >`select event_id, created_at from outbox`;
     await runRelay({
-      sql: db.sql,
-      client: testClient(bus.url),
+      sql: h.db.sql,
+      client: testClient(h.bus.url),
       settings: testSettings({ eventBusName: 'orders-bus' }),
       untilEmpty: true,
     });
-    expect(bus.events).toHaveLength(1);
-    const e = bus.events[0];
+    expect(h.bus.events).toHaveLength(1);
+    const e = h.bus.events[0];
     expect(e).toMatchObject({
       eventBusName: 'orders-bus',
       source: 'shop.orders',
@@ -102,25 +88,30 @@ describe('relay', () => {
   });
 
   it('publishes nothing of a rolled-back transaction', async () => {
-    await db.sql
+    await h.db.sql
       .begin(async (tx) => {
         await enqueueMany(tx, [order('rolled-back')]);
         throw new Error('abort');
       })
       .catch(() => {});
-    await db.sql.begin((tx) => enqueueMany(tx, [order('committed')]));
-    await runRelay({ sql: db.sql, client: testClient(bus.url), settings: testSettings(), untilEmpty: true });
-    expect(bus.events.map((e) => (e.detail as unknown as Envelope).metadata.aggregateId)).toEqual([
+    await h.db.sql.begin((tx) => enqueueMany(tx, [order('committed')]));
+    await runRelay({
+      sql: h.db.sql,
+      client: testClient(h.bus.url),
+      settings: testSettings(),
+      untilEmpty: true,
+    });
+    expect(h.bus.events.map((e) => (e.detail as unknown as Envelope).metadata.aggregateId)).toEqual([
       'committed',
     ]);
   });
 
   it('re-publishes with the same eventId after a crash between publish and mark', async () => {
     await seed([order('1'), order('2')]);
-    const client = testClient(bus.url);
+    const client = testClient(h.bus.url);
     // The first relay claims and publishes, then "crashes": its marks never happen.
     const token = randomUUID();
-    const claimed = await claimBatch(db.sql, {
+    const claimed = await claimBatch(h.db.sql, {
       leaseToken: token,
       leaseSeconds: 30,
       batchSize: 10,
@@ -133,13 +124,13 @@ describe('relay', () => {
       client,
       claimed.map((e) => toEntry(e, 'test-bus')),
     );
-    expect(bus.events).toHaveLength(2);
+    expect(h.bus.events).toHaveLength(2);
     // Its lease expires; the next relay publishes again.
     await expireLeases();
-    const result = await runRelay({ sql: db.sql, client, settings: testSettings(), untilEmpty: true });
+    const result = await runRelay({ sql: h.db.sql, client, settings: testSettings(), untilEmpty: true });
     expect(result.published).toBe(2);
-    expect(bus.events).toHaveLength(4);
-    const ids = bus.events.map((e) => (e.detail as unknown as Envelope).metadata.eventId);
+    expect(h.bus.events).toHaveLength(4);
+    const ids = h.bus.events.map((e) => (e.detail as unknown as Envelope).metadata.eventId);
     expect(new Set(ids).size).toBe(2);
     expect(ids.slice(2).sort()).toEqual(ids.slice(0, 2).sort());
     expect((await rows()).every((r) => r.published_at !== null)).toBe(true);
@@ -148,13 +139,13 @@ describe('relay', () => {
   it('publishes each of 10,000 rows exactly once with three relays running at once', async () => {
     await seed(Array.from({ length: 10_000 }, (_, i) => order(String(i % 2_500))));
     const { connect } = await import('../shared/db.ts');
-    const pools = [1, 2, 3].map(() => connect({ url: db.url, max: 3, env: {} }));
+    const pools = [1, 2, 3].map(() => connect({ url: h.db.url, max: 3, env: {} }));
     try {
       const results = await Promise.all(
         pools.map((sql) =>
           runRelay({
             sql,
-            client: testClient(bus.url),
+            client: testClient(h.bus.url),
             settings: testSettings({ batchSize: 200 }),
             untilEmpty: true,
           }),
@@ -165,17 +156,17 @@ describe('relay', () => {
     } finally {
       await Promise.all(pools.map((p) => p.end()));
     }
-    const ids = bus.events.map((e) => (e.detail as unknown as Envelope).metadata.eventId);
+    const ids = h.bus.events.map((e) => (e.detail as unknown as Envelope).metadata.eventId);
     expect(ids).toHaveLength(10_000);
     expect(new Set(ids).size).toBe(10_000);
-    const [unpublished] = await db.sql`select count(*)::int as n from outbox where published_at is null`;
+    const [unpublished] = await h.db.sql`select count(*)::int as n from outbox where published_at is null`;
     expect(unpublished?.n).toBe(0);
   });
 
   it('does not let a relay whose lease expired overwrite the new owner', async () => {
     await seed([order('zombie')]);
     const claim = (leaseToken: string) =>
-      claimBatch(db.sql, {
+      claimBatch(h.db.sql, {
         leaseToken,
         leaseSeconds: 30,
         batchSize: 10,
@@ -192,9 +183,9 @@ describe('relay', () => {
     expect(theirs?.attempts).toBe(2);
 
     // The zombie's late writes change nothing.
-    expect(await markPublished(db.sql, oldToken, [mine?.id as string])).toBe(0);
+    expect(await markPublished(h.db.sql, oldToken, [mine?.id as string])).toBe(0);
     expect(
-      await recordFailures(db.sql, oldToken, [
+      await recordFailures(h.db.sql, oldToken, [
         { id: mine?.id as string, error: 'late', deadLetter: true, retryInMs: 0 },
       ]),
     ).toBe(0);
@@ -206,16 +197,16 @@ describe('relay', () => {
       last_error: null,
     });
     // The owner's write lands.
-    expect(await markPublished(db.sql, newToken, [theirs?.id as string])).toBe(1);
+    expect(await markPublished(h.db.sql, newToken, [theirs?.id as string])).toBe(1);
   });
 
   it('dead-letters a row that crashes the relay on every attempt, after max attempts', async () => {
     await seed([order('poison'), order('fine')]);
     const maxAttempts = 3;
-    const [poison] = await db.sql<{ id: string }[]>`select id from outbox where aggregate_id = 'poison'`;
+    const [poison] = await h.db.sql<{ id: string }[]>`select id from outbox where aggregate_id = 'poison'`;
     // Each "crash": the row is claimed, then the relay dies before recording an outcome.
     for (let i = 0; i < maxAttempts; i++) {
-      await claimBatch(db.sql, {
+      await claimBatch(h.db.sql, {
         leaseToken: randomUUID(),
         leaseSeconds: 30,
         batchSize: 1,
@@ -223,17 +214,18 @@ describe('relay', () => {
         ordering: 'aggregate',
         deadLetterPolicy: 'continue',
       });
-      await db.sql`update outbox set lease_expires_at = now() - interval '1 second' where id = ${poison?.id as string}`;
-      await db.sql`update outbox set attempts = 0, lease_token = null where id <> ${poison?.id as string}`;
+      await h.db
+        .sql`update outbox set lease_expires_at = now() - interval '1 second' where id = ${poison?.id as string}`;
+      await h.db.sql`update outbox set attempts = 0, lease_token = null where id <> ${poison?.id as string}`;
     }
     const result = await runRelay({
-      sql: db.sql,
-      client: testClient(bus.url),
+      sql: h.db.sql,
+      client: testClient(h.bus.url),
       settings: testSettings({ maxAttempts }),
       untilEmpty: true,
     });
     expect(result.deadLettered).toBe(1);
-    const all = await db.sql<
+    const all = await h.db.sql<
       {
         aggregate_id: string;
         dead_lettered_at: Date | null;
@@ -247,11 +239,11 @@ describe('relay', () => {
     expect(all[1]?.dead_lettered_at).toBeInstanceOf(Date);
     expect(all[1]?.last_error).toMatch(/^AttemptsExhausted/);
     expect(all[0]?.published_at).toBeInstanceOf(Date);
-    expect(bus.events.map((e) => (e.detail as unknown as Envelope).metadata.aggregateId)).toEqual(['fine']);
+    expect(h.bus.events.map((e) => (e.detail as unknown as Envelope).metadata.aggregateId)).toEqual(['fine']);
   });
 
   it('marks only the entries that succeeded when PutEvents reports FailedEntryCount > 0', async () => {
-    bus.setFaults({ poisonMarker: 'refuse-me', poisonCode: 'MalformedDetail' });
+    h.bus.setFaults({ poisonMarker: 'refuse-me', poisonCode: 'MalformedDetail' });
     await seed([
       order('a'),
       order('b', { note: 'refuse-me' }),
@@ -259,9 +251,13 @@ describe('relay', () => {
       order('d', { note: 'refuse-me' }),
       order('e'),
     ]);
-    const result = await relayOnce({ sql: db.sql, client: testClient(bus.url), settings: testSettings() });
+    const result = await relayOnce({
+      sql: h.db.sql,
+      client: testClient(h.bus.url),
+      settings: testSettings(),
+    });
     expect(result).toMatchObject({ published: 3, deadLettered: 2, putEventsCalls: 1 });
-    const state = await db.sql<
+    const state = await h.db.sql<
       { aggregate_id: string; published: boolean; dead: boolean; last_error: string | null }[]
     >`
       select aggregate_id, published_at is not null as published, dead_lettered_at is not null as dead, last_error
@@ -277,24 +273,24 @@ describe('relay', () => {
   });
 
   it('retries an entry that failed with a retryable code, with backoff, and then publishes it', async () => {
-    bus.setFaults({ poisonMarker: 'fail-me', poisonCode: 'InternalFailure' });
+    h.bus.setFaults({ poisonMarker: 'fail-me', poisonCode: 'InternalFailure' });
     await seed([order('ok'), order('flaky', { note: 'fail-me' })]);
-    const client = testClient(bus.url);
+    const client = testClient(h.bus.url);
     const settings = testSettings({ backoffBaseMs: 60_000, backoffMaxMs: 60_000 });
-    const first = await relayOnce({ sql: db.sql, client, settings, random: () => 0.5 });
+    const first = await relayOnce({ sql: h.db.sql, client, settings, random: () => 0.5 });
     expect(first).toMatchObject({ published: 1, retried: 1, deadLettered: 0 });
-    const [flaky] = await db.sql<{ attempts: number; wait: number; last_error: string }[]>`
+    const [flaky] = await h.db.sql<{ attempts: number; wait: number; last_error: string }[]>`
       select attempts, extract(epoch from available_at - now())::float8 as wait, last_error from outbox where aggregate_id = 'flaky'`;
     expect(flaky?.attempts).toBe(1);
     expect(flaky?.wait).toBeGreaterThan(25); // half of the 60 s ceiling (jitter fixed at 0.5)
     expect(flaky?.wait).toBeLessThan(31);
     expect(flaky?.last_error).toMatch(/^InternalFailure/);
     // Still backing off: not claimed again yet.
-    expect((await relayOnce({ sql: db.sql, client, settings })).claimed).toBe(0);
+    expect((await relayOnce({ sql: h.db.sql, client, settings })).claimed).toBe(0);
     // The bus recovers and the backoff elapses.
-    bus.setFaults({});
-    await db.sql`update outbox set available_at = now() where aggregate_id = 'flaky'`;
-    const later = await relayOnce({ sql: db.sql, client, settings });
+    h.bus.setFaults({});
+    await h.db.sql`update outbox set available_at = now() where aggregate_id = 'flaky'`;
+    const later = await relayOnce({ sql: h.db.sql, client, settings });
     expect(later.published).toBe(1);
   });
 
@@ -310,7 +306,7 @@ describe('relay', () => {
       );
       await seed(Array.from({ length: 95 }, (_, i) => order(`small-${i}`)));
       const result = await runRelay({
-        sql: db.sql,
+        sql: h.db.sql,
         client: testClient(limited.url),
         settings: testSettings({ maxRequestBytes: 262_144 }),
         untilEmpty: true,
@@ -325,32 +321,63 @@ describe('relay', () => {
     }
   });
 
+  it('retries, rather than dead-letters, events refused because the bus name is invalid', async () => {
+    await seed([order('a'), order('b'), order('c')]);
+    const result = await relayOnce({
+      sql: h.db.sql,
+      client: testClient(h.bus.url, { maxAttempts: 1 }),
+      settings: testSettings({ eventBusName: 'orders bus' }),
+    });
+    expect(result).toMatchObject({ published: 0, retried: 3, deadLettered: 0 });
+    const [dead] = await h.db.sql`select count(*)::int as n from outbox where dead_lettered_at is not null`;
+    expect(dead?.n).toBe(0);
+  });
+
+  it('publishes a payload that jsonb prints larger than enqueue measured (compact JSON on the bus)', async () => {
+    const limited = await startLocalBus({ maxRequestBytes: 262_144 });
+    try {
+      // 200 KB as compact JSON; jsonb's text form adds a space after every comma (300 KB).
+      const ids = Array.from({ length: 100_000 }, (_, i) => i % 10);
+      await h.db.sql.begin((tx) => enqueueMany(tx, [order('big', { ids })], { maxEntryBytes: 262_144 }));
+      const result = await runRelay({
+        sql: h.db.sql,
+        client: testClient(limited.url),
+        settings: testSettings({ maxRequestBytes: 262_144 }),
+        untilEmpty: true,
+      });
+      expect(result).toMatchObject({ published: 1, deadLettered: 0 });
+      expect(limited.stats.rejected).toBe(0);
+    } finally {
+      await limited.close();
+    }
+  });
+
   it('backs off a whole request refused by the bus (HTTP 500) without losing rows', async () => {
-    bus.setFaults({ serverErrorRate: 1 });
+    h.bus.setFaults({ serverErrorRate: 1 });
     await seed([order('x'), order('y')]);
-    const client = testClient(bus.url, { maxAttempts: 1 });
-    const first = await relayOnce({ sql: db.sql, client, settings: testSettings() });
+    const client = testClient(h.bus.url, { maxAttempts: 1 });
+    const first = await relayOnce({ sql: h.db.sql, client, settings: testSettings() });
     expect(first).toMatchObject({ published: 0, retried: 2 });
-    bus.setFaults({});
-    await db.sql`update outbox set available_at = now()`;
-    const result = await runRelay({ sql: db.sql, client, settings: testSettings(), untilEmpty: true });
+    h.bus.setFaults({});
+    await h.db.sql`update outbox set available_at = now()`;
+    const result = await runRelay({ sql: h.db.sql, client, settings: testSettings(), untilEmpty: true });
     expect(result.published).toBe(2);
-    expect(bus.events).toHaveLength(2);
+    expect(h.bus.events).toHaveLength(2);
   });
 
   it('publishes an event whose response was lost again, with the same eventId', async () => {
-    bus.setFaults({ lostResponseRate: 1 });
+    h.bus.setFaults({ lostResponseRate: 1 });
     await seed([order('lost')]);
-    const client = testClient(bus.url, { maxAttempts: 1 });
-    const first = await relayOnce({ sql: db.sql, client, settings: testSettings() });
+    const client = testClient(h.bus.url, { maxAttempts: 1 });
+    const first = await relayOnce({ sql: h.db.sql, client, settings: testSettings() });
     expect(first).toMatchObject({ published: 0, retried: 1 });
-    expect(bus.events).toHaveLength(1); // it did land
-    bus.setFaults({});
-    await db.sql`update outbox set available_at = now()`;
-    await runRelay({ sql: db.sql, client, settings: testSettings(), untilEmpty: true });
-    expect(bus.events).toHaveLength(2);
-    const [a, b] = bus.events.map((e) => (e.detail as unknown as Envelope).metadata.eventId);
+    expect(h.bus.events).toHaveLength(1); // it did land
+    h.bus.setFaults({});
+    await h.db.sql`update outbox set available_at = now()`;
+    await runRelay({ sql: h.db.sql, client, settings: testSettings(), untilEmpty: true });
+    expect(h.bus.events).toHaveLength(2);
+    const [a, b] = h.bus.events.map((e) => (e.detail as unknown as Envelope).metadata.eventId);
     expect(a).toBe(b);
-    expect(bus.events[0]?.id).not.toBe(bus.events[1]?.id); // EventBridge's own id differs
+    expect(h.bus.events[0]?.id).not.toBe(h.bus.events[1]?.id); // EventBridge's own id differs
   });
 });

@@ -3,11 +3,12 @@
  * variable fails the init with a message naming it, before any invocation is attempted.
  */
 import { loadRelaySettings } from '../../shared/config.ts';
-import { connect } from '../../shared/db.ts';
+import { connect, ignoreTransientDriverRejections } from '../../shared/db.ts';
 import { createEventBridgeClient } from '../../shared/relay/publish.ts';
 import { createRelayHandler } from './relay-handler.ts';
 
 const settings = loadRelaySettings();
+ignoreTransientDriverRejections((message) => console.warn(message));
 
 export const handler = createRelayHandler({
   settings,

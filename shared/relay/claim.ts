@@ -60,7 +60,7 @@ function claimUnordered(sql: Sql, o: ClaimOptions) {
         attempts = o.attempts + 1
     where o.id = any(array(select id from picked))
     returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.source,
-              o.payload::text as payload, o.trace_header, o.created_at, o.attempts, true as is_head
+              o.payload, o.trace_header, o.created_at, o.attempts, true as is_head
   `;
 }
 
@@ -141,7 +141,7 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
         attempts = o.attempts + 1
     where o.id = any(array(select id from claimed))
     returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.source,
-              o.payload::text as payload, o.trace_header, o.created_at, o.attempts,
+              o.payload, o.trace_header, o.created_at, o.attempts,
               exists (select 1 from heads where heads.id = o.id) as is_head
   `;
 }

@@ -111,3 +111,18 @@ export async function unparkNextEvents(
       and o.available_at > now()
   `;
 }
+
+/**
+ * Hands back every row still held by a lease whose pass failed on the database (connection lost
+ * mid-pass), returning the attempt counted at claim: a dropped connection is not the event's
+ * fault, and repeated drops must not dead-letter healthy events. Some of these rows may have
+ * reached the bus before the failure; they are published again (at least once).
+ * @returns how many rows were handed back
+ */
+export async function abandonLease(sql: Sql, leaseToken: string): Promise<number> {
+  const r = await sql`
+    update outbox
+    set lease_token = null, lease_expires_at = null, attempts = greatest(attempts - 1, 0)
+    where lease_token = ${leaseToken}::uuid and published_at is null and dead_lettered_at is null`;
+  return r.count;
+}

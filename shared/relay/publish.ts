@@ -160,9 +160,10 @@ export async function putEntries(
       ok: false as const,
       code,
       message: `${err.message ?? String(error)}${status ? ` (HTTP ${status})` : ''}`,
-      // A whole request refused for a bad bus name or missing permission is a deployment problem,
-      // not the event's: retry with backoff (and alarm) rather than dead-letter every event.
-      permanent: refusedAsInvalid,
+      // A whole request refused (a bad bus name, a missing permission, a quota) is a deployment
+      // problem, not the event's: retry with backoff (and alarm) rather than dead-letter the backlog.
+      // Entries too large for the bus are refused by enqueue before they are ever stored.
+      permanent: false,
       throttled: code === 'ThrottlingException',
     }));
   }

@@ -13,7 +13,14 @@ import type { RelaySettings } from '../config.ts';
 import { isTransientDatabaseError, type Sql } from '../db.ts';
 import { backoffDelayMs } from './backoff.ts';
 import { claimBatch } from './claim.ts';
-import { type Failure, markPublished, recordFailures, releaseUnsent, unparkNextEvents } from './complete.ts';
+import {
+  abandonLease,
+  type Failure,
+  markPublished,
+  recordFailures,
+  releaseUnsent,
+  unparkNextEvents,
+} from './complete.ts';
 import { type EntryOutcome, mapWithConcurrency, packRequests, putEntries, toEntry } from './publish.ts';
 import type { ClaimedEvent } from './types.ts';
 
@@ -97,142 +104,149 @@ export async function relayOnce(
   });
   counts.claimed = events.length;
   if (events.length === 0) return counts;
-  const sendUntil =
-    claimedAt + leaseSeconds * 1000 - Math.min(MIN_LEASE_LEFT_TO_SEND_MS, (leaseSeconds * 1000) / 2);
+  try {
+    const sendUntil =
+      claimedAt + leaseSeconds * 1000 - Math.min(MIN_LEASE_LEFT_TO_SEND_MS, (leaseSeconds * 1000) / 2);
 
-  /** Aggregates that must send nothing more this pass → ms before their next event may go. */
-  const stopped = new Map<string, number>();
-  // Per aggregate, the claimed events not yet sent, in sequence order. With ordering `none` every
-  // event is a queue of its own, so everything goes in the first round.
-  const queues = new Map<string, ClaimedEvent[]>();
-  for (const event of [...events].sort((a, b) => a.sequence - b.sequence)) {
-    const key = settings.ordering === 'none' ? event.id : aggregateKey(event);
-    const queue = queues.get(key);
-    if (queue) queue.push(event);
-    else queues.set(key, [event]);
-  }
-  /** Stops an aggregate: its unsent events are handed back, to go no earlier than `notBeforeMs`. */
-  const stop = (key: string, notBeforeMs: number, into: { id: string; notBeforeMs: number }[]) => {
-    stopped.set(key, notBeforeMs);
-    for (const e of queues.get(key) ?? []) into.push({ id: e.id, notBeforeMs });
-    queues.delete(key);
-  };
+    /** Aggregates that must send nothing more this pass → ms before their next event may go. */
+    const stopped = new Map<string, number>();
+    // Per aggregate, the claimed events not yet sent, in sequence order. With ordering `none` every
+    // event is a queue of its own, so everything goes in the first round.
+    const queues = new Map<string, ClaimedEvent[]>();
+    for (const event of [...events].sort((a, b) => a.sequence - b.sequence)) {
+      const key = settings.ordering === 'none' ? event.id : aggregateKey(event);
+      const queue = queues.get(key);
+      if (queue) queue.push(event);
+      else queues.set(key, [event]);
+    }
+    /** Stops an aggregate: its unsent events are handed back, to go no earlier than `notBeforeMs`. */
+    const stop = (key: string, notBeforeMs: number, into: { id: string; notBeforeMs: number }[]) => {
+      stopped.set(key, notBeforeMs);
+      for (const e of queues.get(key) ?? []) into.push({ id: e.id, notBeforeMs });
+      queues.delete(key);
+    };
 
-  // Successors without their head: the head changed under the claim's lock (another writer
-  // touched it in that instant) and was not leased. Sending the successors would overtake it, so
-  // they are handed straight back.
-  const toRelease: { id: string; notBeforeMs: number }[] = [];
-  for (const [key, queue] of queues) {
-    if (queue[0] && !queue[0].isHead) stop(key, 0, toRelease);
-  }
+    // Successors without their head: the head changed under the claim's lock (another writer
+    // touched it in that instant) and was not leased. Sending the successors would overtake it, so
+    // they are handed straight back.
+    const toRelease: { id: string; notBeforeMs: number }[] = [];
+    for (const [key, queue] of queues) {
+      if (queue[0] && !queue[0].isHead) stop(key, 0, toRelease);
+    }
 
-  // A row claimed more often than allowed never got an outcome recorded: it crashed the relay or
-  // outlived its lease each time. Dead-letter it instead of trying again (attempts are counted at
-  // claim precisely so that such a row cannot loop forever).
-  const exhausted: Failure[] = [];
-  for (const [key, queue] of queues) {
-    const head = queue[0];
-    if (head && head.attempts > settings.maxAttempts) {
-      exhausted.push({
-        id: head.id,
-        error: `AttemptsExhausted: claimed ${head.attempts} times (max ${settings.maxAttempts}) without a recorded outcome; the relay crashed or lost its lease on each attempt`,
-        deadLetter: true,
-        retryInMs: 0,
+    // A row claimed more often than allowed never got an outcome recorded: it crashed the relay or
+    // outlived its lease each time. Dead-letter it instead of trying again (attempts are counted at
+    // claim precisely so that such a row cannot loop forever).
+    const exhausted: Failure[] = [];
+    for (const [key, queue] of queues) {
+      const head = queue[0];
+      if (head && head.attempts > settings.maxAttempts) {
+        exhausted.push({
+          id: head.id,
+          error: `AttemptsExhausted: claimed ${head.attempts} times (max ${settings.maxAttempts}) without a recorded outcome; the relay crashed or lost its lease on each attempt`,
+          deadLetter: true,
+          retryInMs: 0,
+        });
+        queue.shift();
+        stop(key, 0, toRelease);
+      }
+    }
+    if (exhausted.length > 0) {
+      const recorded = await recordFailures(sql, leaseToken, exhausted);
+      counts.deadLettered += recorded;
+      counts.leaseLost += exhausted.length - recorded;
+    }
+
+    while (queues.size > 0) {
+      if (performance.now() > sendUntil) {
+        // Too little lease left to send and mark safely: hand the rest back untouched.
+        for (const key of [...queues.keys()]) stop(key, 0, toRelease);
+        break;
+      }
+      const round: ClaimedEvent[] = [];
+      for (const queue of queues.values()) round.push(queue.shift() as ClaimedEvent);
+      for (const [key, queue] of queues) if (queue.length === 0) queues.delete(key);
+
+      const items = round.map((event) => ({ event, entry: toEntry(event, settings.eventBusName) }));
+      const requests = packRequests(items, settings.maxRequestBytes);
+      counts.putEventsCalls += requests.length;
+      const outcomes = await mapWithConcurrency(requests, settings.publishConcurrency, async (request) => {
+        const send = async () => {
+          const callStarted = performance.now();
+          const sent = await putEntries(
+            client,
+            request.map((i) => i.entry),
+          );
+          counts.putEventsMs += performance.now() - callStarted;
+          return sent;
+        };
+        const results = deps.publishSlots ? await deps.publishSlots.run(send) : await send();
+        return request.map((item, i) => ({ event: item.event, outcome: results[i] as EntryOutcome }));
       });
-      queue.shift();
-      stop(key, 0, toRelease);
-    }
-  }
-  if (exhausted.length > 0) {
-    const recorded = await recordFailures(sql, leaseToken, exhausted);
-    counts.deadLettered += recorded;
-    counts.leaseLost += exhausted.length - recorded;
-  }
 
-  while (queues.size > 0) {
-    if (performance.now() > sendUntil) {
-      // Too little lease left to send and mark safely: hand the rest back untouched.
-      for (const key of [...queues.keys()]) stop(key, 0, toRelease);
-      break;
-    }
-    const round: ClaimedEvent[] = [];
-    for (const queue of queues.values()) round.push(queue.shift() as ClaimedEvent);
-    for (const [key, queue] of queues) if (queue.length === 0) queues.delete(key);
-
-    const items = round.map((event) => ({ event, entry: toEntry(event, settings.eventBusName) }));
-    const requests = packRequests(items, settings.maxRequestBytes);
-    counts.putEventsCalls += requests.length;
-    const outcomes = await mapWithConcurrency(requests, settings.publishConcurrency, async (request) => {
-      const send = async () => {
-        const callStarted = performance.now();
-        const sent = await putEntries(
-          client,
-          request.map((i) => i.entry),
+      const publishedIds: string[] = [];
+      const failures: Failure[] = [];
+      for (const { event, outcome } of outcomes.flat()) {
+        if (outcome.ok) {
+          publishedIds.push(event.id);
+          continue;
+        }
+        if (outcome.throttled) counts.throttled++;
+        const deadLetter = outcome.permanent || event.attempts >= settings.maxAttempts;
+        const retryInMs = deadLetter
+          ? 0
+          : backoffDelayMs(event.attempts, settings.backoffBaseMs, settings.backoffMaxMs, random);
+        failures.push({ id: event.id, error: `${outcome.code}: ${outcome.message}`, deadLetter, retryInMs });
+        // The rest of this aggregate's claim is handed back now (not at the end of the pass, when the
+        // backoff may already have run out and another relay claimed the aggregate): behind a retry
+        // it waits for the backoff; behind a dead letter (`continue`) it may go at once.
+        if (deadLetter) counts.deadLettered++;
+        else counts.retried++;
+        stop(
+          settings.ordering === 'none' ? event.id : aggregateKey(event),
+          deadLetter ? 0 : retryInMs,
+          toRelease,
         );
-        counts.putEventsMs += performance.now() - callStarted;
-        return sent;
-      };
-      const results = deps.publishSlots ? await deps.publishSlots.run(send) : await send();
-      return request.map((item, i) => ({ event: item.event, outcome: results[i] as EntryOutcome }));
-    });
-
-    const publishedIds: string[] = [];
-    const failures: Failure[] = [];
-    for (const { event, outcome } of outcomes.flat()) {
-      if (outcome.ok) {
-        publishedIds.push(event.id);
-        continue;
       }
-      if (outcome.throttled) counts.throttled++;
-      const deadLetter = outcome.permanent || event.attempts >= settings.maxAttempts;
-      const retryInMs = deadLetter
-        ? 0
-        : backoffDelayMs(event.attempts, settings.backoffBaseMs, settings.backoffMaxMs, random);
-      failures.push({ id: event.id, error: `${outcome.code}: ${outcome.message}`, deadLetter, retryInMs });
-      // The rest of this aggregate's claim is handed back now (not at the end of the pass, when the
-      // backoff may already have run out and another relay claimed the aggregate): behind a retry
-      // it waits for the backoff; behind a dead letter (`continue`) it may go at once.
-      if (deadLetter) counts.deadLettered++;
-      else counts.retried++;
-      stop(
-        settings.ordering === 'none' ? event.id : aggregateKey(event),
-        deadLetter ? 0 : retryInMs,
-        toRelease,
-      );
-    }
-    // Mark before the next round is sent: an event is recorded as published before its
-    // successor leaves, which keeps re-publication after a crash to the events that need it.
-    const releasing = toRelease.splice(0);
-    const [marked, failed, released] = await Promise.all([
-      markPublished(sql, leaseToken, publishedIds),
-      recordFailures(sql, leaseToken, failures),
-      releaseUnsent(sql, leaseToken, releasing),
-    ]);
-    counts.published += marked;
-    counts.released += released;
-    counts.leaseLost +=
-      publishedIds.length - marked + (failures.length - failed) + (releasing.length - released);
-    if (failed < failures.length) {
-      // Outcomes of rows we no longer own were not recorded; do not report them as ours.
-      counts.retried = Math.max(0, counts.retried - (failures.length - failed));
-    }
-  }
-  if (toRelease.length > 0) {
-    const released = await releaseUnsent(sql, leaseToken, toRelease);
-    counts.released += released;
-    counts.leaseLost += toRelease.length - released;
-  }
-  if (settings.ordering === 'aggregate') {
-    // Aggregates whose claimed events are all settled (published, or dead-lettered and so out of
-    // the way): their next event may go now. Aggregates in backoff stay parked behind it.
-    const settled = new Map<string, { aggregateType: string; aggregateId: string }>();
-    for (const e of events) {
-      const key = aggregateKey(e);
-      if ((stopped.get(key) ?? 0) === 0 && !settled.has(key)) {
-        settled.set(key, { aggregateType: e.aggregateType, aggregateId: e.aggregateId });
+      // Mark before the next round is sent: an event is recorded as published before its
+      // successor leaves, which keeps re-publication after a crash to the events that need it.
+      const releasing = toRelease.splice(0);
+      const [marked, failed, released] = await Promise.all([
+        markPublished(sql, leaseToken, publishedIds),
+        recordFailures(sql, leaseToken, failures),
+        releaseUnsent(sql, leaseToken, releasing),
+      ]);
+      counts.published += marked;
+      counts.released += released;
+      counts.leaseLost +=
+        publishedIds.length - marked + (failures.length - failed) + (releasing.length - released);
+      if (failed < failures.length) {
+        // Outcomes of rows we no longer own were not recorded; do not report them as ours.
+        counts.retried = Math.max(0, counts.retried - (failures.length - failed));
       }
     }
-    await unparkNextEvents(sql, [...settled.values()]);
+    if (toRelease.length > 0) {
+      const released = await releaseUnsent(sql, leaseToken, toRelease);
+      counts.released += released;
+      counts.leaseLost += toRelease.length - released;
+    }
+    if (settings.ordering === 'aggregate') {
+      // Aggregates whose claimed events are all settled (published, or dead-lettered and so out of
+      // the way): their next event may go now. Aggregates in backoff stay parked behind it.
+      const settled = new Map<string, { aggregateType: string; aggregateId: string }>();
+      for (const e of events) {
+        const key = aggregateKey(e);
+        if ((stopped.get(key) ?? 0) === 0 && !settled.has(key)) {
+          settled.set(key, { aggregateType: e.aggregateType, aggregateId: e.aggregateId });
+        }
+      }
+      await unparkNextEvents(sql, [...settled.values()]);
+    }
+  } catch (error) {
+    // Tell the loop which lease the failed pass held, so it can hand the rows back once the
+    // database answers again instead of leaving them (and their spent attempt) until expiry.
+    if (error && typeof error === 'object') (error as { leaseToken?: string }).leaseToken = leaseToken;
+    throw error;
   }
   return counts;
 }
@@ -256,6 +270,8 @@ export interface RunRelayOptions extends RelayDeps {
   remainingMs?: () => number;
   /** Called after every pass that claimed something. */
   onPass?: (counts: RelayCounts) => void;
+  /** Give up (rethrow) after this many transient database errors in a row. Default: never. */
+  maxConsecutiveErrors?: number;
   /** Called when a pass failed with a transient database error and will be retried. */
   onTransientError?: (error: unknown, consecutive: number) => void;
 }
@@ -301,6 +317,8 @@ async function runLane(
   let passes = 0;
   let throttlePauseMs = 0;
   let consecutiveErrors = 0;
+  /** Leases of passes that failed on the database, to hand back when it answers again. */
+  const abandoned = new Set<string>();
   const stop = (stopReason: StopReason) => ({ ...totals, passes, stopReason });
 
   for (;;) {
@@ -313,6 +331,10 @@ async function runLane(
     }
     let counts: RelayCounts;
     try {
+      for (const token of abandoned) {
+        await abandonLease(options.sql, token);
+        abandoned.delete(token);
+      }
       counts = await relayOnce(options, leaseSeconds);
       consecutiveErrors = 0;
     } catch (error) {
@@ -321,6 +343,10 @@ async function runLane(
       // expires and are then claimed again, so nothing is lost by retrying here.
       if (!isTransientDatabaseError(error)) throw error;
       consecutiveErrors++;
+      const failedLease = (error as { leaseToken?: string }).leaseToken;
+      if (failedLease) abandoned.add(failedLease);
+      if (options.maxConsecutiveErrors !== undefined && consecutiveErrors >= options.maxConsecutiveErrors)
+        throw error;
       options.onTransientError?.(error, consecutiveErrors);
       await pause(Math.min(5_000, 50 * 2 ** Math.min(consecutiveErrors, 10)), options);
       continue;
