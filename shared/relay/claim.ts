@@ -79,11 +79,15 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
       where h.published_at is null and h.dead_lettered_at is null
         and h.available_at <= now()
         and (h.lease_expires_at is null or h.lease_expires_at <= now())
-        and not exists (
-          select 1 from outbox p
+        -- the head: the lowest unfinished sequence of its aggregate (ORDER BY … LIMIT 1 reads
+        -- one entry of the (aggregate, sequence) index, whatever the statistics say)
+        and h.sequence = (
+          select p.sequence from outbox p
           where p.aggregate_type = h.aggregate_type and p.aggregate_id = h.aggregate_id
-            and p.sequence < h.sequence and p.published_at is null
+            and p.published_at is null
             and (p.dead_lettered_at is null or (${block}::boolean and p.discarded_at is null))
+          order by p.sequence
+          limit 1
         )
       order by h.available_at, h.id
       limit ${o.batchSize}
