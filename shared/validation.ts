@@ -122,7 +122,7 @@ function checkString(value: string, field: string, fail: (field: string, message
 /** EventBridge processes JSON nested up to 1100 levels; the envelope adds two. */
 const MAX_DEPTH = 1_000;
 /** PutEvents accepts JSON integers within int64 (see the PutEvents API reference). */
-const MAX_INT64 = 9_223_372_036_854_775_807;
+const TWO_POW_63 = 2 ** 63;
 
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
@@ -184,7 +184,7 @@ function checkSerialised(
   if (typeof value === 'string') {
     checkString(value, path, fail);
   } else if (typeof value === 'number') {
-    if (Number.isInteger(value) && Math.abs(value) > MAX_INT64) {
+    if (Number.isInteger(value) && (value >= TWO_POW_63 || value < -TWO_POW_63)) {
       fail(
         path,
         `is an integer outside the int64 range EventBridge accepts (got ${value}); send it as a string`,
