@@ -24,6 +24,21 @@ import { Construct } from 'constructs';
 
 const repoRoot = fileURLToPath(new URL('..', import.meta.url));
 
+/**
+ * How the project's Lambdas are bundled: ESM for Node 24, minified with source maps, locally with
+ * esbuild (no Docker), our pinned AWS SDK clients included rather than the runtime's copy.
+ */
+export const OUTBOX_BUNDLING: nodejs.BundlingOptions = {
+  format: nodejs.OutputFormat.ESM,
+  minify: true,
+  sourceMap: true,
+  target: 'node24',
+  bundleAwsSDK: true,
+  forceDockerBundling: false,
+  externalModules: ['pg-native'],
+  banner: "import { createRequire } from 'module'; const require = createRequire(import.meta.url);",
+};
+
 /** How the functions reach Postgres: RDS Proxy with IAM authentication. */
 export interface OutboxDatabaseProps {
   /** The proxy; it must require IAM authentication and TLS. */
@@ -163,17 +178,7 @@ export class OutboxRelay extends Construct {
       OUTBOX_DB_IAM_AUTH: 'true',
       OUTBOX_METRIC_NAMESPACE: namespace,
     });
-    const baseBundling: nodejs.BundlingOptions = {
-      format: nodejs.OutputFormat.ESM,
-      minify: true,
-      sourceMap: true,
-      target: 'node24',
-      // Bundle our pinned AWS SDK clients instead of relying on the runtime's copy.
-      bundleAwsSDK: true,
-      forceDockerBundling: false,
-      externalModules: ['pg-native'],
-      banner: "import { createRequire } from 'module'; const require = createRequire(import.meta.url);",
-    };
+    const baseBundling = OUTBOX_BUNDLING;
     const fn = (name: string, entry: string, extra: Partial<nodejs.NodejsFunctionProps>) =>
       new nodejs.NodejsFunction(this, name, {
         entry: `${repoRoot}${entry}`,

@@ -1,6 +1,5 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import type { Context } from 'aws-lambda';
 import { describe, expect, it } from 'vitest';
 import { createMonitorHandler } from '../functions/monitor/monitor-handler.ts';
 import { createRelayHandler } from '../functions/relay/relay-handler.ts';
@@ -16,6 +15,7 @@ import { enqueueMany } from '../shared/producer.ts';
 import { prune } from '../shared/prune.ts';
 import { runRelay } from '../shared/relay/relay.ts';
 import { useHarness } from './support/harness.ts';
+import { lambdaContext } from './support/lambda.ts';
 import { testClient, testSettings } from './support/relay.ts';
 
 const BIN = fileURLToPath(new URL('../bin/outbox.js', import.meta.url));
@@ -36,24 +36,6 @@ async function seed(ids: string[], aggregateType = 'order') {
       })),
     ),
   );
-}
-
-function context(ms = 60_000): Context {
-  const deadline = Date.now() + ms;
-  return {
-    awsRequestId: 'req',
-    functionName: 'outbox-monitor',
-    functionVersion: '$LATEST',
-    invokedFunctionArn: 'arn:aws:lambda:us-east-1:123456789012:function:outbox-monitor',
-    memoryLimitInMB: '256',
-    logGroupName: '/aws/lambda/outbox-monitor',
-    logStreamName: 'test',
-    callbackWaitsForEmptyEventLoop: false,
-    getRemainingTimeInMillis: () => deadline - Date.now(),
-    done: () => {},
-    fail: () => {},
-    succeed: () => {},
-  };
 }
 
 /** Runs `fn` and returns the EMF documents written to stdout meanwhile. */
@@ -194,7 +176,7 @@ describe('monitor Lambda', () => {
     });
     let summary: Awaited<ReturnType<typeof handler>> | undefined;
     const docs = await captureEmf(async () => {
-      summary = await handler({}, context());
+      summary = await handler({}, lambdaContext());
     });
     expect(summary?.status).toMatchObject({ pending: 1, deadLettered: 1, inFlight: 0 });
     expect(docs).toHaveLength(1);
@@ -237,7 +219,7 @@ describe('monitor Lambda', () => {
       client: testClient(h.bus.url),
       settings: testSettings({ metricNamespace: 'OutboxTest' }),
     });
-    const docs = await captureEmf(() => handler({}, context(8_500)));
+    const docs = await captureEmf(() => handler({}, lambdaContext(8_500)));
     expect(docs).toHaveLength(1);
     const doc = docs[0] as Record<string, unknown> & {
       _aws: { CloudWatchMetrics: { Metrics: { Name: string; Unit: string }[] }[] };

@@ -122,9 +122,14 @@ describe('enqueue', () => {
       releaseFirst = r;
     });
     const commits: number[] = [];
+    let firstEnqueued: () => void = () => {};
+    const firstHasSequence = new Promise<void>((r) => {
+      firstEnqueued = r;
+    });
     const first = db.sql
       .begin(async (tx) => {
         const r = await enqueue(tx, event({ aggregateId: 'race' }));
+        firstEnqueued();
         await firstMayCommit;
         return r;
       })
@@ -132,14 +137,20 @@ describe('enqueue', () => {
         commits.push(r.sequence);
         return r;
       });
-    await new Promise((r) => setTimeout(r, 50));
+    await firstHasSequence;
     const second = db.sql
       .begin((tx) => enqueue(tx, event({ aggregateId: 'race' })))
       .then((r) => {
         commits.push(r.sequence);
         return r;
       });
-    await new Promise((r) => setTimeout(r, 100));
+    // Wait until the second producer is blocked on the first one's lock, as seen by the server.
+    for (let i = 0; i < 200; i++) {
+      const [waiting] =
+        await db.sql`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()`;
+      if ((waiting?.n ?? 0) > 0) break;
+      await new Promise((r) => setTimeout(r, 10));
+    }
     expect(commits).toEqual([]); // the second producer is waiting on the first
     releaseFirst();
     await Promise.all([first, second]);

@@ -1,4 +1,3 @@
-import type { Context } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LocalBus, startLocalBus } from '../dev/local-bus.ts';
 import { createRelayHandler } from '../functions/relay/relay-handler.ts';
@@ -6,6 +5,7 @@ import { loadRelaySettings } from '../shared/config.ts';
 import { OutboxConfigError } from '../shared/errors.ts';
 import { enqueueMany } from '../shared/producer.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { lambdaContext } from './support/lambda.ts';
 import { testClient, testSettings } from './support/relay.ts';
 
 let db: TestDatabase;
@@ -18,25 +18,6 @@ afterAll(async () => {
   await db?.drop();
   await bus?.close();
 });
-
-/** A Lambda context whose deadline is `ms` from now, on the real clock. */
-function contextWithDeadline(ms: number): Context {
-  const deadline = Date.now() + ms;
-  return {
-    awsRequestId: 'test-request',
-    functionName: 'outbox-relay',
-    functionVersion: '$LATEST',
-    invokedFunctionArn: 'arn:aws:lambda:us-east-1:123456789012:function:outbox-relay',
-    memoryLimitInMB: '256',
-    logGroupName: '/aws/lambda/outbox-relay',
-    logStreamName: 'test',
-    callbackWaitsForEmptyEventLoop: false,
-    getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
-    done: () => {},
-    fail: () => {},
-    succeed: () => {},
-  };
-}
 
 describe('relay Lambda handler', () => {
   it('relays until close to the deadline, then returns a summary', async () => {
@@ -59,7 +40,7 @@ describe('relay Lambda handler', () => {
     });
     const started = Date.now();
     // 9.5 s left: leases are capped to what fits, and claiming stops once less than 5 s + margin remain.
-    const summary = await handler({}, contextWithDeadline(9_500));
+    const summary = await handler({}, lambdaContext(9_500));
     const took = Date.now() - started;
     expect(summary).toMatchObject({ published: 300, retried: 0, deadLettered: 0, stopReason: 'deadline' });
     expect(took).toBeGreaterThan(1_000);
@@ -76,7 +57,7 @@ describe('relay Lambda handler', () => {
       client: testClient(bus.url),
       settings: testSettings(),
     });
-    const summary = await handler({}, contextWithDeadline(6_000));
+    const summary = await handler({}, lambdaContext(6_000));
     expect(summary).toMatchObject({ claimed: 0, passes: 0, stopReason: 'deadline' });
     const [row] = await db.sql`select attempts, lease_token from outbox where aggregate_id = 'late'`;
     expect(row).toEqual({ attempts: 0, lease_token: null });
@@ -97,14 +78,14 @@ describe('relay Lambda handler across invocations', () => {
           ]),
         );
       await enqueue('before');
-      expect((await handler({}, contextWithDeadline(8_100))).published).toBe(1);
+      expect((await handler({}, lambdaContext(8_100))).published).toBe(1);
       // While the function is "frozen", the server (or a NAT, or RDS Proxy) drops its connections.
       const [terminated] = await db.sql`
         select count(pg_terminate_backend(pid))::int as n from pg_stat_activity where application_name = 'relay-frozen'`;
       expect(terminated?.n).toBeGreaterThan(0);
       await enqueue('after');
       const started = Date.now();
-      const summary = await handler({}, contextWithDeadline(8_100));
+      const summary = await handler({}, lambdaContext(8_100));
       expect(summary.published).toBe(1);
       expect(Date.now() - started).toBeLessThan(5_000);
     } finally {

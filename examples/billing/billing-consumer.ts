@@ -14,6 +14,7 @@ import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
 import type * as rds from 'aws-cdk-lib/aws-rds';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
+import { OUTBOX_BUNDLING } from '../../infra/outbox-relay.ts';
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -50,16 +51,7 @@ export class BillingConsumer extends Construct {
         PGUSER: user,
         OUTBOX_DB_IAM_AUTH: 'true',
       },
-      bundling: {
-        format: nodejs.OutputFormat.ESM,
-        minify: true,
-        sourceMap: true,
-        target: 'node24',
-        bundleAwsSDK: true,
-        forceDockerBundling: false,
-        externalModules: ['pg-native'],
-        banner: "import { createRequire } from 'module'; const require = createRequire(import.meta.url);",
-      },
+      bundling: OUTBOX_BUNDLING,
     });
     props.proxy.grantConnect(this.function, user);
     this.deadLetterQueue = new sqs.Queue(this, 'DeadLetterQueue', {
