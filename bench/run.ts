@@ -20,6 +20,11 @@ import { claimBatch } from '../shared/relay/claim.ts';
 import { createEventBridgeClient } from '../shared/relay/publish.ts';
 import { runRelay } from '../shared/relay/relay.ts';
 import { runNaiveRelay } from './naive-relay.ts';
+import {
+  runPgTransactionalOutbox,
+  seedPgTransactionalOutbox,
+  setUpPgTransactionalOutbox,
+} from './pg-transactional-outbox.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const { values } = parseArgs({ options: { full: { type: 'boolean', default: false } } });
@@ -93,9 +98,10 @@ const report = (table: string) => {
 // 1. Throughput: ours vs the naive baseline, at three bus latencies.
 {
   const rows: string[] = [
-    '| bus latency | this relay (events/s) | naive baseline (events/s) | ratio | latency bound (4 × 10 × 1000 / ms) |',
-    '|---|---|---|---|---|',
+    '| bus latency | this relay (events/s) | naive baseline (events/s) | pg-transactional-outbox (events/s) | vs naive | vs pg-transactional-outbox | latency bound (4 × 10 × 1000 / ms) |',
+    '|---|---|---|---|---|---|---|',
   ];
+  await setUpPgTransactionalOutbox(sql);
   const out: unknown[] = [];
   for (const latency of P.latencies) {
     bus.setFaults({ latencyMs: latency });
@@ -111,11 +117,23 @@ const report = (table: string) => {
     t = performance.now();
     const naive = await runNaiveRelay(sql, client, 'bench-bus', P.baselineBudgetMs);
     const naiveRate = rate(naive, performance.now() - t);
-    const bound = latency === 0 ? '—' : String(rate(4 * 10, latency));
-    rows.push(
-      `| ${latency} ms | ${oursRate} | ${naiveRate} | ${(oursRate / Math.max(naiveRate, 1)).toFixed(1)}× | ${bound} |`,
+    await seedPgTransactionalOutbox(sql, P.rows);
+    log(`throughput: pg-transactional-outbox, ${latency} ms (time budget ${P.baselineBudgetMs} ms)`);
+    t = performance.now();
+    const pgto = await runPgTransactionalOutbox(
+      url.toString(),
+      client,
+      'bench-bus',
+      P.rows,
+      P.baselineBudgetMs,
     );
-    out.push({ latency, ours: oursRate, naive: naiveRate });
+    const pgtoRate = rate(pgto, performance.now() - t);
+    const bound = latency === 0 ? '—' : String(rate(4 * 10, latency));
+    const ratio = (other: number) => `${(oursRate / Math.max(other, 1)).toFixed(1)}×`;
+    rows.push(
+      `| ${latency} ms | ${oursRate} | ${naiveRate} | ${pgtoRate} | ${ratio(naiveRate)} | ${ratio(pgtoRate)} | ${bound} |`,
+    );
+    out.push({ latency, ours: oursRate, naive: naiveRate, pgTransactionalOutbox: pgtoRate });
   }
   results.throughput = out;
   report(
