@@ -107,7 +107,7 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
             once: opts.once,
             untilEmpty: opts.untilEmpty,
             // A one-shot run gives up on an unreachable database (exit 1) instead of retrying forever.
-            maxConsecutiveErrors: opts.once || opts.untilEmpty ? 8 : undefined,
+            maxConsecutiveErrors: opts.once || opts.untilEmpty ? 5 : undefined,
             onTransientError: (error, consecutive) => {
               if (!opts.quiet || consecutive === 1) {
                 io.err(

@@ -181,6 +181,18 @@ describe('outbox CLI', () => {
     expect(malformed.stderr).toMatch(/^error: OUTBOX_BATCH_SIZE: .*\(got "lots"\)/);
   });
 
+  it('relay --until-empty gives up on an unreachable database with exit 1 instead of retrying forever', async () => {
+    const r = await run(['relay', '--until-empty'], {
+      env: env({
+        DATABASE_URL: 'postgres://postgres@127.0.0.1:9/none',
+        OUTBOX_DB_CONNECT_TIMEOUT_SECONDS: '1',
+      }),
+    });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/database unavailable \(ECONNREFUSED\)/);
+    expect(r.stderr).toMatch(/^error: .*ECONNREFUSED/m);
+  }, 60_000);
+
   it('relay refuses to start without an AWS region instead of dead-lettering every event', async () => {
     await h.db.sql.begin((tx) =>
       enqueueMany(tx, [{ type: 'T', source: 's', aggregateType: 'x', aggregateId: 'r', payload: {} }]),

@@ -4,7 +4,7 @@ import { startLocalBus } from '../dev/local-bus.ts';
 import type { Envelope } from '../shared/envelope.ts';
 import { enqueueMany, type OutboxEvent } from '../shared/producer.ts';
 import { claimBatch } from '../shared/relay/claim.ts';
-import { markPublished, recordFailures } from '../shared/relay/complete.ts';
+import { abandonLease, markPublished, recordFailures } from '../shared/relay/complete.ts';
 import { relayOnce, runRelay } from '../shared/relay/relay.ts';
 import { useHarness } from './support/harness.ts';
 import { testClient, testSettings } from './support/relay.ts';
@@ -198,6 +198,41 @@ describe('relay', () => {
     });
     // The owner's write lands.
     expect(await markPublished(h.db.sql, newToken, [theirs?.id as string])).toBe(1);
+  });
+
+  it("hands a failed pass's lease back without burning attempts, leaving settled rows alone", async () => {
+    await seed([order('a'), order('b'), order('c')]);
+    const token = randomUUID();
+    const claimed = await claimBatch(h.db.sql, {
+      leaseToken: token,
+      leaseSeconds: 30,
+      batchSize: 10,
+      perAggregateLimit: 10,
+      ordering: 'aggregate',
+      deadLetterPolicy: 'continue',
+    });
+    expect(claimed).toHaveLength(3);
+    // The pass published one row, then lost its database connection before marking the others.
+    await markPublished(h.db.sql, token, [claimed[0]?.id as string]);
+    expect(await abandonLease(h.db.sql, token)).toBe(2);
+    const state = await h.db.sql<{ published: boolean; attempts: number; lease_token: string | null }[]>`
+      select published_at is not null as published, attempts, lease_token from outbox order by published_at nulls last, id`;
+    expect(state).toEqual([
+      { published: true, attempts: 1, lease_token: null },
+      { published: false, attempts: 0, lease_token: null },
+      { published: false, attempts: 0, lease_token: null },
+    ]);
+    // Claimable again at once, not after the lease would have expired.
+    expect(
+      await claimBatch(h.db.sql, {
+        leaseToken: randomUUID(),
+        leaseSeconds: 30,
+        batchSize: 10,
+        perAggregateLimit: 10,
+        ordering: 'aggregate',
+        deadLetterPolicy: 'continue',
+      }),
+    ).toHaveLength(2);
   });
 
   it('dead-letters a row that crashes the relay on every attempt, after max attempts', async () => {
