@@ -63,6 +63,7 @@ export function parseSince(value: string, now = new Date()): Date {
   return date;
 }
 
+/** Adds `dead-letters list|show|replay|discard` and `prune` to the program. */
 export function registerOperations(program: Command, ctx: OperationsContext): void {
   const dl = program.command('dead-letters').description('inspect, replay and discard dead-lettered events');
 

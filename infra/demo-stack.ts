@@ -24,6 +24,7 @@ export interface OutboxDemoStackProps extends StackProps {
   readonly instanceType?: ec2.InstanceType;
 }
 
+/** The complete demo system; `infra/app.ts` synthesises it. */
 export class OutboxDemoStack extends Stack {
   public readonly vpc: ec2.Vpc;
   public readonly database: rds.DatabaseInstance;

@@ -46,8 +46,6 @@ export const relayConfigSchema = z.object({
   OUTBOX_METRIC_NAMESPACE: z.string().min(1).max(255).default('Outbox'),
 });
 
-export type RelayEnv = z.infer<typeof relayConfigSchema>;
-
 /** The relay's settings in the shape the relay core takes. */
 export interface RelaySettings {
   eventBusName: string;

@@ -6,7 +6,7 @@ import { enqueueMany, type OutboxEvent } from '../shared/producer.ts';
 import { claimBatch } from '../shared/relay/claim.ts';
 import { relayOnce, runRelay } from '../shared/relay/relay.ts';
 import { useHarness } from './support/harness.ts';
-import { testClient, testSettings } from './support/relay.ts';
+import { claimOptions, testClient, testSettings } from './support/relay.ts';
 
 const h = useHarness({ max: 12 });
 
@@ -154,16 +154,9 @@ describe('per-aggregate order', () => {
 
   it('never claims a later event of an aggregate whose head another relay holds', async () => {
     await seed([ev('a'), ev('a'), ev('b')]);
-    const options = {
-      leaseSeconds: 30,
-      batchSize: 10,
-      perAggregateLimit: 1,
-      ordering: 'aggregate' as const,
-      deadLetterPolicy: 'continue' as const,
-    };
-    const first = await claimBatch(h.db.sql, { ...options, leaseToken: crypto.randomUUID() });
+    const first = await claimBatch(h.db.sql, claimOptions(crypto.randomUUID(), { perAggregateLimit: 1 }));
     expect(first.map((e) => `${e.aggregateId}${e.sequence}`).sort()).toEqual(['a1', 'b1']);
-    const second = await claimBatch(h.db.sql, { ...options, leaseToken: crypto.randomUUID() });
+    const second = await claimBatch(h.db.sql, claimOptions(crypto.randomUUID(), { perAggregateLimit: 1 }));
     expect(second).toEqual([]); // a2 must wait for a1
   });
 });

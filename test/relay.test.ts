@@ -7,7 +7,7 @@ import { claimBatch } from '../shared/relay/claim.ts';
 import { abandonLease, markPublished, recordFailures } from '../shared/relay/complete.ts';
 import { relayOnce, runRelay } from '../shared/relay/relay.ts';
 import { useHarness } from './support/harness.ts';
-import { testClient, testSettings } from './support/relay.ts';
+import { claimOptions, testClient, testSettings } from './support/relay.ts';
 
 const h = useHarness({ max: 12 });
 afterEach(() => h.bus.setFaults({}));
@@ -111,14 +111,7 @@ describe('relay', () => {
     const client = testClient(h.bus.url);
     // The first relay claims and publishes, then "crashes": its marks never happen.
     const token = randomUUID();
-    const claimed = await claimBatch(h.db.sql, {
-      leaseToken: token,
-      leaseSeconds: 30,
-      batchSize: 10,
-      perAggregateLimit: 10,
-      ordering: 'aggregate',
-      deadLetterPolicy: 'continue',
-    });
+    const claimed = await claimBatch(h.db.sql, claimOptions(token));
     const { putEntries, toEntry } = await import('../shared/relay/publish.ts');
     await putEntries(
       client,
@@ -165,15 +158,7 @@ describe('relay', () => {
 
   it('does not let a relay whose lease expired overwrite the new owner', async () => {
     await seed([order('zombie')]);
-    const claim = (leaseToken: string) =>
-      claimBatch(h.db.sql, {
-        leaseToken,
-        leaseSeconds: 30,
-        batchSize: 10,
-        perAggregateLimit: 10,
-        ordering: 'aggregate',
-        deadLetterPolicy: 'continue',
-      });
+    const claim = (leaseToken: string) => claimBatch(h.db.sql, claimOptions(leaseToken));
     const oldToken = randomUUID();
     const [mine] = await claim(oldToken);
     await expireLeases();
@@ -203,14 +188,7 @@ describe('relay', () => {
   it("hands a failed pass's lease back without burning attempts, leaving settled rows alone", async () => {
     await seed([order('a'), order('b'), order('c')]);
     const token = randomUUID();
-    const claimed = await claimBatch(h.db.sql, {
-      leaseToken: token,
-      leaseSeconds: 30,
-      batchSize: 10,
-      perAggregateLimit: 10,
-      ordering: 'aggregate',
-      deadLetterPolicy: 'continue',
-    });
+    const claimed = await claimBatch(h.db.sql, claimOptions(token));
     expect(claimed).toHaveLength(3);
     // The pass published one row, then lost its database connection before marking the others.
     await markPublished(h.db.sql, token, [claimed[0]?.id as string]);
@@ -223,16 +201,7 @@ describe('relay', () => {
       { published: false, attempts: 0, lease_token: null },
     ]);
     // Claimable again at once, not after the lease would have expired.
-    expect(
-      await claimBatch(h.db.sql, {
-        leaseToken: randomUUID(),
-        leaseSeconds: 30,
-        batchSize: 10,
-        perAggregateLimit: 10,
-        ordering: 'aggregate',
-        deadLetterPolicy: 'continue',
-      }),
-    ).toHaveLength(2);
+    expect(await claimBatch(h.db.sql, claimOptions(randomUUID()))).toHaveLength(2);
   });
 
   it('dead-letters a row that crashes the relay on every attempt, after max attempts', async () => {
@@ -241,14 +210,7 @@ describe('relay', () => {
     const [poison] = await h.db.sql<{ id: string }[]>`select id from outbox where aggregate_id = 'poison'`;
     // Each "crash": the row is claimed, then the relay dies before recording an outcome.
     for (let i = 0; i < maxAttempts; i++) {
-      await claimBatch(h.db.sql, {
-        leaseToken: randomUUID(),
-        leaseSeconds: 30,
-        batchSize: 1,
-        perAggregateLimit: 1,
-        ordering: 'aggregate',
-        deadLetterPolicy: 'continue',
-      });
+      await claimBatch(h.db.sql, claimOptions(randomUUID(), { batchSize: 1, perAggregateLimit: 1 }));
       await h.db
         .sql`update outbox set lease_expires_at = now() - interval '1 second' where id = ${poison?.id as string}`;
       await h.db.sql`update outbox set attempts = 0, lease_token = null where id <> ${poison?.id as string}`;

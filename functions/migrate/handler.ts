@@ -26,6 +26,11 @@ const env = parseEnv(
 const logger = new Logger({ serviceName: 'outbox-migrate' });
 const secrets = new SecretsManagerClient({});
 
+/**
+ * Trigger handler: applies pending migrations, then ensures the roles.
+ * @returns the names of the migrations applied by this run
+ * @throws when the secret cannot be read or a migration fails (the deployment then fails)
+ */
 export async function handler(): Promise<{ applied: string[] }> {
   const secret = await secrets.send(new GetSecretValueCommand({ SecretId: env.DB_SECRET_ARN }));
   const { username, password, port } = JSON.parse(secret.SecretString ?? '{}') as {

@@ -32,6 +32,10 @@ export interface MonitorHandlerDeps {
 /** Time kept back at the end of an invocation for the metrics, ms. */
 const MARGIN_MS = 5_000;
 
+/**
+ * Builds the middy handler: prunes within min(OUTBOX_PRUNE_TIME_BUDGET_MS, remaining − 5 s), then
+ * emits the backlog metrics even if pruning failed (and then fails the invocation).
+ */
 export function createMonitorHandler(deps: MonitorHandlerDeps) {
   const logger = deps.logger ?? new Logger({ serviceName: 'outbox-monitor' });
   const metrics = deps.metrics ?? createMetrics('outbox-monitor', deps.settings.metricNamespace);

@@ -10,6 +10,7 @@ import { createRelayHandler } from './relay-handler.ts';
 const settings = loadRelaySettings();
 ignoreTransientDriverRejections((message) => console.warn(message));
 
+/** The relay Lambda's handler (see relay-handler.ts). */
 export const handler = createRelayHandler({
   settings,
   sql: connect({ applicationName: 'outbox-relay', max: settings.publishConcurrency + 1 }),

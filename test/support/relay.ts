@@ -1,5 +1,6 @@
 /** Relay wiring for tests: the real EventBridge client pointed at a local bus. */
 import type { RelaySettings } from '../../shared/config.ts';
+import type { ClaimOptions } from '../../shared/relay/claim.ts';
 import { createEventBridgeClient } from '../../shared/relay/publish.ts';
 
 /** Settings with short timings, overridable per test. */
@@ -31,4 +32,17 @@ export function testClient(endpoint: string, options: { maxAttempts?: number } =
     credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
     maxAttempts: options.maxAttempts ?? 3,
   });
+}
+
+/** Options for a direct `claimBatch` call: ordered, `continue`, a 30 s lease, 10 heads × 10 events. */
+export function claimOptions(leaseToken: string, overrides: Partial<ClaimOptions> = {}): ClaimOptions {
+  return {
+    leaseToken,
+    leaseSeconds: 30,
+    batchSize: 10,
+    perAggregateLimit: 10,
+    ordering: 'aggregate',
+    deadLetterPolicy: 'continue',
+    ...overrides,
+  };
 }
