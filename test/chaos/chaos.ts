@@ -82,7 +82,9 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   /** Times (ms since epoch) of kills and Postgres restarts, to explain duplicates. */
   const disruptions: number[] = [];
   const relays: (ChildProcess | undefined)[] = [];
-  const sql = connect({ url: pg.url, max: 6, env: {} });
+  const sql = connect({ url: pg.url, max: 2, env: {} });
+  /** The producers' own pool, replaced after the Postgres restart (see restarter). */
+  let producerSql = connect({ url: pg.url, max: 4, env: {} });
   let postgresRestarts = 0;
   let kills = 0;
   try {
@@ -133,7 +135,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
         });
         const rollBack = Math.random() < o.rollbackRate;
         try {
-          await sql.begin(async (tx) => {
+          await producerSql.begin(async (tx) => {
             const results = await enqueueMany(tx, events);
             if (rollBack) {
               rolledBackIds.push(...results.map((r) => r.eventId));
@@ -166,6 +168,12 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       log('chaos: restarting Postgres');
       disruptions.push(Date.now());
       await pg.restart();
+      // The driver's connections that were mid-query when the server went away can stay pending
+      // forever in porsager/postgres; ending the old pool at once rejects them (CONNECTION_ENDED,
+      // a transient error the producers retry) and a new pool takes over.
+      const old = producerSql;
+      producerSql = connect({ url: pg.url, max: 4, env: {} });
+      await old.end({ timeout: 0 }).catch(() => {});
       disruptions.push(Date.now());
       postgresRestarts++;
       log('chaos: Postgres is back');
@@ -271,6 +279,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   } finally {
     for (const r of relays) r?.kill('SIGKILL');
     await sql.end({ timeout: 2 }).catch(() => {});
+    await producerSql.end({ timeout: 2 }).catch(() => {});
     await bus.close();
     await pg.stop();
   }
