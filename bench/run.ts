@@ -10,7 +10,6 @@ import { cpus, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import postgres from 'postgres';
-import { startEmbeddedPostgres } from '../dev/embedded-postgres.ts';
 import { startLocalBus } from '../dev/local-bus.ts';
 import { loadRelaySettings, type RelaySettings } from '../shared/config.ts';
 import { connect } from '../shared/db.ts';
@@ -19,6 +18,7 @@ import { enqueue } from '../shared/producer.ts';
 import { claimBatch } from '../shared/relay/claim.ts';
 import { createEventBridgeClient } from '../shared/relay/publish.ts';
 import { runRelay } from '../shared/relay/relay.ts';
+import { startEmbeddedPostgres } from '../test/support/embedded-postgres.ts';
 import { runNaiveRelay } from './naive-relay.ts';
 import {
   runPgTransactionalOutbox,

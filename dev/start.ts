@@ -14,7 +14,7 @@ import { enqueueMany } from '../shared/producer.ts';
 import { createEventBridgeClient } from '../shared/relay/publish.ts';
 import { runRelay } from '../shared/relay/relay.ts';
 import { getStatus } from '../shared/status.ts';
-import { startEmbeddedPostgres } from './embedded-postgres.ts';
+import { startEmbeddedPostgres } from '../test/support/embedded-postgres.ts';
 import { type AcceptedEvent, startLocalBus } from './local-bus.ts';
 
 /** Thrown inside a demo transaction to roll it back. */
