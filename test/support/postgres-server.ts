@@ -65,7 +65,7 @@ async function binariesForPostgresUser(): Promise<void> {
   const packageDir = dirname(dirname(fileURLToPath(resolved)));
   const copy = mkdtempSync(join(tmpdir(), 'outbox-pg-bin-'));
   cleanup.push(copy);
-  cpSync(packageDir, copy, { recursive: true });
+  cpSync(packageDir, copy, { recursive: true, verbatimSymlinks: true });
   rmSync(join(copy, 'node_modules'), { recursive: true, force: true });
   await chmod(copy, 0o755);
   log(

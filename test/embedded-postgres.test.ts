@@ -1,0 +1,48 @@
+import { execFileSync } from 'node:child_process';
+import { chmod, cp, mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+
+const repo = fileURLToPath(new URL('..', import.meta.url));
+const scratch: string[] = [];
+afterAll(async () => {
+  for (const dir of scratch) await rm(dir, { recursive: true, force: true });
+});
+
+/** Temp entries this run's launchers may leave behind (data directories, copies of the binaries). */
+const leftovers = async () => (await readdir(tmpdir())).filter((n) => /^outbox-pg-/.test(n)).sort();
+
+describe('embedded Postgres launcher', () => {
+  it('starts from a checkout inside a directory that others cannot enter (as root: /root is 0700), and leaves nothing behind', async () => {
+    // A checkout under a 0700 directory: the test support files and node_modules (hard links, so
+    // the copy is quick; the directories are new, so they carry the 0700 parent's reach).
+    const home = await mkdtemp(join(tmpdir(), 'outbox-0700-'));
+    scratch.push(home);
+    await chmod(home, 0o700);
+    const checkout = join(home, 'repo');
+    await mkdir(join(checkout, 'test'), { recursive: true });
+    await cp(join(repo, 'test', 'support'), join(checkout, 'test', 'support'), { recursive: true });
+    await cp(join(repo, 'package.json'), join(checkout, 'package.json'));
+    execFileSync('cp', ['-al', join(repo, 'node_modules'), join(checkout, 'node_modules')]);
+    const before = await leftovers();
+
+    const script = `
+      import postgres from 'postgres';
+      import { startEmbeddedPostgres } from './test/support/embedded-postgres.ts';
+      const db = await startEmbeddedPostgres();
+      const sql = postgres(db.url, { max: 1, onnotice: () => {} });
+      const [row] = await sql\`select current_setting('server_version_num')::int as v\`;
+      await sql.end();
+      await db.stop();
+      console.log(JSON.stringify(row));`;
+    const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], {
+      cwd: checkout,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    expect(JSON.parse(out.trim().split('\n').at(-1) as string).v).toBeGreaterThanOrEqual(150_000);
+    expect(await leftovers()).toEqual(before);
+  }, 90_000);
+});
