@@ -4,7 +4,7 @@
  * compared with.
  */
 import { type EventBridgeClient, PutEventsCommand } from '@aws-sdk/client-eventbridge';
-import type { Sql } from '../shared/db.ts';
+import type { Sql } from '../shared/platform/index.ts';
 
 /** Relays until no row is left or `budgetMs` is spent; returns how many rows it published. */
 export async function runNaiveRelay(

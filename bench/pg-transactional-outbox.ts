@@ -13,7 +13,7 @@ import {
   initializePollingMessageListener,
   type TransactionalMessage,
 } from 'pg-transactional-outbox';
-import type { Sql } from '../shared/db.ts';
+import type { Sql } from '../shared/platform/index.ts';
 
 const setup = {
   outboxOrInbox: 'outbox' as const,

@@ -10,15 +10,11 @@ import { cpus, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import postgres from 'postgres';
-import { startLocalBus } from '../dev/local-bus.ts';
-import { loadRelaySettings, type RelaySettings } from '../shared/config.ts';
-import { connect } from '../shared/db.ts';
-import { migrate } from '../shared/migrate.ts';
-import { enqueue } from '../shared/producer.ts';
-import { claimBatch } from '../shared/relay/claim.ts';
-import { createEventBridgeClient } from '../shared/relay/publish.ts';
-import { runRelay } from '../shared/relay/relay.ts';
+import { connect, loadRelaySettings, migrate, type RelaySettings } from '../shared/platform/index.ts';
+import { enqueue } from '../shared/producer/index.ts';
+import { claimBatch, createEventBridgeClient, runRelay } from '../shared/relay/index.ts';
 import { startEmbeddedPostgres } from '../test/support/embedded-postgres.ts';
+import { startLocalBus } from '../test/support/local-bus.ts';
 import { runNaiveRelay } from './naive-relay.ts';
 import {
   runPgTransactionalOutbox,

@@ -5,10 +5,9 @@
  */
 import { createInterface } from 'node:readline';
 import { Readable } from 'node:stream';
-import type { Sql } from '../shared/db.ts';
-import { OutboxValidationError } from '../shared/errors.ts';
-import { enqueueMany, type OutboxEvent } from '../shared/producer.ts';
-import { validateEvent } from '../shared/validation.ts';
+import type { Sql } from '../shared/platform/index.ts';
+import { OutboxValidationError } from '../shared/platform/index.ts';
+import { enqueueMany, type OutboxEvent, validateEvent } from '../shared/producer/index.ts';
 
 const FIELDS = new Set([
   'type',

@@ -5,13 +5,22 @@
  */
 import { createInterface } from 'node:readline/promises';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
-import { loadRelaySettings } from '../shared/config.ts';
-import { connect, databaseUrlFromEnv, ignoreTransientDriverRejections, type Sql } from '../shared/db.ts';
-import { OutboxError } from '../shared/errors.ts';
-import { migrate } from '../shared/migrate.ts';
-import { checkEventBridgeClient, createEventBridgeClient } from '../shared/relay/publish.ts';
-import { type RelayCounts, runRelay } from '../shared/relay/relay.ts';
-import { getStatus } from '../shared/status.ts';
+import { getStatus } from '../shared/operations/index.ts';
+import {
+  connect,
+  databaseUrlFromEnv,
+  ignoreTransientDriverRejections,
+  loadRelaySettings,
+  migrate,
+  OutboxError,
+  type Sql,
+} from '../shared/platform/index.ts';
+import {
+  checkEventBridgeClient,
+  createEventBridgeClient,
+  type RelayCounts,
+  runRelay,
+} from '../shared/relay/index.ts';
 import { enqueueFromLines } from './enqueue-lines.ts';
 import { registerOperations } from './operations.ts';
 

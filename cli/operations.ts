@@ -3,19 +3,18 @@
  * what it did, and acting on more than one row needs `--yes` or a confirmation at the prompt.
  */
 import type { Command } from 'commander';
-import { loadMonitorSettings } from '../shared/config.ts';
-import type { Sql } from '../shared/db.ts';
 import {
   type DeadLetterFilter,
   discardDeadLetters,
   findDeadLetterIds,
   listDeadLetters,
+  prune,
   replayDeadLetters,
   resolveDeadLetterIds,
   showDeadLetter,
-} from '../shared/dead-letters.ts';
-import { OutboxValidationError } from '../shared/errors.ts';
-import { prune } from '../shared/prune.ts';
+} from '../shared/operations/index.ts';
+import type { Sql } from '../shared/platform/index.ts';
+import { loadMonitorSettings, OutboxValidationError } from '../shared/platform/index.ts';
 
 /** What the operator commands need from the CLI. */
 export interface OperationsContext {

@@ -2,7 +2,7 @@
  * `npm run bus`: the local EventBridge endpoint on its own, for trying the CLI or your own code.
  * Port from LOCAL_BUS_PORT (default 4010). Prints each accepted event; Ctrl-C stops it.
  */
-import { type AcceptedEvent, startLocalBus } from './local-bus.ts';
+import { type AcceptedEvent, startLocalBus } from '../test/support/local-bus.ts';
 
 const bus = await startLocalBus({ port: Number(process.env.LOCAL_BUS_PORT ?? 4010) });
 process.stdout.write(

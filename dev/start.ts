@@ -7,15 +7,12 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createBillingHandler, createBillingSchema } from '../examples/billing/consumer.ts';
 import { OrderPlaced } from '../examples/billing/events.ts';
-import { loadRelaySettings } from '../shared/config.ts';
-import { connect, type Sql } from '../shared/db.ts';
-import { migrate } from '../shared/migrate.ts';
-import { enqueueMany } from '../shared/producer.ts';
-import { createEventBridgeClient } from '../shared/relay/publish.ts';
-import { runRelay } from '../shared/relay/relay.ts';
-import { getStatus } from '../shared/status.ts';
+import { getStatus } from '../shared/operations/index.ts';
+import { connect, loadRelaySettings, migrate, type Sql } from '../shared/platform/index.ts';
+import { enqueueMany } from '../shared/producer/index.ts';
+import { createEventBridgeClient, runRelay } from '../shared/relay/index.ts';
 import { startEmbeddedPostgres } from '../test/support/embedded-postgres.ts';
-import { type AcceptedEvent, startLocalBus } from './local-bus.ts';
+import { type AcceptedEvent, startLocalBus } from '../test/support/local-bus.ts';
 
 /** Thrown inside a demo transaction to roll it back. */
 class RollBack extends Error {}

@@ -21,6 +21,15 @@ import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import * as triggers from 'aws-cdk-lib/triggers';
 import { Construct } from 'constructs';
+import {
+  DEFAULT_METRIC_NAMESPACE,
+  DEFAULT_ROLES,
+  EnvVar,
+  METRIC_DIMENSION,
+  METRIC_SERVICE,
+  MetricName,
+  ServiceName,
+} from '../shared/platform/names.ts';
 
 const repoRoot = fileURLToPath(new URL('..', import.meta.url));
 
@@ -47,12 +56,12 @@ export interface OutboxDatabaseProps {
   readonly databaseName: string;
   /**
    * Database user of the relay (select, update on `outbox` only).
-   * @default 'outbox_relay'
+   * @default 'outbox_relay' (DEFAULT_ROLES.relay)
    */
   readonly relayUser?: string;
   /**
    * Database user of the monitor (select, delete on `outbox`).
-   * @default 'outbox_monitor'
+   * @default 'outbox_monitor' (DEFAULT_ROLES.monitor)
    */
   readonly monitorUser?: string;
 }
@@ -164,19 +173,19 @@ export class OutboxRelay extends Construct {
     super(scope, id);
     validate(props);
     const timeout = props.relayTimeout ?? Duration.minutes(1);
-    const namespace = props.metricNamespace ?? 'Outbox';
-    const relayUser = props.database.relayUser ?? 'outbox_relay';
-    const monitorUser = props.database.monitorUser ?? 'outbox_monitor';
+    const namespace = props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE;
+    const relayUser = props.database.relayUser ?? DEFAULT_ROLES.relay;
+    const monitorUser = props.database.monitorUser ?? DEFAULT_ROLES.monitor;
     const logRetention = props.logRetention ?? logs.RetentionDays.ONE_MONTH;
     this.eventBus = props.eventBus ?? new events.EventBus(this, 'Bus');
 
     const dbEnvironment = (user: string) => ({
-      PGHOST: props.database.proxy.endpoint,
-      PGPORT: '5432',
-      PGDATABASE: props.database.databaseName,
-      PGUSER: user,
-      OUTBOX_DB_IAM_AUTH: 'true',
-      OUTBOX_METRIC_NAMESPACE: namespace,
+      [EnvVar.pgHost]: props.database.proxy.endpoint,
+      [EnvVar.pgPort]: '5432',
+      [EnvVar.pgDatabase]: props.database.databaseName,
+      [EnvVar.pgUser]: user,
+      [EnvVar.iamAuth]: 'true',
+      [EnvVar.metricNamespace]: namespace,
     });
     const baseBundling = OUTBOX_BUNDLING;
     const fn = (name: string, entry: string, extra: Partial<nodejs.NodejsFunctionProps>) =>
@@ -201,8 +210,8 @@ export class OutboxRelay extends Construct {
       environment: {
         ...props.relayEnvironment,
         ...dbEnvironment(relayUser),
-        EVENT_BUS_NAME: this.eventBus.eventBusName,
-        POWERTOOLS_SERVICE_NAME: 'outbox-relay',
+        [EnvVar.eventBusName]: this.eventBus.eventBusName,
+        [EnvVar.powertoolsServiceName]: ServiceName.relay,
         NODE_OPTIONS: '--enable-source-maps',
       },
       description: 'Outbox relay: claims leased outbox rows and publishes them with PutEvents',
@@ -215,7 +224,7 @@ export class OutboxRelay extends Construct {
       environment: {
         ...props.monitorEnvironment,
         ...dbEnvironment(monitorUser),
-        POWERTOOLS_SERVICE_NAME: 'outbox-monitor',
+        [EnvVar.powertoolsServiceName]: ServiceName.monitor,
         NODE_OPTIONS: '--enable-source-maps',
       },
       description: 'Outbox monitor: prunes old rows and emits lag and backlog metrics',
@@ -250,12 +259,12 @@ export class OutboxRelay extends Construct {
       this.migrateFunction = fn('MigrateFunction', 'functions/migrate/handler.ts', {
         timeout: Duration.minutes(5),
         environment: {
-          DB_SECRET_ARN: props.migration.adminSecret.secretArn,
-          DB_HOST: props.migration.host,
-          DB_NAME: props.database.databaseName,
-          OUTBOX_RELAY_ROLE: relayUser,
-          OUTBOX_MONITOR_ROLE: monitorUser,
-          OUTBOX_MIGRATIONS_DIR: '/var/task/migrations',
+          [EnvVar.adminSecretArn]: props.migration.adminSecret.secretArn,
+          [EnvVar.adminHost]: props.migration.host,
+          [EnvVar.adminDatabase]: props.database.databaseName,
+          [EnvVar.relayRole]: relayUser,
+          [EnvVar.monitorRole]: monitorUser,
+          [EnvVar.migrationsDir]: '/var/task/migrations',
           NODE_OPTIONS: '--enable-source-maps',
         },
         description: 'Outbox migrations: schema and least-privilege roles, run at deploy time',
@@ -302,8 +311,15 @@ export class OutboxRelay extends Construct {
         }),
         enforceSSL: true,
       });
-    const metric = (name: string, service: string, statistic: string, period = Duration.minutes(1)) =>
-      new cloudwatch.Metric({ namespace, metricName: name, dimensionsMap: { service }, statistic, period });
+    // Every custom metric is watched under the dimension its emitting service sets (names.ts).
+    const metric = (name: MetricName, statistic: string, period = Duration.minutes(1)) =>
+      new cloudwatch.Metric({
+        namespace,
+        metricName: name,
+        dimensionsMap: { [METRIC_DIMENSION]: METRIC_SERVICE[name] },
+        statistic,
+        period,
+      });
     const alarm = (name: string, a: cloudwatch.AlarmProps) => {
       const created = new cloudwatch.Alarm(this, name, a);
       created.addAlarmAction(new cwActions.SnsAction(this.alarmTopic));
@@ -313,7 +329,7 @@ export class OutboxRelay extends Construct {
     this.alarms = {
       lag: alarm('LagAlarm', {
         alarmDescription: `The oldest pending outbox event is older than ${lagThreshold} s, or the monitor stopped reporting. Run: outbox status`,
-        metric: metric('OldestPendingAgeSeconds', 'outbox-monitor', 'Maximum'),
+        metric: metric(MetricName.OldestPendingAge, 'Maximum'),
         threshold: lagThreshold,
         comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         evaluationPeriods: 3,
@@ -323,7 +339,7 @@ export class OutboxRelay extends Construct {
       }),
       deadLetters: alarm('DeadLetterAlarm', {
         alarmDescription: 'Outbox events were dead-lettered. Run: outbox dead-letters list',
-        metric: metric('DeadLetteredCount', 'outbox-monitor', 'Maximum', Duration.minutes(5)),
+        metric: metric(MetricName.DeadLettered, 'Maximum', Duration.minutes(5)),
         threshold: 0,
         comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         evaluationPeriods: 1,
@@ -340,7 +356,7 @@ export class OutboxRelay extends Construct {
       relayThrottles: alarm('RelayThrottleAlarm', {
         alarmDescription:
           'PutEvents throttled the relay. Consider a quota increase or lower OUTBOX_PUBLISH_CONCURRENCY.',
-        metric: metric('Throttled', 'outbox-relay', 'Sum', Duration.minutes(5)),
+        metric: metric(MetricName.Throttled, 'Sum', Duration.minutes(5)),
         threshold: 0,
         comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         evaluationPeriods: 1,
@@ -376,33 +392,30 @@ export class OutboxRelay extends Construct {
         [
           new cloudwatch.GraphWidget({
             title: 'Lag: oldest pending event (s)',
-            left: [metric('OldestPendingAgeSeconds', 'outbox-monitor', 'Maximum')],
+            left: [metric(MetricName.OldestPendingAge, 'Maximum')],
             width: 12,
           }),
           new cloudwatch.GraphWidget({
             title: 'Throughput (events published)',
-            left: [metric('Published', 'outbox-relay', 'Sum')],
+            left: [metric(MetricName.Published, 'Sum')],
             width: 12,
           }),
         ],
         [
           new cloudwatch.GraphWidget({
             title: 'Backlog',
-            left: [
-              metric('PendingCount', 'outbox-monitor', 'Maximum'),
-              metric('InFlightCount', 'outbox-monitor', 'Maximum'),
-            ],
-            right: [metric('DeadLetteredCount', 'outbox-monitor', 'Maximum')],
+            left: [metric(MetricName.Pending, 'Maximum'), metric(MetricName.InFlight, 'Maximum')],
+            right: [metric(MetricName.DeadLettered, 'Maximum')],
             width: 12,
           }),
           new cloudwatch.GraphWidget({
             title: 'Relay health',
             left: [
-              metric('Retried', 'outbox-relay', 'Sum'),
-              metric('Throttled', 'outbox-relay', 'Sum'),
-              metric('LeaseLost', 'outbox-relay', 'Sum'),
+              metric(MetricName.Retried, 'Sum'),
+              metric(MetricName.Throttled, 'Sum'),
+              metric(MetricName.LeaseLost, 'Sum'),
             ],
-            right: [metric('PutEventsLatency', 'outbox-relay', 'Average')],
+            right: [metric(MetricName.PutEventsLatency, 'Average')],
             width: 12,
           }),
         ],

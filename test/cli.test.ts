@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import type { Envelope } from '../shared/envelope.ts';
-import { enqueueMany } from '../shared/producer.ts';
+import type { Envelope } from '../shared/platform/envelope.ts';
+import { enqueueMany } from '../shared/producer/enqueue.ts';
 import { useHarness } from './support/harness.ts';
 
 const BIN = fileURLToPath(new URL('../bin/outbox.js', import.meta.url));

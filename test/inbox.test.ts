@@ -3,10 +3,10 @@ import middy from '@middy/core';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { connect, type Sql } from '../shared/db.ts';
-import { OutboxValidationError } from '../shared/errors.ts';
-import { type InboxContext, InboxGapError, type InboxOptions, inbox } from '../shared/inbox.ts';
-import { defineEvent } from '../shared/typed-events.ts';
+import { type InboxContext, InboxGapError, type InboxOptions, inbox } from '../shared/consumer/inbox.ts';
+import { connect, type Sql } from '../shared/platform/db.ts';
+import { OutboxValidationError } from '../shared/platform/errors.ts';
+import { defineEvent } from '../shared/producer/typed-events.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 
 let db: TestDatabase;

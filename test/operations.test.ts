@@ -3,16 +3,16 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { createMonitorHandler } from '../functions/monitor/monitor-handler.ts';
 import { createRelayHandler } from '../functions/relay/relay-handler.ts';
-import { connect } from '../shared/db.ts';
 import {
   discardDeadLetters,
   listDeadLetters,
   replayDeadLetters,
   resolveDeadLetterIds,
-} from '../shared/dead-letters.ts';
-import type { Envelope } from '../shared/envelope.ts';
-import { enqueueMany } from '../shared/producer.ts';
-import { prune } from '../shared/prune.ts';
+} from '../shared/operations/dead-letters.ts';
+import { prune } from '../shared/operations/prune.ts';
+import { connect } from '../shared/platform/db.ts';
+import type { Envelope } from '../shared/platform/envelope.ts';
+import { enqueueMany } from '../shared/producer/enqueue.ts';
 import { runRelay } from '../shared/relay/relay.ts';
 import { useHarness } from './support/harness.ts';
 import { lambdaContext } from './support/lambda.ts';

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { OutboxValidationError } from '../shared/errors.ts';
-import { enqueue, enqueueMany, type OutboxEvent } from '../shared/producer.ts';
+import { OutboxValidationError } from '../shared/platform/errors.ts';
+import { enqueue, enqueueMany, type OutboxEvent } from '../shared/producer/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 
 let db: TestDatabase;

@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LocalBus, startLocalBus } from '../dev/local-bus.ts';
 import { createRelayHandler } from '../functions/relay/relay-handler.ts';
-import { loadRelaySettings } from '../shared/config.ts';
-import { OutboxConfigError } from '../shared/errors.ts';
-import { enqueueMany } from '../shared/producer.ts';
+import { loadRelaySettings } from '../shared/platform/config.ts';
+import { OutboxConfigError } from '../shared/platform/errors.ts';
+import { enqueueMany } from '../shared/producer/enqueue.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 import { lambdaContext } from './support/lambda.ts';
+import { type LocalBus, startLocalBus } from './support/local-bus.ts';
 import { testClient, testSettings } from './support/relay.ts';
 
 let db: TestDatabase;
@@ -66,7 +66,7 @@ describe('relay Lambda handler', () => {
 
 describe('relay Lambda handler across invocations', () => {
   it('replaces connections that were terminated between invocations, without hanging', async () => {
-    const { connect } = await import('../shared/db.ts');
+    const { connect } = await import('../shared/platform/db.ts');
     await db.sql`truncate outbox, outbox_aggregate`;
     const sql = connect({ url: db.url, max: 2, env: {}, applicationName: 'relay-frozen' });
     try {

@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { startLocalBus } from '../dev/local-bus.ts';
-import type { Envelope } from '../shared/envelope.ts';
-import { enqueueMany, type OutboxEvent } from '../shared/producer.ts';
+import type { Envelope } from '../shared/platform/envelope.ts';
+import { enqueueMany, type OutboxEvent } from '../shared/producer/index.ts';
 import { claimBatch } from '../shared/relay/claim.ts';
 import { abandonLease, markPublished, recordFailures } from '../shared/relay/complete.ts';
 import { relayOnce, runRelay } from '../shared/relay/relay.ts';
 import { useHarness } from './support/harness.ts';
+import { startLocalBus } from './support/local-bus.ts';
 import { claimOptions, testClient, testSettings } from './support/relay.ts';
 
 const h = useHarness({ max: 12 });
@@ -131,7 +131,7 @@ describe('relay', () => {
 
   it('publishes each of 10,000 rows exactly once with three relays running at once', async () => {
     await seed(Array.from({ length: 10_000 }, (_, i) => order(String(i % 2_500))));
-    const { connect } = await import('../shared/db.ts');
+    const { connect } = await import('../shared/platform/db.ts');
     const pools = [1, 2, 3].map(() => connect({ url: h.db.url, max: 3, env: {} }));
     try {
       const results = await Promise.all(

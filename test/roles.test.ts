@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureRoles, type OutboxRoles } from '../shared/roles.ts';
+import { ensureRoles } from '../shared/operations/roles.ts';
+import type { OutboxRoles } from '../shared/platform/names.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 
 let db: TestDatabase;

@@ -7,8 +7,8 @@
 import middy from '@middy/core';
 import type { EventBridgeEvent } from 'aws-lambda';
 import type { z } from 'zod';
-import type { Sql } from '../../shared/db.ts';
-import { type InboxContext, inbox } from '../../shared/inbox.ts';
+import { type InboxContext, inbox } from '../../shared/consumer/index.ts';
+import type { Sql } from '../../shared/platform/index.ts';
 import { OrderPlaced } from './events.ts';
 
 /** The consumer's own table, created by its own migration in a real service. */

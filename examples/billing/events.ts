@@ -1,6 +1,6 @@
 /** The event types of the demo shop, declared once for the producer and the consumers. */
 import { z } from 'zod';
-import { defineEvent } from '../../shared/typed-events.ts';
+import { defineEvent } from '../../shared/producer/index.ts';
 
 export const OrderPlaced = defineEvent({
   type: 'OrderPlaced',

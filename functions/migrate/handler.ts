@@ -7,23 +7,28 @@
 import { Logger } from '@aws-lambda-powertools/logger';
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { z } from 'zod';
-import { parseEnv } from '../../shared/config.ts';
-import { connect } from '../../shared/db.ts';
-import { migrate } from '../../shared/migrate.ts';
-import { ensureRoles } from '../../shared/roles.ts';
+import { ensureRoles } from '../../shared/operations/index.ts';
+import {
+  connect,
+  DEFAULT_ROLES,
+  EnvVar,
+  migrate,
+  parseEnv,
+  ServiceName,
+} from '../../shared/platform/index.ts';
 
 const env = parseEnv(
   z.object({
-    DB_SECRET_ARN: z.string().min(1),
-    DB_HOST: z.string().min(1),
-    DB_NAME: z.string().min(1),
-    OUTBOX_RELAY_ROLE: z.string().default('outbox_relay'),
-    OUTBOX_MONITOR_ROLE: z.string().default('outbox_monitor'),
-    OUTBOX_PRODUCER_ROLE: z.string().default('outbox_producer'),
+    [EnvVar.adminSecretArn]: z.string().min(1),
+    [EnvVar.adminHost]: z.string().min(1),
+    [EnvVar.adminDatabase]: z.string().min(1),
+    [EnvVar.relayRole]: z.string().default(DEFAULT_ROLES.relay),
+    [EnvVar.monitorRole]: z.string().default(DEFAULT_ROLES.monitor),
+    [EnvVar.producerRole]: z.string().default(DEFAULT_ROLES.producer),
   }),
   process.env,
 );
-const logger = new Logger({ serviceName: 'outbox-migrate' });
+const logger = new Logger({ serviceName: ServiceName.migrate });
 const secrets = new SecretsManagerClient({});
 
 /**
@@ -32,20 +37,20 @@ const secrets = new SecretsManagerClient({});
  * @throws when the secret cannot be read or a migration fails (the deployment then fails)
  */
 export async function handler(): Promise<{ applied: string[] }> {
-  const secret = await secrets.send(new GetSecretValueCommand({ SecretId: env.DB_SECRET_ARN }));
+  const secret = await secrets.send(new GetSecretValueCommand({ SecretId: env[EnvVar.adminSecretArn] }));
   const { username, password, port } = JSON.parse(secret.SecretString ?? '{}') as {
     username: string;
     password: string;
     port?: number;
   };
-  const url = `postgres://${encodeURIComponent(username)}:${encodeURIComponent(password)}@${env.DB_HOST}:${port ?? 5432}/${encodeURIComponent(env.DB_NAME)}?sslmode=require`;
+  const url = `postgres://${encodeURIComponent(username)}:${encodeURIComponent(password)}@${env[EnvVar.adminHost]}:${port ?? 5432}/${encodeURIComponent(env[EnvVar.adminDatabase])}?sslmode=require`;
   const applied = await migrate(url, { log: (line) => logger.info(line) });
   const sql = connect({ url, max: 1, env: {} });
   try {
     await ensureRoles(sql, {
-      relay: env.OUTBOX_RELAY_ROLE,
-      monitor: env.OUTBOX_MONITOR_ROLE,
-      producer: env.OUTBOX_PRODUCER_ROLE,
+      relay: env[EnvVar.relayRole],
+      monitor: env[EnvVar.monitorRole],
+      producer: env[EnvVar.producerRole],
     });
   } finally {
     await sql.end();

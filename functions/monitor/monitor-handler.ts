@@ -9,11 +9,16 @@ import type { Metrics } from '@aws-lambda-powertools/metrics';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
-import type { MonitorSettings } from '../../shared/config.ts';
-import type { Sql } from '../../shared/db.ts';
-import { addMonitorMetrics, createMetrics } from '../../shared/metrics.ts';
-import { type PruneResult, prune } from '../../shared/prune.ts';
-import { getStatus, type OutboxStatus } from '../../shared/status.ts';
+import {
+  addMonitorMetrics,
+  createMetrics,
+  getStatus,
+  type OutboxStatus,
+  type PruneResult,
+  prune,
+} from '../../shared/operations/index.ts';
+import type { MonitorSettings, Sql } from '../../shared/platform/index.ts';
+import { ServiceName } from '../../shared/platform/index.ts';
 
 /** What one monitor invocation did. */
 export interface MonitorSummary {
@@ -37,8 +42,8 @@ const MARGIN_MS = 5_000;
  * emits the backlog metrics even if pruning failed (and then fails the invocation).
  */
 export function createMonitorHandler(deps: MonitorHandlerDeps) {
-  const logger = deps.logger ?? new Logger({ serviceName: 'outbox-monitor' });
-  const metrics = deps.metrics ?? createMetrics('outbox-monitor', deps.settings.metricNamespace);
+  const logger = deps.logger ?? new Logger({ serviceName: ServiceName.monitor });
+  const metrics = deps.metrics ?? createMetrics(ServiceName.monitor, deps.settings.metricNamespace);
   return middy<unknown, MonitorSummary, Error, Context>()
     .use(injectLambdaContext(logger))
     .use(logMetrics(metrics))

@@ -2,9 +2,13 @@
  * Relay Lambda entry point. Configuration is validated here, at cold start: a missing or malformed
  * variable fails the init with a message naming it, before any invocation is attempted.
  */
-import { loadRelaySettings } from '../../shared/config.ts';
-import { connect, ignoreTransientDriverRejections } from '../../shared/db.ts';
-import { createEventBridgeClient } from '../../shared/relay/publish.ts';
+import {
+  connect,
+  ignoreTransientDriverRejections,
+  loadRelaySettings,
+  ServiceName,
+} from '../../shared/platform/index.ts';
+import { createEventBridgeClient } from '../../shared/relay/index.ts';
 import { createRelayHandler } from './relay-handler.ts';
 
 const settings = loadRelaySettings();
@@ -13,6 +17,6 @@ ignoreTransientDriverRejections((message) => console.warn(message));
 /** The relay Lambda's handler (see relay-handler.ts). */
 export const handler = createRelayHandler({
   settings,
-  sql: connect({ applicationName: 'outbox-relay', max: settings.publishConcurrency + 1 }),
+  sql: connect({ applicationName: ServiceName.relay, max: settings.publishConcurrency + 1 }),
   client: createEventBridgeClient(),
 });

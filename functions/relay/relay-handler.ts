@@ -9,11 +9,15 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
-import type { RelaySettings } from '../../shared/config.ts';
-import type { Sql } from '../../shared/db.ts';
-import { addRelayMetrics, createMetrics } from '../../shared/metrics.ts';
-import { checkEventBridgeClient } from '../../shared/relay/publish.ts';
-import { type RelayCounts, runRelay, type StopReason } from '../../shared/relay/relay.ts';
+import { addRelayMetrics, createMetrics } from '../../shared/operations/index.ts';
+import type { RelaySettings, Sql } from '../../shared/platform/index.ts';
+import { ServiceName } from '../../shared/platform/index.ts';
+import {
+  checkEventBridgeClient,
+  type RelayCounts,
+  runRelay,
+  type StopReason,
+} from '../../shared/relay/index.ts';
 
 /** What one invocation did. */
 export interface RelayInvocationSummary extends RelayCounts {
@@ -37,8 +41,8 @@ export interface RelayHandlerDeps {
  * split the work through leases.
  */
 export function createRelayHandler(deps: RelayHandlerDeps) {
-  const logger = deps.logger ?? new Logger({ serviceName: 'outbox-relay' });
-  const metrics = deps.metrics ?? createMetrics('outbox-relay', deps.settings.metricNamespace);
+  const logger = deps.logger ?? new Logger({ serviceName: ServiceName.relay });
+  const metrics = deps.metrics ?? createMetrics(ServiceName.relay, deps.settings.metricNamespace);
   let clientChecked: Promise<void> | undefined;
   return middy<unknown, RelayInvocationSummary, Error, Context>()
     .use(injectLambdaContext(logger))

@@ -15,7 +15,7 @@
  * event of the same aggregate. With a head, up to `perAggregateLimit − 1` of its successors are
  * claimed too; the publisher sends them one after the other.
  */
-import type { Sql } from '../db.ts';
+import type { Sql } from '../platform/index.ts';
 import { type ClaimedEvent, type DbClaimedRow, toClaimedEvent } from './types.ts';
 
 /** Parameters of one claim. */

@@ -3,7 +3,7 @@
  * rows (never one per row) and each is guarded by the lease token: a relay whose lease expired
  * finds its rows taken and changes nothing (the rows it could not update are reported as lost).
  */
-import type { Sql } from '../db.ts';
+import type { Sql } from '../platform/index.ts';
 
 /**
  * Marks rows published.

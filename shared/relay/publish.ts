@@ -12,8 +12,7 @@ import {
   PutEventsCommand,
   type PutEventsRequestEntry,
 } from '@aws-sdk/client-eventbridge';
-import { detailJson, entrySize, MAX_ENTRIES_PER_REQUEST } from '../envelope.ts';
-import { OutboxConfigError } from '../errors.ts';
+import { detailJson, entrySize, MAX_ENTRIES_PER_REQUEST, OutboxConfigError } from '../platform/index.ts';
 import type { ClaimedEvent } from './types.ts';
 
 /** Per-entry error codes that no retry can fix: the row is dead-lettered at once. */

@@ -9,8 +9,8 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
-import type { RelaySettings } from '../config.ts';
-import { isTransientDatabaseError, type Sql } from '../db.ts';
+import type { RelaySettings } from '../platform/index.ts';
+import { isTransientDatabaseError, type Sql } from '../platform/index.ts';
 import { backoffDelayMs } from './backoff.ts';
 import { claimBatch } from './claim.ts';
 import {

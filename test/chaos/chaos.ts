@@ -9,12 +9,12 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { type AcceptedEvent, startLocalBus } from '../../dev/local-bus.ts';
-import { connect, isTransientDatabaseError, type Sql } from '../../shared/db.ts';
-import type { EnvelopeMetadata } from '../../shared/envelope.ts';
-import { migrate } from '../../shared/migrate.ts';
-import { enqueueMany, type OutboxEvent } from '../../shared/producer.ts';
+import { connect, isTransientDatabaseError, type Sql } from '../../shared/platform/db.ts';
+import type { EnvelopeMetadata } from '../../shared/platform/envelope.ts';
+import { migrate } from '../../shared/platform/migrate.ts';
+import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
 import { startEmbeddedPostgres } from '../support/embedded-postgres.ts';
+import { type AcceptedEvent, startLocalBus } from '../support/local-bus.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/outbox.js', import.meta.url));
 const POISON = 'chaos-poison-pill';

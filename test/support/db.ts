@@ -2,8 +2,8 @@
 import { randomBytes } from 'node:crypto';
 import postgres from 'postgres';
 import { inject } from 'vitest';
-import { connect, type Sql } from '../../shared/db.ts';
-import { migrate } from '../../shared/migrate.ts';
+import { connect, type Sql } from '../../shared/platform/db.ts';
+import { migrate } from '../../shared/platform/migrate.ts';
 
 /** A migrated database for one test file. */
 export interface TestDatabase {

@@ -1,5 +1,5 @@
 /** Relay wiring for tests: the real EventBridge client pointed at a local bus. */
-import type { RelaySettings } from '../../shared/config.ts';
+import type { RelaySettings } from '../../shared/platform/config.ts';
 import type { ClaimOptions } from '../../shared/relay/claim.ts';
 import { createEventBridgeClient } from '../../shared/relay/publish.ts';
 

@@ -1,5 +1,5 @@
 /** Backlog figures for `outbox status`, `npm start` and the monitor's metrics. */
-import type { Queryable } from './db.ts';
+import type { Queryable } from '../platform/index.ts';
 
 /** The outbox's state, counted with the database clock. */
 export interface OutboxStatus {

@@ -21,9 +21,8 @@ import type { MiddlewareObj } from '@middy/core';
 import type { Context, EventBridgeEvent } from 'aws-lambda';
 import type postgres from 'postgres';
 import type { z } from 'zod';
-import type { Sql } from './db.ts';
-import type { EnvelopeMetadata } from './envelope.ts';
-import { OutboxError } from './errors.ts';
+import type { EnvelopeMetadata, Sql } from '../platform/index.ts';
+import { OutboxError } from '../platform/index.ts';
 
 /** How an order-aware consumer treats an event that is not the next one of its aggregate. */
 export type InboxOrder = 'none' | 'ignore-stale' | 'wait-for-gap';

@@ -3,9 +3,14 @@
  * or Postgres would refuse is rejected here with an error naming the field, instead of being
  * committed and then stuck in the outbox forever.
  */
-import { DEFAULT_MAX_REQUEST_BYTES, detailJson, entrySize, MAX_DETAIL_TYPE_LENGTH } from './envelope.ts';
-import { OutboxValidationError } from './errors.ts';
-import type { EnqueueOptions, OutboxEvent } from './producer.ts';
+import {
+  DEFAULT_MAX_REQUEST_BYTES,
+  detailJson,
+  entrySize,
+  MAX_DETAIL_TYPE_LENGTH,
+  OutboxValidationError,
+} from '../platform/index.ts';
+import type { EnqueueOptions, OutboxEvent } from './types.ts';
 
 /** A validated event, normalised for insertion. */
 export interface ValidEvent {

@@ -1,37 +1,17 @@
 /**
  * CloudWatch metrics, as Embedded Metric Format through Powertools for AWS Lambda (Metrics): the
  * Lambda writes JSON lines to its log and CloudWatch extracts the metrics, no API calls. Every
- * name, unit and dimension is defined here and listed in the README ("Operations").
+ * unit is set here, every name comes from platform/names.ts, and all are listed in the README ("Operations").
  */
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import { DEFAULT_METRIC_NAMESPACE, MetricName, type ServiceName } from '../platform/index.ts';
+import type { RelayCounts } from '../relay/index.ts';
 import type { PruneResult } from './prune.ts';
-import type { RelayCounts } from './relay/relay.ts';
 import type { OutboxStatus } from './status.ts';
-
-/** Default CloudWatch namespace (`OUTBOX_METRIC_NAMESPACE`). */
-export const DEFAULT_METRIC_NAMESPACE = 'Outbox';
-
-/** Metric names. Dimension on all of them: `service` (`outbox-relay` or `outbox-monitor`). */
-export const MetricName = {
-  // monitor
-  OldestPendingAge: 'OldestPendingAgeSeconds',
-  Pending: 'PendingCount',
-  InFlight: 'InFlightCount',
-  DeadLettered: 'DeadLetteredCount',
-  PrunedRows: 'PrunedRows',
-  PruneDuration: 'PruneDuration',
-  // relay
-  Published: 'Published',
-  Retried: 'Retried',
-  DeadLetteredByRelay: 'DeadLettered',
-  LeaseLost: 'LeaseLost',
-  Throttled: 'Throttled',
-  PutEventsLatency: 'PutEventsLatency',
-} as const;
 
 /** A Powertools Metrics instance for one of our functions. */
 export function createMetrics(
-  serviceName: 'outbox-relay' | 'outbox-monitor',
+  serviceName: typeof ServiceName.relay | typeof ServiceName.monitor,
   namespace = DEFAULT_METRIC_NAMESPACE,
 ): Metrics {
   return new Metrics({ namespace, serviceName });

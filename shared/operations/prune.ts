@@ -4,7 +4,7 @@
  * bounded batches (one short statement each, `SKIP LOCKED`, so it never waits on or blocks a relay)
  * within a time budget; what is left is picked up by the next run, oldest first.
  */
-import type { Queryable } from './db.ts';
+import type { Queryable } from '../platform/index.ts';
 
 /** Options of {@link prune}. */
 export interface PruneOptions {

@@ -11,7 +11,7 @@ import { runner } from 'node-pg-migrate';
  * bundle carries them in `migrations/` beside its code), else the repository's `migrations/`.
  */
 export const MIGRATIONS_DIR =
-  process.env.OUTBOX_MIGRATIONS_DIR ?? fileURLToPath(new URL('../migrations', import.meta.url));
+  process.env.OUTBOX_MIGRATIONS_DIR ?? fileURLToPath(new URL('../../migrations', import.meta.url));
 
 /** History table, named so it cannot collide with the host application's own migration table. */
 export const MIGRATIONS_TABLE = 'outbox_migrations';

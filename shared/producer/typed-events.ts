@@ -12,9 +12,10 @@
  * ```
  */
 import type { z } from 'zod';
-import type { Queryable } from './db.ts';
-import { OutboxValidationError } from './errors.ts';
-import { type EnqueueOptions, type EnqueueResult, enqueue, type OutboxEvent } from './producer.ts';
+import type { Queryable } from '../platform/index.ts';
+import { OutboxValidationError } from '../platform/index.ts';
+import { enqueue } from './enqueue.ts';
+import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 
 /** A declared event type. */
 export interface EventDefinition<S extends z.ZodType<Record<string, unknown>>> {

@@ -2,8 +2,8 @@
  * Dead-letter operations, for `outbox dead-letters …` and for teams building their own admin tools:
  * list, show, replay (back to pending), discard (kept for audit, never published).
  */
-import type { Queryable } from './db.ts';
-import { OutboxValidationError } from './errors.ts';
+import type { Queryable } from '../platform/index.ts';
+import { OutboxValidationError } from '../platform/index.ts';
 
 /** Which dead letters an operation applies to. Every field narrows the selection. */
 export interface DeadLetterFilter {

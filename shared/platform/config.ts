@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { OutboxConfigError } from './errors.ts';
+import { DEFAULT_METRIC_NAMESPACE } from './names.ts';
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 
@@ -43,7 +44,7 @@ export const relayConfigSchema = z.object({
   /** Wait between polls when the outbox is empty, ms. */
   OUTBOX_POLL_INTERVAL_MS: int(10, 60_000).default(200),
   /** CloudWatch namespace of the relay's metrics. */
-  OUTBOX_METRIC_NAMESPACE: z.string().min(1).max(255).default('Outbox'),
+  OUTBOX_METRIC_NAMESPACE: z.string().min(1).max(255).default(DEFAULT_METRIC_NAMESPACE),
 });
 
 /** The relay's settings in the shape the relay core takes. */
@@ -125,7 +126,7 @@ export const monitorConfigSchema = z.object({
   /** Longest a pruning run may take, ms (also capped by the Lambda's remaining time). */
   OUTBOX_PRUNE_TIME_BUDGET_MS: int(100, 900_000).default(20_000),
   /** CloudWatch namespace of the metrics. */
-  OUTBOX_METRIC_NAMESPACE: z.string().min(1).max(255).default('Outbox'),
+  OUTBOX_METRIC_NAMESPACE: z.string().min(1).max(255).default(DEFAULT_METRIC_NAMESPACE),
 });
 
 /** The monitor's settings in the shape the code takes. */

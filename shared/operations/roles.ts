@@ -7,21 +7,8 @@
  * Each logs in through RDS Proxy with IAM (`rds_iam`, granted where it exists, i.e. on RDS), and
  * gets its statement timeout as a role default, so clients need no `SET` (which would pin).
  */
-import type { Queryable } from './db.ts';
-
-/** Role names of a deployment. */
-export interface OutboxRoles {
-  relay: string;
-  monitor: string;
-  producer: string;
-}
-
-/** Default role names. */
-export const DEFAULT_ROLES: OutboxRoles = {
-  relay: 'outbox_relay',
-  monitor: 'outbox_monitor',
-  producer: 'outbox_producer',
-};
+import type { Queryable } from '../platform/index.ts';
+import { DEFAULT_ROLES, type OutboxRoles } from '../platform/index.ts';
 
 /**
  * Creates the roles if missing and (re)applies their grants; safe to run on every deploy.

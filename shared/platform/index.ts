@@ -1,0 +1,10 @@
+/**
+ * Platform: what every role of the outbox stands on — database connections, configuration, the
+ * error hierarchy, the event envelope, schema migrations and the shared names.
+ */
+export * from './config.ts';
+export * from './db.ts';
+export * from './envelope.ts';
+export * from './errors.ts';
+export * from './migrate.ts';
+export * from './names.ts';

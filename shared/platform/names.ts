@@ -1,0 +1,97 @@
+/**
+ * Names that the CDK construct and the handlers must agree on: metric namespace and names, the
+ * metric dimension, service names, database role names and environment variable names. Both sides
+ * import them from here, so an alarm can never watch a metric that no function emits under that
+ * name (the rehearsal checks the synthesised template against what the functions emitted).
+ *
+ * This module has no dependencies: the construct imports it without pulling in any runtime code.
+ */
+
+/** Default CloudWatch namespace of every custom metric (`OUTBOX_METRIC_NAMESPACE`). */
+export const DEFAULT_METRIC_NAMESPACE = 'Outbox';
+
+/** The services (Powertools `serviceName`, the `service` metric dimension, `application_name`). */
+export const ServiceName = {
+  relay: 'outbox-relay',
+  monitor: 'outbox-monitor',
+  migrate: 'outbox-migrate',
+  cli: 'outbox-cli',
+} as const;
+/** One of {@link ServiceName}'s values. */
+export type ServiceName = (typeof ServiceName)[keyof typeof ServiceName];
+
+/** The one dimension on every custom metric; its value is the emitting {@link ServiceName}. */
+export const METRIC_DIMENSION = 'service';
+
+/**
+ * Metric names, each with the service that emits it (its `service` dimension). Units are set where
+ * the metric is added (shared/operations/metrics.ts).
+ */
+export const MetricName = {
+  // monitor
+  OldestPendingAge: 'OldestPendingAgeSeconds',
+  Pending: 'PendingCount',
+  InFlight: 'InFlightCount',
+  DeadLettered: 'DeadLetteredCount',
+  PrunedRows: 'PrunedRows',
+  PruneDuration: 'PruneDuration',
+  // relay
+  Published: 'Published',
+  Retried: 'Retried',
+  DeadLetteredByRelay: 'DeadLettered',
+  LeaseLost: 'LeaseLost',
+  Throttled: 'Throttled',
+  PutEventsLatency: 'PutEventsLatency',
+} as const;
+/** One of {@link MetricName}'s values. */
+export type MetricName = (typeof MetricName)[keyof typeof MetricName];
+
+/** Which service emits each metric. */
+export const METRIC_SERVICE: Readonly<Record<MetricName, ServiceName>> = {
+  OldestPendingAgeSeconds: ServiceName.monitor,
+  PendingCount: ServiceName.monitor,
+  InFlightCount: ServiceName.monitor,
+  DeadLetteredCount: ServiceName.monitor,
+  PrunedRows: ServiceName.monitor,
+  PruneDuration: ServiceName.monitor,
+  Published: ServiceName.relay,
+  Retried: ServiceName.relay,
+  DeadLettered: ServiceName.relay,
+  LeaseLost: ServiceName.relay,
+  Throttled: ServiceName.relay,
+  PutEventsLatency: ServiceName.relay,
+};
+
+/** Database roles a deployment creates (see shared/operations/roles.ts for their grants). */
+export interface OutboxRoles {
+  relay: string;
+  monitor: string;
+  producer: string;
+}
+
+/** Default role names. */
+export const DEFAULT_ROLES: Readonly<OutboxRoles> = {
+  relay: 'outbox_relay',
+  monitor: 'outbox_monitor',
+  producer: 'outbox_producer',
+};
+
+/** Environment variables the functions read and the construct sets. */
+export const EnvVar = {
+  databaseUrl: 'DATABASE_URL',
+  pgHost: 'PGHOST',
+  pgPort: 'PGPORT',
+  pgDatabase: 'PGDATABASE',
+  pgUser: 'PGUSER',
+  iamAuth: 'OUTBOX_DB_IAM_AUTH',
+  eventBusName: 'EVENT_BUS_NAME',
+  metricNamespace: 'OUTBOX_METRIC_NAMESPACE',
+  powertoolsServiceName: 'POWERTOOLS_SERVICE_NAME',
+  migrationsDir: 'OUTBOX_MIGRATIONS_DIR',
+  adminSecretArn: 'DB_SECRET_ARN',
+  adminHost: 'DB_HOST',
+  adminDatabase: 'DB_NAME',
+  relayRole: 'OUTBOX_RELAY_ROLE',
+  monitorRole: 'OUTBOX_MONITOR_ROLE',
+  producerRole: 'OUTBOX_PRODUCER_ROLE',
+} as const;
