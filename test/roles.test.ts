@@ -1,75 +1,185 @@
-import { randomBytes } from 'node:crypto';
+/**
+ * The deploy-time database roles, each doing its real work logged in as itself: the relay claims
+ * and marks, the monitor prunes and counts, the producer enqueues, the consumer runs the inbox.
+ * A grant that is missing fails here with 42501, as it would in AWS on every invocation.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import middy from '@middy/core';
+import type { EventBridgeEvent } from 'aws-lambda';
+import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureRoles } from '../shared/operations/roles.ts';
-import type { OutboxRoles } from '../shared/platform/names.ts';
+import { type InboxContext, inbox } from '../shared/consumer/index.ts';
+import { ensureRoles, getStatus, prune } from '../shared/operations/index.ts';
+import { connect, type OutboxRoles, type Sql } from '../shared/platform/index.ts';
+import { enqueueMany } from '../shared/producer/index.ts';
+import { runRelay } from '../shared/relay/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { lambdaContext } from './support/lambda.ts';
+import { type LocalBus, startLocalBus } from './support/local-bus.ts';
+import { testClient, testSettings } from './support/relay.ts';
 
 let db: TestDatabase;
+let bus: LocalBus;
 let roles: OutboxRoles;
+const pools: Sql[] = [];
+const PASSWORD = 'role-test';
 beforeAll(async () => {
   db = await createTestDatabase();
+  bus = await startLocalBus();
   const suffix = randomBytes(4).toString('hex');
-  roles = { relay: `relay_${suffix}`, monitor: `monitor_${suffix}`, producer: `producer_${suffix}` };
+  roles = {
+    relay: `relay_${suffix}`,
+    monitor: `monitor_${suffix}`,
+    producer: `producer_${suffix}`,
+    consumer: `consumer_${suffix}`,
+  };
   await ensureRoles(db.sql, roles, 7_000);
   await ensureRoles(db.sql, roles, 7_000); // idempotent: a second deploy changes nothing
+  // In AWS the roles log in with IAM tokens; here with a password set for the test only.
+  for (const role of Object.values(roles)) await db.sql.unsafe(`alter role "${role}" password '${PASSWORD}'`);
 });
 afterAll(async () => {
+  for (const pool of pools) await pool.end({ timeout: 1 });
   for (const r of Object.values(roles ?? {})) {
     await db.sql.unsafe(`drop owned by "${r}"; drop role if exists "${r}"`).catch(() => {});
   }
   await db?.drop();
+  await bus?.close();
 });
 
-/** Runs `statement` as `role` and returns the SQLSTATE it failed with, or 'ok'. */
-async function as(role: string, statement: string): Promise<string> {
-  try {
-    await db.sql.begin(async (tx) => {
-      await tx.unsafe(`set local role "${role}"`);
-      await tx.unsafe(statement);
-      throw new Error('rollback');
-    });
-  } catch (error) {
-    const code = (error as { code?: string }).code;
-    return code ?? 'ok';
-  }
-  return 'ok';
+/** A pool logged in as `role`, with the connection settings the functions use. */
+function as(role: string): Sql {
+  const url = new URL(db.url);
+  url.username = role;
+  url.password = PASSWORD;
+  const pool = connect({ url: url.toString(), max: 2, env: {} });
+  pools.push(pool);
+  return pool;
 }
 
-describe('database roles', () => {
-  it('lets the relay read and update the outbox and nothing else', async () => {
-    expect(await as(roles.relay, 'select count(*) from outbox')).toBe('ok');
-    expect(await as(roles.relay, "update outbox set last_error = 'x' where false")).toBe('ok');
-    expect(await as(roles.relay, 'delete from outbox where false')).toBe('42501');
+/** Runs `statement` as `role` and returns the SQLSTATE it failed with, or 'ok'. */
+async function attempt(role: string, statement: string): Promise<string> {
+  try {
+    await as(role).unsafe(statement);
+    return 'ok';
+  } catch (error) {
+    return (error as { code?: string }).code ?? String(error);
+  }
+}
+
+const event = (aggregateId: string, n: number) => ({
+  type: 'RoleTested',
+  source: 'test.roles',
+  aggregateType: 'order',
+  aggregateId,
+  payload: { n },
+});
+
+describe('database roles, each doing its real work as itself', () => {
+  it('lets the producer enqueue in its own transaction, and the relay claim, publish and mark', async () => {
+    await db.sql`truncate outbox, outbox_aggregate`;
+    bus.reset();
+    const producer = as(roles.producer);
+    await producer.begin((tx) => enqueueMany(tx, [event('r-1', 1), event('r-1', 2), event('r-2', 1)]));
+
+    const result = await runRelay({
+      sql: as(roles.relay),
+      client: testClient(bus.url),
+      settings: testSettings(),
+      untilEmpty: true,
+      maxConsecutiveErrors: 1,
+    });
+    expect(result.published).toBe(3);
     expect(
-      await as(
-        roles.relay,
-        "insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload) values ('a','b',1,'t','s','{}')",
-      ),
-    ).toBe('42501');
-    expect(await as(roles.relay, 'select * from outbox_aggregate')).toBe('42501');
+      bus.events.map((e) => (e.detail as { metadata: { aggregateId: string } }).metadata.aggregateId).sort(),
+    ).toEqual(['r-1', 'r-1', 'r-2']);
+    const [row] = await db.sql<
+      { n: number }[]
+    >`select count(*)::int as n from outbox where published_at is not null`;
+    expect(row?.n).toBe(3);
   });
 
-  it('lets the monitor read and delete, and the producer insert events and bump sequences', async () => {
-    expect(await as(roles.monitor, 'delete from outbox where false')).toBe('ok');
-    expect(await as(roles.monitor, "update outbox set last_error = 'x' where false")).toBe('42501');
+  it('lets the monitor prune expired outbox rows and inbox records, and count the backlog', async () => {
+    await db.sql`truncate outbox, outbox_aggregate, inbox_message`;
+    await db.sql.begin((tx) => enqueueMany(tx, [event('p-1', 1), event('p-2', 1), event('p-3', 1)]));
+    await db.sql`
+      update outbox set published_at = now() - interval '30 days' where aggregate_id = 'p-1'`;
+    await db.sql`
+      update outbox set dead_lettered_at = now() - interval '60 days' where aggregate_id = 'p-2'`;
+    await db.sql`
+      insert into inbox_message (consumer, message_key, processed_at)
+      values ('billing', 'old', now() - interval '60 days'), ('billing', 'new', now())`;
+
+    const monitor = as(roles.monitor);
+    const pruned = await prune(monitor, {
+      publishedRetentionSeconds: 7 * 86_400,
+      deadLetterRetentionSeconds: 30 * 86_400,
+      inboxRetentionSeconds: 30 * 86_400,
+      batchSize: 10,
+      timeBudgetMs: 10_000,
+    });
+    expect(pruned).toMatchObject({ publishedDeleted: 1, deadLettersDeleted: 1, inboxDeleted: 1 });
+    const status = await getStatus(monitor);
+    expect(status).toMatchObject({ pending: 1, deadLettered: 0 });
+    const left = await db.sql<{ aggregate_id: string }[]>`select aggregate_id from outbox`;
+    expect(left.map((r) => r.aggregate_id)).toEqual(['p-3']);
+    const keys = await db.sql<{ message_key: string }[]>`select message_key from inbox_message`;
+    expect(keys.map((r) => r.message_key)).toEqual(['new']);
+  });
+
+  it('lets the consumer run the inbox middleware', async () => {
+    await db.sql`truncate inbox_message, inbox_aggregate, inbox_gap`;
+    const consumer = as(roles.consumer);
+    const handler = middy<EventBridgeEvent<string, unknown>, unknown, Error, InboxContext>()
+      .use(inbox({ sql: consumer, consumer: 'billing', order: 'wait-for-gap' }))
+      .handler(async () => {});
+    const delivery = {
+      id: randomUUID(),
+      'detail-type': 'RoleTested',
+      source: 'test.roles',
+      detail: {
+        metadata: {
+          eventId: randomUUID(),
+          aggregateType: 'order',
+          aggregateId: 'c-1',
+          sequence: 1,
+          occurredAt: '',
+        },
+        data: {},
+      },
+    } as unknown as EventBridgeEvent<string, unknown>;
+    await handler(delivery, lambdaContext(10_000) as InboxContext);
+    await handler(delivery, lambdaContext(10_000) as InboxContext); // the duplicate is acknowledged
+    const [row] = await db.sql<
+      { n: number }[]
+    >`select count(*)::int as n from inbox_message where consumer = 'billing'`;
+    expect(row?.n).toBe(1);
+  });
+
+  it('refuses each role what it does not need', async () => {
+    expect(await attempt(roles.relay, 'delete from outbox where true')).toBe('42501');
+    expect(await attempt(roles.relay, 'select * from outbox_aggregate')).toBe('42501');
+    expect(await attempt(roles.relay, 'select * from inbox_message')).toBe('42501');
+    expect(await attempt(roles.monitor, "update outbox set last_error = 'x' where true")).toBe('42501');
     expect(
-      await as(
-        roles.producer,
-        "insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload) values ('a','b',1,'t','s','{}')",
-      ),
-    ).toBe('ok');
-    expect(
-      await as(
-        roles.producer,
-        "insert into outbox_aggregate values ('a','b',1) on conflict (aggregate_type, aggregate_id) do update set last_sequence = outbox_aggregate.last_sequence + 1",
-      ),
-    ).toBe('ok');
-    expect(await as(roles.producer, 'delete from outbox where false')).toBe('42501');
+      await attempt(roles.monitor, 'insert into inbox_message (consumer, message_key) values (1, 1)'),
+    ).toBe('42501');
+    expect(await attempt(roles.producer, 'delete from outbox where true')).toBe('42501');
+    expect(await attempt(roles.producer, 'update outbox set published_at = now() where true')).toBe('42501');
+    expect(await attempt(roles.consumer, 'select * from outbox')).toBe('42501');
   });
 
   it('sets the statement timeout on the role, so clients need no SET (which pins RDS Proxy sessions)', async () => {
     const [row] = await db.sql<{ setconfig: string[] }[]>`
       select s.setconfig from pg_db_role_setting s join pg_roles r on r.oid = s.setrole where r.rolname = ${roles.relay}`;
     expect(row?.setconfig).toEqual(['statement_timeout=7000ms']);
+    // A client that sends no startup parameter (as behind RDS Proxy) gets the role's default.
+    const url = new URL(db.url);
+    url.username = roles.relay;
+    url.password = PASSWORD;
+    const plain = postgres(url.toString(), { max: 1, onnotice: () => {} });
+    const [current] = await plain<{ t: string }[]>`select current_setting('statement_timeout') as t`;
+    await plain.end();
+    expect(current?.t).toBe('7s');
   });
 });

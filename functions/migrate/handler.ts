@@ -25,6 +25,7 @@ const env = parseEnv(
     [EnvVar.relayRole]: z.string().default(DEFAULT_ROLES.relay),
     [EnvVar.monitorRole]: z.string().default(DEFAULT_ROLES.monitor),
     [EnvVar.producerRole]: z.string().default(DEFAULT_ROLES.producer),
+    [EnvVar.consumerRole]: z.string().default(DEFAULT_ROLES.consumer),
   }),
   process.env,
 );
@@ -51,6 +52,7 @@ export async function handler(): Promise<{ applied: string[] }> {
       relay: env[EnvVar.relayRole],
       monitor: env[EnvVar.monitorRole],
       producer: env[EnvVar.producerRole],
+      consumer: env[EnvVar.consumerRole],
     });
   } finally {
     await sql.end();

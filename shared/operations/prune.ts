@@ -1,7 +1,7 @@
 /**
  * Pruning (guarantee 10): deletes published rows older than their retention, and dead-lettered rows
  * only under their own, longer retention. It never touches an unpublished live row. It works in
- * bounded batches (one short statement each, `SKIP LOCKED`, so it never waits on or blocks a relay)
+ * bounded batches (one short statement each, touching only rows no relay works on)
  * within a time budget; what is left is picked up by the next run, oldest first.
  */
 import type { Queryable } from '../platform/index.ts';
@@ -93,40 +93,52 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
   return result;
 }
 
+// The deletes lock nothing ahead (no FOR UPDATE, which would need UPDATE privilege the monitor's
+// role does not have, and should not: it could then mark rows published). The conditions are
+// repeated on the DELETE itself because Postgres re-checks only the outer WHERE against a row that
+// changed while the DELETE waited for it: a dead letter replayed in that instant (pending again)
+// is then skipped, not deleted. Rows this old are written by nobody else, so the waits are rare
+// and short, and the relay never waits on them (it locks only pending rows).
+
 async function deletePublished(sql: Queryable, o: PruneOptions): Promise<number> {
   // Oldest first by id, the primary key: expired published rows form (roughly) a prefix of it.
   const r = await sql`
-    delete from outbox where id in (
-      select id from outbox
-      where published_at < now() - make_interval(secs => ${o.publishedRetentionSeconds})
-      order by id
-      limit ${o.batchSize}
-      for update skip locked
-    )`;
+    delete from outbox
+    where id = any(array(
+        select id from outbox
+        where published_at < now() - make_interval(secs => ${o.publishedRetentionSeconds})
+        order by id
+        limit ${o.batchSize}
+      ))
+      and published_at < now() - make_interval(secs => ${o.publishedRetentionSeconds})`;
   return r.count;
 }
 
 async function deleteDeadLetters(sql: Queryable, o: PruneOptions): Promise<number> {
   const r = await sql`
-    delete from outbox where id in (
-      select id from outbox
-      where dead_lettered_at < now() - make_interval(secs => ${o.deadLetterRetentionSeconds})
-        and published_at is null
-      order by dead_lettered_at, id
-      limit ${o.batchSize}
-      for update skip locked
-    )`;
+    delete from outbox
+    where id = any(array(
+        select id from outbox
+        where dead_lettered_at < now() - make_interval(secs => ${o.deadLetterRetentionSeconds})
+          and published_at is null
+        order by dead_lettered_at, id
+        limit ${o.batchSize}
+      ))
+      and dead_lettered_at < now() - make_interval(secs => ${o.deadLetterRetentionSeconds})
+      and published_at is null`;
   return r.count;
 }
 
 async function deleteInbox(sql: Queryable, o: PruneOptions): Promise<number> {
   const r = await sql`
-    delete from inbox_message where ctid = any(array(
-      select ctid from inbox_message
+    delete from inbox_message m
+    using (
+      select consumer, message_key from inbox_message
       where processed_at < now() - make_interval(secs => ${o.inboxRetentionSeconds ?? 0})
       order by processed_at
       limit ${o.batchSize}
-      for update skip locked
-    ))`;
+    ) old
+    where m.consumer = old.consumer and m.message_key = old.message_key
+      and m.processed_at < now() - make_interval(secs => ${o.inboxRetentionSeconds ?? 0})`;
   return r.count;
 }

@@ -21,10 +21,18 @@ export async function ensureRoles(
 ): Promise<void> {
   const grants: [string, string[]][] = [
     [roles.relay, ['grant select, update on outbox to %I']],
-    [roles.monitor, ['grant select, delete on outbox to %I']],
+    [roles.monitor, ['grant select, delete on outbox to %I', 'grant select, delete on inbox_message to %I']],
     [
       roles.producer,
       ['grant select, insert on outbox to %I', 'grant select, insert, update on outbox_aggregate to %I'],
+    ],
+    [
+      roles.consumer,
+      [
+        'grant select, insert, update on inbox_message to %I',
+        'grant select, insert, update on inbox_aggregate to %I',
+        'grant select, insert, delete on inbox_gap to %I',
+      ],
     ],
   ];
   for (const [role, statements] of grants) {

@@ -64,9 +64,14 @@ export const METRIC_SERVICE: Readonly<Record<MetricName, ServiceName>> = {
 
 /** Database roles a deployment creates (see shared/operations/roles.ts for their grants). */
 export interface OutboxRoles {
+  /** Claims and marks outbox rows (select, update on `outbox`). */
   relay: string;
+  /** Prunes and counts (outbox and inbox tables). */
   monitor: string;
+  /** Enqueues events (inserts into `outbox`, bumps `outbox_aggregate`). */
   producer: string;
+  /** Runs inbox consumers (the `inbox_*` tables), plus whatever the application grants it. */
+  consumer: string;
 }
 
 /** Default role names. */
@@ -74,6 +79,7 @@ export const DEFAULT_ROLES: Readonly<OutboxRoles> = {
   relay: 'outbox_relay',
   monitor: 'outbox_monitor',
   producer: 'outbox_producer',
+  consumer: 'outbox_consumer',
 };
 
 /** Environment variables the functions read and the construct sets. */
@@ -94,4 +100,5 @@ export const EnvVar = {
   relayRole: 'OUTBOX_RELAY_ROLE',
   monitorRole: 'OUTBOX_MONITOR_ROLE',
   producerRole: 'OUTBOX_PRODUCER_ROLE',
+  consumerRole: 'OUTBOX_CONSUMER_ROLE',
 } as const;
