@@ -5,9 +5,10 @@
  */
 import { createInterface } from 'node:readline/promises';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
-import { getStatus } from '../shared/operations/index.ts';
+import { getStatus, migrateWithRoles } from '../shared/operations/index.ts';
 import {
   connect,
+  DEFAULT_ROLES,
   databaseUrlFromEnv,
   ignoreTransientDriverRejections,
   loadRelaySettings,
@@ -80,13 +81,19 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
   program
     .command('migrate')
     .description('apply pending schema migrations (outbox tables) to the database')
-    .action(async () => {
-      const applied = await migrate(databaseUrlFromEnv(io.env), { log: () => {} });
+    .option(
+      '--roles',
+      'also create or update the deployment roles (outbox_relay, outbox_monitor, outbox_producer, outbox_consumer) exactly as the deploy-time migrate function does; needs a user that may create roles',
+    )
+    .action(async (opts: { roles?: boolean }) => {
+      const url = databaseUrlFromEnv(io.env);
+      const applied = opts.roles ? await migrateWithRoles(url) : await migrate(url, { log: () => {} });
       io.out(
         applied.length === 0
           ? 'schema is up to date'
           : `applied ${applied.length} migration(s): ${applied.join(', ')}`,
       );
+      if (opts.roles) io.out(`roles ensured: ${Object.values(DEFAULT_ROLES).join(', ')}`);
     });
 
   program

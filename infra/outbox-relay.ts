@@ -34,6 +34,13 @@ import {
 const repoRoot = fileURLToPath(new URL('..', import.meta.url));
 
 /**
+ * The CA bundle Lambda's Node.js 20+ runtimes ship, with the Amazon RDS CAs; Node loads it only
+ * when NODE_EXTRA_CA_CERTS points at it (Lambda developer guide, "Establishing a secure connection
+ * to an RDS database" for Node.js). Without it no function could verify the database's certificate.
+ */
+const LAMBDA_RDS_CA_BUNDLE = '/var/runtime/ca-cert.pem';
+
+/**
  * How the project's Lambdas are bundled: ESM for Node 24, minified with source maps, locally with
  * esbuild (no Docker), our pinned AWS SDK clients included rather than the runtime's copy.
  */
@@ -213,6 +220,7 @@ export class OutboxRelay extends Construct {
         [EnvVar.eventBusName]: this.eventBus.eventBusName,
         [EnvVar.powertoolsServiceName]: ServiceName.relay,
         NODE_OPTIONS: '--enable-source-maps',
+        [EnvVar.nodeExtraCaCerts]: LAMBDA_RDS_CA_BUNDLE,
       },
       description: 'Outbox relay: claims leased outbox rows and publishes them with PutEvents',
     });
@@ -226,6 +234,7 @@ export class OutboxRelay extends Construct {
         ...dbEnvironment(monitorUser),
         [EnvVar.powertoolsServiceName]: ServiceName.monitor,
         NODE_OPTIONS: '--enable-source-maps',
+        [EnvVar.nodeExtraCaCerts]: LAMBDA_RDS_CA_BUNDLE,
       },
       description: 'Outbox monitor: prunes old rows and emits lag and backlog metrics',
     });
@@ -266,6 +275,7 @@ export class OutboxRelay extends Construct {
           [EnvVar.monitorRole]: monitorUser,
           [EnvVar.migrationsDir]: '/var/task/migrations',
           NODE_OPTIONS: '--enable-source-maps',
+          [EnvVar.nodeExtraCaCerts]: LAMBDA_RDS_CA_BUNDLE,
         },
         description: 'Outbox migrations: schema and least-privilege roles, run at deploy time',
         bundling: {

@@ -111,9 +111,14 @@ describe('demo stack (synthesised)', () => {
       OUTBOX_DB_IAM_AUTH: 'true',
       NODE_OPTIONS: '--enable-source-maps',
     });
+    // Lambda's Node runtimes load the RDS CA bundle only when this points at it (issue 11, item 2).
+    for (const fn of [relay, monitor, migrate]) {
+      expect(fn?.Properties.Environment.Variables.NODE_EXTRA_CA_CERTS).toBe('/var/runtime/ca-cert.pem');
+    }
     expect(Object.keys(relay?.Properties.Environment.Variables ?? {}).sort()).toEqual(
       [
         'EVENT_BUS_NAME',
+        'NODE_EXTRA_CA_CERTS',
         'NODE_OPTIONS',
         'OUTBOX_DB_IAM_AUTH',
         'OUTBOX_METRIC_NAMESPACE',

@@ -94,6 +94,8 @@ export const EnvVar = {
   metricNamespace: 'OUTBOX_METRIC_NAMESPACE',
   powertoolsServiceName: 'POWERTOOLS_SERVICE_NAME',
   migrationsDir: 'OUTBOX_MIGRATIONS_DIR',
+  /** Extra CA certificates for Node's TLS; on Lambda, /var/runtime/ca-cert.pem holds the Amazon RDS CAs. */
+  nodeExtraCaCerts: 'NODE_EXTRA_CA_CERTS',
   adminSecretArn: 'DB_SECRET_ARN',
   adminHost: 'DB_HOST',
   adminDatabase: 'DB_NAME',
