@@ -63,7 +63,9 @@ describe('outbox CLI', () => {
   it('migrate --roles creates the deployment roles with the grants the Trigger gives them', async () => {
     const r = await run(['migrate', '--roles']);
     expect(r.stderr).toBe('');
-    expect(r.stdout).toContain('roles ensured: outbox_relay, outbox_monitor, outbox_producer, outbox_consumer');
+    expect(r.stdout).toContain(
+      'roles ensured: outbox_relay, outbox_monitor, outbox_producer, outbox_consumer',
+    );
     expect(r.code).toBe(0);
     const rows = await h.db.sql<{ role: string; claims: boolean; prunes: boolean; enqueues: boolean }[]>`
       select r as role,

@@ -8,14 +8,7 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { z } from 'zod';
 import { migrateWithRoles } from '../../shared/operations/index.ts';
-import {
-  connect,
-  DEFAULT_ROLES,
-  EnvVar,
-  migrate,
-  parseEnv,
-  ServiceName,
-} from '../../shared/platform/index.ts';
+import { DEFAULT_ROLES, EnvVar, parseEnv, ServiceName } from '../../shared/platform/index.ts';
 
 const env = parseEnv(
   z.object({
