@@ -134,7 +134,12 @@ describe('inbox: an invocation is all or nothing', () => {
       return settled;
     });
     const eventId = randomUUID();
-    await failure(5_000, slow(delivery(eventId), lambdaContext(200)), 'timed-out invocation');
+    const timedOut = await failure(
+      5_000,
+      slow(delivery(eventId), lambdaContext(200)),
+      'timed-out invocation',
+    );
+    expect(timedOut).toMatchObject({ name: 'InboxAbortedError', reason: 'deadline' });
     // The abandoned handler (if it ran at all) goes on; wait until it has finished, one way or the other.
     await within(
       5_000,
@@ -167,12 +172,36 @@ describe('inbox: an invocation is all or nothing', () => {
       return settled;
     });
     const eventId = randomUUID();
-    await failure(5_000, slow(delivery(eventId), lambdaContext(1_000)), 'abandoned invocation');
+    const abandoned = await failure(
+      5_000,
+      slow(delivery(eventId), lambdaContext(1_000)),
+      'abandoned invocation',
+    );
+    // middy's own early timeout (5 ms before the deadline) or the middleware's, whichever the
+    // handler's return meets first; the middleware rolled back 500 ms before the deadline.
+    expect(['TimeoutError', 'InboxAbortedError']).toContain(abandoned.name);
     await within(5_000, settled, 'abandoned handler');
     expect(outcomes).toEqual(['InboxAbortedError', 'InboxAbortedError']);
     expect(await committed(eventId)).toEqual({ effects: 0, records: 0 });
     const [late] = await db.sql<{ n: number }[]>`select count(*)::int as n from effect`;
     expect(late?.n).toBe(0);
+  });
+
+  it('ends the transaction before the invocation returns when a statement is still running at the deadline', async () => {
+    // Without cancelling it, the ROLLBACK would queue behind the statement, and a frozen container
+    // would keep the transaction (and the inbox record's lock) open.
+    const c = consumer(db.sql, async (ctx) => {
+      await applyEffect(ctx);
+      await ctx.inbox.tx`select pg_sleep(5)`;
+    });
+    const eventId = randomUUID();
+    await failure(5_000, c(delivery(eventId), lambdaContext(1_500)), 'invocation');
+    const open = await admin<{ state: string }[]>`
+      select state from pg_stat_activity
+      where datname = current_database() and pid <> pg_backend_pid()
+        and (state like 'idle in transaction%' or (state = 'active' and query like '%pg_sleep(5)%'))`;
+    expect(open).toEqual([]);
+    expect(await committed(eventId)).toEqual({ effects: 0, records: 0 });
   });
 
   for (const reconnected of [true, false]) {
@@ -197,7 +226,9 @@ describe('inbox: an invocation is all or nothing', () => {
           await applyEffect(ctx);
         });
         const eventId = randomUUID();
-        await failure(10_000, c(delivery(eventId)), 'invocation');
+        const error = await failure(10_000, c(delivery(eventId)), 'invocation');
+        // Refused by the middleware once it saw the close, or failed on the dying connection.
+        if (reconnected) expect(error).toMatchObject({ name: 'InboxAbortedError', reason: 'connection' });
         await within(10_000, Promise.resolve(queued), 'queued pool query');
         expect(await committed(eventId)).toEqual({ effects: 0, records: 0 });
 
@@ -220,7 +251,9 @@ describe('inbox: an invocation is all or nothing', () => {
       }
     });
     const eventId = randomUUID();
-    await failure(5_000, c(delivery(eventId)), 'invocation');
+    const error = await failure(5_000, c(delivery(eventId)), 'invocation');
+    expect(error.name).toBe('InboxCommitError');
+    expect(error.cause).toMatchObject({ code: '23505' }); // the statement the handler swallowed
     expect(await committed(eventId)).toEqual({ effects: 0, records: 0 });
 
     await within(5_000, consumer(db.sql, applyEffect)(delivery(eventId)), 'retry');

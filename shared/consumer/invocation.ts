@@ -21,8 +21,9 @@
  *   someone else's transaction. Every statement of the handler is checked when it is sent, and
  *   refused with {@link InboxAbortedError} once the invocation's transaction is over.
  * - **A deadline.** The invocation gives up `deadlineMarginMs` before the Lambda deadline: it
- *   refuses the handler's further statements and rolls back, whether or not the handler returns.
- *   Every wait of the middleware (the connection, the bookkeeping, the COMMIT) ends by then.
+ *   refuses the handler's further statements, cancels the one still running, and rolls back,
+ *   whether or not the handler returns. Every wait of the middleware (the connection, the
+ *   bookkeeping, the COMMIT) ends by then.
  * - **A check before COMMIT** that the session is still the one the event was recorded in, in the
  *   same transaction, and not aborted: a COMMIT that would not commit fails the invocation.
  */
@@ -67,13 +68,15 @@ export const FALLBACK_INVOCATION_MS = 60_000;
 interface SendableQuery {
   handler: ((query: SendableQuery) => unknown) & { debug?: unknown };
   reject(error: unknown): void;
+  cancel(): unknown;
 }
 
 function isSendable(value: unknown): value is SendableQuery & Promise<unknown> {
   return (
     value instanceof Promise &&
     typeof (value as Partial<SendableQuery>).handler === 'function' &&
-    typeof (value as Partial<SendableQuery>).reject === 'function'
+    typeof (value as Partial<SendableQuery>).reject === 'function' &&
+    typeof (value as Partial<SendableQuery>).cancel === 'function'
   );
 }
 
@@ -99,6 +102,8 @@ export class InvocationTransaction {
   #tx: Tx | undefined;
   #identity: { pid: number; xid: string | null } | undefined;
   #begin: Promise<unknown> | undefined;
+  /** The handler's statements sent and not yet answered. */
+  readonly #inFlight = new Set<SendableQuery>();
   readonly #outcome = Promise.withResolvers<void>();
   readonly #giveUp = Promise.withResolvers<never>();
   /** Resolved when the connection closed under the transaction. */
@@ -247,8 +252,20 @@ export class InvocationTransaction {
       'the invocation reached its deadline (deadlineMarginMs before the Lambda timeout): its transaction was rolled back, or, if the COMMIT had been sent, its outcome is unknown (the retry then finds the event recorded); its later statements are refused',
     );
     this.#ended ??= deadline;
+    // The ROLLBACK queues behind a statement of the handler that is still running (a lock wait, a
+    // slow query): cancel it, so that the transaction ends before the invocation does, rather than
+    // stay open, holding its locks, while the container is frozen. A cancel that comes too late
+    // lands on an idle session and is ignored by the server.
+    for (const query of this.#inFlight) Promise.resolve(query.cancel()).catch(noop);
     this.#outcome.reject(deadline);
     this.#giveUp.reject(deadline);
+  }
+
+  /** Called by the guard for each statement of the handler that it sends. */
+  sent(query: SendableQuery & Promise<unknown>): void {
+    this.#inFlight.add(query);
+    const done = () => this.#inFlight.delete(query);
+    query.then(done, done);
   }
 
   /** The session, transaction and its health are the ones the event was recorded in. */
@@ -341,7 +358,10 @@ function guard(tx: Tx, run: InvocationTransaction): Tx {
     const checked = Object.assign(
       (q: SendableQuery) => {
         const refused = run.ended;
-        return refused ? q.reject(refused) : send(q);
+        if (refused) return q.reject(refused);
+        const result = send(q);
+        run.sent(query);
+        return result;
       },
       { debug: send.debug },
     );
