@@ -340,7 +340,7 @@ describe('OutboxRelay in an existing stack', () => {
 });
 
 describe('example consumer wiring', () => {
-  it('routes OrderPlaced from demo.shop to the billing Lambda with retries and an encrypted DLQ', async () => {
+  it('routes OrderPlaced to the billing Lambda, catches what it cannot deliver and what the handler fails on, under its own role', async () => {
     const { BillingConsumer } = await import('../examples/billing/billing-consumer.ts');
     const stack = new Stack(new App(), 'Consumer', { env: { account: '123456789012', region: 'eu-west-1' } });
     const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
@@ -362,16 +362,73 @@ describe('example consumer wiring', () => {
       databaseName: 'shop',
     });
     const t = Template.fromStack(stack);
+    const queueId = (prefix: string) => {
+      const ids = Object.keys(t.findResources('AWS::SQS::Queue')).filter((id) => id.startsWith(prefix));
+      expect(ids, `one queue whose id starts with ${prefix}`).toHaveLength(1);
+      return ids[0] as string;
+    };
+    const deliveryQueue = queueId('BillingDeadLetterQueue');
+    const failedQueue = queueId('BillingFailedEventsQueue');
+
+    // Delivery into Lambda: the rule target's retry policy, then the delivery dead-letter queue.
     t.hasResourceProperties('AWS::Events::Rule', {
       EventBusName: 'orders',
       EventPattern: { source: ['demo.shop'], 'detail-type': ['OrderPlaced'] },
       Targets: [
         Match.objectLike({
           RetryPolicy: { MaximumRetryAttempts: 185, MaximumEventAgeInSeconds: 86_400 },
-          DeadLetterConfig: { Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('DeadLetterQueue'), 'Arn'] } },
+          DeadLetterConfig: { Arn: { 'Fn::GetAtt': [deliveryQueue, 'Arn'] } },
         }),
       ],
     });
-    t.hasResourceProperties('AWS::SQS::Queue', { SqsManagedSseEnabled: true });
+    // The handler failed: Lambda's own retries, then the on-failure destination (never dropped).
+    t.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+      MaximumRetryAttempts: 2,
+      MaximumEventAgeInSeconds: 21_600,
+      DestinationConfig: { OnFailure: { Destination: { 'Fn::GetAtt': [failedQueue, 'Arn'] } } },
+    });
+    const policies = Object.values(t.findResources('AWS::IAM::Policy')) as {
+      Properties: { PolicyDocument: { Statement: Statement[] } };
+    }[];
+    const statements = policies.flatMap((p) => p.Properties.PolicyDocument.Statement);
+    expect(
+      statements.some(
+        (s) =>
+          [s.Action].flat().includes('sqs:SendMessage') &&
+          JSON.stringify(s.Resource) === JSON.stringify({ 'Fn::GetAtt': [failedQueue, 'Arn'] }),
+      ),
+      'the function may send to its on-failure queue',
+    ).toBe(true);
+    // Both queues encrypted, and each watched by an alarm.
+    for (const id of [deliveryQueue, failedQueue]) {
+      expect(t.toJSON().Resources[id].Properties).toMatchObject({ SqsManagedSseEnabled: true });
+      t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+        Namespace: 'AWS/SQS',
+        MetricName: 'ApproximateNumberOfMessagesVisible',
+        Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [id, 'QueueName'] } }],
+        Threshold: 0,
+        ComparisonOperator: 'GreaterThanThreshold',
+      });
+    }
+
+    // Its own database role, through RDS Proxy with IAM, like the relay and the monitor.
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Environment: {
+        Variables: Match.objectLike({
+          PGUSER: 'outbox_consumer',
+          PGDATABASE: 'shop',
+          PGHOST: 'p.proxy.eu-west-1.rds.amazonaws.com',
+          OUTBOX_DB_IAM_AUTH: 'true',
+        }),
+      },
+    });
+    expect(
+      statements.some(
+        (s) =>
+          [s.Action].flat().includes('rds-db:connect') &&
+          JSON.stringify(s.Resource).includes('dbuser:prx-1/outbox_consumer'),
+      ),
+      'rds-db:connect as outbox_consumer',
+    ).toBe(true);
   }, 60_000);
 });
