@@ -1,17 +1,43 @@
-import { App, Stack, Validations } from 'aws-cdk-lib';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { App, type AppProps, Stack, Validations } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import { AwsSolutionsChecks } from 'cdk-nag';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildApp } from '../infra/app.ts';
 import { OutboxRelay } from '../infra/outbox-relay.ts';
+
+// Every App in this file synthesises under one private directory, removed when the file ends. An App
+// built without an outdir makes its own `cdk.out*` directory in os.tmpdir() that nothing removes, so
+// TMPDIR points at an empty folder inside the private one while the tests run: whatever lands there
+// is a leak, and the last hook fails on it.
+const workRoot = mkdtempSync(join(tmpdir(), 'outbox-cdk-test-'));
+const strayTmp = join(workRoot, 'tmp');
+mkdirSync(strayTmp);
+beforeAll(() => {
+  vi.stubEnv('TMPDIR', strayTmp);
+});
+afterAll(() => {
+  // Only synthesis output counts: Node keeps its shared compile cache in the temp dir too.
+  const stray = readdirSync(strayTmp).filter((name) => /^(cdk\.out|outbox-cdk-test-)/.test(name));
+  vi.unstubAllEnvs();
+  rmSync(workRoot, { recursive: true, force: true });
+  expect(stray, 'an App synthesised into the temp dir: create it with newApp()').toEqual([]);
+});
+
+/** An App whose cloud assembly goes under this file's private directory. */
+function newApp(props: AppProps = {}): App {
+  return new App({ outdir: mkdtempSync(join(workRoot, 'cdk.out-')), ...props });
+}
 
 let template: Template;
 let synthError: unknown;
 beforeAll(() => {
-  const app = new App({ outdir: `/tmp/outbox-cdk-test-${process.pid}` });
+  const app = newApp();
   // cdk-nag's AwsSolutions pack: synthesis fails on any finding that is not acknowledged with a reason.
   Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
   const { stack } = buildApp(app);
@@ -257,7 +283,7 @@ describe('demo stack (synthesised)', () => {
 
 describe('OutboxRelay in an existing stack', () => {
   it('embeds with an imported VPC, proxy and bus', () => {
-    const app = new App();
+    const app = newApp();
     const stack = new Stack(app, 'Existing', { env: { account: '123456789012', region: 'eu-west-1' } });
     const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
       vpcId: 'vpc-12345678',
@@ -307,7 +333,7 @@ describe('OutboxRelay in an existing stack', () => {
   });
 
   it('rejects invalid props with a clear message', () => {
-    const stack = new Stack(new App(), 'Bad');
+    const stack = new Stack(newApp(), 'Bad');
     const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
       vpcId: 'vpc-1',
       availabilityZones: ['a'],
@@ -337,7 +363,7 @@ describe('OutboxRelay in an existing stack', () => {
 describe('example consumer wiring', () => {
   it('routes OrderPlaced from demo.shop to the billing Lambda with retries and an encrypted DLQ', async () => {
     const { BillingConsumer } = await import('../examples/billing/billing-consumer.ts');
-    const stack = new Stack(new App(), 'Consumer', { env: { account: '123456789012', region: 'eu-west-1' } });
+    const stack = new Stack(newApp(), 'Consumer', { env: { account: '123456789012', region: 'eu-west-1' } });
     const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
       vpcId: 'vpc-1',
       availabilityZones: ['eu-west-1a'],
