@@ -4,7 +4,7 @@
  * deploy-time migrations, alarms wired to an SNS topic, and a dashboard.
  */
 import { fileURLToPath } from 'node:url';
-import { Duration, Stack, Validations } from 'aws-cdk-lib';
+import { Duration, Names, Stack, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
@@ -148,6 +148,12 @@ export interface OutboxRelayProps {
    * @default one month
    */
   readonly logRetention?: logs.RetentionDays;
+  /**
+   * Name of the CloudWatch dashboard. Dashboard names are global to the account (dashboards are not
+   * regional), so a name must differ between regions as well as between stacks.
+   * @default this construct's unique path followed by the region, e.g. `OutboxRelayDemo-Outbox-1a2b3c4d-eu-west-1`
+   */
+  readonly dashboardName?: string;
 }
 
 /** The relay, the monitor, their schedules, alarms and dashboard. */
@@ -387,7 +393,9 @@ export class OutboxRelay extends Construct {
     };
 
     this.dashboard = new cloudwatch.Dashboard(this, 'Dashboard', {
-      dashboardName: `${Stack.of(this).stackName}-outbox`,
+      dashboardName:
+        props.dashboardName ??
+        `${Names.uniqueResourceName(this, { maxLength: 200, separator: '-' })}-${Stack.of(this).region}`,
       widgets: [
         [
           new cloudwatch.GraphWidget({

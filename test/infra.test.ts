@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { App, type AppProps, Stack, Validations } from 'aws-cdk-lib';
@@ -6,9 +6,11 @@ import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as rds from 'aws-cdk-lib/aws-rds';
+import { CURRENTLY_RECOMMENDED_FLAGS } from 'aws-cdk-lib/cx-api';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildApp } from '../infra/app.ts';
+import { OutboxDemoStack } from '../infra/demo-stack.ts';
 import { OutboxRelay } from '../infra/outbox-relay.ts';
 
 // Every App in this file synthesises under one private directory, removed when the file ends. An App
@@ -34,10 +36,17 @@ function newApp(props: AppProps = {}): App {
   return new App({ outdir: mkdtempSync(join(workRoot, 'cdk.out-')), ...props });
 }
 
+/** cdk.json's context (the feature flags): `cdk synth` passes it to the app, so the tests do too. */
+const cdkContext = (
+  JSON.parse(readFileSync(new URL('../cdk.json', import.meta.url), 'utf8')) as {
+    context: Record<string, unknown>;
+  }
+).context;
+
 let template: Template;
 let synthError: unknown;
 beforeAll(() => {
-  const app = newApp();
+  const app = newApp({ context: cdkContext });
   // cdk-nag's AwsSolutions pack: synthesis fails on any finding that is not acknowledged with a reason.
   Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
   const { stack } = buildApp(app);
@@ -190,7 +199,7 @@ describe('demo stack (synthesised)', () => {
     });
     expect(statementsOf('OutboxMigrateFunctionServiceRoleDefaultPolicy')).toEqual([
       {
-        Action: ['secretsmanager:GetSecretValue', 'secretsmanager:DescribeSecret'],
+        Action: ['secretsmanager:DescribeSecret', 'secretsmanager:GetSecretValue'],
         Effect: 'Allow',
         Resource: { Ref: expect.stringMatching(/^DatabaseSecretAttachment/) },
       },
@@ -278,6 +287,55 @@ describe('demo stack (synthesised)', () => {
     expect(find('AWS/RDS', 'DatabaseConnectionsCurrentlySessionPinned')[0]).toMatchObject({ Threshold: 0 });
     for (const a of alarms)
       expect(a.Properties.AlarmActions).toEqual([{ Ref: expect.stringMatching(/AlarmTopic/) }]);
+  });
+});
+
+describe('feature flags and physical names', () => {
+  it('sets every feature flag CDK recommends for a new project in cdk.json', () => {
+    const missing = Object.entries(CURRENTLY_RECOMMENDED_FLAGS)
+      .filter(([flag, value]) => JSON.stringify(cdkContext[flag]) !== JSON.stringify(value))
+      .map(([flag]) => flag);
+    expect(missing).toEqual([]);
+  });
+
+  it('names nothing the same in two stacks of one account and region, and puts the region in the dashboard name', () => {
+    // Bundling is skipped: names do not depend on the code.
+    const app = newApp({ context: { ...cdkContext, 'aws:cdk:bundling-stacks': [] } });
+    const stacks = [new OutboxDemoStack(app, 'OutboxRelayDemo'), new OutboxDemoStack(app, 'Orders')];
+    // Properties that end in Name or Identifier but name nothing account-wide: the database inside
+    // the instance, an inline policy of a role, the proxy's one target group ("default" by API),
+    // metric names and endpoint service names.
+    const notPhysical = new Set([
+      'DBName',
+      'PolicyName',
+      'TargetGroupName',
+      'MetricName',
+      'ServiceName',
+      'DisplayName',
+    ]);
+    const names = stacks.map((stack) => {
+      const found = new Map<string, string>();
+      for (const [id, resource] of Object.entries(Template.fromStack(stack).toJSON().Resources)) {
+        const { Type, Properties = {} } = resource as { Type: string; Properties?: Record<string, unknown> };
+        for (const [key, value] of Object.entries(Properties)) {
+          // A value built from another resource (not a pseudo parameter) differs per stack anyway.
+          const isReference = /"Fn::GetAtt"|"Ref":"(?!AWS::)/.test(JSON.stringify(value));
+          if (/(Name|Identifier)$/.test(key) && !notPhysical.has(key) && !isReference) {
+            found.set(`${Type} ${id}.${key}`, JSON.stringify(value));
+          }
+        }
+      }
+      return found;
+    });
+    const [first, second] = names as [Map<string, string>, Map<string, string>];
+    expect(first.size).toBeGreaterThan(0);
+    const shared = [...first]
+      .filter(([key, value]) => second.get(key) === value)
+      .map(([key, value]) => `${key}=${value}`);
+    expect(shared).toEqual([]);
+    // CloudWatch dashboards are global to the account, not regional.
+    const dashboard = [...first].find(([key]) => key.startsWith('AWS::CloudWatch::Dashboard'));
+    expect(dashboard?.[1]).toContain('{"Ref":"AWS::Region"}');
   });
 });
 
