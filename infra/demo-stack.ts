@@ -1,13 +1,16 @@
 /**
  * The demo stack: a complete, working system with defaults — a VPC with private subnets and an
- * EventBridge interface endpoint (no NAT), RDS for PostgreSQL, RDS Proxy with IAM authentication
- * and TLS required, a custom event bus, and the OutboxRelay construct with deploy-time migrations.
+ * EventBridge interface endpoint (no NAT), RDS for PostgreSQL, RDS Proxy with end-to-end IAM
+ * authentication and TLS required, a custom event bus, and the OutboxRelay construct with
+ * deploy-time migrations.
  */
 import { Duration, RemovalPolicy, Stack, type StackProps, Validations } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import type { Construct } from 'constructs';
+import { DEFAULT_ROLES } from '../shared/platform/names.ts';
 import { OutboxRelay } from './outbox-relay.ts';
 
 /** Props of {@link OutboxDemoStack}. */
@@ -132,7 +135,7 @@ export class OutboxDemoStack extends Stack {
     ack(
       this.database,
       'AwsSolutions-SMG4',
-      'Admin secret used only by RDS Proxy and the deploy-time migrate function; clients use IAM tokens. Add rotation for production',
+      'Admin secret used only by the deploy-time migrate function; the proxy and its clients use IAM tokens. Add rotation for production',
     );
     for (const child of this.node.children) {
       if (child.node.id.startsWith('LogRetention')) {
@@ -149,13 +152,20 @@ export class OutboxDemoStack extends Stack {
       }
     }
 
+    // End-to-end IAM authentication: a client signs a token for the proxy, and the proxy signs its
+    // own token for the instance as that same user. No user needs a Secrets Manager secret, and the
+    // proxy cannot log in as the admin: its role may connect as the deployment's roles only (granted
+    // below, once the construct has said which users the relay and the monitor are).
+    const proxyRole = new iam.Role(this, 'ProxyRole', {
+      assumedBy: new iam.ServicePrincipal('rds.amazonaws.com'),
+      description: 'RDS Proxy: log in to the outbox database with IAM as the outbox roles',
+    });
     this.proxy = this.database.addProxy('Proxy', {
-      // The proxy's own login to the database uses the admin secret; clients must use IAM.
-      secrets: [this.database.secret as NonNullable<typeof this.database.secret>],
+      defaultAuthScheme: rds.DefaultAuthScheme.IAM_AUTH,
+      role: proxyRole,
       vpc: this.vpc,
       vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
       securityGroups: [proxySg],
-      iamAuth: true,
       requireTLS: true,
     });
 
@@ -167,8 +177,15 @@ export class OutboxDemoStack extends Stack {
       migration: {
         adminSecret: this.database.secret as NonNullable<typeof this.database.secret>,
         host: this.database.dbInstanceEndpointAddress,
-        executeAfter: [this.database, this.proxy],
+        // The proxy role's policy too: the functions, ordered after the migrations, log in through it.
+        executeAfter: [this.database, this.proxy, proxyRole],
       },
     });
+    // The producer and consumer roles are created by the same migration for the application's own
+    // services, which reach the database through this proxy too.
+    const { relay, monitor } = this.outbox.databaseUsers;
+    for (const user of new Set([relay, monitor, DEFAULT_ROLES.producer, DEFAULT_ROLES.consumer])) {
+      this.database.grantConnect(proxyRole, user);
+    }
   }
 }

@@ -50,17 +50,22 @@ export const OUTBOX_BUNDLING: nodejs.BundlingOptions = {
 
 /** How the functions reach Postgres: RDS Proxy with IAM authentication. */
 export interface OutboxDatabaseProps {
-  /** The proxy; it must require IAM authentication and TLS. */
+  /**
+   * The proxy; it must require IAM authentication and TLS, and be able to log in to the database as
+   * the relay's and the monitor's users: with end-to-end IAM authentication (`DefaultAuthScheme:
+   * IAM_AUTH`), its role needs `rds-db:connect` on the instance for {@link OutboxRelay.databaseUsers};
+   * otherwise it needs a Secrets Manager secret for each of them.
+   */
   readonly proxy: rds.IDatabaseProxy;
   /** Database name. */
   readonly databaseName: string;
   /**
-   * Database user of the relay (select, update on `outbox` only).
+   * Database user of the relay (its grants: shared/operations/roles.ts).
    * @default 'outbox_relay' (DEFAULT_ROLES.relay)
    */
   readonly relayUser?: string;
   /**
-   * Database user of the monitor (select, delete on `outbox`).
+   * Database user of the monitor (its grants: shared/operations/roles.ts).
    * @default 'outbox_monitor' (DEFAULT_ROLES.monitor)
    */
   readonly monitorUser?: string;
@@ -174,6 +179,11 @@ export class OutboxRelay extends Construct {
     readonly proxyPinnedSessions: cloudwatch.Alarm;
   };
   public readonly dashboard: cloudwatch.Dashboard;
+  /**
+   * The database users the relay and the monitor log in as. With RDS Proxy's end-to-end IAM
+   * authentication, the proxy's role must be allowed `rds-db:connect` to the instance as these users.
+   */
+  public readonly databaseUsers: { readonly relay: string; readonly monitor: string };
 
   constructor(scope: Construct, id: string, props: OutboxRelayProps) {
     super(scope, id);
@@ -182,6 +192,7 @@ export class OutboxRelay extends Construct {
     const namespace = props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE;
     const relayUser = props.database.relayUser ?? DEFAULT_ROLES.relay;
     const monitorUser = props.database.monitorUser ?? DEFAULT_ROLES.monitor;
+    this.databaseUsers = { relay: relayUser, monitor: monitorUser };
     const logRetention = props.logRetention ?? logs.RetentionDays.ONE_MONTH;
     this.eventBus = props.eventBus ?? new events.EventBus(this, 'Bus');
 

@@ -206,17 +206,56 @@ describe('demo stack (synthesised)', () => {
     ]);
   });
 
-  it('requires IAM authentication and TLS on the proxy, and reaches EventBridge through an interface endpoint', () => {
+  it('requires TLS and end-to-end IAM authentication on the proxy, and reaches EventBridge through an interface endpoint', () => {
     template.hasResourceProperties('AWS::RDS::DBProxy', {
       RequireTLS: true,
       EngineFamily: 'POSTGRESQL',
-      Auth: [Match.objectLike({ IAMAuth: 'REQUIRED' })],
+      DefaultAuthScheme: 'IAM_AUTH',
+      Auth: Match.absent(),
     });
     template.hasResourceProperties('AWS::EC2::VPCEndpoint', {
       ServiceName: { 'Fn::Join': ['', ['com.amazonaws.', { Ref: 'AWS::Region' }, '.events']] },
       VpcEndpointType: 'Interface',
       PrivateDnsEnabled: true,
     });
+  });
+
+  it("lets the proxy log in to the instance with IAM as the deployment's roles only, and read no secret", () => {
+    // End-to-end IAM: the proxy signs its own token for the instance, as the client's user, with
+    // its role's rds-db:connect on dbuser:<DbiResourceId>/<user>. Without it (or a secret per
+    // user) every client connection is refused.
+    const proxy = Object.values(template.findResources('AWS::RDS::DBProxy'))[0] as {
+      Properties: { RoleArn: { 'Fn::GetAtt': [string, string] } };
+    };
+    const roleId = proxy.Properties.RoleArn['Fn::GetAtt'][0];
+    const policies = Object.values(template.findResources('AWS::IAM::Policy')).filter((p) =>
+      JSON.stringify((p as { Properties: { Roles: unknown } }).Properties.Roles).includes(`"${roleId}"`),
+    ) as { Properties: { PolicyDocument: { Statement: Statement[] } } }[];
+    const statements = policies.flatMap((p) => p.Properties.PolicyDocument.Statement);
+    expect(statements.map((x) => x.Action)).toEqual(['rds-db:connect']);
+    const instanceUser = (user: string) => ({
+      'Fn::Join': [
+        '',
+        [
+          'arn:',
+          { Ref: 'AWS::Partition' },
+          ':rds-db:',
+          { Ref: 'AWS::Region' },
+          ':',
+          { Ref: 'AWS::AccountId' },
+          ':dbuser:',
+          { 'Fn::GetAtt': [expect.stringMatching(/^Database[A-Z0-9]{8}$/), 'DbiResourceId'] },
+          `/${user}`,
+        ],
+      ],
+    });
+    const resources = statements[0]?.Resource as unknown[];
+    expect(resources).toHaveLength(4);
+    expect(resources).toEqual(
+      expect.arrayContaining(
+        ['outbox_relay', 'outbox_monitor', 'outbox_producer', 'outbox_consumer'].map(instanceUser),
+      ),
+    );
   });
 
   it('invokes both functions every minute, and only after the migrations ran', () => {
@@ -238,6 +277,7 @@ describe('demo stack (synthesised)', () => {
       expect.arrayContaining([
         expect.stringMatching(/^Database[A-Z0-9]/),
         expect.stringMatching(/^DatabaseProxy[A-Z0-9]/),
+        expect.stringMatching(/^ProxyRoleDefaultPolicy/),
       ]),
     );
   });
