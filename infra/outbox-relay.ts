@@ -4,7 +4,7 @@
  * deploy-time migrations, alarms wired to an SNS topic, and a dashboard.
  */
 import { fileURLToPath } from 'node:url';
-import { Duration, Names, Stack, Validations } from 'aws-cdk-lib';
+import { ArnFormat, Duration, Names, Stack, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
@@ -144,8 +144,10 @@ export interface OutboxRelayProps {
    */
   readonly lagAlarmThreshold?: Duration;
   /**
-   * Topic every alarm notifies.
-   * @default a new SNS topic encrypted with a new KMS key
+   * Topic every alarm notifies. Its policy must let `cloudwatch.amazonaws.com` publish, and if it is
+   * encrypted, its key policy must let `cloudwatch.amazonaws.com` use `kms:Decrypt` and
+   * `kms:GenerateDataKey*` (an AWS managed `alias/aws/sns` key cannot: use a customer managed key).
+   * @default a new SNS topic encrypted with a new KMS key, both with those statements
    */
   readonly alarmTopic?: sns.ITopic;
   /**
@@ -318,16 +320,7 @@ export class OutboxRelay extends Construct {
       }
     }
 
-    this.alarmTopic =
-      props.alarmTopic ??
-      new sns.Topic(this, 'AlarmTopic', {
-        displayName: 'Outbox relay alarms',
-        masterKey: new kms.Key(this, 'AlarmTopicKey', {
-          enableKeyRotation: true,
-          description: 'Outbox relay alarm topic',
-        }),
-        enforceSSL: true,
-      });
+    this.alarmTopic = props.alarmTopic ?? this.createAlarmTopic();
     // Every custom metric is watched under the dimension its emitting service sets (names.ts).
     const metric = (name: MetricName, statistic: string, period = Duration.minutes(1)) =>
       new cloudwatch.Metric({
@@ -440,6 +433,59 @@ export class OutboxRelay extends Construct {
         ],
       ],
     });
+  }
+
+  /**
+   * An SNS topic encrypted with its own key, which CloudWatch alarms of this account and region may
+   * publish to. Alarms publish as the service principal `cloudwatch.amazonaws.com`, so both the topic
+   * policy (the SSL-only policy replaces SNS's default one, which allowed the account) and the key
+   * policy must allow it; otherwise every alarm changes state and no notification is ever sent. The
+   * aws:SourceAccount and aws:SourceArn conditions keep other accounts' alarms out (the SNS
+   * developer guide's key management page, "compatibility with AWS services").
+   */
+  private createAlarmTopic(): sns.Topic {
+    const stack = Stack.of(this);
+    const cloudwatchPrincipal = new iam.ServicePrincipal('cloudwatch.amazonaws.com');
+    const fromOurAlarms = {
+      StringEquals: { 'aws:SourceAccount': stack.account },
+      ArnLike: {
+        'aws:SourceArn': stack.formatArn({
+          service: 'cloudwatch',
+          resource: 'alarm',
+          resourceName: '*',
+          arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+        }),
+      },
+    };
+    const key = new kms.Key(this, 'AlarmTopicKey', {
+      enableKeyRotation: true,
+      description: 'Outbox relay alarm topic',
+    });
+    key.addToResourcePolicy(
+      new iam.PolicyStatement({
+        sid: 'CloudWatchAlarmsPublishToTheAlarmTopic',
+        principals: [cloudwatchPrincipal],
+        actions: ['kms:Decrypt', 'kms:GenerateDataKey*'],
+        // In a key policy "*" means this key.
+        resources: ['*'],
+        conditions: fromOurAlarms,
+      }),
+    );
+    const topic = new sns.Topic(this, 'AlarmTopic', {
+      displayName: 'Outbox relay alarms',
+      masterKey: key,
+      enforceSSL: true,
+    });
+    topic.addToResourcePolicy(
+      new iam.PolicyStatement({
+        sid: 'CloudWatchAlarmsPublish',
+        principals: [cloudwatchPrincipal],
+        actions: ['sns:Publish'],
+        resources: [topic.topicArn],
+        conditions: fromOurAlarms,
+      }),
+    );
+    return topic;
   }
 }
 

@@ -282,6 +282,60 @@ describe('demo stack (synthesised)', () => {
     );
   });
 
+  it('lets CloudWatch alarms of this account and region publish to the alarm topic and use its key', () => {
+    // Alarms publish as cloudwatch.amazonaws.com: the topic policy must allow it (the SSL-only
+    // policy replaces SNS's default one), and so must the key policy, or every notification fails.
+    const fromOurAlarms = {
+      StringEquals: { 'aws:SourceAccount': { Ref: 'AWS::AccountId' } },
+      ArnLike: {
+        'aws:SourceArn': {
+          'Fn::Join': [
+            '',
+            [
+              'arn:',
+              { Ref: 'AWS::Partition' },
+              ':cloudwatch:',
+              { Ref: 'AWS::Region' },
+              ':',
+              { Ref: 'AWS::AccountId' },
+              ':alarm:*',
+            ],
+          ],
+        },
+      },
+    };
+    const topics = template.findResources('AWS::SNS::Topic');
+    const [topicId, topic] = Object.entries(topics)[0] as [
+      string,
+      { Properties: { KmsMasterKeyId: { 'Fn::GetAtt': [string, string] } } },
+    ];
+    const key = template.findResources('AWS::KMS::Key')[topic.Properties.KmsMasterKeyId['Fn::GetAtt'][0]] as {
+      Properties: { KeyPolicy: { Statement: unknown[] } };
+    };
+    expect(key.Properties.KeyPolicy.Statement).toContainEqual(
+      expect.objectContaining({
+        Effect: 'Allow',
+        Principal: { Service: 'cloudwatch.amazonaws.com' },
+        Action: ['kms:Decrypt', 'kms:GenerateDataKey*'],
+        Condition: fromOurAlarms,
+      }),
+    );
+    template.hasResourceProperties('AWS::SNS::TopicPolicy', {
+      Topics: [{ Ref: topicId }],
+      PolicyDocument: {
+        Statement: Match.arrayWith([
+          Match.objectLike({
+            Effect: 'Allow',
+            Principal: { Service: 'cloudwatch.amazonaws.com' },
+            Action: 'sns:Publish',
+            Resource: { Ref: topicId },
+            Condition: fromOurAlarms,
+          }),
+        ]),
+      },
+    });
+  });
+
   it('alarms on lag (missing data breaches), dead letters, relay errors and throttles, monitor errors and pinned proxy sessions', () => {
     const alarms = Object.values(template.findResources('AWS::CloudWatch::Alarm')) as {
       Properties: {
