@@ -71,7 +71,11 @@ export interface OutboxDatabaseProps {
   readonly monitorUser?: string;
 }
 
-/** Deploy-time migrations: applied by a CDK Trigger before the schedules are created. */
+/**
+ * Deploy-time migrations: applied by a CDK Trigger before the relay and monitor functions and their
+ * schedules are created or updated. Each migration must work with the code already deployed
+ * (expand/contract, see the README's Deploy section).
+ */
 export interface OutboxMigrationProps {
   /** Admin credentials (`username`, `password`, `port`) of the database, e.g. `instance.secret`. */
   readonly adminSecret: secretsmanager.ISecret;
@@ -300,11 +304,13 @@ export class OutboxRelay extends Construct {
         },
       });
       props.migration.adminSecret.grantRead(this.migrateFunction);
-      // Migrations run before the schedules exist, so no relay ever meets an old schema.
+      // Migrations run before the functions and their schedules are created or updated, so new code
+      // never meets the old schema. The old code does meet the new schema while the Trigger runs:
+      // migrations must be expand/contract (README, Deploy).
       new triggers.Trigger(this, 'MigrateTrigger', {
         handler: this.migrateFunction,
         executeAfter: props.migration.executeAfter ?? [],
-        executeBefore: [this.relaySchedule, this.monitorSchedule],
+        executeBefore: [this.relayFunction, this.monitorFunction, this.relaySchedule, this.monitorSchedule],
         executeOnHandlerChange: true,
         timeout: Duration.minutes(5),
       });

@@ -270,6 +270,13 @@ describe('demo stack (synthesised)', () => {
       expect(s.Properties.FlexibleTimeWindow).toEqual({ Mode: 'OFF' });
       expect(s.DependsOn).toContain(trigger);
     }
+    // On an update, new code must not run against the old schema: the functions themselves (not
+    // only their schedules) are updated after the migrations.
+    const functions = template.findResources('AWS::Lambda::Function', {
+      Properties: { Description: Match.stringLikeRegexp('^Outbox (relay|monitor):') },
+    }) as Record<string, { DependsOn?: string[] }>;
+    expect(Object.keys(functions)).toHaveLength(2);
+    for (const f of Object.values(functions)) expect(f.DependsOn).toContain(trigger);
     const triggerResource = template.findResources('Custom::Trigger')[trigger as string] as {
       DependsOn: string[];
     };
