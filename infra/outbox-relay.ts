@@ -123,6 +123,15 @@ export interface OutboxRelayProps {
    */
   readonly relayMemorySize?: number;
   /**
+   * Reserved concurrency of the relay: caps how many relays run at once (and so their database
+   * connections), and keeps that many executions for it alone. Overlapping relays are safe (claims
+   * are leased and skip locked rows), so this is about capacity, not correctness. Setting it fails
+   * the deployment in an account whose concurrency quota cannot spare it (Lambda keeps a minimum
+   * of unreserved concurrency; new accounts often have a quota of 10).
+   * @default none: the relay uses the account's unreserved concurrency
+   */
+  readonly relayReservedConcurrency?: number;
+  /**
    * How often the monitor prunes and emits the lag metrics.
    * @default rate(1 minute)
    */
@@ -210,6 +219,11 @@ export class OutboxRelay extends Construct {
       [EnvVar.iamAuth]: 'true',
       [EnvVar.metricNamespace]: namespace,
     });
+    // EventBridge Scheduler invokes asynchronously. Lambda's defaults would retry a failed invocation
+    // twice and keep a throttled one for up to 6 hours; the next schedule is a minute away, so a
+    // failed or late invocation is dropped instead (60 s is the shortest age Lambda accepts). A
+    // failure still counts in the Errors metric that the error alarms watch.
+    const scheduledInvoke = { retryAttempts: 0, maxEventAge: Duration.minutes(1) } as const;
     const baseBundling = OUTBOX_BUNDLING;
     const fn = (name: string, entry: string, extra: Partial<nodejs.NodejsFunctionProps>) =>
       new nodejs.NodejsFunction(this, name, {
@@ -230,6 +244,8 @@ export class OutboxRelay extends Construct {
     this.relayFunction = fn('RelayFunction', 'functions/relay/handler.ts', {
       memorySize: props.relayMemorySize ?? 256,
       timeout,
+      ...scheduledInvoke,
+      reservedConcurrentExecutions: props.relayReservedConcurrency,
       environment: {
         ...props.relayEnvironment,
         ...dbEnvironment(relayUser),
@@ -244,6 +260,7 @@ export class OutboxRelay extends Construct {
 
     this.monitorFunction = fn('MonitorFunction', 'functions/monitor/handler.ts', {
       timeout: Duration.minutes(1),
+      ...scheduledInvoke,
       environment: {
         ...props.monitorEnvironment,
         ...dbEnvironment(monitorUser),
@@ -511,6 +528,12 @@ function validate(props: OutboxRelayProps): void {
   const memory = props.relayMemorySize ?? 256;
   if (memory < 128 || memory > 10_240) {
     throw new Error(`OutboxRelay: relayMemorySize must be 128–10240 MB (got ${memory})`);
+  }
+  const reserved = props.relayReservedConcurrency;
+  if (reserved !== undefined && (!Number.isInteger(reserved) || reserved < 1)) {
+    throw new Error(
+      `OutboxRelay: relayReservedConcurrency must be a whole number of at least 1 (got ${reserved}); 0 would stop the relay`,
+    );
   }
   const lag = props.lagAlarmThreshold?.toSeconds() ?? 300;
   if (lag < 60) throw new Error(`OutboxRelay: lagAlarmThreshold must be at least 1 minute (got ${lag} s)`);

@@ -289,6 +289,27 @@ describe('demo stack (synthesised)', () => {
     );
   });
 
+  it('drops a failed or late scheduled invocation instead of replaying it (async invoke config)', () => {
+    // Scheduler invokes asynchronously; Lambda's defaults retry a failure twice and keep a throttled
+    // event for 6 hours. The next schedule is a minute away, so replays only pile up.
+    const functions = template.findResources('AWS::Lambda::Function', {
+      Properties: { Description: Match.stringLikeRegexp('^Outbox (relay|monitor):') },
+    });
+    expect(Object.keys(functions)).toHaveLength(2);
+    for (const id of Object.keys(functions)) {
+      template.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+        FunctionName: { Ref: id },
+        Qualifier: '$LATEST',
+        MaximumRetryAttempts: 0,
+        MaximumEventAgeInSeconds: 60,
+      });
+      // No reserved concurrency by default: see the README (Deploy) for why.
+      expect(
+        (functions[id] as { Properties: Record<string, unknown> }).Properties.ReservedConcurrentExecutions,
+      ).toBeUndefined();
+    }
+  });
+
   it('lets CloudWatch alarms of this account and region publish to the alarm topic and use its key', () => {
     // Alarms publish as cloudwatch.amazonaws.com: the topic policy must allow it (the SSL-only
     // policy replaces SNS's default one), and so must the key policy, or every notification fails.
@@ -462,8 +483,13 @@ describe('OutboxRelay in an existing stack', () => {
       securityGroups: [sg],
       database: { proxy, databaseName: 'orders' },
       eventBus: bus,
+      relayReservedConcurrency: 2,
     });
     const t = Template.fromStack(stack);
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Description: Match.stringLikeRegexp('^Outbox relay:'),
+      ReservedConcurrentExecutions: 2,
+    });
     t.resourceCountIs('AWS::Events::EventBus', 0);
     t.resourceCountIs('Custom::Trigger', 0);
     t.hasResourceProperties('AWS::Lambda::Function', {
@@ -516,6 +542,15 @@ describe('OutboxRelay in an existing stack', () => {
           database: { proxy, databaseName: 'no-dash' },
         }),
     ).toThrow(/databaseName "no-dash"/);
+    expect(
+      () =>
+        new OutboxRelay(stack, 'C', {
+          vpc,
+          securityGroups: [sg],
+          database: { proxy, databaseName: 'db' },
+          relayReservedConcurrency: 0,
+        }),
+    ).toThrow(/relayReservedConcurrency/);
   });
 });
 
