@@ -54,27 +54,42 @@ export class OutboxDemoStack extends Stack {
         },
       },
     });
+    // One security group per kind of client, so each reaches only what it uses: the relay and the
+    // monitor the proxy (and EventBridge), the migrate function the instance itself (and Secrets
+    // Manager). Nothing but the proxy and the migrate function reaches the instance.
     const functionsSg = new ec2.SecurityGroup(this, 'FunctionsSg', {
       vpc: this.vpc,
-      description: 'Outbox relay, monitor and migrate functions',
+      description: 'Outbox relay and monitor functions',
       allowAllOutbound: false,
     });
-    const endpointSg = new ec2.SecurityGroup(this, 'EndpointSg', {
+    const migrateSg = new ec2.SecurityGroup(this, 'MigrateSg', {
       vpc: this.vpc,
-      description: 'Interface endpoints',
+      description: 'Outbox migrate function (deploy time)',
       allowAllOutbound: false,
     });
-    endpointSg.addIngressRule(functionsSg, ec2.Port.tcp(443), 'HTTPS from the outbox functions');
-    functionsSg.addEgressRule(endpointSg, ec2.Port.tcp(443), 'HTTPS to the interface endpoints');
     // The relay reaches EventBridge, the migrate function Secrets Manager, without a NAT gateway.
+    const eventBridgeEndpointSg = new ec2.SecurityGroup(this, 'EndpointSg', {
+      vpc: this.vpc,
+      description: 'EventBridge interface endpoint',
+      allowAllOutbound: false,
+    });
+    eventBridgeEndpointSg.addIngressRule(functionsSg, ec2.Port.tcp(443), 'HTTPS from the relay');
+    functionsSg.addEgressRule(eventBridgeEndpointSg, ec2.Port.tcp(443), 'HTTPS to the EventBridge endpoint');
+    const secretsEndpointSg = new ec2.SecurityGroup(this, 'SecretsEndpointSg', {
+      vpc: this.vpc,
+      description: 'Secrets Manager interface endpoint',
+      allowAllOutbound: false,
+    });
+    secretsEndpointSg.addIngressRule(migrateSg, ec2.Port.tcp(443), 'HTTPS from the migrate function');
+    migrateSg.addEgressRule(secretsEndpointSg, ec2.Port.tcp(443), 'HTTPS to the Secrets Manager endpoint');
     this.vpc.addInterfaceEndpoint('EventBridgeEndpoint', {
       service: ec2.InterfaceVpcEndpointAwsService.EVENTBRIDGE,
-      securityGroups: [endpointSg],
+      securityGroups: [eventBridgeEndpointSg],
       open: false,
     });
-    this.vpc.addInterfaceEndpoint('SecretsManagerEndpoint', {
+    const secretsEndpoint = this.vpc.addInterfaceEndpoint('SecretsManagerEndpoint', {
       service: ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
-      securityGroups: [endpointSg],
+      securityGroups: [secretsEndpointSg],
       open: false,
     });
 
@@ -88,12 +103,12 @@ export class OutboxDemoStack extends Stack {
       description: 'RDS Proxy',
       allowAllOutbound: false,
     });
-    dbSg.addIngressRule(proxySg, ec2.Port.tcp(5432), 'Postgres from RDS Proxy');
-    proxySg.addEgressRule(dbSg, ec2.Port.tcp(5432), 'Postgres to the database');
-    proxySg.addIngressRule(functionsSg, ec2.Port.tcp(5432), 'Postgres from the outbox functions');
+    // The proxy-to-instance rules (both directions) come from addProxy below; declaring them here as
+    // well would make two identical rules, and removing one later deletes the shared rule.
+    proxySg.addIngressRule(functionsSg, ec2.Port.tcp(5432), 'Postgres from the relay and the monitor');
     functionsSg.addEgressRule(proxySg, ec2.Port.tcp(5432), 'Postgres to RDS Proxy');
-    dbSg.addIngressRule(functionsSg, ec2.Port.tcp(5432), 'Postgres from the migrate function');
-    functionsSg.addEgressRule(dbSg, ec2.Port.tcp(5432), 'Postgres to the database (migrations)');
+    dbSg.addIngressRule(migrateSg, ec2.Port.tcp(5432), 'Postgres from the migrate function');
+    migrateSg.addEgressRule(dbSg, ec2.Port.tcp(5432), 'Postgres to the database (migrations)');
 
     this.database = new rds.DatabaseInstance(this, 'Database', {
       engine: rds.DatabaseInstanceEngine.postgres({ version: rds.PostgresEngineVersion.VER_17 }),
@@ -177,8 +192,22 @@ export class OutboxDemoStack extends Stack {
       migration: {
         adminSecret: this.database.secret as NonNullable<typeof this.database.secret>,
         host: this.database.dbInstanceEndpointAddress,
-        // The proxy role's policy too: the functions, ordered after the migrations, log in through it.
-        executeAfter: [this.database, this.proxy, proxyRole],
+        securityGroups: [migrateSg],
+        // Everything the migrate function uses (the instance, the Secrets Manager endpoint and the
+        // security group rules to both) and, as the functions are ordered after the migrations,
+        // what they use: the proxy, its role's policy, their security group rules.
+        executeAfter: [
+          this.database,
+          this.proxy,
+          proxyRole,
+          secretsEndpoint,
+          dbSg,
+          migrateSg,
+          secretsEndpointSg,
+          proxySg,
+          functionsSg,
+          eventBridgeEndpointSg,
+        ],
       },
     });
     // The producer and consumer roles are created by the same migration for the application's own

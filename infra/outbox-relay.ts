@@ -81,7 +81,19 @@ export interface OutboxMigrationProps {
   readonly adminSecret: secretsmanager.ISecret;
   /** Host of the database instance (migrations connect directly, not through the IAM-only proxy). */
   readonly host: string;
-  /** Constructs that must exist before migrating (the instance, its security group rules). */
+  /**
+   * Security groups of the migrate function. The instance must accept them on its port, and they
+   * must not be the relay's and monitor's groups: those reach the proxy only, and the migrate
+   * function alone reaches the instance directly (it also needs Secrets Manager, through an
+   * endpoint or NAT).
+   */
+  readonly securityGroups: ec2.ISecurityGroup[];
+  /**
+   * Constructs that must exist before migrating: the instance, the security group rules and the
+   * endpoints the migrate function uses. The relay and monitor functions come after the migrations,
+   * so list what they need as well (the proxy and its rules).
+   * @default none
+   */
   readonly executeAfter?: Construct[];
 }
 
@@ -94,7 +106,7 @@ export interface OutboxRelayProps {
    * @default the VPC's private subnets (isolated ones when there are no others)
    */
   readonly vpcSubnets?: ec2.SubnetSelection;
-  /** Security groups of the functions; the proxy must accept them on its port. */
+  /** Security groups of the relay and the monitor; the proxy must accept them on its port. */
   readonly securityGroups: ec2.ISecurityGroup[];
   readonly database: OutboxDatabaseProps;
   /**
@@ -308,6 +320,7 @@ export class OutboxRelay extends Construct {
           NODE_OPTIONS: '--enable-source-maps',
         },
         description: 'Outbox migrations: schema and least-privilege roles, run at deploy time',
+        securityGroups: props.migration.securityGroups,
         bundling: {
           ...baseBundling,
           // The numbered SQL files travel with the code (node-pg-migrate reads them from a folder).
@@ -519,6 +532,19 @@ function validate(props: OutboxRelayProps): void {
   }
   if (props.securityGroups.length === 0) {
     throw new Error('OutboxRelay: securityGroups must name at least one security group the proxy accepts');
+  }
+  if (props.migration) {
+    if (props.migration.securityGroups.length === 0) {
+      throw new Error(
+        'OutboxRelay: migration.securityGroups must name at least one security group the instance accepts',
+      );
+    }
+    const shared = props.migration.securityGroups.filter((g) => props.securityGroups.includes(g));
+    if (shared.length > 0) {
+      throw new Error(
+        "OutboxRelay: migration.securityGroups must not include the relay's and monitor's securityGroups (they would reach the instance directly, bypassing the proxy)",
+      );
+    }
   }
   if (!/^[A-Za-z_][A-Za-z0-9_$]{0,62}$/.test(props.database.databaseName)) {
     throw new Error(

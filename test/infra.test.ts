@@ -6,6 +6,7 @@ import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as rds from 'aws-cdk-lib/aws-rds';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { CURRENTLY_RECOMMENDED_FLAGS } from 'aws-cdk-lib/cx-api';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -256,6 +257,87 @@ describe('demo stack (synthesised)', () => {
         ['outbox_relay', 'outbox_monitor', 'outbox_producer', 'outbox_consumer'].map(instanceUser),
       ),
     );
+  });
+
+  it('lets only the migrate function reach the instance directly; the relay and the monitor reach only the proxy', () => {
+    type Rule = { Type: string; Properties: Record<string, unknown> };
+    const groupOf = (ref: unknown) => (ref as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
+    const rules = Object.values(template.toJSON().Resources as Record<string, Rule>)
+      .filter((r) => /^AWS::EC2::SecurityGroup(Ingress|Egress)$/.test(r.Type))
+      .map((r) => ({
+        direction: r.Type.endsWith('Ingress') ? 'in' : 'out',
+        group: groupOf(r.Properties.GroupId),
+        peer: groupOf(r.Properties.SourceSecurityGroupId ?? r.Properties.DestinationSecurityGroupId),
+      }));
+    const sgOf = (description: string) => {
+      const f = Object.values(
+        template.findResources('AWS::Lambda::Function', {
+          Properties: { Description: Match.stringLikeRegexp(`^${description}`) },
+        }),
+      )[0] as { Properties: { VpcConfig: { SecurityGroupIds: unknown[] } } };
+      return f.Properties.VpcConfig.SecurityGroupIds.map(groupOf);
+    };
+    const [relaySgs, monitorSgs, migrateSgs] = [
+      sgOf('Outbox relay:'),
+      sgOf('Outbox monitor:'),
+      sgOf('Outbox migrations:'),
+    ];
+    expect(migrateSgs.filter((g) => [...relaySgs, ...monitorSgs].includes(g))).toEqual([]);
+    const instance = Object.values(template.findResources('AWS::RDS::DBInstance'))[0] as {
+      Properties: { VPCSecurityGroups: unknown[] };
+    };
+    const dbSgs = instance.Properties.VPCSecurityGroups.map(groupOf);
+    const proxy = Object.values(template.findResources('AWS::RDS::DBProxy'))[0] as {
+      Properties: { VpcSecurityGroupIds: unknown[] };
+    };
+    const proxySgs = proxy.Properties.VpcSecurityGroupIds.map(groupOf);
+    const intoDb = rules.filter((r) => r.direction === 'in' && dbSgs.includes(r.group)).map((r) => r.peer);
+    // Exactly one rule per peer: addProxy already opens the instance to the proxy (both directions),
+    // and a second, identical rule would delete the shared one when removed.
+    expect(intoDb.sort()).toEqual([...proxySgs, ...migrateSgs].sort());
+    const proxyToDb = rules.filter(
+      (r) => r.direction === 'out' && proxySgs.includes(r.group) && dbSgs.includes(r.peer),
+    );
+    expect(proxyToDb).toHaveLength(1);
+    for (const g of [...relaySgs, ...monitorSgs]) {
+      expect(rules.filter((r) => r.direction === 'out' && r.group === g && dbSgs.includes(r.peer))).toEqual(
+        [],
+      );
+    }
+    const migrateOut = rules
+      .filter((r) => r.direction === 'out' && migrateSgs.includes(r.group))
+      .map((r) => r.peer);
+    expect(migrateOut).toEqual(expect.arrayContaining(dbSgs));
+    expect(migrateOut.filter((g) => proxySgs.includes(g))).toEqual([]);
+  });
+
+  it('runs the migrations only once the network they use is in place', () => {
+    // The migrate function reads the admin secret through the Secrets Manager endpoint and connects
+    // to the instance through two security group rules; if the Trigger runs first, it times out and
+    // the first deploy rolls back.
+    const trigger = Object.values(template.findResources('Custom::Trigger'))[0] as { DependsOn: string[] };
+    const resources = template.toJSON().Resources as Record<
+      string,
+      { Type: string; Properties: Record<string, unknown> }
+    >;
+    const secretsEndpoint = Object.entries(resources).find(
+      ([, r]) =>
+        r.Type === 'AWS::EC2::VPCEndpoint' &&
+        JSON.stringify(r.Properties.ServiceName).includes('.secretsmanager'),
+    )?.[0];
+    expect(trigger.DependsOn).toContain(secretsEndpoint);
+    const migrateFn = Object.values(
+      template.findResources('AWS::Lambda::Function', {
+        Properties: { Description: Match.stringLikeRegexp('^Outbox migrations:') },
+      }),
+    )[0] as { Properties: { VpcConfig: { SecurityGroupIds: { 'Fn::GetAtt': [string, string] }[] } } };
+    const migrateSg = migrateFn.Properties.VpcConfig.SecurityGroupIds[0]?.['Fn::GetAtt'][0];
+    const migrateRules = Object.entries(resources)
+      .filter(([, r]) => /^AWS::EC2::SecurityGroup(Ingress|Egress)$/.test(r.Type))
+      .filter(([, r]) => JSON.stringify(r.Properties).includes(`"${migrateSg}"`))
+      .map(([id]) => id);
+    expect(migrateRules.length).toBeGreaterThanOrEqual(4);
+    expect(trigger.DependsOn).toEqual(expect.arrayContaining(migrateRules));
   });
 
   it('invokes both functions every minute, and only after the migrations ran', () => {
@@ -551,6 +633,16 @@ describe('OutboxRelay in an existing stack', () => {
           relayReservedConcurrency: 0,
         }),
     ).toThrow(/relayReservedConcurrency/);
+    const adminSecret = secretsmanager.Secret.fromSecretNameV2(stack, 'Admin', 'admin');
+    expect(
+      () =>
+        new OutboxRelay(stack, 'D', {
+          vpc,
+          securityGroups: [sg],
+          database: { proxy, databaseName: 'db' },
+          migration: { adminSecret, host: 'db.example', securityGroups: [sg] },
+        }),
+    ).toThrow(/migration.securityGroups must not include/);
   });
 });
 
