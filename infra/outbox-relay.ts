@@ -34,6 +34,13 @@ import {
 const repoRoot = fileURLToPath(new URL('..', import.meta.url));
 
 /**
+ * Lambda's bundle of Amazon root CAs, the Amazon RDS ones included. Node 20+ runtimes no longer load
+ * it by default (faster cold starts); NODE_EXTRA_CA_CERTS must point at it for TLS to the instance or
+ * the proxy to verify (AWS Lambda Node.js runtime docs and the Node.js 20 runtime announcement).
+ */
+const LAMBDA_CA_BUNDLE = '/var/runtime/ca-cert.pem';
+
+/**
  * How the project's Lambdas are bundled: ESM for Node 24, minified with source maps, locally with
  * esbuild (no Docker), our pinned AWS SDK clients included rather than the runtime's copy.
  */
@@ -230,6 +237,7 @@ export class OutboxRelay extends Construct {
       [EnvVar.pgUser]: user,
       [EnvVar.iamAuth]: 'true',
       [EnvVar.metricNamespace]: namespace,
+      [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
     });
     // EventBridge Scheduler invokes asynchronously. Lambda's defaults would retry a failed invocation
     // twice and keep a throttled one for up to 6 hours; the next schedule is a minute away, so a
@@ -317,6 +325,7 @@ export class OutboxRelay extends Construct {
           [EnvVar.relayRole]: relayUser,
           [EnvVar.monitorRole]: monitorUser,
           [EnvVar.migrationsDir]: '/var/task/migrations',
+          [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
           NODE_OPTIONS: '--enable-source-maps',
         },
         description: 'Outbox migrations: schema and least-privilege roles, run at deploy time',

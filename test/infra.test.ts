@@ -150,6 +150,7 @@ describe('demo stack (synthesised)', () => {
     expect(Object.keys(relay?.Properties.Environment.Variables ?? {}).sort()).toEqual(
       [
         'EVENT_BUS_NAME',
+        'NODE_EXTRA_CA_CERTS',
         'NODE_OPTIONS',
         'OUTBOX_DB_IAM_AUTH',
         'OUTBOX_METRIC_NAMESPACE',
@@ -164,6 +165,11 @@ describe('demo stack (synthesised)', () => {
       PGUSER: 'outbox_monitor',
       OUTBOX_DB_IAM_AUTH: 'true',
     });
+    // Lambda's Node 20+ runtimes load the Amazon RDS CA bundle only when pointed at it; without it,
+    // verified TLS to the instance or the proxy fails.
+    for (const f of [relay, monitor, migrate]) {
+      expect(f?.Properties.Environment.Variables.NODE_EXTRA_CA_CERTS).toBe('/var/runtime/ca-cert.pem');
+    }
     expect(migrate?.Properties.Environment.Variables.DB_SECRET_ARN).toEqual({
       Ref: expect.stringMatching(/^DatabaseSecretAttachment/),
     });
