@@ -111,7 +111,9 @@ export class OutboxDemoStack extends Stack {
     migrateSg.addEgressRule(dbSg, ec2.Port.tcp(5432), 'Postgres to the database (migrations)');
 
     this.database = new rds.DatabaseInstance(this, 'Database', {
-      engine: rds.DatabaseInstanceEngine.postgres({ version: rds.PostgresEngineVersion.VER_17 }),
+      // A full version: cfn-lint's RDS data lists the bare major "17" as one that new instances
+      // cannot be created with. Minor upgrades still apply (autoMinorVersionUpgrade defaults to on).
+      engine: rds.DatabaseInstanceEngine.postgres({ version: rds.PostgresEngineVersion.VER_17_9 }),
       instanceType: props.instanceType ?? ec2.InstanceType.of(ec2.InstanceClass.T4G, ec2.InstanceSize.MICRO),
       vpc: this.vpc,
       vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
