@@ -314,6 +314,9 @@ export class OutboxRelay extends Construct {
       target: new targets.LambdaInvoke(this.monitorFunction, { retryAttempts: 0, role: schedulerRole }),
       description: 'Invokes the outbox monitor: pruning and lag metrics',
     });
+    // The schedules start only once their role's policy exists: an invocation before that is
+    // denied, and with no retries it is simply lost.
+    for (const s of [this.relaySchedule, this.monitorSchedule]) s.node.addDependency(schedulerRole);
 
     if (props.migration) {
       this.migrateFunction = fn('MigrateFunction', 'functions/migrate/handler.ts', {

@@ -357,6 +357,10 @@ describe('demo stack (synthesised)', () => {
       expect(s.Properties.ScheduleExpression).toBe('rate(1 minute)');
       expect(s.Properties.FlexibleTimeWindow).toEqual({ Mode: 'OFF' });
       expect(s.DependsOn).toContain(trigger);
+      // And only once their role may invoke the functions: an early invocation is denied and dropped.
+      expect(s.DependsOn).toEqual(
+        expect.arrayContaining([expect.stringMatching(/^OutboxSchedulerRoleDefaultPolicy/)]),
+      );
     }
     // On an update, new code must not run against the old schema: the functions themselves (not
     // only their schedules) are updated after the migrations.
