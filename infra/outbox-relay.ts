@@ -314,9 +314,11 @@ export class OutboxRelay extends Construct {
       target: new targets.LambdaInvoke(this.monitorFunction, { retryAttempts: 0, role: schedulerRole }),
       description: 'Invokes the outbox monitor: pruning and lag metrics',
     });
-    // The schedules start only once their role's policy exists: an invocation before that is
-    // denied, and with no retries it is simply lost.
-    for (const s of [this.relaySchedule, this.monitorSchedule]) s.node.addDependency(schedulerRole);
+    // The schedules start only once their role's policy (added by the targets above) exists: an
+    // invocation before that is denied, and with no retries it is simply lost. On the policy only:
+    // the role itself is already a dependency through RoleArn.
+    const schedulerPolicy = schedulerRole.node.findChild('DefaultPolicy');
+    for (const s of [this.relaySchedule, this.monitorSchedule]) s.node.addDependency(schedulerPolicy);
 
     if (props.migration) {
       this.migrateFunction = fn('MigrateFunction', 'functions/migrate/handler.ts', {
