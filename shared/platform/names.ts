@@ -93,9 +93,13 @@ export const EnvVar = {
   eventBusName: 'EVENT_BUS_NAME',
   metricNamespace: 'OUTBOX_METRIC_NAMESPACE',
   powertoolsServiceName: 'POWERTOOLS_SERVICE_NAME',
-  migrationsDir: 'OUTBOX_MIGRATIONS_DIR',
-  /** Extra CA certificates for Node's TLS; on Lambda, /var/runtime/ca-cert.pem holds the Amazon RDS CAs. */
+  /**
+   * Node's extra CA certificates file. Lambda's Node 20+ runtimes load the Amazon RDS CA bundle
+   * (`/var/runtime/ca-cert.pem`) only when this points at it; the construct sets it on every function
+   * that connects to Postgres.
+   */
   nodeExtraCaCerts: 'NODE_EXTRA_CA_CERTS',
+  migrationsDir: 'OUTBOX_MIGRATIONS_DIR',
   adminSecretArn: 'DB_SECRET_ARN',
   adminHost: 'DB_HOST',
   adminDatabase: 'DB_NAME',
