@@ -26,6 +26,7 @@
 import type { Queryable, Sql } from '../platform/index.ts';
 import { DEFAULT_MAX_REQUEST_BYTES } from '../platform/index.ts';
 import { translateEnqueueError } from './sql-errors.ts';
+import { type EnqueuedRow, enqueueParameters, toResults } from './statement.ts';
 import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 import { type ValidEvent, validateEvent } from './validation.ts';
 
@@ -70,40 +71,23 @@ export async function enqueueMany(
   return insertValid(tx, valid, maxEntryBytes);
 }
 
-/** A row of `outbox_enqueue_many`: one per input event, `ord` from 1 in input order. */
-interface EnqueuedRow {
-  ord: number;
-  event_id: string;
-  aggregate_type: string;
-  aggregate_id: string;
-  /** int8 arrives as a string. */
-  sequence: string;
-  duplicate: boolean;
-}
-
 async function insertValid(
   tx: Queryable,
   valid: ValidEvent[],
   maxEntryBytes: number,
 ): Promise<EnqueueResult[]> {
+  const p = enqueueParameters(valid, maxEntryBytes);
   let rows: EnqueuedRow[];
   try {
     rows = await tx<EnqueuedRow[]>`
       select ord, event_id, aggregate_type, aggregate_id, sequence, duplicate
       from outbox_enqueue_many(
-        ${valid.map((e) => e.type)}::text[], ${valid.map((e) => e.source)}::text[],
-        ${valid.map((e) => e.aggregateType)}::text[], ${valid.map((e) => e.aggregateId)}::text[],
-        ${valid.map((e) => e.payloadJson)}::text[]::jsonb[], ${valid.map((e) => e.idempotencyKey)}::text[],
-        ${valid.map((e) => e.traceHeader)}::text[], ${maxEntryBytes}::integer
+        ${p.eventTypes}::text[], ${p.sources}::text[], ${p.aggregateTypes}::text[], ${p.aggregateIds}::text[],
+        ${p.payloads}::text[]::jsonb[], ${p.idempotencyKeys}::text[], ${p.traceHeaders}::text[],
+        ${p.maxEntryBytes}::integer
       )`;
   } catch (error) {
     throw translateEnqueueError(error, valid);
   }
-  return rows.map((r) => ({
-    eventId: r.event_id,
-    aggregateType: r.aggregate_type,
-    aggregateId: r.aggregate_id,
-    sequence: Number(r.sequence),
-    duplicate: r.duplicate,
-  }));
+  return toResults(rows);
 }

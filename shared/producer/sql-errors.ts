@@ -19,7 +19,8 @@ export function translateEnqueueError(
   error: unknown,
   events: readonly { aggregateType: string; aggregateId: string }[],
 ): unknown {
-  const e = error as { code?: unknown; column?: unknown; column_name?: unknown; message?: unknown } | null;
+  // Drizzle wraps the driver's error (DrizzleQueryError) and keeps it as `cause`.
+  const e = databaseError(error);
   if (e?.code === DEADLOCK_SQLSTATE) {
     const seen = new Map(events.map((v) => [`${v.aggregateType}\u0000${v.aggregateId}`, v]));
     const aggregates = [...seen.values()].map((v) => ({
@@ -35,4 +36,16 @@ export function translateEnqueueError(
     return new OutboxValidationError(column, text.slice(text.indexOf(': ') + 2), { cause: error });
   }
   return error;
+}
+
+type DatabaseError = { code?: unknown; column?: unknown; column_name?: unknown; message?: unknown };
+
+/** The error itself when it carries a SQLSTATE, else the first `cause` that does. */
+function databaseError(error: unknown): DatabaseError | null {
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && current !== null && typeof current === 'object'; depth++) {
+    if (typeof (current as DatabaseError).code === 'string') return current as DatabaseError;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return null;
 }
