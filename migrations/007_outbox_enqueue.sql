@@ -38,7 +38,8 @@ create function outbox_json_bytes(value jsonb) returns integer
 language sql immutable strict parallel safe as $fn$
   select octet_length(t) - (length(s) - length(replace(s, ' ', '')))
   from (select value::text as t) as j,
-       lateral (select regexp_replace(j.t, '"(?:[^"\\]|\\.)*"', '', 'g') as s) as stripped
+       -- E'' spells the backslashes out, whatever the session's standard_conforming_strings.
+       lateral (select regexp_replace(j.t, E'"(?:[^"\\\\]|\\\\.)*"', '', 'g') as s) as stripped
 $fn$;
 
 -- Raises the documented validation error.
