@@ -3,6 +3,8 @@
  * the relay and monitor Lambdas on EventBridge Scheduler schedules, the event bus, optional
  * deploy-time migrations, alarms wired to an SNS topic, and a dashboard.
  */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ArnFormat, Duration, Names, Stack, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
@@ -32,6 +34,28 @@ import {
 } from '../shared/platform/names.ts';
 
 const repoRoot = fileURLToPath(new URL('..', import.meta.url));
+
+/** The Lambda handlers' sources (relative to the repository) by bundle name. */
+export const HANDLER_ENTRIES = {
+  relay: 'functions/relay/handler.ts',
+  monitor: 'functions/monitor/handler.ts',
+  migrate: 'functions/migrate/handler.ts',
+} as const;
+/** One of {@link HANDLER_ENTRIES}' names. */
+export type HandlerName = keyof typeof HANDLER_ENTRIES;
+
+/**
+ * Where the installed package keeps its handler bundles, built at pack time (scripts/build.ts):
+ * `dist/lambda/<name>/index.mjs`, beside the compiled construct in `dist/infra/`. A consumer's
+ * `cdk synth` then only zips that folder — no esbuild, no Docker. From a source checkout (this
+ * file under `infra/`) the folder does not exist, and the construct bundles the TypeScript handlers
+ * with NodejsFunction instead.
+ * @returns the bundle's folder, or undefined when there is no pre-built bundle
+ */
+export function prebuiltBundle(name: HandlerName): string | undefined {
+  const dir = fileURLToPath(new URL(`../lambda/${name}`, import.meta.url));
+  return existsSync(join(dir, 'index.mjs')) ? dir : undefined;
+}
 
 /**
  * Lambda's bundle of Amazon root CAs, the Amazon RDS ones included. Node 20+ runtimes no longer load
@@ -198,9 +222,10 @@ export interface OutboxRelayProps {
 /** The relay, the monitor, their schedules, alarms and dashboard. */
 export class OutboxRelay extends Construct {
   public readonly eventBus: events.IEventBus;
-  public readonly relayFunction: nodejs.NodejsFunction;
-  public readonly monitorFunction: nodejs.NodejsFunction;
-  public readonly migrateFunction: nodejs.NodejsFunction | undefined;
+  /** The relay Lambda (a NodejsFunction when built from source, a Function on the package's bundle). */
+  public readonly relayFunction: lambda.Function;
+  public readonly monitorFunction: lambda.Function;
+  public readonly migrateFunction: lambda.Function | undefined;
   public readonly relaySchedule: scheduler.Schedule;
   public readonly monitorSchedule: scheduler.Schedule;
   public readonly alarmTopic: sns.ITopic;
@@ -245,23 +270,42 @@ export class OutboxRelay extends Construct {
     // failure still counts in the Errors metric that the error alarms watch.
     const scheduledInvoke = { retryAttempts: 0, maxEventAge: Duration.minutes(1) } as const;
     const baseBundling = OUTBOX_BUNDLING;
-    const fn = (name: string, entry: string, extra: Partial<nodejs.NodejsFunctionProps>) =>
-      new nodejs.NodejsFunction(this, name, {
-        entry: `${repoRoot}${entry}`,
-        projectRoot: repoRoot,
-        depsLockFilePath: `${repoRoot}package-lock.json`,
-        runtime: lambda.Runtime.NODEJS_24_X,
+    const fn = (
+      name: string,
+      handler: HandlerName,
+      extra: lambda.FunctionOptions,
+      bundling: nodejs.BundlingOptions = baseBundling,
+    ): lambda.Function => {
+      const options: lambda.FunctionOptions = {
         architecture: lambda.Architecture.ARM_64,
         memorySize: 256,
         vpc: props.vpc,
         vpcSubnets: props.vpcSubnets,
         securityGroups: props.securityGroups,
         logGroup: new logs.LogGroup(this, `${name}Logs`, { retention: logRetention }),
-        bundling: baseBundling,
         ...extra,
+      };
+      const runtime = lambda.Runtime.NODEJS_24_X;
+      const bundle = prebuiltBundle(handler);
+      if (bundle) {
+        return new lambda.Function(this, name, {
+          ...options,
+          runtime,
+          code: lambda.Code.fromAsset(bundle),
+          handler: 'index.handler',
+        });
+      }
+      return new nodejs.NodejsFunction(this, name, {
+        ...options,
+        runtime,
+        entry: `${repoRoot}${HANDLER_ENTRIES[handler]}`,
+        projectRoot: repoRoot,
+        depsLockFilePath: `${repoRoot}package-lock.json`,
+        bundling,
       });
+    };
 
-    this.relayFunction = fn('RelayFunction', 'functions/relay/handler.ts', {
+    this.relayFunction = fn('RelayFunction', 'relay', {
       memorySize: props.relayMemorySize ?? 256,
       timeout,
       ...scheduledInvoke,
@@ -278,7 +322,7 @@ export class OutboxRelay extends Construct {
     this.eventBus.grantPutEventsTo(this.relayFunction);
     props.database.proxy.grantConnect(this.relayFunction, relayUser);
 
-    this.monitorFunction = fn('MonitorFunction', 'functions/monitor/handler.ts', {
+    this.monitorFunction = fn('MonitorFunction', 'monitor', {
       timeout: Duration.minutes(1),
       ...scheduledInvoke,
       environment: {
@@ -321,23 +365,28 @@ export class OutboxRelay extends Construct {
     for (const s of [this.relaySchedule, this.monitorSchedule]) s.node.addDependency(schedulerPolicy);
 
     if (props.migration) {
-      this.migrateFunction = fn('MigrateFunction', 'functions/migrate/handler.ts', {
-        timeout: Duration.minutes(5),
-        environment: {
-          [EnvVar.adminSecretArn]: props.migration.adminSecret.secretArn,
-          [EnvVar.adminHost]: props.migration.host,
-          [EnvVar.adminDatabase]: props.database.databaseName,
-          [EnvVar.relayRole]: relayUser,
-          [EnvVar.monitorRole]: monitorUser,
-          [EnvVar.migrationsDir]: '/var/task/migrations',
-          [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
-          NODE_OPTIONS: '--enable-source-maps',
+      this.migrateFunction = fn(
+        'MigrateFunction',
+        'migrate',
+        {
+          timeout: Duration.minutes(5),
+          environment: {
+            [EnvVar.adminSecretArn]: props.migration.adminSecret.secretArn,
+            [EnvVar.adminHost]: props.migration.host,
+            [EnvVar.adminDatabase]: props.database.databaseName,
+            [EnvVar.relayRole]: relayUser,
+            [EnvVar.monitorRole]: monitorUser,
+            [EnvVar.migrationsDir]: '/var/task/migrations',
+            [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
+            NODE_OPTIONS: '--enable-source-maps',
+          },
+          description: 'Outbox migrations: schema and least-privilege roles, run at deploy time',
+          securityGroups: props.migration.securityGroups,
         },
-        description: 'Outbox migrations: schema and least-privilege roles, run at deploy time',
-        securityGroups: props.migration.securityGroups,
-        bundling: {
+        {
           ...baseBundling,
-          // The numbered SQL files travel with the code (node-pg-migrate reads them from a folder).
+          // The numbered SQL files travel with the code (node-pg-migrate reads them from a folder);
+          // the pre-built bundle carries them the same way (scripts/build.ts).
           commandHooks: {
             beforeBundling: () => [],
             beforeInstall: () => [],
@@ -346,7 +395,7 @@ export class OutboxRelay extends Construct {
             ],
           },
         },
-      });
+      );
       props.migration.adminSecret.grantRead(this.migrateFunction);
       // Migrations run before the functions and their schedules are created or updated, so new code
       // never meets the old schema. The old code does meet the new schema while the Trigger runs:
