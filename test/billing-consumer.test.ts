@@ -28,8 +28,11 @@ beforeAll(async () => {
   };
   await ensureRoles(db.sql, roles, 7_000);
   await createBillingSchema(db.sql, roles.consumer);
+  // In AWS the role logs in with an IAM token; here with a password (the embedded server checks one).
+  await db.sql.unsafe(`alter role "${roles.consumer}" password 'billing-test'`);
   const url = new URL(db.url);
   url.username = roles.consumer;
+  url.password = 'billing-test';
   consumer = connect({ url: url.toString(), max: 2, env: {} });
 });
 afterAll(async () => {

@@ -5,7 +5,7 @@
  * Each invocation runs in one transaction (`sql.begin`, see invocation.ts): the middleware records
  * the event for this consumer (`inbox_message`, keyed by consumer and `metadata.eventId` or a
  * business key) and hands the handler that transaction as `context.inbox.tx`, so the handler's
- * writes commit together with the record, or not at all (guarantee 14). A duplicate is
+ * writes commit together with the record, or not at all (README, Guarantees: a consumer invocation is all or nothing). A duplicate is
  * acknowledged without running the handler. Any failure rolls everything back and fails the
  * invocation: a handler error, a statement that failed even if the handler caught it, a lost
  * connection, or the deadline. Lambda's asynchronous invocation then retries it (twice by default,

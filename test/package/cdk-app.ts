@@ -48,6 +48,7 @@ const migrated = new Stack(app, 'MigratedStack', { env });
         'arn:aws:secretsmanager:eu-west-1:123456789012:secret:orders-admin-AbCdEf',
       ),
       host: 'orders-db.c0ffee.eu-west-1.rds.amazonaws.com',
+      securityGroups: [ec2.SecurityGroup.fromSecurityGroupId(migrated, 'MigrateSg', 'sg-0123456789abcdef1')],
     },
   });
 }
