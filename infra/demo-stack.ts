@@ -10,6 +10,7 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import type { Construct } from 'constructs';
+import { BillingConsumer } from '../examples/billing/billing-consumer.ts';
 import { DEFAULT_ROLES } from '../shared/platform/names.ts';
 import { OutboxRelay } from './outbox-relay.ts';
 
@@ -33,6 +34,8 @@ export class OutboxDemoStack extends Stack {
   public readonly database: rds.DatabaseInstance;
   public readonly proxy: rds.DatabaseProxy;
   public readonly outbox: OutboxRelay;
+  /** The example consumer: a rule on the bus, the billing Lambda with its inbox, and its failure queues. */
+  public readonly billing: BillingConsumer;
 
   constructor(scope: Construct, id: string, props: OutboxDemoStackProps = {}) {
     super(scope, id, props);
@@ -107,6 +110,14 @@ export class OutboxDemoStack extends Stack {
     // well would make two identical rules, and removing one later deletes the shared rule.
     proxySg.addIngressRule(functionsSg, ec2.Port.tcp(5432), 'Postgres from the relay and the monitor');
     functionsSg.addEgressRule(proxySg, ec2.Port.tcp(5432), 'Postgres to RDS Proxy');
+    // The example consumer reaches only the proxy (Lambda itself delivers to its failure queue).
+    const consumerSg = new ec2.SecurityGroup(this, 'ConsumerSg', {
+      vpc: this.vpc,
+      description: 'Example billing consumer',
+      allowAllOutbound: false,
+    });
+    proxySg.addIngressRule(consumerSg, ec2.Port.tcp(5432), 'Postgres from the example consumer');
+    consumerSg.addEgressRule(proxySg, ec2.Port.tcp(5432), 'Postgres to RDS Proxy');
     dbSg.addIngressRule(migrateSg, ec2.Port.tcp(5432), 'Postgres from the migrate function');
     migrateSg.addEgressRule(dbSg, ec2.Port.tcp(5432), 'Postgres to the database (migrations)');
 
@@ -218,5 +229,17 @@ export class OutboxDemoStack extends Stack {
     for (const user of new Set([relay, monitor, DEFAULT_ROLES.producer, DEFAULT_ROLES.consumer])) {
       this.database.grantConnect(proxyRole, user);
     }
+
+    this.billing = new BillingConsumer(this, 'Billing', {
+      bus: this.outbox.eventBus,
+      vpc: this.vpc,
+      vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
+      securityGroups: [consumerSg],
+      proxy: this.proxy,
+      databaseName,
+      alarmTopic: this.outbox.alarmTopic,
+    });
+    // Its table is created by its own migration; the relay's migrations come first.
+    this.billing.function.node.addDependency(this.outbox);
   }
 }

@@ -27,6 +27,7 @@ import {
   DEFAULT_METRIC_NAMESPACE,
   DEFAULT_ROLES,
   EnvVar,
+  LAMBDA_CA_BUNDLE,
   METRIC_DIMENSION,
   METRIC_SERVICE,
   MetricName,
@@ -56,13 +57,6 @@ export function prebuiltBundle(name: HandlerName): string | undefined {
   const dir = fileURLToPath(new URL(`../lambda/${name}`, import.meta.url));
   return existsSync(join(dir, 'index.mjs')) ? dir : undefined;
 }
-
-/**
- * Lambda's bundle of Amazon root CAs, the Amazon RDS ones included. Node 20+ runtimes no longer load
- * it by default (faster cold starts); NODE_EXTRA_CA_CERTS must point at it for TLS to the instance or
- * the proxy to verify (AWS Lambda Node.js runtime docs and the Node.js 20 runtime announcement).
- */
-const LAMBDA_CA_BUNDLE = '/var/runtime/ca-cert.pem';
 
 /**
  * How the project's Lambdas are bundled: ESM for Node 24, minified with source maps, locally with

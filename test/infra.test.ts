@@ -100,7 +100,10 @@ describe('demo stack (synthesised)', () => {
       ['AWS::RDS::DBProxy', 1],
       ['AWS::Events::EventBus', 1],
       ['AWS::Scheduler::Schedule', 2],
-      ['AWS::CloudWatch::Alarm', 6],
+      // six of the relay's, two of the example consumer's failure queues
+      ['AWS::CloudWatch::Alarm', 8],
+      ['AWS::Events::Rule', 1],
+      ['AWS::SQS::Queue', 2],
       ['AWS::CloudWatch::Dashboard', 1],
       ['AWS::SNS::Topic', 1],
       ['AWS::EC2::VPCEndpoint', 2],
