@@ -94,6 +94,41 @@ describe('relay Lambda handler across invocations', () => {
   });
 });
 
+describe('relay Lambda connections', () => {
+  it('reuses its connections across warm invocations a schedule gap apart', async () => {
+    const { connect } = await import('../shared/platform/db.ts');
+    const sql = connect({ url: db.url, max: 3, env: {}, applicationName: 'relay-warm' });
+    const sessions = () =>
+      db.sql<{ pid: number; started: Date }[]>`
+        select pid, backend_start as started from pg_stat_activity where application_name = 'relay-warm'`;
+    try {
+      const handler = createRelayHandler({ sql, client: testClient(bus.url), settings: testSettings() });
+      const enqueue = (id: string) =>
+        db.sql.begin((tx) =>
+          enqueueMany(tx, [{ type: 'T', source: 's', aggregateType: 'warm', aggregateId: id, payload: {} }]),
+        );
+      await enqueue('1');
+      expect((await handler({}, lambdaContext(8_100))).published).toBe(1);
+      const first = await sessions();
+      expect(first.length).toBeGreaterThan(0);
+      // Frozen between invocations for longer than the driver's old 20 s idle timeout.
+      await new Promise((resolve) => setTimeout(resolve, 21_000));
+      await enqueue('2');
+      const secondStarted = new Date();
+      expect((await handler({}, lambdaContext(8_100))).published).toBe(1);
+      const second = await sessions();
+      // No login during the warm invocation: every connection it used was already open.
+      expect(second.filter((s) => s.started >= secondStarted)).toEqual([]);
+      expect(second.map((s) => s.pid).sort()).toEqual(first.map((s) => s.pid).sort());
+      // And the pool recycles them before an IAM token (15 minutes) would run out.
+      expect(sql.options.idle_timeout).toBeGreaterThan(60);
+      expect(sql.options.max_lifetime).toBeLessThan(15 * 60);
+    } finally {
+      await sql.end({ timeout: 2 });
+    }
+  }, 60_000);
+});
+
 describe('relay configuration', () => {
   it('applies the documented defaults', () => {
     expect(loadRelaySettings({ EVENT_BUS_NAME: 'bus' })).toEqual({
