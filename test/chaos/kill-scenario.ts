@@ -6,7 +6,8 @@
  * became claimable again (read from the database clock: the latest `lease_expires_at` it left).
  *
  *   node test/chaos/kill-scenario.ts [--events 6000] [--aggregates 120] [--relays 3]
- *     [--kill-every-ms 2000] [--give-up-s 150] [--kills-to-time 5] [--env KEY=VALUE …]
+ *     [--kill-every-ms 2000] [--give-up-s 150] [--bus-latency-ms 0] [--kills-to-time 5]
+ *     [--env KEY=VALUE …]
  *
  * Uses `DATABASE_URL`'s server when set (a database of its own is created and dropped), else an
  * embedded Postgres. `--env` adds relay settings, e.g. `--env OUTBOX_LEASE_SECONDS=5`.
@@ -33,6 +34,7 @@ const { values } = parseArgs({
     relays: { type: 'string', default: '3' },
     'kill-every-ms': { type: 'string', default: '2000' },
     'give-up-s': { type: 'string', default: '150' },
+    'bus-latency-ms': { type: 'string', default: '0' },
     'kills-to-time': { type: 'string', default: '5' },
     env: { type: 'string', multiple: true, default: [] },
   },
@@ -43,6 +45,7 @@ const o = {
   relays: Number(values.relays),
   killEveryMs: Number(values['kill-every-ms']),
   giveUpMs: Number(values['give-up-s']) * 1000,
+  busLatencyMs: Number(values['bus-latency-ms']),
   killsToTime: Number(values['kills-to-time']),
   env: Object.fromEntries((values.env as string[]).map((kv) => kv.split('=', 2) as [string, string])),
 };
@@ -93,8 +96,9 @@ const relays: ChildProcess[] = [];
 try {
   // 1. The drain under kills.
   await seed(o.events, 'a');
+  bus.setFaults({ latencyMs: o.busLatencyMs });
   log(
-    `kill scenario: ${o.events} events over ${o.aggregates} aggregates, ${o.relays} relays, SIGKILL one every ${o.killEveryMs} ms; settings ${JSON.stringify(o.env)}`,
+    `kill scenario: ${o.events} events over ${o.aggregates} aggregates, ${o.relays} relays, SIGKILL one every ${o.killEveryMs} ms, bus latency ${o.busLatencyMs} ms; settings ${JSON.stringify(o.env)}`,
   );
   const started = Date.now();
   for (let i = 0; i < o.relays; i++) relays[i] = spawnRelay();
@@ -156,7 +160,8 @@ try {
     );
     await sleep(Math.max(0, (row?.wait ?? 0) * 1000) + 100);
   }
-  log(`a dead relay's rows were claimable again at most ${Math.max(...waits).toFixed(2)} s after SIGKILL`);
+  if (waits.length > 0)
+    log(`a dead relay's rows were claimable again at most ${Math.max(...waits).toFixed(2)} s after SIGKILL`);
 } finally {
   for (const r of relays) r.kill('SIGKILL');
   await sql.end({ timeout: 2 });
