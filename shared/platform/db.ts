@@ -217,28 +217,26 @@ export function withDeadline<T>(
   signal?: AbortSignal,
 ): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const give = (reason: string) => () => {
-      cleanup();
-      reject(new OutboxDeadlineError(operation, ms, reason));
-    };
-    const onAbort = give('the pass ran out of time');
-    const timer = setTimeout(give('statement deadline'), Math.max(0, ms));
-    const cleanup = () => {
+    let settled = false;
+    const settle = (fn: () => void) => {
+      if (settled) return;
+      settled = true;
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
+      fn();
     };
-    if (signal?.aborted) return onAbort();
-    signal?.addEventListener('abort', onAbort, { once: true });
+    const give = (reason: string) => () =>
+      settle(() => reject(new OutboxDeadlineError(operation, ms, reason)));
+    const onAbort = give('the pass ran out of time');
+    // Subscribed first, whatever happens next: an abandoned statement that fails later must not
+    // surface as an unhandled rejection.
     work.then(
-      (value) => {
-        cleanup();
-        resolve(value);
-      },
-      (error: unknown) => {
-        cleanup();
-        reject(error);
-      },
+      (value) => settle(() => resolve(value)),
+      (error: unknown) => settle(() => reject(error)),
     );
+    const timer = setTimeout(give('statement deadline'), Math.max(0, ms));
+    if (signal?.aborted) onAbort();
+    else signal?.addEventListener('abort', onAbort, { once: true });
   });
 }
 
