@@ -23,8 +23,12 @@ import {
 } from './pg-transactional-outbox.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const { values } = parseArgs({ options: { full: { type: 'boolean', default: false } } });
+const { values } = parseArgs({
+  options: { full: { type: 'boolean', default: false }, only: { type: 'string', multiple: true } },
+});
 const full = values.full;
+/** `--only lag` (repeatable) runs just the named parts: throughput, grid, lag, claim, producer, footprint. */
+const want = (part: string) => !values.only || values.only.includes(part);
 const P = {
   rows: full ? 50_000 : 20_000,
   baselineBudgetMs: full ? 20_000 : 6_000,
@@ -92,7 +96,7 @@ const report = (table: string) => {
 };
 
 // 1. Throughput: ours vs the naive baseline, at three bus latencies.
-{
+if (want('throughput')) {
   const rows: string[] = [
     '| bus latency | this relay (events/s) | naive baseline (events/s) | pg-transactional-outbox (events/s) | vs naive | vs pg-transactional-outbox | latency bound (4 × 10 × 1000 / ms) |',
     '|---|---|---|---|---|---|---|',
@@ -138,7 +142,7 @@ const report = (table: string) => {
 }
 
 // 2. Grid: batch size × PutEvents concurrency at 20 ms.
-{
+if (want('grid')) {
   bus.setFaults({ latencyMs: 20 });
   const header = `| batch \\ concurrency | ${P.grid.concurrency.join(' | ')} |`;
   const rows = [header, `|---|${P.grid.concurrency.map(() => '---').join('|')}|`];
@@ -170,7 +174,7 @@ const report = (table: string) => {
 }
 
 // 3. Lag from commit to bus at a steady offered load, default settings.
-{
+if (want('lag')) {
   bus.setFaults({ latencyMs: 20 });
   await reset();
   const committedAt = new Map<string, number>();
@@ -229,7 +233,7 @@ const report = (table: string) => {
 }
 
 // 4. Claim latency: empty history vs a large published history, and under a held-open transaction.
-{
+if (want('claim')) {
   bus.setFaults({});
   const measureClaims = async (label: string) => {
     const samples: number[] = [];
@@ -287,7 +291,7 @@ const report = (table: string) => {
 }
 
 // 5. Producer cost: a one-insert business transaction with and without enqueue.
-{
+if (want('producer')) {
   await reset();
   await sql`create table if not exists bench_orders (id bigint generated always as identity primary key, total int not null)`;
   const measure = async (withEnqueue: boolean) => {
@@ -320,7 +324,7 @@ const report = (table: string) => {
 }
 
 // 6. Footprint: bundle size, cold-start import time, peak RSS of a relay process.
-{
+if (want('footprint')) {
   const out = `${root}bench/results/relay-bundle.mjs`;
   mkdirSync(`${root}bench/results`, { recursive: true });
   execFileSync(
