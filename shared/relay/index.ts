@@ -6,6 +6,7 @@
 // What a self-hosted relay needs besides the core: a pool configured like the Lambda's, and the
 // settings read and validated from the environment (README, Configuration).
 export {
+  ConnectionPool,
   type ConnectOptions,
   connect,
   ignoreTransientDriverRejections,
