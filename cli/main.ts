@@ -2,17 +2,22 @@
  * The `outbox` command line, on commander. Every command reads the configuration contract's
  * environment variables (DATABASE_URL or PG*, EVENT_BUS_NAME, OUTBOX_*; the endpoint through the
  * AWS SDK's own AWS_ENDPOINT_URL_EVENTBRIDGE).
+ *
+ * Conventions: results on stdout, progress and errors on stderr; `--json` prints exactly one JSON
+ * document on stdout (an object, or an array for lists) and nothing else there; exit 0 success,
+ * 1 failure, 2 usage or configuration error (see {@link EXIT}).
  */
 import { createInterface } from 'node:readline/promises';
-import { Command, CommanderError, InvalidArgumentError } from 'commander';
+import { Command, CommanderError, Option } from 'commander';
 import { getStatus } from '../shared/operations/index.ts';
 import {
   connect,
   databaseUrlFromEnv,
+  describeConnectionFailure,
   ignoreTransientDriverRejections,
+  isConnectionFailure,
   loadRelaySettings,
   migrate,
-  OutboxError,
   type Sql,
 } from '../shared/platform/index.ts';
 import {
@@ -21,14 +26,10 @@ import {
   type RelayCounts,
   runRelay,
 } from '../shared/relay/index.ts';
-import { enqueueFromLines } from './enqueue-lines.ts';
+import { type EnqueueProgress, enqueueFromLines } from './enqueue-lines.ts';
+import { EXIT, explainError, LOCAL_DATABASE_HINT } from './errors.ts';
 import { registerOperations } from './operations.ts';
-
-/** Commander argument parser for a positive integer option. */
-function positiveInteger(value: string): number {
-  if (!/^\d+$/.test(value) || Number(value) < 1) throw new InvalidArgumentError('must be a positive integer');
-  return Number(value);
-}
+import { positiveInteger } from './parsers.ts';
 
 /** Where the CLI writes; tests pass their own. */
 export interface CliIo {
@@ -56,13 +57,17 @@ const defaultIo = (): CliIo => ({
   },
 });
 
+/** Least time between two `enqueue` progress lines, ms. */
+const ENQUEUE_PROGRESS_EVERY_MS = 1_000;
+
 /**
  * Runs the CLI.
  * @param argv `process.argv` shape (node, script, …args)
  * @returns the exit code: 0 ok, 1 failure, 2 usage or configuration error
  */
 export async function main(argv: string[], io: CliIo = defaultIo()): Promise<number> {
-  let code = 0;
+  let code: number = EXIT.ok;
+  const json = (value: unknown) => io.out(JSON.stringify(value));
   const withDb = async (fn: (sql: Sql) => Promise<void>) => {
     const sql = connect({ env: io.env, applicationName: 'outbox-cli' });
     try {
@@ -75,27 +80,47 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
   const program = new Command('outbox')
     .description('Transactional outbox relay: Postgres outbox table → Amazon EventBridge')
     .exitOverride()
-    .configureOutput({ writeOut: (s) => io.out(s.trimEnd()), writeErr: (s) => io.err(s.trimEnd()) });
+    .showHelpAfterError('(add --help for usage)')
+    .configureOutput({ writeOut: (s) => io.out(s.trimEnd()), writeErr: (s) => io.err(s.trimEnd()) })
+    .addHelpText(
+      'after',
+      `
+Environment:
+  DATABASE_URL                  postgres://user:password@host:5432/database (else libpq's PGHOST, PGPORT,
+                                PGUSER, PGPASSWORD, PGDATABASE); \`npm run db\` in a checkout starts a local one
+  EVENT_BUS_NAME                the EventBridge bus (relay)
+  AWS_REGION, AWS credentials   to sign PutEvents (relay); AWS_ENDPOINT_URL_EVENTBRIDGE for a local bus
+  OUTBOX_*                      tuning, each with a default (README, "Configuration")
+
+Output: results on stdout, progress and errors on stderr; --json prints one JSON document.
+Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
+    );
 
   program
     .command('migrate')
     .description('apply pending schema migrations (outbox tables) to the database')
-    .action(async () => {
+    .option('--json', 'print one JSON document: {"applied": [names]}')
+    .action(async (opts: { json?: boolean }) => {
       const applied = await migrate(databaseUrlFromEnv(io.env), { log: () => {} });
-      io.out(
-        applied.length === 0
-          ? 'schema is up to date'
-          : `applied ${applied.length} migration(s): ${applied.join(', ')}`,
-      );
+      if (opts.json) json({ applied });
+      else
+        io.out(
+          applied.length === 0
+            ? 'schema is up to date'
+            : `applied ${applied.length} migration(s): ${applied.join(', ')}`,
+        );
     });
 
   program
     .command('relay')
     .description('publish outbox rows to EventBridge until stopped (Ctrl-C)')
-    .option('--once', 'run a single claim-publish-mark pass, then exit')
+    .addOption(
+      new Option('--once', 'run a single claim-publish-mark pass, then exit').conflicts('untilEmpty'),
+    )
     .option('--until-empty', 'exit once no pending row is left')
     .option('--quiet', 'print only the final summary')
-    .action(async (opts: { once?: boolean; untilEmpty?: boolean; quiet?: boolean }) => {
+    .option('--json', 'print the final summary as one JSON document')
+    .action(async (opts: { once?: boolean; untilEmpty?: boolean; quiet?: boolean; json?: boolean }) => {
       const settings = loadRelaySettings(io.env);
       ignoreTransientDriverRejections((message) => io.err(`relay: ${message}`));
       const client = createEventBridgeClient();
@@ -104,6 +129,7 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
       const onSignal = () => abort.abort();
       process.once('SIGINT', onSignal);
       process.once('SIGTERM', onSignal);
+      let explainedDatabase = false;
       const started = performance.now();
       let window = { published: 0, at: started };
       try {
@@ -118,10 +144,14 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
             // A one-shot run gives up on an unreachable database (exit 1) instead of retrying forever.
             maxConsecutiveErrors: opts.once || opts.untilEmpty ? 5 : undefined,
             onTransientError: (error, consecutive) => {
-              if (!opts.quiet || consecutive === 1) {
-                io.err(
-                  `relay: database unavailable (${(error as { code?: string }).code ?? 'error'}), retrying…`,
-                );
+              if (opts.quiet && consecutive > 1) return;
+              io.err(
+                `relay: database unavailable (${(error as { code?: string }).code ?? 'error'}), retrying…`,
+              );
+              if (!explainedDatabase && isConnectionFailure(error)) {
+                // Once per run: where it tried to connect, why it failed and what to do.
+                explainedDatabase = true;
+                io.err(`  ${describeConnectionFailure(error, io.env)}\n  ${LOCAL_DATABASE_HINT}`);
               }
             },
             onPass: (c: RelayCounts) => {
@@ -136,6 +166,18 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
             },
           });
           const seconds = (performance.now() - started) / 1000;
+          if (opts.json) {
+            json({
+              stopReason: result.stopReason,
+              seconds: Number(seconds.toFixed(3)),
+              published: result.published,
+              retried: result.retried,
+              deadLettered: result.deadLettered,
+              leaseLost: result.leaseLost,
+              eventsPerSecond: Math.round(result.published / Math.max(seconds, 0.001)),
+            });
+            return;
+          }
           io.out(
             `relay stopped (${result.stopReason}) after ${seconds.toFixed(2)} s: ` +
               `published ${result.published}, retried ${result.retried}, dead-lettered ${result.deadLettered}, ` +
@@ -155,34 +197,47 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
     )
     .option('--source <source>', 'Source for lines without one (default: $OUTBOX_DEFAULT_SOURCE)')
     .option('--batch-size <n>', 'events per transaction', positiveInteger, 1000)
-    .action(async (opts: { source?: string; batchSize: number }) => {
+    .option('--json', 'print one JSON document: {"enqueued", "duplicates", "errors"}')
+    .action(async (opts: { source?: string; batchSize: number; json?: boolean }) => {
+      // The bus's request limit bounds an entry too: what the relay could not send is refused here.
+      const maxEntryBytes = loadRelaySettings({ EVENT_BUS_NAME: 'unused', ...io.env }).maxRequestBytes;
       await withDb(async (sql) => {
+        let lastProgressAt = performance.now();
         const result = await enqueueFromLines(sql, io.stdin, {
           defaultSource: opts.source ?? io.env.OUTBOX_DEFAULT_SOURCE,
-          // The bus's request limit bounds an entry too: what the relay could not send is refused here.
-          maxEntryBytes: loadRelaySettings({ EVENT_BUS_NAME: 'unused', ...io.env }).maxRequestBytes,
+          maxEntryBytes,
           batchSize: opts.batchSize,
-          progress: (n) => io.err(`enqueue: ${n} events written`),
+          reading: (lines) => io.err(`enqueue: ${lines} lines read and checked…`),
+          progress: (p: EnqueueProgress) => {
+            const now = performance.now();
+            if (p.done < p.total && now - lastProgressAt < ENQUEUE_PROGRESS_EVERY_MS) return;
+            lastProgressAt = now;
+            io.err(
+              `enqueue: ${p.done} of ${p.total} events done: ${p.enqueued} enqueued, ${p.duplicates} duplicate(s) skipped`,
+            );
+          },
         });
         if (result.errors.length > 0) {
           for (const e of result.errors) io.err(`line ${e.line}: ${e.message}`);
           io.err(`enqueue: ${result.errors.length} invalid line(s); nothing was written`);
-          code = 1;
+          if (opts.json) json(result);
+          code = EXIT.failure;
           return;
         }
-        io.out(`enqueued ${result.enqueued} event(s), ${result.duplicates} duplicate(s) skipped`);
+        if (opts.json) json(result);
+        else io.out(`enqueued ${result.enqueued} event(s), ${result.duplicates} duplicate(s) skipped`);
       });
     });
 
   program
     .command('status')
     .description('show the backlog: pending, oldest pending age, in flight, dead-lettered, published')
-    .option('--json', 'print JSON')
+    .option('--json', 'print one JSON document')
     .action(async (opts: { json?: boolean }) => {
       await withDb(async (sql) => {
         const s = await getStatus(sql);
         if (opts.json) {
-          io.out(JSON.stringify(s));
+          json(s);
           return;
         }
         io.out(`pending:             ${s.pending}`);
@@ -196,6 +251,7 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
   registerOperations(program, {
     out: io.out,
     err: io.err,
+    json,
     env: io.env,
     withDb,
     confirm: io.confirm,
@@ -208,13 +264,10 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
     await program.parseAsync(argv);
     return code;
   } catch (error) {
-    if (error instanceof CommanderError) return error.exitCode === 0 ? 0 : 2;
-    if (error instanceof OutboxError) {
-      io.err(`error: ${error.message}`);
-      return error.name === 'OutboxConfigError' ? 2 : 1;
-    }
-    const e = error as Error & { code?: string };
-    io.err(`error: ${e.message}${e.code ? ` (${e.code})` : ''}`);
-    return 1;
+    // Commander has printed its own message (unknown option, invalid value, missing argument…).
+    if (error instanceof CommanderError) return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
+    const { message, exitCode } = explainError(error, io.env);
+    io.err(`error: ${message}`);
+    return exitCode;
   }
 }

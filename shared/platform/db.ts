@@ -6,6 +6,7 @@ import { Signer } from '@aws-sdk/rds-signer';
 import postgres from 'postgres';
 import { z } from 'zod';
 import { parseEnv } from './config.ts';
+import { checkDatabaseUrl } from './database-target.ts';
 import { OutboxConfigError } from './errors.ts';
 
 /** A porsager `postgres` client (a pool) or a transaction from `sql.begin`. */
@@ -18,7 +19,7 @@ export type Queryable = Sql | Tx;
 const dbEnvSchema = z.object({
   DATABASE_URL: z.string().optional(),
   /** Connections in the pool. */
-  OUTBOX_DB_POOL_SIZE: z.coerce.number().int().min(1).max(100).default(4),
+  OUTBOX_DB_POOL_SIZE: z.coerce.number().int().min(1).max(100).describe('connections').default(4),
   /** Seconds to wait for a new connection; far below the Lambda timeout so a dead network fails fast. */
   OUTBOX_DB_CONNECT_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(120).default(5),
   /** Per-statement limit, ms, enforced by the server. */
@@ -42,12 +43,13 @@ export interface ConnectOptions {
  * Opens a connection pool configured for the outbox: connect and statement timeouts, idle
  * connections closed after 20 s (a Lambda frozen for longer gets fresh ones instead of sockets the
  * server or a NAT already dropped), and notices silenced.
- * @throws {OutboxConfigError} when a `OUTBOX_DB_*` variable is malformed
+ * @throws {OutboxConfigError} when a `OUTBOX_DB_*` variable or the URL is malformed
  */
 export function connect(options: ConnectOptions = {}): Sql {
   const processEnv = options.env ?? process.env;
   const env = parseEnv(dbEnvSchema, processEnv);
   const url = options.url ?? env.DATABASE_URL;
+  if (url) checkDatabaseUrl(url, options.url ? 'url' : 'DATABASE_URL');
   const settings: postgres.Options<Record<string, postgres.PostgresType>> = {
     max: options.max ?? env.OUTBOX_DB_POOL_SIZE,
     connect_timeout: env.OUTBOX_DB_CONNECT_TIMEOUT_SECONDS,
@@ -99,9 +101,15 @@ function rdsProxySettings(
   };
 }
 
-/** The connection string or libpq variables, for tools that take a URL (migrations). */
+/**
+ * The connection string or libpq variables, for tools that take a URL (migrations).
+ * @throws {OutboxConfigError} when DATABASE_URL is malformed
+ */
 export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string | undefined {
-  if (env.DATABASE_URL) return env.DATABASE_URL;
+  if (env.DATABASE_URL) {
+    checkDatabaseUrl(env.DATABASE_URL);
+    return env.DATABASE_URL;
+  }
   if (!env.PGHOST && !env.PGDATABASE && !env.PGUSER) return undefined;
   const user = encodeURIComponent(env.PGUSER ?? 'postgres');
   const password = env.PGPASSWORD ? `:${encodeURIComponent(env.PGPASSWORD)}` : '';
