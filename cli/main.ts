@@ -20,16 +20,13 @@ import {
   migrate,
   type Sql,
 } from '../shared/platform/index.ts';
-import {
-  checkEventBridgeClient,
-  createEventBridgeClient,
-  type RelayCounts,
-  runRelay,
-} from '../shared/relay/index.ts';
+import { checkEventBridgeClient, createEventBridgeClient, runRelay } from '../shared/relay/index.ts';
 import { type EnqueueProgress, enqueueFromLines } from './enqueue-lines.ts';
 import { EXIT, explainError, LOCAL_DATABASE_HINT } from './errors.ts';
 import { registerOperations } from './operations.ts';
 import { positiveInteger } from './parsers.ts';
+import { REPORT_EVERY_MS, RelayReport } from './relay-report.ts';
+import { onInterrupt } from './signals.ts';
 
 /** Where the CLI writes; tests pass their own. */
 export interface CliIo {
@@ -56,6 +53,13 @@ const defaultIo = (): CliIo => ({
     }
   },
 });
+
+/**
+ * A one-shot `relay --until-empty` gives up after this many passes in a row in which every event
+ * failed: the bus is unreachable or refuses everything, and retrying until the events run out of
+ * attempts would only take minutes to say the same.
+ */
+const GIVE_UP_AFTER_FAILED_PASSES = 5;
 
 /** Least time between two `enqueue` progress lines, ms. */
 const ENQUEUE_PROGRESS_EVERY_MS = 1_000;
@@ -125,13 +129,21 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
       ignoreTransientDriverRejections((message) => io.err(`relay: ${message}`));
       const client = createEventBridgeClient();
       await checkEventBridgeClient(client);
+      const oneShot = Boolean(opts.once || opts.untilEmpty);
       const abort = new AbortController();
-      const onSignal = () => abort.abort();
-      process.once('SIGINT', onSignal);
-      process.once('SIGTERM', onSignal);
+      const removeInterruptHandlers = onInterrupt(
+        () => {
+          io.err('relay: stopping after the current pass (Ctrl-C again to force)');
+          abort.abort();
+        },
+        () => process.exit(130),
+      );
+      const report = new RelayReport(io.err, { quiet: opts.quiet });
+      let failedPassesInRow = 0;
+      let gaveUp = false;
       let explainedDatabase = false;
       const started = performance.now();
-      let window = { published: 0, at: started };
+      const ticker = setInterval(() => report.tick(), REPORT_EVERY_MS);
       try {
         await withDb(async (sql) => {
           const result = await runRelay({
@@ -142,9 +154,9 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
             once: opts.once,
             untilEmpty: opts.untilEmpty,
             // A one-shot run gives up on an unreachable database (exit 1) instead of retrying forever.
-            maxConsecutiveErrors: opts.once || opts.untilEmpty ? 5 : undefined,
+            maxConsecutiveErrors: oneShot ? 5 : undefined,
             onTransientError: (error, consecutive) => {
-              if (opts.quiet && consecutive > 1) return;
+              if (abort.signal.aborted || (opts.quiet && consecutive > 1)) return;
               io.err(
                 `relay: database unavailable (${(error as { code?: string }).code ?? 'error'}), retrying…`,
               );
@@ -154,39 +166,61 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
                 io.err(`  ${describeConnectionFailure(error, io.env)}\n  ${LOCAL_DATABASE_HINT}`);
               }
             },
-            onPass: (c: RelayCounts) => {
-              window.published += c.published;
-              const now = performance.now();
-              if (!opts.quiet && now - window.at >= 1_000) {
+            onFailure: (f) => report.failure(f),
+            onPass: (c) => {
+              report.pass(c);
+              if (c.published > 0) failedPassesInRow = 0;
+              else if (c.retried + c.deadLettered > 0) failedPassesInRow++;
+              if (
+                opts.untilEmpty &&
+                failedPassesInRow >= GIVE_UP_AFTER_FAILED_PASSES &&
+                !abort.signal.aborted
+              ) {
+                gaveUp = true;
                 io.err(
-                  `relay: ${window.published} published in the last ${((now - window.at) / 1000).toFixed(1)} s`,
+                  `relay: giving up after ${GIVE_UP_AFTER_FAILED_PASSES} passes in a row in which every event failed`,
                 );
-                window = { published: 0, at: now };
+                abort.abort();
               }
             },
           });
           const seconds = (performance.now() - started) / 1000;
+          const stopReason = gaveUp ? 'gave up' : result.stopReason;
+          const failures = report.failures();
           if (opts.json) {
             json({
-              stopReason: result.stopReason,
+              stopReason,
               seconds: Number(seconds.toFixed(3)),
               published: result.published,
               retried: result.retried,
               deadLettered: result.deadLettered,
               leaseLost: result.leaseLost,
               eventsPerSecond: Math.round(result.published / Math.max(seconds, 0.001)),
+              failures,
             });
-            return;
+          } else {
+            io.out(
+              `relay stopped (${stopReason}) after ${seconds.toFixed(2)} s: ` +
+                `published ${result.published}, retried ${result.retried}, dead-lettered ${result.deadLettered}, ` +
+                `lease lost ${result.leaseLost}, ${(result.published / Math.max(seconds, 0.001)).toFixed(0)} events/s`,
+            );
+            if (failures.length > 0) {
+              io.out('failures by reason:');
+              for (const line of report.summaryLines()) io.out(line);
+            }
           }
-          io.out(
-            `relay stopped (${result.stopReason}) after ${seconds.toFixed(2)} s: ` +
-              `published ${result.published}, retried ${result.retried}, dead-lettered ${result.deadLettered}, ` +
-              `lease lost ${result.leaseLost}, ${(result.published / Math.max(seconds, 0.001)).toFixed(0)} events/s`,
-          );
+          if (oneShot && result.published === 0 && result.retried + result.deadLettered > 0) {
+            io.err(
+              'error: nothing was published: every attempt failed (the reasons are above). ' +
+                (result.retried > 0 ? 'Retried events stay in the outbox for the next run. ' : '') +
+                (result.deadLettered > 0 ? 'Dead letters: `outbox dead-letters list`.' : ''),
+            );
+            code = EXIT.failure;
+          }
         });
       } finally {
-        process.off('SIGINT', onSignal);
-        process.off('SIGTERM', onSignal);
+        clearInterval(ticker);
+        removeInterruptHandlers();
       }
     });
 

@@ -15,6 +15,7 @@ export {
   hasPending,
   type RelayCounts,
   type RelayDeps,
+  type RelayFailure,
   type RunRelayOptions,
   relayOnce,
   runRelay,

@@ -74,6 +74,16 @@ export interface RelayDeps {
   random?: () => number;
   /** Caps PutEvents calls in flight across concurrent passes; default: `publishConcurrency` per pass. */
   publishSlots?: Semaphore;
+  /** Called for every event that failed in a pass, with the reason recorded in its `last_error`. */
+  onFailure?: (failure: RelayFailure) => void;
+}
+
+/** An event that failed in a pass: retried later, or dead-lettered. */
+export interface RelayFailure {
+  eventId: string;
+  /** `ErrorCode: message`, as recorded in `last_error`. */
+  reason: string;
+  deadLettered: boolean;
 }
 
 /** No round is started with less lease than this left: one PutEvents call with the SDK's retries fits in it. */
@@ -149,6 +159,11 @@ export async function relayOnce(
         });
         queue.shift();
         stop(key, 0, toRelease);
+        deps.onFailure?.({
+          eventId: head.eventId,
+          reason: exhausted.at(-1)?.error ?? '',
+          deadLettered: true,
+        });
       }
     }
     if (exhausted.length > 0) {
@@ -197,6 +212,11 @@ export async function relayOnce(
           ? 0
           : backoffDelayMs(event.attempts, settings.backoffBaseMs, settings.backoffMaxMs, random);
         failures.push({ id: event.id, error: `${outcome.code}: ${outcome.message}`, deadLetter, retryInMs });
+        deps.onFailure?.({
+          eventId: event.eventId,
+          reason: `${outcome.code}: ${outcome.message}`,
+          deadLettered: deadLetter,
+        });
         // The rest of this aggregate's claim is handed back now (not at the end of the pass, when the
         // backoff may already have run out and another relay claimed the aggregate): behind a retry
         // it waits for the backoff; behind a dead letter (`continue`) it may go at once.
