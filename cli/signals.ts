@@ -13,7 +13,7 @@ export const DUPLICATE_WINDOW_MS = 1_000;
 /**
  * Calls `stop` on the first SIGINT or SIGTERM and `force` on a later one (more than
  * {@link DUPLICATE_WINDOW_MS} after the first).
- * @returns a function that removes the handlers
+ * @returns a function that removes the handlers (after the duplicate window when a stop was asked for)
  */
 export function onInterrupt(stop: () => void, force: () => void): () => void {
   let first: number | undefined;
@@ -28,8 +28,15 @@ export function onInterrupt(stop: () => void, force: () => void): () => void {
   };
   process.on('SIGINT', handler);
   process.on('SIGTERM', handler);
-  return () => {
+  const remove = () => {
     process.off('SIGINT', handler);
     process.off('SIGTERM', handler);
+  };
+  return () => {
+    // After a stop, the forwarded copy of the same Ctrl-C may still be on its way: without a
+    // handler it would kill the process (exit 130) in the middle of its orderly shutdown. So the
+    // handlers stay for the duplicate window (the timer does not keep the process alive).
+    if (first === undefined) remove();
+    else setTimeout(remove, DUPLICATE_WINDOW_MS).unref();
   };
 }
