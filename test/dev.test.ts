@@ -75,7 +75,7 @@ describe('npm start', () => {
         const run = collect(child);
         await waitForOutput(
           () => run.output().stdout,
-          /^(?=[^]*billing: ignored a duplicate delivery)(?=(?:[^]*billing: invoiced order){2})/,
+          /^(?=[\s\S]*billing: ignored a duplicate delivery)(?=(?:[\s\S]*billing: invoiced order){2})/,
           60_000,
         );
         ctrlC(child);
