@@ -7,7 +7,10 @@
  * document on stdout (an object, or an array for lists) and nothing else there; exit 0 success,
  * 1 failure, 2 usage or configuration error (see {@link EXIT}).
  */
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline/promises';
+import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import { getStatus } from '../shared/operations/index.ts';
 import {
@@ -64,6 +67,16 @@ const GIVE_UP_AFTER_FAILED_PASSES = 5;
 /** Least time between two `enqueue` progress lines, ms. */
 const ENQUEUE_PROGRESS_EVERY_MS = 1_000;
 
+/** The package's version: from the nearest package.json above this file (source or built layout). */
+function packageVersion(): string {
+  for (let dir = dirname(fileURLToPath(import.meta.url)); dir !== dirname(dir); dir = dirname(dir)) {
+    const file = join(dir, 'package.json');
+    if (existsSync(file))
+      return (JSON.parse(readFileSync(file, 'utf8')) as { version?: string }).version ?? '0.0.0';
+  }
+  return '0.0.0';
+}
+
 /**
  * Runs the CLI.
  * @param argv `process.argv` shape (node, script, …args)
@@ -83,6 +96,7 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
 
   const program = new Command('outbox')
     .description('Transactional outbox relay: Postgres outbox table → Amazon EventBridge')
+    .version(packageVersion(), '-V, --version', 'print the version')
     .exitOverride()
     .showHelpAfterError('(add --help for usage)')
     .configureOutput({ writeOut: (s) => io.out(s.trimEnd()), writeErr: (s) => io.err(s.trimEnd()) })

@@ -59,7 +59,9 @@ async function main(): Promise<number> {
       err(
         `db: stop it with \`npm run db:stop\`, delete it with \`npm run db:remove\`; its log: ${s.home.log}`,
       );
-      err('db: for the CLI in this shell, export its URL (or run: eval "$(npm run -s db)"):');
+      // Under `eval "$(npm run -s db)"` stdout is a pipe and the shell exports the line itself.
+      if (process.stdout.isTTY)
+        err('db: for the CLI in this shell, export its URL (or run: eval "$(npm run -s db)"):');
       out(`export DATABASE_URL=${s.url}`);
       return 0;
     }

@@ -72,10 +72,13 @@ describe('usage errors', () => {
     expect(r.code).toBe(2);
   });
 
-  it('--help is not an error', async () => {
+  it('--help and --version are not errors', async () => {
     const r = await runCli(['relay', '--help'], { env: env() });
     expect(r.stdout).toContain('Usage: outbox relay');
     expect(r.code).toBe(0);
+    const v = await runCli(['--version'], { env: env() });
+    expect(v.stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+    expect(v.code).toBe(0);
   });
 });
 
