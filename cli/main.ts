@@ -28,7 +28,7 @@ import { type EnqueueProgress, enqueueFromLines } from './enqueue-lines.ts';
 import { EXIT, explainError, LOCAL_DATABASE_HINT } from './errors.ts';
 import { registerOperations } from './operations.ts';
 import { positiveInteger } from './parsers.ts';
-import { REPORT_EVERY_MS, RelayReport } from './relay-report.ts';
+import { type FailureReason, REPORT_EVERY_MS, RelayReport } from './relay-report.ts';
 import { onInterrupt } from './signals.ts';
 
 /** Where the CLI writes; tests pass their own. */
@@ -63,6 +63,24 @@ const defaultIo = (): CliIo => ({
  * attempts would only take minutes to say the same.
  */
 const GIVE_UP_AFTER_FAILED_PASSES = 5;
+
+/** Socket errors of a PutEvents request that never reached the bus (as the SDK words them). */
+const UNREACHABLE = /\b(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|ECONNRESET|EHOSTUNREACH)\b/;
+
+/**
+ * What to check when the bus could not be reached at all: the endpoint override, when one is set
+ * (the local bus), else the region and network. A hint only: nothing depends on it.
+ */
+function endpointHint(failures: FailureReason[], env: NodeJS.ProcessEnv): string[] {
+  if (!failures.some((f) => UNREACHABLE.test(f.reason))) return [];
+  const variable = env.AWS_ENDPOINT_URL_EVENTBRIDGE ? 'AWS_ENDPOINT_URL_EVENTBRIDGE' : 'AWS_ENDPOINT_URL';
+  const endpoint = env[variable];
+  return endpoint
+    ? [
+        `The bus endpoint did not answer: is ${variable}=${endpoint} right, and is it running (\`npm run bus\` for the local one)?`,
+      ]
+    : ['The bus endpoint did not answer: check AWS_REGION and the network path to EventBridge.'];
+}
 
 /** Least time between two `enqueue` progress lines, ms. */
 const ENQUEUE_PROGRESS_EVERY_MS = 1_000;
@@ -225,9 +243,12 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
           }
           if (oneShot && result.published === 0 && result.retried + result.deadLettered > 0) {
             io.err(
-              'error: nothing was published: every attempt failed (the reasons are above). ' +
-                (result.retried > 0 ? 'Retried events stay in the outbox for the next run. ' : '') +
-                (result.deadLettered > 0 ? 'Dead letters: `outbox dead-letters list`.' : ''),
+              [
+                'error: nothing was published: every attempt failed (the reasons are above).',
+                ...(result.retried > 0 ? ['Retried events stay in the outbox for the next run.'] : []),
+                ...(result.deadLettered > 0 ? ['Dead letters: `outbox dead-letters list`.'] : []),
+                ...endpointHint(failures, io.env),
+              ].join(' '),
             );
             code = EXIT.failure;
           }
@@ -257,6 +278,9 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
           batchSize: opts.batchSize,
           reading: (lines) => io.err(`enqueue: ${lines} lines read and checked…`),
           progress: (p: EnqueueProgress) => {
+            // One transaction's worth is reported by the summary alone; longer work gets a line
+            // a second and one at the end.
+            if (p.total <= opts.batchSize) return;
             const now = performance.now();
             if (p.done < p.total && now - lastProgressAt < ENQUEUE_PROGRESS_EVERY_MS) return;
             lastProgressAt = now;

@@ -237,7 +237,7 @@ describe('a database that was never migrated', () => {
 });
 
 describe('enqueue', () => {
-  it('prints progress that agrees with its summary when lines are duplicates', async () => {
+  it('prints progress that agrees with its summary when lines are duplicates (and none for one transaction)', async () => {
     const line = (id: string, key?: string) =>
       JSON.stringify({
         type: 'T',
@@ -248,11 +248,14 @@ describe('enqueue', () => {
         idempotencyKey: key,
       });
     const input = [line('1', 'k1'), line('2', 'k2'), line('3'), line('1', 'k1')].join('\n');
-    const r = await runCli(['enqueue'], { env: env(), stdin: input });
+    const r = await runCli(['enqueue', '--batch-size', '2'], { env: env(), stdin: input });
     expect(r.code).toBe(0);
     expect(r.stdout.trim()).toBe('enqueued 3 event(s), 1 duplicate(s) skipped');
     expect(r.stderr.trim().split('\n').at(-1)).toBe(
       'enqueue: 4 of 4 events done: 3 enqueued, 1 duplicate(s) skipped',
     );
+    const small = await runCli(['enqueue'], { env: env(), stdin: input });
+    expect(small.stdout.trim()).toBe('enqueued 1 event(s), 3 duplicate(s) skipped');
+    expect(small.stderr).toBe('');
   });
 });
