@@ -10,7 +10,14 @@ import { onInterrupt } from '../cli/signals.ts';
 import { createBillingHandler, createBillingSchema } from '../examples/billing/consumer.ts';
 import { OrderPlaced } from '../examples/billing/events.ts';
 import { getStatus } from '../shared/operations/index.ts';
-import { connect, loadRelaySettings, maskDatabaseUrl, migrate, type Sql } from '../shared/platform/index.ts';
+import {
+  checkDatabaseUrl,
+  connect,
+  loadRelaySettings,
+  maskDatabaseUrl,
+  migrate,
+  type Sql,
+} from '../shared/platform/index.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
 import { createEventBridgeClient, runRelay } from '../shared/relay/index.ts';
 import { startEmbeddedPostgres } from '../test/support/embedded-postgres.ts';
@@ -36,7 +43,8 @@ const removeInterruptHandlers = onInterrupt(
 let embedded: Awaited<ReturnType<typeof startEmbeddedPostgres>> | undefined;
 let url = process.env.DATABASE_URL;
 try {
-  if (!url) {
+  if (url) checkDatabaseUrl(url);
+  else {
     log('DATABASE_URL is unset: starting an embedded Postgres (its data is deleted when the demo stops)…');
     embedded = await startEmbeddedPostgres();
     url = embedded.url;
@@ -46,9 +54,9 @@ try {
   log(applied.length ? `migrated: ${applied.join(', ')}` : 'schema is up to date');
 } catch (error) {
   await embedded?.stop();
-  const { message } = explainError(error, { ...process.env, DATABASE_URL: url });
+  const { message, exitCode } = explainError(error, { ...process.env, DATABASE_URL: url });
   process.stderr.write(`error: ${message}\n`);
-  process.exit(1);
+  process.exit(exitCode);
 }
 
 const bus = await startLocalBus({ port: Number(process.env.LOCAL_BUS_PORT ?? 0) });

@@ -59,6 +59,18 @@ describe('npm start', () => {
     expect((await readdir(scratch)).filter((n) => n !== 'node-compile-cache')).toEqual([]);
   }, 120_000);
 
+  it('refuses a DATABASE_URL that is not a URL, or one it cannot reach, with the reason and what to do', async () => {
+    const malformed = await collect(npmRun('start', { DATABASE_URL: 'localhost:5432', LOCAL_BUS_PORT: '0' }));
+    expect(malformed.stderr).toMatch(/^error: DATABASE_URL: must be a postgres:\/\/ or postgresql:\/\/ URL/m);
+    expect(malformed.code).toBe(2);
+    const refused = await collect(
+      npmRun('start', { DATABASE_URL: 'postgres://app@127.0.0.1:9/shop', LOCAL_BUS_PORT: '0' }),
+    );
+    expect(refused.stderr).toMatch(/^error: cannot connect to Postgres at 127\.0\.0\.1:9 .*ECONNREFUSED/m);
+    expect(refused.stderr).toMatch(/npm run db/);
+    expect(refused.code).toBe(1);
+  }, 60_000);
+
   describe('against your own database', () => {
     let db: TestDatabase;
     beforeAll(async () => {
