@@ -12,9 +12,10 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
-import { getStatus } from '../shared/operations/index.ts';
+import { getStatus, migrateWithRoles } from '../shared/operations/index.ts';
 import {
   connect,
+  DEFAULT_ROLES,
   databaseUrlFromEnv,
   describeConnectionFailure,
   ignoreTransientDriverRejections,
@@ -135,16 +136,25 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
   program
     .command('migrate')
     .description('apply pending schema migrations (outbox tables) to the database')
-    .option('--json', 'print one JSON document: {"applied": [names]}')
-    .action(async (opts: { json?: boolean }) => {
-      const applied = await migrate(databaseUrlFromEnv(io.env), { log: () => {} });
-      if (opts.json) json({ applied });
-      else
-        io.out(
-          applied.length === 0
-            ? 'schema is up to date'
-            : `applied ${applied.length} migration(s): ${applied.join(', ')}`,
-        );
+    .option(
+      '--roles',
+      'also create or update the deployment roles (outbox_relay, outbox_monitor, outbox_producer, outbox_consumer) exactly as the deploy-time migrate function does; needs a user that may create roles',
+    )
+    .option('--json', 'print one JSON document: {"applied": [names], "roles": [names]}')
+    .action(async (opts: { roles?: boolean; json?: boolean }) => {
+      const url = databaseUrlFromEnv(io.env);
+      const applied = opts.roles ? await migrateWithRoles(url) : await migrate(url, { log: () => {} });
+      const roles = opts.roles ? Object.values(DEFAULT_ROLES) : [];
+      if (opts.json) {
+        json(opts.roles ? { applied, roles } : { applied });
+        return;
+      }
+      io.out(
+        applied.length === 0
+          ? 'schema is up to date'
+          : `applied ${applied.length} migration(s): ${applied.join(', ')}`,
+      );
+      if (opts.roles) io.out(`roles ensured: ${roles.join(', ')}`);
     });
 
   program

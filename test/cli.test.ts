@@ -60,6 +60,26 @@ describe('outbox CLI', () => {
     expect(r.code).toBe(0);
   });
 
+  it('migrate --roles creates the deployment roles with the grants the Trigger gives them', async () => {
+    const r = await run(['migrate', '--roles']);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toContain(
+      'roles ensured: outbox_relay, outbox_monitor, outbox_producer, outbox_consumer',
+    );
+    expect(r.code).toBe(0);
+    const rows = await h.db.sql<{ role: string; claims: boolean; prunes: boolean; enqueues: boolean }[]>`
+      select r as role,
+             has_table_privilege(r, 'outbox', 'update') as claims,
+             has_table_privilege(r, 'outbox', 'delete') as prunes,
+             has_table_privilege(r, 'outbox', 'insert') as enqueues
+      from unnest(array['outbox_relay', 'outbox_monitor', 'outbox_producer']) as r order by r`;
+    expect(rows).toEqual([
+      { role: 'outbox_monitor', claims: false, prunes: true, enqueues: false },
+      { role: 'outbox_producer', claims: false, prunes: false, enqueues: true },
+      { role: 'outbox_relay', claims: true, prunes: false, enqueues: false },
+    ]);
+  });
+
   it('enqueue reads JSON lines, skips duplicates by idempotency key, and relay --until-empty publishes them', async () => {
     const input = [
       line({

@@ -7,15 +7,8 @@
 import { Logger } from '@aws-lambda-powertools/logger';
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { z } from 'zod';
-import { ensureRoles } from '../../shared/operations/index.ts';
-import {
-  connect,
-  DEFAULT_ROLES,
-  EnvVar,
-  migrate,
-  parseEnv,
-  ServiceName,
-} from '../../shared/platform/index.ts';
+import { migrateWithRoles } from '../../shared/operations/index.ts';
+import { DEFAULT_ROLES, EnvVar, parseEnv, ServiceName } from '../../shared/platform/index.ts';
 
 const env = parseEnv(
   z.object({
@@ -44,19 +37,19 @@ export async function handler(): Promise<{ applied: string[] }> {
     password: string;
     port?: number;
   };
-  const url = `postgres://${encodeURIComponent(username)}:${encodeURIComponent(password)}@${env[EnvVar.adminHost]}:${port ?? 5432}/${encodeURIComponent(env[EnvVar.adminDatabase])}?sslmode=require`;
-  const applied = await migrate(url, { log: (line) => logger.info(line) });
-  const sql = connect({ url, max: 1, env: {} });
-  try {
-    await ensureRoles(sql, {
+  // verify-full in both drivers: node-pg-migrate's `pg` and our `postgres` check the certificate
+  // chain and the host name the same way (with `require`, `pg` verified and `postgres` did not).
+  // The Amazon RDS CA comes from Lambda's /var/runtime/ca-cert.pem through NODE_EXTRA_CA_CERTS.
+  const url = `postgres://${encodeURIComponent(username)}:${encodeURIComponent(password)}@${env[EnvVar.adminHost]}:${port ?? 5432}/${encodeURIComponent(env[EnvVar.adminDatabase])}?sslmode=verify-full`;
+  const applied = await migrateWithRoles(url, {
+    roles: {
       relay: env[EnvVar.relayRole],
       monitor: env[EnvVar.monitorRole],
       producer: env[EnvVar.producerRole],
       consumer: env[EnvVar.consumerRole],
-    });
-  } finally {
-    await sql.end();
-  }
+    },
+    log: (line) => logger.info(line),
+  });
   logger.info('migrations applied and roles ensured', { applied });
   return { applied };
 }

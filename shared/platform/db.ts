@@ -2,12 +2,14 @@
  * Database connections. One place decides how we talk to Postgres, so the relay, the CLI and the
  * tests all get the same timeouts and type handling.
  */
+import { isIP } from 'node:net';
 import { Signer } from '@aws-sdk/rds-signer';
 import postgres from 'postgres';
 import { z } from 'zod';
 import { parseEnv } from './config.ts';
 import { checkDatabaseUrl } from './database-target.ts';
 import { OutboxConfigError } from './errors.ts';
+import { oneStatementPerConnection } from './pooler.ts';
 
 /** A porsager `postgres` client (a pool) or a transaction from `sql.begin`. */
 export type Sql = postgres.Sql;
@@ -26,6 +28,13 @@ const dbEnvSchema = z.object({
   OUTBOX_DB_STATEMENT_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(15_000),
   /** `true`: authenticate with an IAM token (RDS Proxy / RDS IAM auth), over verified TLS. */
   OUTBOX_DB_IAM_AUTH: z.enum(['true', 'false']).default('false'),
+  /**
+   * `transaction`: the database is reached through a transaction pooler (RDS Proxy, PgBouncer in
+   * transaction mode, Supabase's or Neon's pooler): no prepared statements, no startup settings
+   * but the application name, one statement in flight per connection. `none`: a direct connection.
+   * Default: `transaction` with IAM auth (RDS Proxy), else `none`.
+   */
+  OUTBOX_DB_POOLER: z.enum(['none', 'transaction']).optional(),
 });
 
 /** Options for {@link connect}. */
@@ -50,22 +59,31 @@ export function connect(options: ConnectOptions = {}): Sql {
   const env = parseEnv(dbEnvSchema, processEnv);
   const url = options.url ?? env.DATABASE_URL;
   if (url) checkDatabaseUrl(url, options.url ? 'url' : 'DATABASE_URL');
+  const max = options.max ?? env.OUTBOX_DB_POOL_SIZE;
+  const iam = env.OUTBOX_DB_IAM_AUTH === 'true';
+  const pooled = (env.OUTBOX_DB_POOLER ?? (iam ? 'transaction' : 'none')) === 'transaction';
   const settings: postgres.Options<Record<string, postgres.PostgresType>> = {
-    max: options.max ?? env.OUTBOX_DB_POOL_SIZE,
+    max,
     connect_timeout: env.OUTBOX_DB_CONNECT_TIMEOUT_SECONDS,
     idle_timeout: 20,
     max_lifetime: 60 * 30,
     onnotice: () => {},
+    // The application name is a startup parameter every pooler tracks (RDS Proxy and PgBouncer
+    // pass it on without pinning); any other one (statement_timeout) is refused by PgBouncer
+    // (08P01) or pins RDS Proxy, so behind a pooler the statement timeout is the role's default.
+    connection: pooled
+      ? { application_name: options.applicationName ?? 'outbox' }
+      : {
+          application_name: options.applicationName ?? 'outbox',
+          statement_timeout: env.OUTBOX_DB_STATEMENT_TIMEOUT_MS,
+        },
+    // Named prepared statements are session state: a pooler runs the next transaction on another
+    // server connection, where the statement does not exist (and RDS Proxy pins for them).
+    prepare: !pooled,
   };
-  if (env.OUTBOX_DB_IAM_AUTH === 'true') {
-    Object.assign(settings, rdsProxySettings(processEnv));
-  } else {
-    settings.connection = {
-      application_name: options.applicationName ?? 'outbox',
-      statement_timeout: env.OUTBOX_DB_STATEMENT_TIMEOUT_MS,
-    };
-  }
-  return url ? postgres(url, settings) : postgres(settings);
+  if (iam) Object.assign(settings, rdsProxySettings(processEnv));
+  const sql = url ? postgres(url, settings) : postgres(settings);
+  return pooled ? oneStatementPerConnection(sql, max) : sql;
 }
 
 /**
@@ -74,11 +92,9 @@ export function connect(options: ConnectOptions = {}): Sql {
  *   connection, signed with the function's role — no secret in the environment;
  * - TLS with certificate verification (the proxy's certificate chains to Amazon's public roots,
  *   which Node trusts);
- * - `prepare: false`: named prepared statements are session state, and RDS Proxy pins a client to
- *   one database connection when it sees them, which defeats the proxy. Unnamed statements cost a
- *   parse per query, which is small next to the network round trip;
- * - no startup parameters (no `statement_timeout`, `application_name`): session settings pin as
- *   well, so the statement timeout is set on the database role instead (see the migrate function).
+ * - TLS verified with servername for SNI (never an IP address, which SNI does not allow);
+ * - the pooler settings of {@link connect} (no prepared statements, no startup settings but the
+ *   application name, one statement per connection).
  */
 function rdsProxySettings(
   env: NodeJS.ProcessEnv,
@@ -96,8 +112,7 @@ function rdsProxySettings(
     username,
     database: env.PGDATABASE ?? username,
     password: () => signer.getAuthToken(),
-    ssl: { rejectUnauthorized: true, servername: hostname },
-    prepare: false,
+    ssl: { rejectUnauthorized: true, ...(isIP(hostname) ? {} : { servername: hostname }) },
   };
 }
 

@@ -9,3 +9,4 @@ export * from './envelope.ts';
 export * from './errors.ts';
 export * from './migrate.ts';
 export * from './names.ts';
+export { oneStatementPerConnection } from './pooler.ts';

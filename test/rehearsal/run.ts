@@ -1,0 +1,589 @@
+/**
+ * `npm run rehearse`: synthesises the demo stack and runs, on this machine, what its template would
+ * run in AWS — each function's bundle from cdk.out in a Node process of its own, with the
+ * template's environment, memory and (scaled) timeout, under the database roles the deploy creates,
+ * through a transaction pooler behind an IAM/TLS proxy stand-in, with verified TLS everywhere.
+ * Prints one line per check and `rehearsal: N passed, N failed`; exits 1 when a check failed.
+ *
+ * Options: `--scale 0.25` (function timeouts and schedule gaps are multiplied by it),
+ * `--cdk-out DIR` (use an existing synthesis instead of synthesising).
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import postgres from 'postgres';
+import { createBillingSchema } from '../../examples/billing/consumer.ts';
+import { DEFAULT_ROLES, type EnvelopeMetadata, EnvVar } from '../../shared/platform/index.ts';
+import { countOrderViolations } from '../chaos/chaos.ts';
+import { startEmbeddedPostgres } from '../support/embedded-postgres.ts';
+import { type AcceptedEvent, startLocalBus } from '../support/local-bus.ts';
+import { startIamProxy } from './iam-proxy.ts';
+import { type InvocationOutcome, type RunningFunction, startFunction } from './lambda-process.ts';
+import { startPgBouncer } from './pgbouncer.ts';
+import { startSecretsEndpoint } from './secrets-manager.ts';
+import { readStack, type TemplateFunction } from './template.ts';
+import { makeCertificates } from './tls.ts';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const { values } = parseArgs({
+  options: {
+    scale: { type: 'string', default: '0.25' },
+    'cdk-out': { type: 'string' },
+    'stack-name': { type: 'string', default: 'OutboxRelayDemo' },
+  },
+});
+const scale = Number(values.scale);
+const stackName = values['stack-name'];
+const REGION = 'us-east-1';
+const ACCOUNT = '123456789012';
+/** Where the proxy stand-in listens: a loopback address of its own, so it can take the template's port. */
+const PROXY_HOST = '127.0.0.2';
+
+const results: { ok: boolean; line: string }[] = [];
+function check(ok: boolean, name: string, detail = ''): boolean {
+  const line = `${ok ? 'ok  ' : 'FAIL'}  ${name}${detail ? ` — ${detail}` : ''}`;
+  results.push({ ok, line });
+  process.stdout.write(`${line}\n`);
+  return ok;
+}
+const info = (line: string) => process.stdout.write(`      ${line}\n`);
+const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(0)} MB`;
+
+const cleanups: (() => Promise<unknown>)[] = [];
+const work = await mkdtemp(join(tmpdir(), 'outbox-rehearsal-'));
+cleanups.push(() => rm(work, { recursive: true, force: true }));
+let exitCode = 1;
+try {
+  await rehearse();
+  exitCode = results.every((r) => r.ok) ? 0 : 1;
+} catch (error) {
+  check(false, 'rehearsal ran to the end', String((error as Error)?.stack ?? error));
+} finally {
+  for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+  const failed = results.filter((r) => !r.ok).length;
+  process.stdout.write(`rehearsal: ${results.length - failed} passed, ${failed} failed\n`);
+  process.exit(exitCode);
+}
+
+async function rehearse(): Promise<void> {
+  // 1. What would be deployed: the template and the bundles, exactly as `cdk deploy` uploads them.
+  let cdkOut = values['cdk-out'];
+  if (!cdkOut) {
+    cdkOut = join(work, 'cdk.out');
+    execFileSync(join(root, 'node_modules', '.bin', 'cdk'), ['synth', '--quiet', '--output', cdkOut], {
+      cwd: root,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+  }
+  const certs = await makeCertificates(work, ['localhost', '127.0.0.1', PROXY_HOST]);
+  const adminPassword = randomUUID();
+
+  const serverLog: string[] = [];
+  // 2. Postgres serving TLS (the run's CA); only TLS connections are accepted. The function roles
+  // are trusted from loopback: their IAM tokens were checked by the proxy stand-in.
+  const pg = await startEmbeddedPostgres({
+    tls: { cert: certs.cert, key: certs.key },
+    hba: [
+      'hostssl all postgres 127.0.0.1/32 scram-sha-256',
+      'hostssl all outbox_admin 127.0.0.1/32 scram-sha-256',
+      'hostssl all all 127.0.0.1/32 trust',
+      'hostnossl all all 0.0.0.0/0 reject',
+      'host all all ::1/128 reject',
+    ].join('\n'),
+    postgresFlags: ['-c', 'log_statement=all', '-c', 'log_line_prefix=%u|', '-c', 'log_destination=stderr'],
+    serverLog: true,
+    log: (line) => serverLog.push(line),
+  });
+  cleanups.push(() => pg.stop());
+  const standIns = {
+    region: REGION,
+    account: ACCOUNT,
+    proxyEndpoint: PROXY_HOST,
+    instanceAddress: 'localhost',
+    instancePort: pg.port,
+  };
+  const stack = await readStack(cdkOut, stackName, standIns);
+  const byPath = (suffix: string) => stack.functions.find((f) => f.path.endsWith(suffix));
+  const relay = byPath('/Outbox/RelayFunction/Resource');
+  const monitor = byPath('/Outbox/MonitorFunction/Resource');
+  const migrate = byPath('/Outbox/MigrateFunction/Resource');
+  const consumer = stack.functions.find((f) => /Billing.*\/Function\/Resource$/.test(f.path));
+  check(
+    Boolean(relay && monitor && migrate),
+    'the template has the relay, monitor and migrate functions',
+    stack.functions
+      .map((f) => `${f.path.split('/').slice(1, -1).join('/')} (${f.memoryMb} MB, ${f.timeoutSeconds} s)`)
+      .join(', '),
+  );
+  if (!relay || !monitor || !migrate) return;
+  for (const f of [relay, monitor, migrate, ...(consumer ? [consumer] : [])]) {
+    check(f.runtime === 'nodejs24.x', `${short(f)} runs on nodejs24.x`, f.runtime);
+  }
+
+  // The database the instance is created with, and its master user (not a superuser on RDS).
+  const admin = postgres(`postgres://postgres:outbox@localhost:${pg.port}/postgres`, {
+    ssl: { ca: await readFile(certs.ca, 'utf8') },
+    max: 1,
+    onnotice: () => {},
+  });
+  cleanups.push(() => admin.end({ timeout: 1 }));
+  const secretEntry = [...stack.secrets.entries()][0];
+  const masterUser = secretEntry?.[1].username ?? 'outbox_admin';
+  const database = migrate.environment[EnvVar.adminDatabase] ?? 'app';
+  await admin.unsafe(`create role "${masterUser}" login createrole createdb password '${adminPassword}'`);
+  await admin.unsafe(`create database "${database}" owner "${masterUser}"`);
+  const db = postgres(`postgres://postgres:outbox@localhost:${pg.port}/${database}`, {
+    ssl: { ca: await readFile(certs.ca, 'utf8') },
+    max: 2,
+    onnotice: () => {},
+  });
+  cleanups.push(() => db.end({ timeout: 1 }));
+
+  // 3. The stand-ins for AWS: Secrets Manager, EventBridge, and RDS Proxy (IAM + TLS in front of
+  // PgBouncer in transaction mode).
+  const secrets = await startSecretsEndpoint(
+    new Map(
+      [...stack.secrets.keys()].map((arn) => [
+        arn,
+        JSON.stringify({
+          username: masterUser,
+          password: adminPassword,
+          engine: 'postgres',
+          host: 'localhost',
+          port: pg.port,
+          dbname: database,
+        }),
+      ]),
+    ),
+  );
+  cleanups.push(() => secrets.close());
+  const bus = await startLocalBus();
+  cleanups.push(() => bus.close());
+  const roleNames = [
+    ...new Set(
+      [relay, monitor, consumer]
+        .flatMap((f) => (f ? [f.environment[EnvVar.pgUser] ?? ''] : []))
+        .concat(DEFAULT_ROLES.producer),
+    ),
+  ].filter(Boolean);
+  const pooler = await startPgBouncer({
+    port: await freePort(),
+    server: { host: 'localhost', port: pg.port },
+    caFile: certs.ca,
+    users: roleNames,
+  });
+  cleanups.push(() => pooler.stop());
+  const proxyPort = Number(relay.environment[EnvVar.pgPort] ?? 5432);
+  const proxy = await startIamProxy({
+    host: PROXY_HOST,
+    port: proxyPort,
+    cert: await readFile(certs.cert, 'utf8'),
+    key: await readFile(certs.key, 'utf8'),
+    upstream: { host: '127.0.0.1', port: pooler.port },
+    region: REGION,
+  });
+  cleanups.push(() => proxy.close());
+
+  /** What the Lambda runtime provides around the template's environment. */
+  const runtimeEnv = {
+    AWS_REGION: REGION,
+    AWS_DEFAULT_REGION: REGION,
+    AWS_ACCESS_KEY_ID: 'ASIAREHEARSAL',
+    AWS_SECRET_ACCESS_KEY: 'rehearsal-secret',
+    AWS_SESSION_TOKEN: 'rehearsal-session',
+    AWS_ENDPOINT_URL_EVENTBRIDGE: bus.url,
+    AWS_ENDPOINT_URL_SECRETS_MANAGER: secrets.url,
+  };
+  /** The template's environment as the runtime sees it: /var/task is the asset, /var/runtime's CA bundle is the run's CA. */
+  const asDeployed = (f: TemplateFunction): TemplateFunction => {
+    const environment: Record<string, string> = {};
+    for (const [name, value] of Object.entries(f.environment)) {
+      environment[name] = value
+        .replace(/^\/var\/task(?=\/|$)/, f.assetDir)
+        .replace(/^\/var\/runtime\/ca-cert\.pem$/, certs.ca);
+    }
+    return { ...f, environment };
+  };
+  const running: RunningFunction[] = [];
+  const peak = new Map<string, number>();
+  const start = async (f: TemplateFunction) => {
+    const deployed = asDeployed(f);
+    const fn = await startFunction(
+      {
+        name: short(f),
+        assetDir: deployed.assetDir,
+        handler: f.handler,
+        memoryMb: f.memoryMb,
+        environment: deployed.environment,
+      },
+      runtimeEnv,
+    );
+    running.push(fn);
+    cleanups.push(() => fn.stop());
+    return fn;
+  };
+  const invoke = async (fn: RunningFunction, f: TemplateFunction, event: unknown, timeoutMs: number) => {
+    const outcome = await fn.invoke(event, timeoutMs);
+    peak.set(short(f), Math.max(peak.get(short(f)) ?? 0, outcome.peakRss));
+    return outcome;
+  };
+  const describe = (o: InvocationOutcome) =>
+    o.type === 'result'
+      ? JSON.stringify(o.result).slice(0, 300)
+      : `${o.type}: ${String(o.error ?? '').slice(0, 1500)}`;
+
+  // 4. The migrate function, as the Trigger runs it: admin secret, straight to the instance.
+  const migrator = await start(migrate);
+  const migrated = await invoke(migrator, migrate, { RequestType: 'Create' }, migrate.timeoutSeconds * 1000);
+  check(
+    migrated.type === 'result',
+    'migrate (Trigger) applies the schema and creates the roles',
+    describe(migrated),
+  );
+  await migrator.stop();
+  const roles = await db<
+    { rolname: string }[]
+  >`select rolname from pg_roles where rolname = any(${roleNames})`;
+  check(
+    roles.length === roleNames.length,
+    'the deployment roles exist',
+    `${roles
+      .map((r) => r.rolname)
+      .sort()
+      .join(', ')} of ${roleNames.join(', ')}`,
+  );
+  if (migrated.type !== 'result') return;
+  if (consumer) {
+    // The consumer service's own migration (its table, granted to its role), run by the master user.
+    await createBillingSchema(db, consumer.environment[EnvVar.pgUser] ?? DEFAULT_ROLES.consumer);
+  }
+
+  // 5. A producer service commits events as the producer role, through the proxy.
+  const producerEnv = {
+    ...runtimeEnv,
+    PATH: process.env.PATH ?? '',
+    [EnvVar.pgHost]: PROXY_HOST,
+    [EnvVar.pgPort]: String(proxyPort),
+    [EnvVar.pgDatabase]: relay.environment[EnvVar.pgDatabase] ?? database,
+    [EnvVar.pgUser]: DEFAULT_ROLES.producer,
+    [EnvVar.iamAuth]: 'true',
+    NODE_EXTRA_CA_CERTS: certs.ca,
+  };
+  const produce = async (batch: number) => {
+    const out = await runNode(
+      [join(root, 'test/rehearsal/producer.ts'), '--batch', String(batch)],
+      producerEnv,
+    );
+    return (JSON.parse(out) as { committed: { eventId: string; aggregateId: string; sequence: number }[] })
+      .committed;
+  };
+  const stress = JSON.parse(await runNode([join(root, 'test/rehearsal/pooler-stress.ts')], producerEnv)) as {
+    rounds: number;
+    hangs: number;
+    misrouted: number;
+    errors: string[];
+  };
+  check(
+    stress.hangs === 0 && stress.misrouted === 0,
+    'a one-connection pool runs concurrent statements correctly behind the pooler',
+    `${stress.rounds} rounds: ${stress.hangs} hung, ${stress.misrouted} got another statement's answer ${stress.errors.slice(0, 2).join(' | ')}`,
+  );
+  await db`delete from outbox where source = 'rehearsal.pooler'`;
+  await db`delete from outbox_aggregate where aggregate_type = 'pooler'`;
+  const committed = await produce(1);
+  check(
+    committed.length > 0,
+    'a producer commits events as the producer role through the proxy',
+    `${committed.length} events`,
+  );
+
+  // 6. The relay: two scheduled invocations in one warm process, timeouts scaled.
+  const relaySchedule = stack.schedules.find((s) => s.targetLogicalId === relay.logicalId);
+  check(Boolean(relaySchedule), 'a schedule invokes the relay', relaySchedule?.expression ?? 'none');
+  const relayFn = await start(relay);
+  info(`relay cold start: ${relayFn.initMs.toFixed(0)} ms`);
+  const relayTimeoutMs = relay.timeoutSeconds * 1000 * scale;
+  const first = await invoke(relayFn, relay, relaySchedule?.input ?? {}, relayTimeoutMs);
+  check(first.type === 'result', 'relay invocation 1 ends within its timeout', describe(first));
+  const loginsAfterFirst = proxy.logins.filter((l) => l.user === relay.environment[EnvVar.pgUser]).length;
+  const committedLater = await produce(2);
+  const second = await invoke(relayFn, relay, relaySchedule?.input ?? {}, relayTimeoutMs);
+  check(second.type === 'result', 'relay invocation 2 (warm) ends within its timeout', describe(second));
+  const relayLogins = proxy.logins.filter((l) => l.user === relay.environment[EnvVar.pgUser]).length;
+  info(
+    `relay logins through the proxy: ${loginsAfterFirst} in invocation 1, ${relayLogins - loginsAfterFirst} in invocation 2`,
+  );
+
+  const all = [...committed, ...committedLater];
+  const onBus = bus.events.map(
+    (e) => e.detail as { metadata: { eventId: string; aggregateId: string; sequence: number } },
+  );
+  const seen = new Set(onBus.map((d) => d.metadata.eventId));
+  const missing = all.filter((c) => !seen.has(c.eventId));
+  check(
+    missing.length === 0,
+    'every committed event reached the bus',
+    `${all.length - missing.length} of ${all.length}`,
+  );
+  const violations = countOrderViolations(onBus.map((d) => d.metadata as EnvelopeMetadata));
+  check(violations === 0, 'events reached the bus in order per aggregate', `${violations} out of order`);
+  const busNames = new Set(bus.events.map((e) => e.eventBusName));
+  const expectedBus = relay.environment[EnvVar.eventBusName];
+  check(
+    busNames.size === 1 && busNames.has(expectedBus),
+    'events went to the event bus the template names',
+    [...busNames].join(', '),
+  );
+
+  // 7. The monitor, after some published rows are back-dated past the retention.
+  const backdated = await db`
+    update outbox set published_at = now() - interval '30 days'
+    where id in (select id from outbox where published_at is not null order by id limit 10)`;
+  const monitorSchedule = stack.schedules.find((s) => s.targetLogicalId === monitor.logicalId);
+  check(Boolean(monitorSchedule), 'a schedule invokes the monitor', monitorSchedule?.expression ?? 'none');
+  const monitorFn = await start(monitor);
+  const monitored = await invoke(
+    monitorFn,
+    monitor,
+    monitorSchedule?.input ?? {},
+    monitor.timeoutSeconds * 1000 * scale,
+  );
+  const pruned = (monitored.result as { prune?: { publishedDeleted?: number } } | undefined)?.prune
+    ?.publishedDeleted;
+  check(
+    monitored.type === 'result' && pruned === backdated.count,
+    'the monitor prunes what expired, under its own role',
+    `${pruned ?? '?'} of ${backdated.count} back-dated rows; ${describe(monitored)}`,
+  );
+  const [left] = await db<{ n: number }[]>`select count(*)::int as n from outbox`;
+  check(left?.n === all.length - backdated.count, 'nothing else was pruned', `${left?.n} rows left`);
+
+  // 8. The example consumer, on the bus's deliveries that its rule matches; one delivered twice.
+  if (consumer) {
+    const deliveries = bus.events.filter((e) => e.source === 'demo.shop' && e.detailType === 'OrderPlaced');
+    const consumerFn = await start(consumer);
+    const outcomes: InvocationOutcome[] = [];
+    for (const [i, e] of [...deliveries, deliveries[0]].entries()) {
+      if (!e) continue;
+      outcomes.push(
+        await invoke(
+          consumerFn,
+          consumer,
+          toEventBridgeEvent(e, REGION, ACCOUNT),
+          consumer.timeoutSeconds * 1000 * scale,
+        ),
+      );
+      if (i === 0)
+        outcomes.push(
+          await invoke(
+            consumerFn,
+            consumer,
+            toEventBridgeEvent(e, REGION, ACCOUNT),
+            consumer.timeoutSeconds * 1000 * scale,
+          ),
+        );
+    }
+    const failures = outcomes.filter((o) => o.type !== 'result');
+    const [invoices] = await db<{ n: number }[]>`select count(*)::int as n from billing_invoice`;
+    check(
+      failures.length === 0 && invoices?.n === deliveries.length,
+      'the example consumer applies each event once, as its own role',
+      `${invoices?.n} invoices for ${deliveries.length} orders over ${outcomes.length} deliveries${failures[0] ? `; ${describe(failures[0])}` : ''}`,
+    );
+  } else {
+    check(false, 'the template has the example consumer', 'no Billing function in the demo stack');
+  }
+
+  // 9. Memory: each function's peak RSS against its MemorySize.
+  for (const f of [relay, monitor, migrate, ...(consumer ? [consumer] : [])]) {
+    const bytes = peak.get(short(f)) ?? 0;
+    check(
+      bytes > 0 && bytes < f.memoryMb * 2 ** 20,
+      `${short(f)} peak RSS fits its memory`,
+      `${mb(bytes)} of ${f.memoryMb} MB`,
+    );
+  }
+
+  // 10. Metrics: every EMF line parses, and every alarm watches something a function emitted.
+  const emitted = new Set<string>();
+  let emfLines = 0;
+  const badEmf: string[] = [];
+  for (const fn of running) {
+    for (const line of fn.logLines) {
+      if (!line.includes('_aws')) continue;
+      emfLines++;
+      const problem = emfProblem(line, (namespace, metric, dimensions) =>
+        emitted.add(metricKey(namespace, metric, dimensions)),
+      );
+      if (problem) badEmf.push(`${fn.name}: ${problem}`);
+    }
+  }
+  check(
+    emfLines > 0 && badEmf.length === 0,
+    'every EMF line parses',
+    `${emfLines} lines${badEmf.length ? `; ${badEmf.slice(0, 3).join('; ')}` : ''}`,
+  );
+  for (const alarm of stack.alarms) {
+    if (alarm.namespace.startsWith('AWS/')) {
+      // Emitted by AWS itself; what can be wrong is the dimension naming a resource that is not ours.
+      const value = Object.values(alarm.dimensions)[0] ?? '';
+      const known = stack.functions.some((f) => f.logicalId === value) || value.length > 0;
+      check(
+        known,
+        `alarm ${alarm.logicalId} watches ${alarm.namespace} ${alarm.metricName}`,
+        JSON.stringify(alarm.dimensions),
+      );
+      continue;
+    }
+    const key = metricKey(alarm.namespace, alarm.metricName, alarm.dimensions);
+    check(emitted.has(key), `alarm ${alarm.logicalId} watches a metric a function emitted`, key);
+  }
+
+  // 11. Nothing that a transaction pooler breaks: no SET, session advisory lock, named prepared
+  // statement or LISTEN by a function's role (the server logged every statement with its user).
+  const functionUsers = new Set(roleNames);
+  const offending = serverLog.filter((line) => {
+    const [user, rest = ''] = line.split('|', 2);
+    if (!user || !functionUsers.has(user)) return false;
+    // PgBouncer applies the client's tracked startup parameters itself when it links a server.
+    if (
+      /statement: SET (application_name|client_encoding|datestyle|timezone|standard_conforming_strings)=/i.test(
+        rest,
+      )
+    )
+      return false;
+    return (
+      /(statement|execute [^:]*): (set |reset |listen |prepare |declare .* with hold)/i.test(rest) ||
+      /pg_advisory_lock|pg_try_advisory_lock\(/i.test(rest) ||
+      /execute (?!<unnamed>)[^:]+:/.test(rest)
+    );
+  });
+  check(
+    offending.length === 0,
+    'no function uses session state a transaction pooler breaks',
+    offending.slice(0, 3).join(' | ') || `${serverLog.length} statements read`,
+  );
+  const poolerWarnings = (await pooler.log())
+    .split('\n')
+    .filter(
+      (l) => /WARNING|ERROR/.test(l) && !/pooler error: (client|server) (unexpected eof|close)/i.test(l),
+    );
+  check(
+    poolerWarnings.length === 0,
+    'PgBouncer saw no protocol errors',
+    poolerWarnings.slice(0, 3).join(' | '),
+  );
+  const refused = proxy.logins.filter((l) => !l.accepted);
+  check(
+    proxy.logins.length > 0 && refused.length === 0,
+    'every login through the proxy presented a valid IAM token for its user',
+    `${proxy.logins.length} logins${refused[0] ? `; refused ${refused[0].user}: ${refused[0].reason}` : ''}`,
+  );
+}
+
+/** The function's construct path without the stack and `Resource`, e.g. `Outbox/RelayFunction`. */
+function short(f: TemplateFunction): string {
+  return f.path.split('/').slice(1, -1).join('/') || f.logicalId;
+}
+
+function metricKey(namespace: string, metric: string, dimensions: Record<string, string>): string {
+  const dims = Object.entries(dimensions)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([k, v]) => `${k}=${v}`)
+    .join(',');
+  return `${namespace}/${metric}{${dims}}`;
+}
+
+/**
+ * Why `line` is not a valid Embedded Metric Format document (undefined when it is), reporting
+ * each metric with its dimension values — see the CloudWatch EMF specification.
+ */
+function emfProblem(
+  line: string,
+  report: (namespace: string, metric: string, dimensions: Record<string, string>) => void,
+): string | undefined {
+  let doc: Record<string, unknown>;
+  try {
+    doc = JSON.parse(line) as Record<string, unknown>;
+  } catch {
+    return `not JSON: ${line.slice(0, 120)}`;
+  }
+  const aws = doc._aws as { Timestamp?: unknown; CloudWatchMetrics?: unknown } | undefined;
+  if (!aws) return undefined; // a log line that mentions _aws, not an EMF document
+  if (typeof aws.Timestamp !== 'number') return '_aws.Timestamp is not a number';
+  if (!Array.isArray(aws.CloudWatchMetrics) || aws.CloudWatchMetrics.length === 0)
+    return 'no CloudWatchMetrics';
+  for (const directive of aws.CloudWatchMetrics as {
+    Namespace?: unknown;
+    Dimensions?: unknown;
+    Metrics?: unknown;
+  }[]) {
+    if (typeof directive.Namespace !== 'string' || directive.Namespace.length === 0) return 'no Namespace';
+    if (!Array.isArray(directive.Dimensions) || !Array.isArray(directive.Metrics))
+      return 'no Dimensions or Metrics';
+    for (const metric of directive.Metrics as { Name?: unknown; Unit?: unknown }[]) {
+      if (typeof metric.Name !== 'string') return 'a metric without a Name';
+      const value = doc[metric.Name];
+      if (typeof value !== 'number' && !(Array.isArray(value) && value.every((v) => typeof v === 'number')))
+        return `${metric.Name} has no numeric value`;
+      for (const set of directive.Dimensions as string[][]) {
+        const dimensions: Record<string, string> = {};
+        for (const name of set) {
+          if (typeof doc[name] !== 'string') return `dimension ${name} has no value`;
+          dimensions[name] = doc[name] as string;
+        }
+        report(directive.Namespace, metric.Name, dimensions);
+      }
+    }
+  }
+  return undefined;
+}
+
+/** The event EventBridge hands a rule's Lambda target. */
+function toEventBridgeEvent(e: AcceptedEvent, region: string, account: string) {
+  return {
+    version: '0',
+    id: randomUUID(),
+    'detail-type': e.detailType,
+    source: e.source,
+    account,
+    time: e.time ?? new Date(e.receivedAt).toISOString(),
+    region,
+    resources: [],
+    detail: e.detail,
+  };
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** Runs a Node script to completion and returns its stdout. */
+function runNode(args: string[], env: Record<string, string>): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (c: Buffer) => {
+      out += c.toString();
+    });
+    child.stderr.on('data', (c: Buffer) => {
+      err += c.toString();
+    });
+    child.on('exit', (code) =>
+      code === 0 ? resolve(out) : reject(new Error(`${args[0]} exited ${code}: ${err}`)),
+    );
+  });
+}
