@@ -52,6 +52,16 @@ export interface RelayDeps {
   random?: () => number;
   /** Caps PutEvents calls in flight across concurrent passes; default: `publishConcurrency` per pass. */
   publishSlots?: Semaphore;
+  /** Called for every event that failed in a pass, with the reason recorded in its `last_error`. */
+  onFailure?: (failure: RelayFailure) => void;
+}
+
+/** An event that failed in a pass: retried later, or dead-lettered. */
+export interface RelayFailure {
+  eventId: string;
+  /** `ErrorCode: message`, as recorded in `last_error`. */
+  reason: string;
+  deadLettered: boolean;
 }
 
 /** Options of one pass. */
@@ -214,6 +224,11 @@ export async function relayPass(
         });
         queue.shift();
         stop(key, 0);
+        deps.onFailure?.({
+          eventId: head.eventId,
+          reason: exhausted.at(-1)?.error ?? '',
+          deadLettered: true,
+        });
       }
     }
     if (exhausted.length > 0) {
@@ -322,6 +337,7 @@ export async function relayPass(
           };
         }
         failures.push(failure);
+        deps.onFailure?.({ eventId: event.eventId, reason: failure.error, deadLettered: failure.deadLetter });
         if (failure.deadLetter) counts.deadLettered++;
         else counts.retried++;
         // The rest of this aggregate's claim is handed back now (not at the end of the pass, when the
