@@ -169,9 +169,17 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
     .option('--json', 'print the final summary as one JSON document')
     .action(async (opts: { once?: boolean; untilEmpty?: boolean; quiet?: boolean; json?: boolean }) => {
       const settings = loadRelaySettings(io.env);
+      // A pool the relay can replace when a connection breaks or stops answering; made (and its
+      // settings validated) before anything that keeps the process alive is set up.
+      const pool = openPool({ env: io.env, applicationName: 'outbox-cli' });
       ignoreTransientDriverRejections((message) => io.err(`relay: ${message}`));
       const client = createEventBridgeClient();
-      await checkEventBridgeClient(client);
+      try {
+        await checkEventBridgeClient(client);
+      } catch (error) {
+        await pool.end();
+        throw error;
+      }
       const oneShot = Boolean(opts.once || opts.untilEmpty);
       const abort = new AbortController();
       const removeInterruptHandlers = onInterrupt(
@@ -187,8 +195,6 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
       let explainedDatabase = false;
       const started = performance.now();
       const ticker = setInterval(() => report.tick(), REPORT_EVERY_MS);
-      // A pool the relay can replace when a connection breaks or stops answering.
-      const pool = openPool({ env: io.env, applicationName: 'outbox-cli' });
       try {
         {
           const result = await runRelay({
