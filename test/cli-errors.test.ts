@@ -13,26 +13,14 @@ import {
   OutboxConfigError,
   relayConfigSchema,
 } from '../shared/platform/index.ts';
-import { runCli } from './support/cli.ts';
+import { cliEnv, runCli } from './support/cli.ts';
 import { withDatabase } from './support/db.ts';
 import { useHarness } from './support/harness.ts';
 
 const h = useHarness({ max: 4 });
 
-function env(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
-  return {
-    HOME: process.env.HOME,
-    DATABASE_URL: h.db.url,
-    EVENT_BUS_NAME: 'cli-bus',
-    AWS_ENDPOINT_URL_EVENTBRIDGE: h.bus.url,
-    AWS_REGION: 'us-east-1',
-    AWS_ACCESS_KEY_ID: 'local',
-    AWS_SECRET_ACCESS_KEY: 'local',
-    AWS_EC2_METADATA_DISABLED: 'true',
-    OUTBOX_POLL_INTERVAL_MS: '20',
-    ...extra,
-  };
-}
+/** The configuration contract's environment, pointing at the test database and local bus. */
+const env = (extra: Record<string, string | undefined> = {}) => cliEnv(h, extra);
 
 const event = JSON.stringify({ type: 'T', source: 's', aggregateType: 'x', aggregateId: '1', payload: {} });
 

@@ -5,27 +5,14 @@
  */
 import { describe, expect, it } from 'vitest';
 import { enqueueMany } from '../shared/producer/index.ts';
-import { collect, runCli, startCli, waitForOutput } from './support/cli.ts';
+import { cliEnv, collect, runCli, startCli, waitForOutput } from './support/cli.ts';
 import { useHarness } from './support/harness.ts';
 
 const h = useHarness({ max: 4 });
 
-function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  return {
-    HOME: process.env.HOME,
-    DATABASE_URL: h.db.url,
-    EVENT_BUS_NAME: 'cli-bus',
-    AWS_ENDPOINT_URL_EVENTBRIDGE: h.bus.url,
-    AWS_REGION: 'us-east-1',
-    AWS_ACCESS_KEY_ID: 'local',
-    AWS_SECRET_ACCESS_KEY: 'local',
-    AWS_EC2_METADATA_DISABLED: 'true',
-    OUTBOX_POLL_INTERVAL_MS: '20',
-    OUTBOX_BACKOFF_BASE_MS: '10',
-    OUTBOX_BACKOFF_MAX_MS: '50',
-    ...extra,
-  };
-}
+/** The configuration contract's environment, pointing at the test database and local bus. */
+const env = (extra: Record<string, string | undefined> = {}) =>
+  cliEnv(h, { OUTBOX_BACKOFF_BASE_MS: '10', OUTBOX_BACKOFF_MAX_MS: '50', ...extra });
 
 async function seed(ids: string[]) {
   await h.db.sql.begin((tx) =>

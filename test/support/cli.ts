@@ -8,6 +8,28 @@ import { fileURLToPath } from 'node:url';
 /** The CLI's entry point. */
 export const OUTBOX_BIN = fileURLToPath(new URL('../../bin/outbox.js', import.meta.url));
 
+/**
+ * The configuration contract's environment for a CLI run against a test database and a local bus,
+ * with short polling; `extra` overrides (an empty string unsets a variable for the CLI).
+ */
+export function cliEnv(
+  target: { db: { url: string }; bus: { url: string } },
+  extra: Record<string, string | undefined> = {},
+): NodeJS.ProcessEnv {
+  return {
+    HOME: process.env.HOME,
+    DATABASE_URL: target.db.url,
+    EVENT_BUS_NAME: 'cli-bus',
+    AWS_ENDPOINT_URL_EVENTBRIDGE: target.bus.url,
+    AWS_REGION: 'us-east-1',
+    AWS_ACCESS_KEY_ID: 'local',
+    AWS_SECRET_ACCESS_KEY: 'local',
+    AWS_EC2_METADATA_DISABLED: 'true',
+    OUTBOX_POLL_INTERVAL_MS: '20',
+    ...extra,
+  };
+}
+
 /** What a finished CLI run printed, and how it ended. */
 export interface CliResult {
   code: number | null;
