@@ -51,6 +51,15 @@ describe('outbox relay: failures are visible', () => {
     expect(row?.n).toBe(2);
   }, 60_000);
 
+  it('--until-empty that gives up with an event still pending exits 1, even after publishing others', async () => {
+    await seed(['ok-1', 'stuck', 'ok-2']);
+    h.bus.setFaults({ poisonMarker: '"id":"stuck"', poisonCode: 'InternalFailure' });
+    const r = await runCli(['relay', '--until-empty', '--json'], { env: env() });
+    expect(JSON.parse(r.stdout)).toMatchObject({ stopReason: 'gave up', published: 2 });
+    expect(r.stderr).toMatch(/^error: the outbox is not empty: /m);
+    expect(r.code).toBe(1);
+  }, 60_000);
+
   it('a run that published some events and dead-lettered one names the reason and exits 0', async () => {
     await seed(['ok-1', 'poison', 'ok-2']);
     h.bus.setFaults({ poisonMarker: '"id":"poison"', poisonCode: 'InvalidArgument' });

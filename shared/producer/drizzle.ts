@@ -19,7 +19,12 @@ import { type SQL, sql } from 'drizzle-orm';
 import { type EnqueuedRow, producerFor } from './statement.ts';
 import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 
-export { OutboxDeadlockError, OutboxError, OutboxValidationError } from '../platform/errors.ts';
+export {
+  OutboxConflictError,
+  OutboxDeadlockError,
+  OutboxError,
+  OutboxValidationError,
+} from '../platform/errors.ts';
 export type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 
 /**

@@ -25,7 +25,12 @@
 import { ENQUEUE_MANY_SQL, type EnqueuedRow, positional, producerFor } from './statement.ts';
 import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 
-export { OutboxDeadlockError, OutboxError, OutboxValidationError } from '../platform/errors.ts';
+export {
+  OutboxConflictError,
+  OutboxDeadlockError,
+  OutboxError,
+  OutboxValidationError,
+} from '../platform/errors.ts';
 export type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 
 /**
