@@ -38,6 +38,9 @@ export interface CliResult {
   stderr: string;
 }
 
+/** Longest a CLI command may run in a test, ms (the looping relay is stopped by its test long before). */
+export const CLI_DEADLINE_MS = 45_000;
+
 /** Options of {@link startCli} and {@link runCli}. */
 export interface CliOptions {
   /** The whole environment of the child (PATH is added when missing). */
@@ -46,11 +49,28 @@ export interface CliOptions {
   stdin?: string;
 }
 
-/** Starts the CLI; the caller collects its output and waits for it. */
+/** Every CLI child still running; killed when the test process exits, so a hung command is never left behind. */
+const running = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
+
+/**
+ * Starts the CLI; the caller collects its output and waits for it. A command still running after
+ * `CLI_DEADLINE_MS` is killed (its result then has `signal: 'SIGKILL'`): a hang fails the test
+ * with what the command printed, instead of outliving the test run.
+ */
 export function startCli(args: string[], options: CliOptions): ChildProcess {
   const child = spawn(process.execPath, [OUTBOX_BIN, ...args], {
     env: { PATH: process.env.PATH, ...options.env },
     stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  running.add(child);
+  const deadline = setTimeout(() => child.kill('SIGKILL'), CLI_DEADLINE_MS);
+  deadline.unref();
+  child.once('exit', () => {
+    clearTimeout(deadline);
+    running.delete(child);
   });
   child.stdin?.on('error', () => {}); // the command may exit (usage error) before reading its input
   child.stdin?.end(options.stdin ?? '');
