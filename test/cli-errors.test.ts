@@ -247,3 +247,24 @@ describe('enqueue', () => {
     expect(small.stderr).toBe('');
   });
 });
+
+describe('a privilege the database user lacks', () => {
+  it('migrate --roles as a user that may not create roles says which user it needs', async () => {
+    const role = `no_createrole_${randomBytes(4).toString('hex')}`;
+    const admin = postgres(inject('databaseUrl'), { max: 1, onnotice: () => {} });
+    await admin.unsafe(`create role "${role}" login password 'x'`);
+    await admin.unsafe(`create database "${role}" owner "${role}"`);
+    try {
+      const url = new URL(withDatabase(inject('databaseUrl'), role));
+      url.username = role;
+      url.password = 'x';
+      const r = await runCli(['migrate', '--roles'], { env: env({ DATABASE_URL: url.toString() }) });
+      expect(r.code).toBe(1);
+      expect(r.stderr).toMatch(/\(42501\).*needs a user that may create roles/);
+    } finally {
+      await admin.unsafe(`drop database if exists "${role}" with (force)`);
+      await admin.unsafe(`drop role if exists "${role}"`);
+      await admin.end();
+    }
+  });
+});
