@@ -519,7 +519,9 @@ export class OutboxRelay extends Construct {
             left: [
               metric(MetricName.Retried, 'Sum'),
               metric(MetricName.Throttled, 'Sum'),
+              metric(MetricName.BackPressure, 'Sum'),
               metric(MetricName.LeaseLost, 'Sum'),
+              metric(MetricName.LeaseRenewals, 'Sum'),
             ],
             right: [metric(MetricName.PutEventsLatency, 'Average')],
             width: 12,
