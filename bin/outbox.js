@@ -1,7 +1,11 @@
 #!/usr/bin/env node
-// The `outbox` command. The CLI is TypeScript run through Node's type stripping (Node >= 22.18).
+// The `outbox` command. From a source checkout it runs the TypeScript CLI through Node's type
+// stripping (Node >= 22.18). The installed package ships no TypeScript sources (and Node refuses
+// to strip types under node_modules), so there it runs the CLI compiled into dist/ at pack time.
+import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 
 createRequire(import.meta.url)('../scripts/check-node.cjs');
-const { main } = await import('../cli/main.ts');
+const source = new URL('../cli/main.ts', import.meta.url);
+const { main } = await import(existsSync(source) ? source.href : '../dist/cli/main.js');
 process.exitCode = await main(process.argv);

@@ -185,6 +185,7 @@ export function registerOperations(program: Command, ctx: OperationsContext): vo
           publishedRetentionSeconds: s.publishedRetentionSeconds,
           deadLetterRetentionSeconds: s.deadLetterRetentionSeconds,
           inboxRetentionSeconds: s.inboxRetentionSeconds,
+          idempotencyKeyRetentionSeconds: s.idempotencyKeyRetentionSeconds,
           batchSize: s.pruneBatchSize,
           timeBudgetMs: s.pruneTimeBudgetMs,
           dryRun: o.dryRun,

@@ -81,7 +81,9 @@ bus.emitter.on('accepted', (e: AcceptedEvent) => {
         );
       })
       .catch((error: unknown) =>
-        log(`billing: failed (${(error as Error).message}); EventBridge would retry`),
+        log(
+          `billing: failed (${(error as Error).message}); in AWS, Lambda would retry it twice, then keep it in the on-failure queue`,
+        ),
       );
   }
 });

@@ -1,13 +1,17 @@
 /**
  * The demo stack: a complete, working system with defaults — a VPC with private subnets and an
- * EventBridge interface endpoint (no NAT), RDS for PostgreSQL, RDS Proxy with IAM authentication
- * and TLS required, a custom event bus, and the OutboxRelay construct with deploy-time migrations.
+ * EventBridge interface endpoint (no NAT), RDS for PostgreSQL, RDS Proxy with end-to-end IAM
+ * authentication and TLS required, a custom event bus, and the OutboxRelay construct with
+ * deploy-time migrations.
  */
 import { Duration, RemovalPolicy, Stack, type StackProps, Validations } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import type { Construct } from 'constructs';
+import { BillingConsumer } from '../examples/billing/billing-consumer.ts';
+import { DEFAULT_ROLES } from '../shared/platform/names.ts';
 import { OutboxRelay } from './outbox-relay.ts';
 
 /** Props of {@link OutboxDemoStack}. */
@@ -30,6 +34,8 @@ export class OutboxDemoStack extends Stack {
   public readonly database: rds.DatabaseInstance;
   public readonly proxy: rds.DatabaseProxy;
   public readonly outbox: OutboxRelay;
+  /** The example consumer: a rule on the bus, the billing Lambda with its inbox, and its failure queues. */
+  public readonly billing: BillingConsumer;
 
   constructor(scope: Construct, id: string, props: OutboxDemoStackProps = {}) {
     super(scope, id, props);
@@ -51,27 +57,42 @@ export class OutboxDemoStack extends Stack {
         },
       },
     });
+    // One security group per kind of client, so each reaches only what it uses: the relay and the
+    // monitor the proxy (and EventBridge), the migrate function the instance itself (and Secrets
+    // Manager). Nothing but the proxy and the migrate function reaches the instance.
     const functionsSg = new ec2.SecurityGroup(this, 'FunctionsSg', {
       vpc: this.vpc,
-      description: 'Outbox relay, monitor and migrate functions',
+      description: 'Outbox relay and monitor functions',
       allowAllOutbound: false,
     });
-    const endpointSg = new ec2.SecurityGroup(this, 'EndpointSg', {
+    const migrateSg = new ec2.SecurityGroup(this, 'MigrateSg', {
       vpc: this.vpc,
-      description: 'Interface endpoints',
+      description: 'Outbox migrate function (deploy time)',
       allowAllOutbound: false,
     });
-    endpointSg.addIngressRule(functionsSg, ec2.Port.tcp(443), 'HTTPS from the outbox functions');
-    functionsSg.addEgressRule(endpointSg, ec2.Port.tcp(443), 'HTTPS to the interface endpoints');
     // The relay reaches EventBridge, the migrate function Secrets Manager, without a NAT gateway.
+    const eventBridgeEndpointSg = new ec2.SecurityGroup(this, 'EndpointSg', {
+      vpc: this.vpc,
+      description: 'EventBridge interface endpoint',
+      allowAllOutbound: false,
+    });
+    eventBridgeEndpointSg.addIngressRule(functionsSg, ec2.Port.tcp(443), 'HTTPS from the relay');
+    functionsSg.addEgressRule(eventBridgeEndpointSg, ec2.Port.tcp(443), 'HTTPS to the EventBridge endpoint');
+    const secretsEndpointSg = new ec2.SecurityGroup(this, 'SecretsEndpointSg', {
+      vpc: this.vpc,
+      description: 'Secrets Manager interface endpoint',
+      allowAllOutbound: false,
+    });
+    secretsEndpointSg.addIngressRule(migrateSg, ec2.Port.tcp(443), 'HTTPS from the migrate function');
+    migrateSg.addEgressRule(secretsEndpointSg, ec2.Port.tcp(443), 'HTTPS to the Secrets Manager endpoint');
     this.vpc.addInterfaceEndpoint('EventBridgeEndpoint', {
       service: ec2.InterfaceVpcEndpointAwsService.EVENTBRIDGE,
-      securityGroups: [endpointSg],
+      securityGroups: [eventBridgeEndpointSg],
       open: false,
     });
-    this.vpc.addInterfaceEndpoint('SecretsManagerEndpoint', {
+    const secretsEndpoint = this.vpc.addInterfaceEndpoint('SecretsManagerEndpoint', {
       service: ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
-      securityGroups: [endpointSg],
+      securityGroups: [secretsEndpointSg],
       open: false,
     });
 
@@ -85,15 +106,25 @@ export class OutboxDemoStack extends Stack {
       description: 'RDS Proxy',
       allowAllOutbound: false,
     });
-    dbSg.addIngressRule(proxySg, ec2.Port.tcp(5432), 'Postgres from RDS Proxy');
-    proxySg.addEgressRule(dbSg, ec2.Port.tcp(5432), 'Postgres to the database');
-    proxySg.addIngressRule(functionsSg, ec2.Port.tcp(5432), 'Postgres from the outbox functions');
+    // The proxy-to-instance rules (both directions) come from addProxy below; declaring them here as
+    // well would make two identical rules, and removing one later deletes the shared rule.
+    proxySg.addIngressRule(functionsSg, ec2.Port.tcp(5432), 'Postgres from the relay and the monitor');
     functionsSg.addEgressRule(proxySg, ec2.Port.tcp(5432), 'Postgres to RDS Proxy');
-    dbSg.addIngressRule(functionsSg, ec2.Port.tcp(5432), 'Postgres from the migrate function');
-    functionsSg.addEgressRule(dbSg, ec2.Port.tcp(5432), 'Postgres to the database (migrations)');
+    // The example consumer reaches only the proxy (Lambda itself delivers to its failure queue).
+    const consumerSg = new ec2.SecurityGroup(this, 'ConsumerSg', {
+      vpc: this.vpc,
+      description: 'Example billing consumer',
+      allowAllOutbound: false,
+    });
+    proxySg.addIngressRule(consumerSg, ec2.Port.tcp(5432), 'Postgres from the example consumer');
+    consumerSg.addEgressRule(proxySg, ec2.Port.tcp(5432), 'Postgres to RDS Proxy');
+    dbSg.addIngressRule(migrateSg, ec2.Port.tcp(5432), 'Postgres from the migrate function');
+    migrateSg.addEgressRule(dbSg, ec2.Port.tcp(5432), 'Postgres to the database (migrations)');
 
     this.database = new rds.DatabaseInstance(this, 'Database', {
-      engine: rds.DatabaseInstanceEngine.postgres({ version: rds.PostgresEngineVersion.VER_17 }),
+      // A full version: cfn-lint's RDS data lists the bare major "17" as one that new instances
+      // cannot be created with. Minor upgrades still apply (autoMinorVersionUpgrade defaults to on).
+      engine: rds.DatabaseInstanceEngine.postgres({ version: rds.PostgresEngineVersion.VER_17_9 }),
       instanceType: props.instanceType ?? ec2.InstanceType.of(ec2.InstanceClass.T4G, ec2.InstanceSize.MICRO),
       vpc: this.vpc,
       vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
@@ -132,7 +163,7 @@ export class OutboxDemoStack extends Stack {
     ack(
       this.database,
       'AwsSolutions-SMG4',
-      'Admin secret used only by RDS Proxy and the deploy-time migrate function; clients use IAM tokens. Add rotation for production',
+      'Admin secret used only by the deploy-time migrate function; the proxy and its clients use IAM tokens. Add rotation for production',
     );
     for (const child of this.node.children) {
       if (child.node.id.startsWith('LogRetention')) {
@@ -149,13 +180,20 @@ export class OutboxDemoStack extends Stack {
       }
     }
 
+    // End-to-end IAM authentication: a client signs a token for the proxy, and the proxy signs its
+    // own token for the instance as that same user. No user needs a Secrets Manager secret, and the
+    // proxy cannot log in as the admin: its role may connect as the deployment's roles only (granted
+    // below, once the construct has said which users the relay and the monitor are).
+    const proxyRole = new iam.Role(this, 'ProxyRole', {
+      assumedBy: new iam.ServicePrincipal('rds.amazonaws.com'),
+      description: 'RDS Proxy: log in to the outbox database with IAM as the outbox roles',
+    });
     this.proxy = this.database.addProxy('Proxy', {
-      // The proxy's own login to the database uses the admin secret; clients must use IAM.
-      secrets: [this.database.secret as NonNullable<typeof this.database.secret>],
+      defaultAuthScheme: rds.DefaultAuthScheme.IAM_AUTH,
+      role: proxyRole,
       vpc: this.vpc,
       vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
       securityGroups: [proxySg],
-      iamAuth: true,
       requireTLS: true,
     });
 
@@ -167,8 +205,41 @@ export class OutboxDemoStack extends Stack {
       migration: {
         adminSecret: this.database.secret as NonNullable<typeof this.database.secret>,
         host: this.database.dbInstanceEndpointAddress,
-        executeAfter: [this.database, this.proxy],
+        securityGroups: [migrateSg],
+        // Everything the migrate function uses (the instance, the Secrets Manager endpoint and the
+        // security group rules to both) and, as the functions are ordered after the migrations,
+        // what they use: the proxy, its role's policy, their security group rules.
+        executeAfter: [
+          this.database,
+          this.proxy,
+          proxyRole,
+          secretsEndpoint,
+          dbSg,
+          migrateSg,
+          secretsEndpointSg,
+          proxySg,
+          functionsSg,
+          eventBridgeEndpointSg,
+        ],
       },
     });
+    // The producer and consumer roles are created by the same migration for the application's own
+    // services, which reach the database through this proxy too.
+    const { relay, monitor } = this.outbox.databaseUsers;
+    for (const user of new Set([relay, monitor, DEFAULT_ROLES.producer, DEFAULT_ROLES.consumer])) {
+      this.database.grantConnect(proxyRole, user);
+    }
+
+    this.billing = new BillingConsumer(this, 'Billing', {
+      bus: this.outbox.eventBus,
+      vpc: this.vpc,
+      vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
+      securityGroups: [consumerSg],
+      proxy: this.proxy,
+      databaseName,
+      alarmTopic: this.outbox.alarmTopic,
+    });
+    // Its table is created by its own migration; the relay's migrations come first.
+    this.billing.function.node.addDependency(this.outbox);
   }
 }

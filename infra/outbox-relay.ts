@@ -3,8 +3,10 @@
  * the relay and monitor Lambdas on EventBridge Scheduler schedules, the event bus, optional
  * deploy-time migrations, alarms wired to an SNS topic, and a dashboard.
  */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Duration, Stack, Validations } from 'aws-cdk-lib';
+import { ArnFormat, Duration, Names, Stack, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
@@ -25,6 +27,7 @@ import {
   DEFAULT_METRIC_NAMESPACE,
   DEFAULT_ROLES,
   EnvVar,
+  LAMBDA_CA_BUNDLE,
   METRIC_DIMENSION,
   METRIC_SERVICE,
   MetricName,
@@ -33,12 +36,27 @@ import {
 
 const repoRoot = fileURLToPath(new URL('..', import.meta.url));
 
+/** The Lambda handlers' sources (relative to the repository) by bundle name. */
+export const HANDLER_ENTRIES = {
+  relay: 'functions/relay/handler.ts',
+  monitor: 'functions/monitor/handler.ts',
+  migrate: 'functions/migrate/handler.ts',
+} as const;
+/** One of {@link HANDLER_ENTRIES}' names. */
+export type HandlerName = keyof typeof HANDLER_ENTRIES;
+
 /**
- * The CA bundle Lambda's Node.js 20+ runtimes ship, with the Amazon RDS CAs; Node loads it only
- * when NODE_EXTRA_CA_CERTS points at it (Lambda developer guide, "Establishing a secure connection
- * to an RDS database" for Node.js). Without it no function could verify the database's certificate.
+ * Where the installed package keeps its handler bundles, built at pack time (scripts/build.ts):
+ * `dist/lambda/<name>/index.mjs`, beside the compiled construct in `dist/infra/`. A consumer's
+ * `cdk synth` then only zips that folder — no esbuild, no Docker. From a source checkout (this
+ * file under `infra/`) the folder does not exist, and the construct bundles the TypeScript handlers
+ * with NodejsFunction instead.
+ * @returns the bundle's folder, or undefined when there is no pre-built bundle
  */
-const LAMBDA_RDS_CA_BUNDLE = '/var/runtime/ca-cert.pem';
+export function prebuiltBundle(name: HandlerName): string | undefined {
+  const dir = fileURLToPath(new URL(`../lambda/${name}`, import.meta.url));
+  return existsSync(join(dir, 'index.mjs')) ? dir : undefined;
+}
 
 /**
  * How the project's Lambdas are bundled: ESM for Node 24, minified with source maps, locally with
@@ -57,29 +75,50 @@ export const OUTBOX_BUNDLING: nodejs.BundlingOptions = {
 
 /** How the functions reach Postgres: RDS Proxy with IAM authentication. */
 export interface OutboxDatabaseProps {
-  /** The proxy; it must require IAM authentication and TLS. */
+  /**
+   * The proxy; it must require IAM authentication and TLS, and be able to log in to the database as
+   * the relay's and the monitor's users: with end-to-end IAM authentication (`DefaultAuthScheme:
+   * IAM_AUTH`), its role needs `rds-db:connect` on the instance for {@link OutboxRelay.databaseUsers};
+   * otherwise it needs a Secrets Manager secret for each of them.
+   */
   readonly proxy: rds.IDatabaseProxy;
   /** Database name. */
   readonly databaseName: string;
   /**
-   * Database user of the relay (select, update on `outbox` only).
+   * Database user of the relay (its grants: shared/operations/roles.ts).
    * @default 'outbox_relay' (DEFAULT_ROLES.relay)
    */
   readonly relayUser?: string;
   /**
-   * Database user of the monitor (select, delete on `outbox`).
+   * Database user of the monitor (its grants: shared/operations/roles.ts).
    * @default 'outbox_monitor' (DEFAULT_ROLES.monitor)
    */
   readonly monitorUser?: string;
 }
 
-/** Deploy-time migrations: applied by a CDK Trigger before the schedules are created. */
+/**
+ * Deploy-time migrations: applied by a CDK Trigger before the relay and monitor functions and their
+ * schedules are created or updated. Each migration must work with the code already deployed
+ * (expand/contract, see the README's Deploy section).
+ */
 export interface OutboxMigrationProps {
   /** Admin credentials (`username`, `password`, `port`) of the database, e.g. `instance.secret`. */
   readonly adminSecret: secretsmanager.ISecret;
   /** Host of the database instance (migrations connect directly, not through the IAM-only proxy). */
   readonly host: string;
-  /** Constructs that must exist before migrating (the instance, its security group rules). */
+  /**
+   * Security groups of the migrate function. The instance must accept them on its port, and they
+   * must not be the relay's and monitor's groups: those reach the proxy only, and the migrate
+   * function alone reaches the instance directly (it also needs Secrets Manager, through an
+   * endpoint or NAT).
+   */
+  readonly securityGroups: ec2.ISecurityGroup[];
+  /**
+   * Constructs that must exist before migrating: the instance, the security group rules and the
+   * endpoints the migrate function uses. The relay and monitor functions come after the migrations,
+   * so list what they need as well (the proxy and its rules).
+   * @default none
+   */
   readonly executeAfter?: Construct[];
 }
 
@@ -92,7 +131,7 @@ export interface OutboxRelayProps {
    * @default the VPC's private subnets (isolated ones when there are no others)
    */
   readonly vpcSubnets?: ec2.SubnetSelection;
-  /** Security groups of the functions; the proxy must accept them on its port. */
+  /** Security groups of the relay and the monitor; the proxy must accept them on its port. */
   readonly securityGroups: ec2.ISecurityGroup[];
   readonly database: OutboxDatabaseProps;
   /**
@@ -121,6 +160,15 @@ export interface OutboxRelayProps {
    */
   readonly relayMemorySize?: number;
   /**
+   * Reserved concurrency of the relay: caps how many relays run at once (and so their database
+   * connections), and keeps that many executions for it alone. Overlapping relays are safe (claims
+   * are leased and skip locked rows), so this is about capacity, not correctness. Setting it fails
+   * the deployment in an account whose concurrency quota cannot spare it (Lambda keeps a minimum
+   * of unreserved concurrency; new accounts often have a quota of 10).
+   * @default none: the relay uses the account's unreserved concurrency
+   */
+  readonly relayReservedConcurrency?: number;
+  /**
    * How often the monitor prunes and emits the lag metrics.
    * @default rate(1 minute)
    */
@@ -146,8 +194,10 @@ export interface OutboxRelayProps {
    */
   readonly lagAlarmThreshold?: Duration;
   /**
-   * Topic every alarm notifies.
-   * @default a new SNS topic encrypted with a new KMS key
+   * Topic every alarm notifies. Its policy must let `cloudwatch.amazonaws.com` publish, and if it is
+   * encrypted, its key policy must let `cloudwatch.amazonaws.com` use `kms:Decrypt` and
+   * `kms:GenerateDataKey*` (an AWS managed `alias/aws/sns` key cannot: use a customer managed key).
+   * @default a new SNS topic encrypted with a new KMS key, both with those statements
    */
   readonly alarmTopic?: sns.ITopic;
   /**
@@ -155,14 +205,21 @@ export interface OutboxRelayProps {
    * @default one month
    */
   readonly logRetention?: logs.RetentionDays;
+  /**
+   * Name of the CloudWatch dashboard. Dashboard names are global to the account (dashboards are not
+   * regional), so a name must differ between regions as well as between stacks.
+   * @default this construct's unique path followed by the region, e.g. `OutboxRelayDemo-Outbox-1a2b3c4d-eu-west-1`
+   */
+  readonly dashboardName?: string;
 }
 
 /** The relay, the monitor, their schedules, alarms and dashboard. */
 export class OutboxRelay extends Construct {
   public readonly eventBus: events.IEventBus;
-  public readonly relayFunction: nodejs.NodejsFunction;
-  public readonly monitorFunction: nodejs.NodejsFunction;
-  public readonly migrateFunction: nodejs.NodejsFunction | undefined;
+  /** The relay Lambda (a NodejsFunction when built from source, a Function on the package's bundle). */
+  public readonly relayFunction: lambda.Function;
+  public readonly monitorFunction: lambda.Function;
+  public readonly migrateFunction: lambda.Function | undefined;
   public readonly relaySchedule: scheduler.Schedule;
   public readonly monitorSchedule: scheduler.Schedule;
   public readonly alarmTopic: sns.ITopic;
@@ -175,6 +232,11 @@ export class OutboxRelay extends Construct {
     readonly proxyPinnedSessions: cloudwatch.Alarm;
   };
   public readonly dashboard: cloudwatch.Dashboard;
+  /**
+   * The database users the relay and the monitor log in as. With RDS Proxy's end-to-end IAM
+   * authentication, the proxy's role must be allowed `rds-db:connect` to the instance as these users.
+   */
+  public readonly databaseUsers: { readonly relay: string; readonly monitor: string };
 
   constructor(scope: Construct, id: string, props: OutboxRelayProps) {
     super(scope, id);
@@ -183,6 +245,7 @@ export class OutboxRelay extends Construct {
     const namespace = props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE;
     const relayUser = props.database.relayUser ?? DEFAULT_ROLES.relay;
     const monitorUser = props.database.monitorUser ?? DEFAULT_ROLES.monitor;
+    this.databaseUsers = { relay: relayUser, monitor: monitorUser };
     const logRetention = props.logRetention ?? logs.RetentionDays.ONE_MONTH;
     this.eventBus = props.eventBus ?? new events.EventBus(this, 'Bus');
 
@@ -193,48 +256,74 @@ export class OutboxRelay extends Construct {
       [EnvVar.pgUser]: user,
       [EnvVar.iamAuth]: 'true',
       [EnvVar.metricNamespace]: namespace,
+      [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
     });
+    // EventBridge Scheduler invokes asynchronously. Lambda's defaults would retry a failed invocation
+    // twice and keep a throttled one for up to 6 hours; the next schedule is a minute away, so a
+    // failed or late invocation is dropped instead (60 s is the shortest age Lambda accepts). A
+    // failure still counts in the Errors metric that the error alarms watch.
+    const scheduledInvoke = { retryAttempts: 0, maxEventAge: Duration.minutes(1) } as const;
     const baseBundling = OUTBOX_BUNDLING;
-    const fn = (name: string, entry: string, extra: Partial<nodejs.NodejsFunctionProps>) =>
-      new nodejs.NodejsFunction(this, name, {
-        entry: `${repoRoot}${entry}`,
-        projectRoot: repoRoot,
-        depsLockFilePath: `${repoRoot}package-lock.json`,
-        runtime: lambda.Runtime.NODEJS_24_X,
+    const fn = (
+      name: string,
+      handler: HandlerName,
+      extra: lambda.FunctionOptions,
+      bundling: nodejs.BundlingOptions = baseBundling,
+    ): lambda.Function => {
+      const options: lambda.FunctionOptions = {
         architecture: lambda.Architecture.ARM_64,
         memorySize: 256,
         vpc: props.vpc,
         vpcSubnets: props.vpcSubnets,
         securityGroups: props.securityGroups,
         logGroup: new logs.LogGroup(this, `${name}Logs`, { retention: logRetention }),
-        bundling: baseBundling,
         ...extra,
+      };
+      const runtime = lambda.Runtime.NODEJS_24_X;
+      const bundle = prebuiltBundle(handler);
+      if (bundle) {
+        return new lambda.Function(this, name, {
+          ...options,
+          runtime,
+          code: lambda.Code.fromAsset(bundle),
+          handler: 'index.handler',
+        });
+      }
+      return new nodejs.NodejsFunction(this, name, {
+        ...options,
+        runtime,
+        entry: `${repoRoot}${HANDLER_ENTRIES[handler]}`,
+        projectRoot: repoRoot,
+        depsLockFilePath: `${repoRoot}package-lock.json`,
+        bundling,
       });
+    };
 
-    this.relayFunction = fn('RelayFunction', 'functions/relay/handler.ts', {
+    this.relayFunction = fn('RelayFunction', 'relay', {
       memorySize: props.relayMemorySize ?? 256,
       timeout,
+      ...scheduledInvoke,
+      reservedConcurrentExecutions: props.relayReservedConcurrency,
       environment: {
         ...props.relayEnvironment,
         ...dbEnvironment(relayUser),
         [EnvVar.eventBusName]: this.eventBus.eventBusName,
         [EnvVar.powertoolsServiceName]: ServiceName.relay,
         NODE_OPTIONS: '--enable-source-maps',
-        [EnvVar.nodeExtraCaCerts]: LAMBDA_RDS_CA_BUNDLE,
       },
       description: 'Outbox relay: claims leased outbox rows and publishes them with PutEvents',
     });
     this.eventBus.grantPutEventsTo(this.relayFunction);
     props.database.proxy.grantConnect(this.relayFunction, relayUser);
 
-    this.monitorFunction = fn('MonitorFunction', 'functions/monitor/handler.ts', {
+    this.monitorFunction = fn('MonitorFunction', 'monitor', {
       timeout: Duration.minutes(1),
+      ...scheduledInvoke,
       environment: {
         ...props.monitorEnvironment,
         ...dbEnvironment(monitorUser),
         [EnvVar.powertoolsServiceName]: ServiceName.monitor,
         NODE_OPTIONS: '--enable-source-maps',
-        [EnvVar.nodeExtraCaCerts]: LAMBDA_RDS_CA_BUNDLE,
       },
       description: 'Outbox monitor: prunes old rows and emits lag and backlog metrics',
     });
@@ -263,24 +352,35 @@ export class OutboxRelay extends Construct {
       target: new targets.LambdaInvoke(this.monitorFunction, { retryAttempts: 0, role: schedulerRole }),
       description: 'Invokes the outbox monitor: pruning and lag metrics',
     });
+    // The schedules start only once their role's policy (added by the targets above) exists: an
+    // invocation before that is denied, and with no retries it is simply lost. On the policy only:
+    // the role itself is already a dependency through RoleArn.
+    const schedulerPolicy = schedulerRole.node.findChild('DefaultPolicy');
+    for (const s of [this.relaySchedule, this.monitorSchedule]) s.node.addDependency(schedulerPolicy);
 
     if (props.migration) {
-      this.migrateFunction = fn('MigrateFunction', 'functions/migrate/handler.ts', {
-        timeout: Duration.minutes(5),
-        environment: {
-          [EnvVar.adminSecretArn]: props.migration.adminSecret.secretArn,
-          [EnvVar.adminHost]: props.migration.host,
-          [EnvVar.adminDatabase]: props.database.databaseName,
-          [EnvVar.relayRole]: relayUser,
-          [EnvVar.monitorRole]: monitorUser,
-          [EnvVar.migrationsDir]: '/var/task/migrations',
-          NODE_OPTIONS: '--enable-source-maps',
-          [EnvVar.nodeExtraCaCerts]: LAMBDA_RDS_CA_BUNDLE,
+      this.migrateFunction = fn(
+        'MigrateFunction',
+        'migrate',
+        {
+          timeout: Duration.minutes(5),
+          environment: {
+            [EnvVar.adminSecretArn]: props.migration.adminSecret.secretArn,
+            [EnvVar.adminHost]: props.migration.host,
+            [EnvVar.adminDatabase]: props.database.databaseName,
+            [EnvVar.relayRole]: relayUser,
+            [EnvVar.monitorRole]: monitorUser,
+            [EnvVar.migrationsDir]: '/var/task/migrations',
+            [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
+            NODE_OPTIONS: '--enable-source-maps',
+          },
+          description: 'Outbox migrations: schema and least-privilege roles, run at deploy time',
+          securityGroups: props.migration.securityGroups,
         },
-        description: 'Outbox migrations: schema and least-privilege roles, run at deploy time',
-        bundling: {
+        {
           ...baseBundling,
-          // The numbered SQL files travel with the code (node-pg-migrate reads them from a folder).
+          // The numbered SQL files travel with the code (node-pg-migrate reads them from a folder);
+          // the pre-built bundle carries them the same way (scripts/build.ts).
           commandHooks: {
             beforeBundling: () => [],
             beforeInstall: () => [],
@@ -289,13 +389,15 @@ export class OutboxRelay extends Construct {
             ],
           },
         },
-      });
+      );
       props.migration.adminSecret.grantRead(this.migrateFunction);
-      // Migrations run before the schedules exist, so no relay ever meets an old schema.
+      // Migrations run before the functions and their schedules are created or updated, so new code
+      // never meets the old schema. The old code does meet the new schema while the Trigger runs:
+      // migrations must be expand/contract (README, Deploy).
       new triggers.Trigger(this, 'MigrateTrigger', {
         handler: this.migrateFunction,
         executeAfter: props.migration.executeAfter ?? [],
-        executeBefore: [this.relaySchedule, this.monitorSchedule],
+        executeBefore: [this.relayFunction, this.monitorFunction, this.relaySchedule, this.monitorSchedule],
         executeOnHandlerChange: true,
         timeout: Duration.minutes(5),
       });
@@ -311,16 +413,7 @@ export class OutboxRelay extends Construct {
       }
     }
 
-    this.alarmTopic =
-      props.alarmTopic ??
-      new sns.Topic(this, 'AlarmTopic', {
-        displayName: 'Outbox relay alarms',
-        masterKey: new kms.Key(this, 'AlarmTopicKey', {
-          enableKeyRotation: true,
-          description: 'Outbox relay alarm topic',
-        }),
-        enforceSSL: true,
-      });
+    this.alarmTopic = props.alarmTopic ?? this.createAlarmTopic();
     // Every custom metric is watched under the dimension its emitting service sets (names.ts).
     const metric = (name: MetricName, statistic: string, period = Duration.minutes(1)) =>
       new cloudwatch.Metric({
@@ -397,7 +490,9 @@ export class OutboxRelay extends Construct {
     };
 
     this.dashboard = new cloudwatch.Dashboard(this, 'Dashboard', {
-      dashboardName: `${Stack.of(this).stackName}-outbox`,
+      dashboardName:
+        props.dashboardName ??
+        `${Names.uniqueResourceName(this, { maxLength: 200, separator: '-' })}-${Stack.of(this).region}`,
       widgets: [
         [
           new cloudwatch.GraphWidget({
@@ -432,6 +527,59 @@ export class OutboxRelay extends Construct {
       ],
     });
   }
+
+  /**
+   * An SNS topic encrypted with its own key, which CloudWatch alarms of this account and region may
+   * publish to. Alarms publish as the service principal `cloudwatch.amazonaws.com`, so both the topic
+   * policy (the SSL-only policy replaces SNS's default one, which allowed the account) and the key
+   * policy must allow it; otherwise every alarm changes state and no notification is ever sent. The
+   * aws:SourceAccount and aws:SourceArn conditions keep other accounts' alarms out (the SNS
+   * developer guide's key management page, "compatibility with AWS services").
+   */
+  private createAlarmTopic(): sns.Topic {
+    const stack = Stack.of(this);
+    const cloudwatchPrincipal = new iam.ServicePrincipal('cloudwatch.amazonaws.com');
+    const fromOurAlarms = {
+      StringEquals: { 'aws:SourceAccount': stack.account },
+      ArnLike: {
+        'aws:SourceArn': stack.formatArn({
+          service: 'cloudwatch',
+          resource: 'alarm',
+          resourceName: '*',
+          arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+        }),
+      },
+    };
+    const key = new kms.Key(this, 'AlarmTopicKey', {
+      enableKeyRotation: true,
+      description: 'Outbox relay alarm topic',
+    });
+    key.addToResourcePolicy(
+      new iam.PolicyStatement({
+        sid: 'CloudWatchAlarmsPublishToTheAlarmTopic',
+        principals: [cloudwatchPrincipal],
+        actions: ['kms:Decrypt', 'kms:GenerateDataKey*'],
+        // In a key policy "*" means this key.
+        resources: ['*'],
+        conditions: fromOurAlarms,
+      }),
+    );
+    const topic = new sns.Topic(this, 'AlarmTopic', {
+      displayName: 'Outbox relay alarms',
+      masterKey: key,
+      enforceSSL: true,
+    });
+    topic.addToResourcePolicy(
+      new iam.PolicyStatement({
+        sid: 'CloudWatchAlarmsPublish',
+        principals: [cloudwatchPrincipal],
+        actions: ['sns:Publish'],
+        resources: [topic.topicArn],
+        conditions: fromOurAlarms,
+      }),
+    );
+    return topic;
+  }
 }
 
 function validate(props: OutboxRelayProps): void {
@@ -442,6 +590,19 @@ function validate(props: OutboxRelayProps): void {
   if (props.securityGroups.length === 0) {
     throw new Error('OutboxRelay: securityGroups must name at least one security group the proxy accepts');
   }
+  if (props.migration) {
+    if (props.migration.securityGroups.length === 0) {
+      throw new Error(
+        'OutboxRelay: migration.securityGroups must name at least one security group the instance accepts',
+      );
+    }
+    const shared = props.migration.securityGroups.filter((g) => props.securityGroups.includes(g));
+    if (shared.length > 0) {
+      throw new Error(
+        "OutboxRelay: migration.securityGroups must not include the relay's and monitor's securityGroups (they would reach the instance directly, bypassing the proxy)",
+      );
+    }
+  }
   if (!/^[A-Za-z_][A-Za-z0-9_$]{0,62}$/.test(props.database.databaseName)) {
     throw new Error(
       `OutboxRelay: database.databaseName "${props.database.databaseName}" is not a valid Postgres name`,
@@ -450,6 +611,12 @@ function validate(props: OutboxRelayProps): void {
   const memory = props.relayMemorySize ?? 256;
   if (memory < 128 || memory > 10_240) {
     throw new Error(`OutboxRelay: relayMemorySize must be 128–10240 MB (got ${memory})`);
+  }
+  const reserved = props.relayReservedConcurrency;
+  if (reserved !== undefined && (!Number.isInteger(reserved) || reserved < 1)) {
+    throw new Error(
+      `OutboxRelay: relayReservedConcurrency must be a whole number of at least 1 (got ${reserved}); 0 would stop the relay`,
+    );
   }
   const lag = props.lagAlarmThreshold?.toSeconds() ?? 300;
   if (lag < 60) throw new Error(`OutboxRelay: lagAlarmThreshold must be at least 1 minute (got ${lag} s)`);

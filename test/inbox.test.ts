@@ -3,7 +3,13 @@ import middy from '@middy/core';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { type InboxContext, InboxGapError, type InboxOptions, inbox } from '../shared/consumer/inbox.ts';
+import {
+  type InboxContext,
+  InboxGapError,
+  type InboxOptions,
+  InboxOptionsError,
+  inbox,
+} from '../shared/consumer/inbox.ts';
 import { connect, type Sql } from '../shared/platform/db.ts';
 import { OutboxValidationError } from '../shared/platform/errors.ts';
 import { defineEvent } from '../shared/producer/typed-events.ts';
@@ -153,7 +159,7 @@ describe('inbox middleware', () => {
   });
 
   it('wait-for-gap: with events arriving 3, 1, 2, fails 3 until 1 and 2 are applied, then applies it', async () => {
-    const c = consumer('ledger', { order: 'wait-for-gap', gapWaitSeconds: 300 });
+    const c = consumer('ledger', { order: 'wait-for-gap', gapWaitSeconds: 120 });
     const three = eventFor(3);
     await expect(c.handler(three)).rejects.toBeInstanceOf(InboxGapError);
     await c.handler(eventFor(1));
@@ -174,6 +180,46 @@ describe('inbox middleware', () => {
       else expect(result).toEqual({ inbox: 'parked', eventId: three.detail.metadata.eventId });
     }
     expect(await applied()).toEqual([{ consumer: 'gap-process', sequence: 3 }]);
+  });
+
+  it("wait-for-gap at the defaults: fails the attempts of Lambda's retry schedule until the last, which applies the event", async () => {
+    // Lambda retries a failed asynchronous invocation twice, 1 and then 2 minutes later: attempts
+    // at about 0, 60 and 180 s. The gap wait must end before the last one, or the event is dropped.
+    const c = consumer('ledger-defaults', { order: 'wait-for-gap' });
+    const three = eventFor(3, 'o-gap');
+    const outcomes: string[] = [];
+    for (const secondsSinceFirst of [0, 60, 180]) {
+      await db.sql`update inbox_gap set first_seen_at = now() - make_interval(secs => ${secondsSinceFirst})`;
+      outcomes.push(
+        await c.handler({ ...three, id: randomUUID() }).then(
+          () => 'applied',
+          (e: Error) => e.name,
+        ),
+      );
+    }
+    expect(outcomes).toEqual(['InboxGapError', 'InboxGapError', 'applied']);
+    expect(await applied()).toEqual([{ consumer: 'ledger-defaults', sequence: 3 }]);
+  });
+
+  it('rejects a gap wait that does not fit the retry window, and other bad options, naming the option', () => {
+    const attempt = (options: Partial<InboxOptions<Record<string, unknown>>>) => {
+      try {
+        inbox({ sql: db.sql, consumer: 'x', ...options });
+        return 'accepted';
+      } catch (error) {
+        expect(error).toBeInstanceOf(InboxOptionsError);
+        return (error as InboxOptionsError).field;
+      }
+    };
+    expect(attempt({ order: 'wait-for-gap', gapWaitSeconds: 300 })).toBe('gapWaitSeconds');
+    expect(attempt({ order: 'wait-for-gap', gapWaitSeconds: 50, retryWindowSeconds: 60 })).toBe('accepted');
+    expect(attempt({ order: 'wait-for-gap', gapWaitSeconds: 60, retryWindowSeconds: 60 })).toBe(
+      'gapWaitSeconds',
+    );
+    expect(attempt({ order: 'wait-for-gap', gapWaitSeconds: 0, retryWindowSeconds: 0 })).toBe('accepted');
+    expect(attempt({ consumer: '' })).toBe('consumer');
+    expect(attempt({ deadlineMarginMs: -1 })).toBe('deadlineMarginMs');
+    expect(attempt({ order: 'newest' as never })).toBe('order');
   });
 
   it('fails the invocation when the database fails, instead of swallowing it', async () => {

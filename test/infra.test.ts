@@ -1,17 +1,53 @@
-import { App, Stack, Validations } from 'aws-cdk-lib';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { App, type AppProps, Stack, Validations } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as rds from 'aws-cdk-lib/aws-rds';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import { CURRENTLY_RECOMMENDED_FLAGS } from 'aws-cdk-lib/cx-api';
 import { AwsSolutionsChecks } from 'cdk-nag';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildApp } from '../infra/app.ts';
+import { OutboxDemoStack } from '../infra/demo-stack.ts';
 import { OutboxRelay } from '../infra/outbox-relay.ts';
+
+// Every App in this file synthesises under one private directory, removed when the file ends. An App
+// built without an outdir makes its own `cdk.out*` directory in os.tmpdir() that nothing removes, so
+// TMPDIR points at an empty folder inside the private one while the tests run: whatever lands there
+// is a leak, and the last hook fails on it.
+const workRoot = mkdtempSync(join(tmpdir(), 'outbox-cdk-test-'));
+const strayTmp = join(workRoot, 'tmp');
+mkdirSync(strayTmp);
+beforeAll(() => {
+  vi.stubEnv('TMPDIR', strayTmp);
+});
+afterAll(() => {
+  // Only synthesis output counts: Node keeps its shared compile cache in the temp dir too.
+  const stray = readdirSync(strayTmp).filter((name) => /^(cdk\.out|outbox-cdk-test-)/.test(name));
+  vi.unstubAllEnvs();
+  rmSync(workRoot, { recursive: true, force: true });
+  expect(stray, 'an App synthesised into the temp dir: create it with newApp()').toEqual([]);
+});
+
+/** An App whose cloud assembly goes under this file's private directory. */
+function newApp(props: AppProps = {}): App {
+  return new App({ outdir: mkdtempSync(join(workRoot, 'cdk.out-')), ...props });
+}
+
+/** cdk.json's context (the feature flags): `cdk synth` passes it to the app, so the tests do too. */
+const cdkContext = (
+  JSON.parse(readFileSync(new URL('../cdk.json', import.meta.url), 'utf8')) as {
+    context: Record<string, unknown>;
+  }
+).context;
 
 let template: Template;
 let synthError: unknown;
 beforeAll(() => {
-  const app = new App({ outdir: `/tmp/outbox-cdk-test-${process.pid}` });
+  const app = newApp({ context: cdkContext });
   // cdk-nag's AwsSolutions pack: synthesis fails on any finding that is not acknowledged with a reason.
   Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
   const { stack } = buildApp(app);
@@ -64,7 +100,10 @@ describe('demo stack (synthesised)', () => {
       ['AWS::RDS::DBProxy', 1],
       ['AWS::Events::EventBus', 1],
       ['AWS::Scheduler::Schedule', 2],
-      ['AWS::CloudWatch::Alarm', 6],
+      // six of the relay's, two of the example consumer's failure queues
+      ['AWS::CloudWatch::Alarm', 8],
+      ['AWS::Events::Rule', 1],
+      ['AWS::SQS::Queue', 2],
       ['AWS::CloudWatch::Dashboard', 1],
       ['AWS::SNS::Topic', 1],
       ['AWS::EC2::VPCEndpoint', 2],
@@ -133,6 +172,11 @@ describe('demo stack (synthesised)', () => {
       PGUSER: 'outbox_monitor',
       OUTBOX_DB_IAM_AUTH: 'true',
     });
+    // Lambda's Node 20+ runtimes load the Amazon RDS CA bundle only when pointed at it; without it,
+    // verified TLS to the instance or the proxy fails.
+    for (const f of [relay, monitor, migrate]) {
+      expect(f?.Properties.Environment.Variables.NODE_EXTRA_CA_CERTS).toBe('/var/runtime/ca-cert.pem');
+    }
     expect(migrate?.Properties.Environment.Variables.DB_SECRET_ARN).toEqual({
       Ref: expect.stringMatching(/^DatabaseSecretAttachment/),
     });
@@ -169,24 +213,144 @@ describe('demo stack (synthesised)', () => {
     });
     expect(statementsOf('OutboxMigrateFunctionServiceRoleDefaultPolicy')).toEqual([
       {
-        Action: ['secretsmanager:GetSecretValue', 'secretsmanager:DescribeSecret'],
+        Action: ['secretsmanager:DescribeSecret', 'secretsmanager:GetSecretValue'],
         Effect: 'Allow',
         Resource: { Ref: expect.stringMatching(/^DatabaseSecretAttachment/) },
       },
     ]);
   });
 
-  it('requires IAM authentication and TLS on the proxy, and reaches EventBridge through an interface endpoint', () => {
+  it('requires TLS and end-to-end IAM authentication on the proxy, and reaches EventBridge through an interface endpoint', () => {
     template.hasResourceProperties('AWS::RDS::DBProxy', {
       RequireTLS: true,
       EngineFamily: 'POSTGRESQL',
-      Auth: [Match.objectLike({ IAMAuth: 'REQUIRED' })],
+      DefaultAuthScheme: 'IAM_AUTH',
+      Auth: Match.absent(),
     });
     template.hasResourceProperties('AWS::EC2::VPCEndpoint', {
       ServiceName: { 'Fn::Join': ['', ['com.amazonaws.', { Ref: 'AWS::Region' }, '.events']] },
       VpcEndpointType: 'Interface',
       PrivateDnsEnabled: true,
     });
+  });
+
+  it("lets the proxy log in to the instance with IAM as the deployment's roles only, and read no secret", () => {
+    // End-to-end IAM: the proxy signs its own token for the instance, as the client's user, with
+    // its role's rds-db:connect on dbuser:<DbiResourceId>/<user>. Without it (or a secret per
+    // user) every client connection is refused.
+    const proxy = Object.values(template.findResources('AWS::RDS::DBProxy'))[0] as {
+      Properties: { RoleArn: { 'Fn::GetAtt': [string, string] } };
+    };
+    const roleId = proxy.Properties.RoleArn['Fn::GetAtt'][0];
+    const policies = Object.values(template.findResources('AWS::IAM::Policy')).filter((p) =>
+      JSON.stringify((p as { Properties: { Roles: unknown } }).Properties.Roles).includes(`"${roleId}"`),
+    ) as { Properties: { PolicyDocument: { Statement: Statement[] } } }[];
+    const statements = policies.flatMap((p) => p.Properties.PolicyDocument.Statement);
+    expect(statements.map((x) => x.Action)).toEqual(['rds-db:connect']);
+    const instanceUser = (user: string) => ({
+      'Fn::Join': [
+        '',
+        [
+          'arn:',
+          { Ref: 'AWS::Partition' },
+          ':rds-db:',
+          { Ref: 'AWS::Region' },
+          ':',
+          { Ref: 'AWS::AccountId' },
+          ':dbuser:',
+          { 'Fn::GetAtt': [expect.stringMatching(/^Database[A-Z0-9]{8}$/), 'DbiResourceId'] },
+          `/${user}`,
+        ],
+      ],
+    });
+    const resources = statements[0]?.Resource as unknown[];
+    expect(resources).toHaveLength(4);
+    expect(resources).toEqual(
+      expect.arrayContaining(
+        ['outbox_relay', 'outbox_monitor', 'outbox_producer', 'outbox_consumer'].map(instanceUser),
+      ),
+    );
+  });
+
+  it('lets only the migrate function reach the instance directly; the relay and the monitor reach only the proxy', () => {
+    type Rule = { Type: string; Properties: Record<string, unknown> };
+    const groupOf = (ref: unknown) => (ref as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
+    const rules = Object.values(template.toJSON().Resources as Record<string, Rule>)
+      .filter((r) => /^AWS::EC2::SecurityGroup(Ingress|Egress)$/.test(r.Type))
+      .map((r) => ({
+        direction: r.Type.endsWith('Ingress') ? 'in' : 'out',
+        group: groupOf(r.Properties.GroupId),
+        peer: groupOf(r.Properties.SourceSecurityGroupId ?? r.Properties.DestinationSecurityGroupId),
+      }));
+    const sgOf = (description: string) => {
+      const f = Object.values(
+        template.findResources('AWS::Lambda::Function', {
+          Properties: { Description: Match.stringLikeRegexp(`^${description}`) },
+        }),
+      )[0] as { Properties: { VpcConfig: { SecurityGroupIds: unknown[] } } };
+      return f.Properties.VpcConfig.SecurityGroupIds.map(groupOf);
+    };
+    const [relaySgs, monitorSgs, migrateSgs] = [
+      sgOf('Outbox relay:'),
+      sgOf('Outbox monitor:'),
+      sgOf('Outbox migrations:'),
+    ];
+    expect(migrateSgs.filter((g) => [...relaySgs, ...monitorSgs].includes(g))).toEqual([]);
+    const instance = Object.values(template.findResources('AWS::RDS::DBInstance'))[0] as {
+      Properties: { VPCSecurityGroups: unknown[] };
+    };
+    const dbSgs = instance.Properties.VPCSecurityGroups.map(groupOf);
+    const proxy = Object.values(template.findResources('AWS::RDS::DBProxy'))[0] as {
+      Properties: { VpcSecurityGroupIds: unknown[] };
+    };
+    const proxySgs = proxy.Properties.VpcSecurityGroupIds.map(groupOf);
+    const intoDb = rules.filter((r) => r.direction === 'in' && dbSgs.includes(r.group)).map((r) => r.peer);
+    // Exactly one rule per peer: addProxy already opens the instance to the proxy (both directions),
+    // and a second, identical rule would delete the shared one when removed.
+    expect(intoDb.sort()).toEqual([...proxySgs, ...migrateSgs].sort());
+    const proxyToDb = rules.filter(
+      (r) => r.direction === 'out' && proxySgs.includes(r.group) && dbSgs.includes(r.peer),
+    );
+    expect(proxyToDb).toHaveLength(1);
+    for (const g of [...relaySgs, ...monitorSgs]) {
+      expect(rules.filter((r) => r.direction === 'out' && r.group === g && dbSgs.includes(r.peer))).toEqual(
+        [],
+      );
+    }
+    const migrateOut = rules
+      .filter((r) => r.direction === 'out' && migrateSgs.includes(r.group))
+      .map((r) => r.peer);
+    expect(migrateOut).toEqual(expect.arrayContaining(dbSgs));
+    expect(migrateOut.filter((g) => proxySgs.includes(g))).toEqual([]);
+  });
+
+  it('runs the migrations only once the network they use is in place', () => {
+    // The migrate function reads the admin secret through the Secrets Manager endpoint and connects
+    // to the instance through two security group rules; if the Trigger runs first, it times out and
+    // the first deploy rolls back.
+    const trigger = Object.values(template.findResources('Custom::Trigger'))[0] as { DependsOn: string[] };
+    const resources = template.toJSON().Resources as Record<
+      string,
+      { Type: string; Properties: Record<string, unknown> }
+    >;
+    const secretsEndpoint = Object.entries(resources).find(
+      ([, r]) =>
+        r.Type === 'AWS::EC2::VPCEndpoint' &&
+        JSON.stringify(r.Properties.ServiceName).includes('.secretsmanager'),
+    )?.[0];
+    expect(trigger.DependsOn).toContain(secretsEndpoint);
+    const migrateFn = Object.values(
+      template.findResources('AWS::Lambda::Function', {
+        Properties: { Description: Match.stringLikeRegexp('^Outbox migrations:') },
+      }),
+    )[0] as { Properties: { VpcConfig: { SecurityGroupIds: { 'Fn::GetAtt': [string, string] }[] } } };
+    const migrateSg = migrateFn.Properties.VpcConfig.SecurityGroupIds[0]?.['Fn::GetAtt'][0];
+    const migrateRules = Object.entries(resources)
+      .filter(([, r]) => /^AWS::EC2::SecurityGroup(Ingress|Egress)$/.test(r.Type))
+      .filter(([, r]) => JSON.stringify(r.Properties).includes(`"${migrateSg}"`))
+      .map(([id]) => id);
+    expect(migrateRules.length).toBeGreaterThanOrEqual(4);
+    expect(trigger.DependsOn).toEqual(expect.arrayContaining(migrateRules));
   });
 
   it('invokes both functions every minute, and only after the migrations ran', () => {
@@ -200,7 +364,18 @@ describe('demo stack (synthesised)', () => {
       expect(s.Properties.ScheduleExpression).toBe('rate(1 minute)');
       expect(s.Properties.FlexibleTimeWindow).toEqual({ Mode: 'OFF' });
       expect(s.DependsOn).toContain(trigger);
+      // And only once their role may invoke the functions: an early invocation is denied and dropped.
+      expect(s.DependsOn).toEqual(
+        expect.arrayContaining([expect.stringMatching(/^OutboxSchedulerRoleDefaultPolicy/)]),
+      );
     }
+    // On an update, new code must not run against the old schema: the functions themselves (not
+    // only their schedules) are updated after the migrations.
+    const functions = template.findResources('AWS::Lambda::Function', {
+      Properties: { Description: Match.stringLikeRegexp('^Outbox (relay|monitor):') },
+    }) as Record<string, { DependsOn?: string[] }>;
+    expect(Object.keys(functions)).toHaveLength(2);
+    for (const f of Object.values(functions)) expect(f.DependsOn).toContain(trigger);
     const triggerResource = template.findResources('Custom::Trigger')[trigger as string] as {
       DependsOn: string[];
     };
@@ -208,8 +383,84 @@ describe('demo stack (synthesised)', () => {
       expect.arrayContaining([
         expect.stringMatching(/^Database[A-Z0-9]/),
         expect.stringMatching(/^DatabaseProxy[A-Z0-9]/),
+        expect.stringMatching(/^ProxyRoleDefaultPolicy/),
       ]),
     );
+  });
+
+  it('drops a failed or late scheduled invocation instead of replaying it (async invoke config)', () => {
+    // Scheduler invokes asynchronously; Lambda's defaults retry a failure twice and keep a throttled
+    // event for 6 hours. The next schedule is a minute away, so replays only pile up.
+    const functions = template.findResources('AWS::Lambda::Function', {
+      Properties: { Description: Match.stringLikeRegexp('^Outbox (relay|monitor):') },
+    });
+    expect(Object.keys(functions)).toHaveLength(2);
+    for (const id of Object.keys(functions)) {
+      template.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+        FunctionName: { Ref: id },
+        Qualifier: '$LATEST',
+        MaximumRetryAttempts: 0,
+        MaximumEventAgeInSeconds: 60,
+      });
+      // No reserved concurrency by default: see the README (Deploy) for why.
+      expect(
+        (functions[id] as { Properties: Record<string, unknown> }).Properties.ReservedConcurrentExecutions,
+      ).toBeUndefined();
+    }
+  });
+
+  it('lets CloudWatch alarms of this account and region publish to the alarm topic and use its key', () => {
+    // Alarms publish as cloudwatch.amazonaws.com: the topic policy must allow it (the SSL-only
+    // policy replaces SNS's default one), and so must the key policy, or every notification fails.
+    const fromOurAlarms = {
+      StringEquals: { 'aws:SourceAccount': { Ref: 'AWS::AccountId' } },
+      ArnLike: {
+        'aws:SourceArn': {
+          'Fn::Join': [
+            '',
+            [
+              'arn:',
+              { Ref: 'AWS::Partition' },
+              ':cloudwatch:',
+              { Ref: 'AWS::Region' },
+              ':',
+              { Ref: 'AWS::AccountId' },
+              ':alarm:*',
+            ],
+          ],
+        },
+      },
+    };
+    const topics = template.findResources('AWS::SNS::Topic');
+    const [topicId, topic] = Object.entries(topics)[0] as [
+      string,
+      { Properties: { KmsMasterKeyId: { 'Fn::GetAtt': [string, string] } } },
+    ];
+    const key = template.findResources('AWS::KMS::Key')[topic.Properties.KmsMasterKeyId['Fn::GetAtt'][0]] as {
+      Properties: { KeyPolicy: { Statement: unknown[] } };
+    };
+    expect(key.Properties.KeyPolicy.Statement).toContainEqual(
+      expect.objectContaining({
+        Effect: 'Allow',
+        Principal: { Service: 'cloudwatch.amazonaws.com' },
+        Action: ['kms:Decrypt', 'kms:GenerateDataKey*'],
+        Condition: fromOurAlarms,
+      }),
+    );
+    template.hasResourceProperties('AWS::SNS::TopicPolicy', {
+      Topics: [{ Ref: topicId }],
+      PolicyDocument: {
+        Statement: Match.arrayWith([
+          Match.objectLike({
+            Effect: 'Allow',
+            Principal: { Service: 'cloudwatch.amazonaws.com' },
+            Action: 'sns:Publish',
+            Resource: { Ref: topicId },
+            Condition: fromOurAlarms,
+          }),
+        ]),
+      },
+    });
   });
 
   it('alarms on lag (missing data breaches), dead letters, relay errors and throttles, monitor errors and pinned proxy sessions', () => {
@@ -260,9 +511,58 @@ describe('demo stack (synthesised)', () => {
   });
 });
 
+describe('feature flags and physical names', () => {
+  it('sets every feature flag CDK recommends for a new project in cdk.json', () => {
+    const missing = Object.entries(CURRENTLY_RECOMMENDED_FLAGS)
+      .filter(([flag, value]) => JSON.stringify(cdkContext[flag]) !== JSON.stringify(value))
+      .map(([flag]) => flag);
+    expect(missing).toEqual([]);
+  });
+
+  it('names nothing the same in two stacks of one account and region, and puts the region in the dashboard name', () => {
+    // Bundling is skipped: names do not depend on the code.
+    const app = newApp({ context: { ...cdkContext, 'aws:cdk:bundling-stacks': [] } });
+    const stacks = [new OutboxDemoStack(app, 'OutboxRelayDemo'), new OutboxDemoStack(app, 'Orders')];
+    // Properties that end in Name or Identifier but name nothing account-wide: the database inside
+    // the instance, an inline policy of a role, the proxy's one target group ("default" by API),
+    // metric names and endpoint service names.
+    const notPhysical = new Set([
+      'DBName',
+      'PolicyName',
+      'TargetGroupName',
+      'MetricName',
+      'ServiceName',
+      'DisplayName',
+    ]);
+    const names = stacks.map((stack) => {
+      const found = new Map<string, string>();
+      for (const [id, resource] of Object.entries(Template.fromStack(stack).toJSON().Resources)) {
+        const { Type, Properties = {} } = resource as { Type: string; Properties?: Record<string, unknown> };
+        for (const [key, value] of Object.entries(Properties)) {
+          // A value built from another resource (not a pseudo parameter) differs per stack anyway.
+          const isReference = /"Fn::GetAtt"|"Ref":"(?!AWS::)/.test(JSON.stringify(value));
+          if (/(Name|Identifier)$/.test(key) && !notPhysical.has(key) && !isReference) {
+            found.set(`${Type} ${id}.${key}`, JSON.stringify(value));
+          }
+        }
+      }
+      return found;
+    });
+    const [first, second] = names as [Map<string, string>, Map<string, string>];
+    expect(first.size).toBeGreaterThan(0);
+    const shared = [...first]
+      .filter(([key, value]) => second.get(key) === value)
+      .map(([key, value]) => `${key}=${value}`);
+    expect(shared).toEqual([]);
+    // CloudWatch dashboards are global to the account, not regional.
+    const dashboard = [...first].find(([key]) => key.startsWith('AWS::CloudWatch::Dashboard'));
+    expect(dashboard?.[1]).toContain('{"Ref":"AWS::Region"}');
+  });
+});
+
 describe('OutboxRelay in an existing stack', () => {
   it('embeds with an imported VPC, proxy and bus', () => {
-    const app = new App();
+    const app = newApp();
     const stack = new Stack(app, 'Existing', { env: { account: '123456789012', region: 'eu-west-1' } });
     const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
       vpcId: 'vpc-12345678',
@@ -282,8 +582,13 @@ describe('OutboxRelay in an existing stack', () => {
       securityGroups: [sg],
       database: { proxy, databaseName: 'orders' },
       eventBus: bus,
+      relayReservedConcurrency: 2,
     });
     const t = Template.fromStack(stack);
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Description: Match.stringLikeRegexp('^Outbox relay:'),
+      ReservedConcurrentExecutions: 2,
+    });
     t.resourceCountIs('AWS::Events::EventBus', 0);
     t.resourceCountIs('Custom::Trigger', 0);
     t.hasResourceProperties('AWS::Lambda::Function', {
@@ -312,7 +617,7 @@ describe('OutboxRelay in an existing stack', () => {
   });
 
   it('rejects invalid props with a clear message', () => {
-    const stack = new Stack(new App(), 'Bad');
+    const stack = new Stack(newApp(), 'Bad');
     const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
       vpcId: 'vpc-1',
       availabilityZones: ['a'],
@@ -336,13 +641,32 @@ describe('OutboxRelay in an existing stack', () => {
           database: { proxy, databaseName: 'no-dash' },
         }),
     ).toThrow(/databaseName "no-dash"/);
+    expect(
+      () =>
+        new OutboxRelay(stack, 'C', {
+          vpc,
+          securityGroups: [sg],
+          database: { proxy, databaseName: 'db' },
+          relayReservedConcurrency: 0,
+        }),
+    ).toThrow(/relayReservedConcurrency/);
+    const adminSecret = secretsmanager.Secret.fromSecretNameV2(stack, 'Admin', 'admin');
+    expect(
+      () =>
+        new OutboxRelay(stack, 'D', {
+          vpc,
+          securityGroups: [sg],
+          database: { proxy, databaseName: 'db' },
+          migration: { adminSecret, host: 'db.example', securityGroups: [sg] },
+        }),
+    ).toThrow(/migration.securityGroups must not include/);
   });
 });
 
 describe('example consumer wiring', () => {
-  it('routes OrderPlaced from demo.shop to the billing Lambda with retries and an encrypted DLQ', async () => {
+  it('routes OrderPlaced to the billing Lambda, catches what it cannot deliver and what the handler fails on, under its own role', async () => {
     const { BillingConsumer } = await import('../examples/billing/billing-consumer.ts');
-    const stack = new Stack(new App(), 'Consumer', { env: { account: '123456789012', region: 'eu-west-1' } });
+    const stack = new Stack(newApp(), 'Consumer', { env: { account: '123456789012', region: 'eu-west-1' } });
     const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
       vpcId: 'vpc-1',
       availabilityZones: ['eu-west-1a'],
@@ -362,16 +686,73 @@ describe('example consumer wiring', () => {
       databaseName: 'shop',
     });
     const t = Template.fromStack(stack);
+    const queueId = (prefix: string) => {
+      const ids = Object.keys(t.findResources('AWS::SQS::Queue')).filter((id) => id.startsWith(prefix));
+      expect(ids, `one queue whose id starts with ${prefix}`).toHaveLength(1);
+      return ids[0] as string;
+    };
+    const deliveryQueue = queueId('BillingDeadLetterQueue');
+    const failedQueue = queueId('BillingFailedEventsQueue');
+
+    // Delivery into Lambda: the rule target's retry policy, then the delivery dead-letter queue.
     t.hasResourceProperties('AWS::Events::Rule', {
       EventBusName: 'orders',
       EventPattern: { source: ['demo.shop'], 'detail-type': ['OrderPlaced'] },
       Targets: [
         Match.objectLike({
           RetryPolicy: { MaximumRetryAttempts: 185, MaximumEventAgeInSeconds: 86_400 },
-          DeadLetterConfig: { Arn: { 'Fn::GetAtt': [Match.stringLikeRegexp('DeadLetterQueue'), 'Arn'] } },
+          DeadLetterConfig: { Arn: { 'Fn::GetAtt': [deliveryQueue, 'Arn'] } },
         }),
       ],
     });
-    t.hasResourceProperties('AWS::SQS::Queue', { SqsManagedSseEnabled: true });
+    // The handler failed: Lambda's own retries, then the on-failure destination (never dropped).
+    t.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+      MaximumRetryAttempts: 2,
+      MaximumEventAgeInSeconds: 21_600,
+      DestinationConfig: { OnFailure: { Destination: { 'Fn::GetAtt': [failedQueue, 'Arn'] } } },
+    });
+    const policies = Object.values(t.findResources('AWS::IAM::Policy')) as {
+      Properties: { PolicyDocument: { Statement: Statement[] } };
+    }[];
+    const statements = policies.flatMap((p) => p.Properties.PolicyDocument.Statement);
+    expect(
+      statements.some(
+        (s) =>
+          [s.Action].flat().includes('sqs:SendMessage') &&
+          JSON.stringify(s.Resource) === JSON.stringify({ 'Fn::GetAtt': [failedQueue, 'Arn'] }),
+      ),
+      'the function may send to its on-failure queue',
+    ).toBe(true);
+    // Both queues encrypted, and each watched by an alarm.
+    for (const id of [deliveryQueue, failedQueue]) {
+      expect(t.toJSON().Resources[id].Properties).toMatchObject({ SqsManagedSseEnabled: true });
+      t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+        Namespace: 'AWS/SQS',
+        MetricName: 'ApproximateNumberOfMessagesVisible',
+        Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [id, 'QueueName'] } }],
+        Threshold: 0,
+        ComparisonOperator: 'GreaterThanThreshold',
+      });
+    }
+
+    // Its own database role, through RDS Proxy with IAM, like the relay and the monitor.
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Environment: {
+        Variables: Match.objectLike({
+          PGUSER: 'outbox_consumer',
+          PGDATABASE: 'shop',
+          PGHOST: 'p.proxy.eu-west-1.rds.amazonaws.com',
+          OUTBOX_DB_IAM_AUTH: 'true',
+        }),
+      },
+    });
+    expect(
+      statements.some(
+        (s) =>
+          [s.Action].flat().includes('rds-db:connect') &&
+          JSON.stringify(s.Resource).includes('dbuser:prx-1/outbox_consumer'),
+      ),
+      'rds-db:connect as outbox_consumer',
+    ).toBe(true);
   }, 60_000);
 });

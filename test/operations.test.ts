@@ -170,6 +170,7 @@ describe('monitor Lambda', () => {
         deadLetterRetentionSeconds: 30 * DAY,
         pruneBatchSize: 10,
         inboxRetentionSeconds: 30 * DAY,
+        idempotencyKeyRetentionSeconds: 30 * DAY,
         pruneTimeBudgetMs: 5_000,
         metricNamespace: 'OutboxTest',
       },

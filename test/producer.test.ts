@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { OutboxValidationError } from '../shared/platform/errors.ts';
+import { OutboxDeadlockError, OutboxValidationError } from '../shared/platform/errors.ts';
 import { enqueue, enqueueMany, type OutboxEvent } from '../shared/producer/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 
@@ -11,7 +11,7 @@ afterAll(async () => {
   await db?.drop();
 });
 beforeEach(async () => {
-  await db.sql`truncate outbox, outbox_aggregate`;
+  await db.sql`truncate outbox, outbox_aggregate, outbox_idempotency_key`;
 });
 
 const event = (overrides: Partial<OutboxEvent> = {}): OutboxEvent => ({
@@ -175,6 +175,80 @@ describe('enqueue', () => {
     const perAggregate = await db.sql<{ aggregate_id: string; n: string; max: string }[]>`
       select aggregate_id, count(*) as n, max(sequence) as max from outbox group by aggregate_id order by aggregate_id`;
     for (const row of perAggregate) expect(row.max).toBe(row.n);
+  });
+});
+
+/** Resolves once `n` sessions of this database wait on a lock, as the server sees it. */
+async function lockWaiters(n: number): Promise<void> {
+  for (let i = 0; i < 500; i++) {
+    const [row] = await db.sql<{ n: number }[]>`
+      select count(*)::int as n from pg_stat_activity
+      where wait_event_type = 'Lock' and datname = current_database()`;
+    if ((row?.n ?? 0) >= n) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`fewer than ${n} sessions ever waited on a lock`);
+}
+
+describe('enqueue locks', () => {
+  it('turns two transactions that enqueue for two aggregates in opposite orders into one typed, retryable error, and the other commits', async () => {
+    let t1First: () => void = () => {};
+    const t1HasFirst = new Promise<void>((r) => {
+      t1First = r;
+    });
+    let t2First: () => void = () => {};
+    const t2HasFirst = new Promise<void>((r) => {
+      t2First = r;
+    });
+    // T1: order/1 then order/2. T2: order/2 then order/1. Each holds its first aggregate's counter
+    // row until it ends, so the second enqueues wait on each other: Postgres picks a victim (40P01).
+    const t1 = db.sql
+      .begin(async (tx) => {
+        await enqueue(tx, event({ aggregateId: '1', payload: { by: 't1' } }));
+        t1First();
+        await t2HasFirst;
+        await enqueue(tx, event({ aggregateId: '2', payload: { by: 't1' } }));
+        return 't1';
+      })
+      .catch((error: unknown) => error);
+    const t2 = db.sql
+      .begin(async (tx) => {
+        await t1HasFirst;
+        await enqueue(tx, event({ aggregateId: '2', payload: { by: 't2' } }));
+        t2First();
+        await lockWaiters(1); // T1 now waits for order/2
+        await enqueue(tx, event({ aggregateId: '1', payload: { by: 't2' } }));
+        return 't2';
+      })
+      .catch((error: unknown) => error);
+    const outcomes = await Promise.all([t1, t2]);
+
+    const failed = outcomes.filter((o) => typeof o !== 'string');
+    const committed = outcomes.filter((o) => typeof o === 'string');
+    expect(failed).toHaveLength(1);
+    expect(committed).toHaveLength(1);
+    const error = failed[0] as OutboxDeadlockError;
+    expect(error).toBeInstanceOf(OutboxDeadlockError);
+    expect(error.name).toBe('OutboxDeadlockError');
+    expect(error.retryable).toBe(true);
+    expect(error.sqlState).toBe('40P01');
+    expect(error.message).toMatch(/deadlock/i);
+    expect(error.message).toMatch(/opposite order|different order/i);
+    expect(error.message).toMatch(/retry the (whole )?transaction/i);
+    expect((error.cause as { code?: string }).code).toBe('40P01');
+
+    // Only the survivor's two events exist, numbered 1 on each aggregate.
+    const rows = await db.sql<{ aggregate_id: string; sequence: string; by: string }[]>`
+      select aggregate_id, sequence, payload->>'by' as by from outbox order by aggregate_id`;
+    expect(rows).toEqual([
+      { aggregate_id: '1', sequence: '1', by: committed[0] },
+      { aggregate_id: '2', sequence: '1', by: committed[0] },
+    ]);
+    // Retrying the victim's whole transaction succeeds and continues the numbering.
+    const retried = await db.sql.begin((tx) =>
+      enqueueMany(tx, [event({ aggregateId: '1' }), event({ aggregateId: '2' })]),
+    );
+    expect(retried.map((r) => r.sequence)).toEqual([2, 2]);
   });
 });
 

@@ -77,10 +77,20 @@ const event = (aggregateId: string, n: number) => ({
 
 describe('database roles, each doing its real work as itself', () => {
   it('lets the producer enqueue in its own transaction, and the relay claim, publish and mark', async () => {
-    await db.sql`truncate outbox, outbox_aggregate`;
+    await db.sql`truncate outbox, outbox_aggregate, outbox_idempotency_key`;
     bus.reset();
     const producer = as(roles.producer);
     await producer.begin((tx) => enqueueMany(tx, [event('r-1', 1), event('r-1', 2), event('r-2', 1)]));
+    // The same role through the SQL function other languages call, with an idempotency key, twice.
+    const viaSql = () =>
+      producer.begin(
+        (tx) => tx<{ sequence: string; duplicate: boolean }[]>`
+          select * from outbox_enqueue(event_type => 'RoleTested', source => 'test.roles',
+            aggregate_type => 'order', aggregate_id => 'r-2', payload => '{"n": 2}'::jsonb,
+            idempotency_key => 'role-key')`,
+      );
+    expect((await viaSql()).map((r) => [r.sequence, r.duplicate])).toEqual([['2', false]]);
+    expect((await viaSql()).map((r) => [r.sequence, r.duplicate])).toEqual([['2', true]]);
 
     const result = await runRelay({
       sql: as(roles.relay),
@@ -89,19 +99,22 @@ describe('database roles, each doing its real work as itself', () => {
       untilEmpty: true,
       maxConsecutiveErrors: 1,
     });
-    expect(result.published).toBe(3);
+    expect(result.published).toBe(4);
     expect(
       bus.events.map((e) => (e.detail as { metadata: { aggregateId: string } }).metadata.aggregateId).sort(),
-    ).toEqual(['r-1', 'r-1', 'r-2']);
+    ).toEqual(['r-1', 'r-1', 'r-2', 'r-2']);
     const [row] = await db.sql<
       { n: number }[]
     >`select count(*)::int as n from outbox where published_at is not null`;
-    expect(row?.n).toBe(3);
+    expect(row?.n).toBe(4);
   });
 
-  it('lets the monitor prune expired outbox rows and inbox records, and count the backlog', async () => {
-    await db.sql`truncate outbox, outbox_aggregate, inbox_message`;
-    await db.sql.begin((tx) => enqueueMany(tx, [event('p-1', 1), event('p-2', 1), event('p-3', 1)]));
+  it('lets the monitor prune expired outbox rows, inbox records and idempotency keys, and count the backlog', async () => {
+    await db.sql`truncate outbox, outbox_aggregate, inbox_message, outbox_idempotency_key`;
+    await db.sql.begin((tx) =>
+      enqueueMany(tx, [{ ...event('p-1', 1), idempotencyKey: 'p-1-key' }, event('p-2', 1), event('p-3', 1)]),
+    );
+    await db.sql`update outbox_idempotency_key set created_at = now() - interval '60 days'`;
     await db.sql`
       update outbox set published_at = now() - interval '30 days' where aggregate_id = 'p-1'`;
     await db.sql`
@@ -115,10 +128,16 @@ describe('database roles, each doing its real work as itself', () => {
       publishedRetentionSeconds: 7 * 86_400,
       deadLetterRetentionSeconds: 30 * 86_400,
       inboxRetentionSeconds: 30 * 86_400,
+      idempotencyKeyRetentionSeconds: 30 * 86_400,
       batchSize: 10,
       timeBudgetMs: 10_000,
     });
-    expect(pruned).toMatchObject({ publishedDeleted: 1, deadLettersDeleted: 1, inboxDeleted: 1 });
+    expect(pruned).toMatchObject({
+      publishedDeleted: 1,
+      deadLettersDeleted: 1,
+      inboxDeleted: 1,
+      idempotencyKeysDeleted: 1,
+    });
     const status = await getStatus(monitor);
     expect(status).toMatchObject({ pending: 1, deadLettered: 0 });
     const left = await db.sql<{ aggregate_id: string }[]>`select aggregate_id from outbox`;
@@ -167,6 +186,16 @@ describe('database roles, each doing its real work as itself', () => {
     expect(await attempt(roles.producer, 'delete from outbox where true')).toBe('42501');
     expect(await attempt(roles.producer, 'update outbox set published_at = now() where true')).toBe('42501');
     expect(await attempt(roles.consumer, 'select * from outbox')).toBe('42501');
+    expect(await attempt(roles.relay, 'select * from outbox_idempotency_key')).toBe('42501');
+    expect(await attempt(roles.producer, 'delete from outbox_idempotency_key where true')).toBe('42501');
+    expect(await attempt(roles.consumer, 'select * from outbox_idempotency_key')).toBe('42501');
+    // The function runs with the caller's rights: a role without the producer's grants cannot enqueue.
+    expect(
+      await attempt(
+        roles.consumer,
+        `select * from outbox_enqueue(event_type => 'T', source => 's', aggregate_type => 'a', aggregate_id => '1', payload => '{}')`,
+      ),
+    ).toBe('42501');
   });
 
   it('sets the statement timeout on the role, so clients need no SET (which pins RDS Proxy sessions)', async () => {

@@ -1,19 +1,25 @@
 /**
  * Example consumer: a billing Lambda, target of an EventBridge rule on `source: demo.shop` and
  * `detail-type: OrderPlaced`. It creates one invoice per order, exactly once, through the inbox.
- * Deployed as a rule target with a retry policy and an SQS dead-letter queue (see README,
- * "Consuming events"); `npm start` runs it locally against the local bus's deliveries.
+ * Deployed with Lambda's retries and an on-failure destination (billing-consumer.ts, and the
+ * README's "Consuming events"); `npm start` runs it locally against the local bus's deliveries.
  */
 import middy from '@middy/core';
 import type { EventBridgeEvent } from 'aws-lambda';
 import type { z } from 'zod';
 import { type InboxContext, inbox } from '../../shared/consumer/index.ts';
-import type { Sql } from '../../shared/platform/index.ts';
+import { DEFAULT_ROLES, type Sql } from '../../shared/platform/index.ts';
 import { OrderPlaced } from './events.ts';
 
-/** The consumer's own table, created by its own migration in a real service. */
-export async function createBillingSchema(sql: Sql): Promise<void> {
+/**
+ * The consumer's own table, created by its own migration in a real service, and granted to the
+ * database role the function logs in as (when that role exists: `npm start` runs without roles).
+ * @param role the consumer's role; default `outbox_consumer` (DEFAULT_ROLES.consumer)
+ */
+export async function createBillingSchema(sql: Sql, role: string = DEFAULT_ROLES.consumer): Promise<void> {
   await sql`create table if not exists billing_invoice (order_id text primary key, total numeric not null, created_at timestamptz not null default now())`;
+  const [exists] = await sql`select 1 from pg_roles where rolname = ${role}`;
+  if (exists) await sql`grant select, insert on billing_invoice to ${sql(role)}`;
 }
 
 /** Builds the billing handler on a connection pool. */

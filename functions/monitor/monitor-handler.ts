@@ -55,6 +55,7 @@ export function createMonitorHandler(deps: MonitorHandlerDeps) {
           publishedRetentionSeconds: s.publishedRetentionSeconds,
           deadLetterRetentionSeconds: s.deadLetterRetentionSeconds,
           inboxRetentionSeconds: s.inboxRetentionSeconds,
+          idempotencyKeyRetentionSeconds: s.idempotencyKeyRetentionSeconds,
           batchSize: s.pruneBatchSize,
           timeBudgetMs: Math.max(
             0,

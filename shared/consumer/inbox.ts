@@ -2,12 +2,14 @@
  * The inbox: a middy middleware for Lambdas that are targets of EventBridge rules, so that each
  * event is applied once per consumer although the outbox (and EventBridge) deliver at least once.
  *
- * For each invocation it opens a transaction on a reserved connection, records the event for this
- * consumer (`inbox_message`, keyed by consumer and `metadata.eventId` or a business key), and hands
- * the handler that transaction as `context.inbox.tx`: the handler's writes commit together with the
- * record. A duplicate is acknowledged without running the handler. An error rolls everything back
- * and fails the invocation, so EventBridge retries it (and the target's DLQ catches what never
- * succeeds).
+ * Each invocation runs in one transaction (`sql.begin`, see invocation.ts): the middleware records
+ * the event for this consumer (`inbox_message`, keyed by consumer and `metadata.eventId` or a
+ * business key) and hands the handler that transaction as `context.inbox.tx`, so the handler's
+ * writes commit together with the record, or not at all (README, Guarantees: a consumer invocation is all or nothing). A duplicate is
+ * acknowledged without running the handler. Any failure rolls everything back and fails the
+ * invocation: a handler error, a statement that failed even if the handler caught it, a lost
+ * connection, or the deadline. Lambda's asynchronous invocation then retries it (twice by default,
+ * 1 and 2 minutes later), and sends it to the function's on-failure destination after that.
  *
  * ```ts
  * export const handler = middy<EventBridgeEvent<'OrderPlaced', unknown>, void, Error, InboxContext<OrderPlaced>>()
@@ -19,17 +21,26 @@
  */
 import type { MiddlewareObj } from '@middy/core';
 import type { Context, EventBridgeEvent } from 'aws-lambda';
-import type postgres from 'postgres';
 import type { z } from 'zod';
-import type { EnvelopeMetadata, Sql } from '../platform/index.ts';
+import type { EnvelopeMetadata, Sql, Tx } from '../platform/index.ts';
 import { OutboxError } from '../platform/index.ts';
+import { InboxAbortedError, InvocationTransaction, lambdaDeadline } from './invocation.ts';
 
 /** How an order-aware consumer treats an event that is not the next one of its aggregate. */
 export type InboxOrder = 'none' | 'ignore-stale' | 'wait-for-gap';
 
+/**
+ * How long Lambda keeps retrying an asynchronous invocation that failed, seconds: by default it
+ * retries a function error twice, one minute and then two minutes later ("How Lambda handles
+ * errors and retries with asynchronous invocation", AWS Lambda Developer Guide). EventBridge
+ * invokes rule targets asynchronously; the rule's own retry policy covers only getting the event
+ * into Lambda's queue, not a handler that fails.
+ */
+export const LAMBDA_ASYNC_RETRY_WINDOW_SECONDS = 180;
+
 /** Options of {@link inbox}. */
 export interface InboxOptions<T> {
-  /** A pool; one connection is reserved per invocation. */
+  /** A pool; each invocation holds one of its connections for its transaction. */
   sql: Sql;
   /** This consumer's name: each consumer processes each event once, independently of the others. */
   consumer: string;
@@ -43,16 +54,34 @@ export interface InboxOptions<T> {
    * - `ignore-stale`: an event whose sequence is not newer than the last applied one of its
    *   aggregate is acknowledged and skipped (the consumer keeps the latest state).
    * - `wait-for-gap`: an event that skips a sequence fails the invocation with an
-   *   {@link InboxGapError}, so EventBridge redelivers it later, once the missing one has likely
-   *   been applied; after `gapWaitSeconds` it is processed anyway (the gap is accepted), or parked
-   *   (acknowledged as skipped, kept in `inbox_message` with outcome `parked`) when
-   *   `onGapTimeout: 'park'`. An aggregate never seen before expects sequence 1.
+   *   {@link InboxGapError}, so that Lambda retries it later, once the missing one has likely been
+   *   applied. From the first delivery on, for at most `gapWaitSeconds`; the first attempt after
+   *   that processes it anyway (the gap is accepted) or, with `onGapTimeout: 'park'`, acknowledges
+   *   it as `parked` (kept in `inbox_message`, the handler not run). An aggregate never seen
+   *   before expects sequence 1.
    */
   order?: InboxOrder;
-  /** wait-for-gap: how long to keep failing an event ahead of a gap, seconds. Default 300. */
+  /**
+   * wait-for-gap: how long to keep failing an event ahead of a gap, seconds, measured on the
+   * database clock from its first delivery. Default 120, so that Lambda's last retry (about
+   * 180 s after the first attempt) comes after the wait and applies or parks the event. Must be
+   * less than `retryWindowSeconds`; 0 applies or parks at once.
+   */
   gapWaitSeconds?: number;
   /** wait-for-gap: what to do after the wait. Default `process`. */
   onGapTimeout?: 'process' | 'park';
+  /**
+   * How long the invoker retries a failed invocation, seconds; bounds `gapWaitSeconds`. Default
+   * {@link LAMBDA_ASYNC_RETRY_WINDOW_SECONDS} (180, Lambda's default asynchronous retries). Set it
+   * when the function's `MaximumRetryAttempts` is not 2 (0 retries: 0; 1 retry: 60).
+   */
+  retryWindowSeconds?: number;
+  /**
+   * How long before the Lambda deadline the invocation gives up, ms: it rolls back, refuses the
+   * handler's further statements and fails. It must leave time for the ROLLBACK. Default 500. A
+   * context without `getRemainingTimeInMillis` (not Lambda) counts from 60 s.
+   */
+  deadlineMarginMs?: number;
   /** Validates `detail.data` (a zod schema, e.g. from `defineEvent`); a failure fails the invocation. */
   schema?: z.ZodType<T>;
 }
@@ -60,8 +89,12 @@ export interface InboxOptions<T> {
 /** What the middleware adds to the Lambda context. */
 export interface InboxContext<T = Record<string, unknown>> extends Context {
   inbox: {
-    /** The transaction the event is recorded in; the handler's writes go through it. */
-    tx: postgres.ReservedSql;
+    /**
+     * The transaction the event is recorded in; the handler's writes go through it. Once the
+     * invocation is over (deadline, lost connection, or the handler already returned), every
+     * statement sent through it is refused with {@link InboxAbortedError}.
+     */
+    tx: Tx;
     metadata: EnvelopeMetadata;
     /** The payload, validated when a schema was given. */
     data: T;
@@ -74,7 +107,7 @@ export interface InboxSkip {
   eventId: string;
 }
 
-/** An event arrived ahead of a missing one (`wait-for-gap`); thrown so EventBridge retries it. */
+/** An event arrived ahead of a missing one (`wait-for-gap`); thrown so that Lambda retries it. */
 export class InboxGapError extends OutboxError {
   override name = 'InboxGapError';
 }
@@ -84,8 +117,18 @@ export class InboxEnvelopeError extends OutboxError {
   override name = 'InboxEnvelopeError';
 }
 
+/** An option of {@link inbox} is invalid; `field` names it, e.g. `gapWaitSeconds`. */
+export class InboxOptionsError extends OutboxError {
+  override name = 'InboxOptionsError';
+  readonly field: string;
+  constructor(field: string, message: string) {
+    super(`${field}: ${message}`);
+    this.field = field;
+  }
+}
+
 type Event = EventBridgeEvent<string, unknown>;
-const RESERVED = Symbol('inboxReserved');
+const INVOCATION = Symbol('inboxInvocation');
 
 function readEnvelope(event: Event): { metadata: EnvelopeMetadata; data: unknown } {
   const detail = event?.detail as { metadata?: EnvelopeMetadata; data?: unknown } | undefined;
@@ -104,49 +147,107 @@ function readEnvelope(event: Event): { metadata: EnvelopeMetadata; data: unknown
   return { metadata: m, data: detail?.data };
 }
 
+interface Settings {
+  order: InboxOrder;
+  gapWaitSeconds: number;
+  retryWindowSeconds: number;
+  deadlineMarginMs: number;
+}
+
+function settingsOf<T>(options: InboxOptions<T>): Settings {
+  const number = (field: keyof InboxOptions<T>, value: unknown, fallback: number, min: number) => {
+    const n = value ?? fallback;
+    if (typeof n !== 'number' || !Number.isFinite(n) || n < min) {
+      throw new InboxOptionsError(field, `expected a finite number ≥ ${min}, got ${String(value)}`);
+    }
+    return n;
+  };
+  if (typeof options.consumer !== 'string' || options.consumer.length === 0) {
+    throw new InboxOptionsError('consumer', 'expected a non-empty string naming this consumer');
+  }
+  if (typeof options.sql?.begin !== 'function') {
+    throw new InboxOptionsError('sql', 'expected a porsager `postgres` pool');
+  }
+  const order = options.order ?? 'none';
+  if (!['none', 'ignore-stale', 'wait-for-gap'].includes(order)) {
+    throw new InboxOptionsError('order', `expected none, ignore-stale or wait-for-gap, got ${String(order)}`);
+  }
+  if (options.onGapTimeout !== undefined && !['process', 'park'].includes(options.onGapTimeout)) {
+    throw new InboxOptionsError(
+      'onGapTimeout',
+      `expected process or park, got ${String(options.onGapTimeout)}`,
+    );
+  }
+  const retryWindowSeconds = number(
+    'retryWindowSeconds',
+    options.retryWindowSeconds,
+    LAMBDA_ASYNC_RETRY_WINDOW_SECONDS,
+    0,
+  );
+  const gapWaitSeconds = number('gapWaitSeconds', options.gapWaitSeconds, 120, 0);
+  if (order === 'wait-for-gap' && gapWaitSeconds > 0 && gapWaitSeconds >= retryWindowSeconds) {
+    throw new InboxOptionsError(
+      'gapWaitSeconds',
+      `${gapWaitSeconds} s does not fit the retry window (retryWindowSeconds ${retryWindowSeconds} s): the last retry would come before the wait ends, and the event would go to the on-failure destination without being applied`,
+    );
+  }
+  const deadlineMarginMs = number('deadlineMarginMs', options.deadlineMarginMs, 500, 0);
+  return { order, gapWaitSeconds, retryWindowSeconds, deadlineMarginMs };
+}
+
 /**
  * The inbox middleware.
- * @throws {InboxGapError} (wait-for-gap) to make EventBridge redeliver later
+ * @throws {InboxOptionsError} at once, when an option is invalid (it names the option)
+ * @throws {InboxGapError} (wait-for-gap) to make Lambda retry the event later
  * @throws {InboxEnvelopeError} when the event is not an outbox envelope
+ * @throws {InboxAbortedError} when the deadline or a lost connection ended the transaction
+ * @throws {InboxCommitError} when the transaction did not commit, e.g. a statement failed in it
+ *   although the handler caught the error
  * @throws database errors, never swallowed: the invocation fails and nothing is recorded
  */
 export function inbox<T = Record<string, unknown>>(
   options: InboxOptions<T>,
 ): MiddlewareObj<Event, unknown, Error, InboxContext<T>> {
-  const order = options.order ?? 'none';
-  const gapWaitSeconds = options.gapWaitSeconds ?? 300;
+  const { order, gapWaitSeconds, deadlineMarginMs } = settingsOf(options);
+  const slot = (request: object) => request as Record<symbol, InvocationTransaction | undefined>;
   return {
     before: async (request) => {
+      const deadline = lambdaDeadline(request.context);
+      if (deadline - deadlineMarginMs <= Date.now()) {
+        throw new InboxAbortedError(
+          'deadline',
+          `less than deadlineMarginMs (${deadlineMarginMs} ms) was left when the invocation started; nothing was run`,
+        );
+      }
       const { metadata, data: raw } = readEnvelope(request.event);
       const data = options.schema ? options.schema.parse(raw) : (raw as T);
       const key = options.key ? options.key({ metadata, data }) : metadata.eventId;
       const skip = (why: InboxSkip['inbox']): InboxSkip => ({ inbox: why, eventId: metadata.eventId });
+      const invocation = new InvocationTransaction(deadline, deadlineMarginMs);
+      slot(request)[INVOCATION] = invocation;
 
       if (order === 'wait-for-gap') {
         // Remembered outside the transaction: a gap fails the invocation, which rolls it back.
-        await options.sql`
+        await invocation.bounded(options.sql`
           insert into inbox_gap (consumer, message_key) values (${options.consumer}, ${key})
-          on conflict do nothing`;
+          on conflict do nothing`);
       }
 
-      const tx = await options.sql.reserve();
-      (request as unknown as Record<symbol, unknown>)[RESERVED] = tx;
-      await tx`begin`;
-      // A concurrent delivery of the same event waits here for the first one's transaction, and
-      // then sees its row: only one of them runs the handler.
-      const inserted = await tx`
-        insert into inbox_message (consumer, message_key, aggregate_type, aggregate_id, sequence)
-        values (${options.consumer}, ${key}, ${metadata.aggregateType}, ${metadata.aggregateId}, ${metadata.sequence})
-        on conflict do nothing
-        returning 1`;
-      if (inserted.length === 0) {
-        if (order === 'wait-for-gap')
-          await tx`delete from inbox_gap where consumer = ${options.consumer} and message_key = ${key}`;
-        await finish(request, 'commit');
-        return skip('duplicate');
-      }
+      const skipped = await invocation.open(options.sql, async (tx): Promise<InboxSkip | undefined> => {
+        // A concurrent delivery of the same event waits here for the first one's transaction, and
+        // then sees its row: only one of them runs the handler.
+        const inserted = await tx`
+          insert into inbox_message (consumer, message_key, aggregate_type, aggregate_id, sequence)
+          values (${options.consumer}, ${key}, ${metadata.aggregateType}, ${metadata.aggregateId}, ${metadata.sequence})
+          on conflict do nothing
+          returning 1`;
+        if (inserted.length === 0) {
+          if (order === 'wait-for-gap')
+            await tx`delete from inbox_gap where consumer = ${options.consumer} and message_key = ${key}`;
+          return skip('duplicate');
+        }
+        if (order === 'none') return undefined;
 
-      if (order !== 'none') {
         const [last] = await tx<{ last_sequence: string }[]>`
           insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, last_sequence)
           values (${options.consumer}, ${metadata.aggregateType}, ${metadata.aggregateId}, 0)
@@ -155,7 +256,6 @@ export function inbox<T = Record<string, unknown>>(
         const lastSequence = Number(last?.last_sequence ?? 0);
         if (metadata.sequence <= lastSequence) {
           await tx`update inbox_message set outcome = 'skipped' where consumer = ${options.consumer} and message_key = ${key}`;
-          await finish(request, 'commit');
           return skip('stale');
         }
         if (order === 'wait-for-gap' && metadata.sequence > lastSequence + 1) {
@@ -164,15 +264,13 @@ export function inbox<T = Record<string, unknown>>(
             from inbox_gap where consumer = ${options.consumer} and message_key = ${key}`;
           const waited = seen?.waited ?? 0;
           if (waited < gapWaitSeconds) {
-            await finish(request, 'rollback');
             throw new InboxGapError(
-              `event ${metadata.eventId} is #${metadata.sequence} of ${metadata.aggregateType}/${metadata.aggregateId} but #${lastSequence + 1} was not applied yet (waited ${waited.toFixed(0)} of ${gapWaitSeconds} s); failing so EventBridge redelivers it`,
+              `event ${metadata.eventId} is #${metadata.sequence} of ${metadata.aggregateType}/${metadata.aggregateId} but #${lastSequence + 1} was not applied yet (waited ${waited.toFixed(0)} of ${gapWaitSeconds} s); failing so that Lambda retries it`,
             );
           }
           if (options.onGapTimeout === 'park') {
             await tx`update inbox_message set outcome = 'parked' where consumer = ${options.consumer} and message_key = ${key}`;
             await tx`delete from inbox_gap where consumer = ${options.consumer} and message_key = ${key}`;
-            await finish(request, 'commit');
             return skip('parked');
           }
         }
@@ -181,28 +279,17 @@ export function inbox<T = Record<string, unknown>>(
           where consumer = ${options.consumer} and aggregate_type = ${metadata.aggregateType} and aggregate_id = ${metadata.aggregateId}`;
         if (order === 'wait-for-gap')
           await tx`delete from inbox_gap where consumer = ${options.consumer} and message_key = ${key}`;
-      }
-      request.context.inbox = { tx, metadata, data };
+        return undefined;
+      });
+      if (skipped) return skipped;
+      request.context.inbox = { tx: invocation.handle as Tx, metadata, data };
       return undefined;
     },
     after: async (request) => {
-      await finish(request, 'commit');
+      await slot(request)[INVOCATION]?.commit();
     },
     onError: async (request) => {
-      await finish(request, 'rollback');
+      await slot(request)[INVOCATION]?.abandon(request.error);
     },
   };
-}
-
-/** Ends the invocation's transaction (once) and returns its connection to the pool. */
-async function finish(request: object, how: 'commit' | 'rollback'): Promise<void> {
-  const slot = request as Record<symbol, postgres.ReservedSql | undefined>;
-  const tx = slot[RESERVED];
-  if (!tx) return;
-  slot[RESERVED] = undefined;
-  try {
-    await (how === 'commit' ? tx`commit` : tx`rollback`);
-  } finally {
-    tx.release();
-  }
 }

@@ -10,7 +10,14 @@ export {
   InboxEnvelopeError,
   InboxGapError,
   type InboxOptions,
+  InboxOptionsError,
   type InboxOrder,
   type InboxSkip,
   inbox,
+  LAMBDA_ASYNC_RETRY_WINDOW_SECONDS,
 } from './inbox.ts';
+export {
+  InboxAbortedError,
+  type InboxAbortReason,
+  InboxCommitError,
+} from './invocation.ts';

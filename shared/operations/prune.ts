@@ -1,8 +1,12 @@
 /**
- * Pruning (guarantee 10): deletes published rows older than their retention, and dead-lettered rows
+ * Pruning (README, Guarantees: "Pruning"): deletes published rows older than their retention, and dead-lettered rows
  * only under their own, longer retention. It never touches an unpublished live row. It works in
  * bounded batches (one short statement each, touching only rows no relay works on)
  * within a time budget; what is left is picked up by the next run, oldest first.
+ *
+ * Idempotency keys (`outbox_idempotency_key`) have a retention of their own, longer than the
+ * published rows' by default: a key is forgotten only when it is older than that retention *and*
+ * its event has left the outbox, so the idempotency window never ends when a row is pruned.
  */
 import type { Queryable } from '../platform/index.ts';
 
@@ -18,6 +22,11 @@ export interface PruneOptions {
    * applied again. Default: not pruned.
    */
   inboxRetentionSeconds?: number;
+  /**
+   * Idempotency keys older than this (by when their event was enqueued) are forgotten, once their
+   * event has left the outbox: until then a repeat of the key is a no-op. Seconds. Default: never.
+   */
+  idempotencyKeyRetentionSeconds?: number;
   /** Rows per DELETE statement. */
   batchSize: number;
   /** Stop starting new batches after this long, ms. */
@@ -31,6 +40,8 @@ export interface PruneResult {
   publishedDeleted: number;
   deadLettersDeleted: number;
   inboxDeleted: number;
+  /** Idempotency keys forgotten. */
+  idempotencyKeysDeleted: number;
   /** Rows deleted by each statement, in order (each ≤ batchSize). */
   batches: number[];
   durationMs: number;
@@ -49,6 +60,7 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
     publishedDeleted: 0,
     deadLettersDeleted: 0,
     inboxDeleted: 0,
+    idempotencyKeysDeleted: 0,
     batches: [],
     durationMs: 0,
     complete: true,
@@ -62,13 +74,28 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
                                        and published_at is null) as dead`;
     result.publishedDeleted = Number(row?.published ?? 0);
     result.deadLettersDeleted = Number(row?.dead ?? 0);
+    if (o.idempotencyKeyRetentionSeconds !== undefined) {
+      // Keys whose event would be gone after this run: already gone, or about to be pruned.
+      const [keys] = await sql<{ n: string }[]>`
+        select count(*) as n from outbox_idempotency_key k
+        where k.created_at < now() - make_interval(secs => ${o.idempotencyKeyRetentionSeconds})
+          and not exists (
+            select from outbox o where o.event_id = k.event_id
+              and not coalesce(o.published_at < now() - make_interval(secs => ${o.publishedRetentionSeconds}), false)
+              and not coalesce(o.dead_lettered_at < now() - make_interval(secs => ${o.deadLetterRetentionSeconds})
+                               and o.published_at is null, false))`;
+      result.idempotencyKeysDeleted = Number(keys?.n ?? 0);
+    }
     result.durationMs = Math.round(performance.now() - started);
     return result;
   }
-  const kinds =
-    o.inboxRetentionSeconds === undefined
-      ? (['published', 'dead'] as const)
-      : (['published', 'dead', 'inbox'] as const);
+  // Keys go after the outbox rows, so a key whose row was pruned in this run can go in it too.
+  const kinds = [
+    'published',
+    'dead',
+    ...(o.inboxRetentionSeconds === undefined ? [] : (['inbox'] as const)),
+    ...(o.idempotencyKeyRetentionSeconds === undefined ? [] : (['keys'] as const)),
+  ] as const;
   for (const kind of kinds) {
     for (;;) {
       if (performance.now() - started > o.timeBudgetMs) {
@@ -81,12 +108,15 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
           ? await deletePublished(sql, o)
           : kind === 'dead'
             ? await deleteDeadLetters(sql, o)
-            : await deleteInbox(sql, o);
+            : kind === 'inbox'
+              ? await deleteInbox(sql, o)
+              : await deleteIdempotencyKeys(sql, o);
       if (deleted === 0) break;
       result.batches.push(deleted);
       if (kind === 'published') result.publishedDeleted += deleted;
       else if (kind === 'dead') result.deadLettersDeleted += deleted;
-      else result.inboxDeleted += deleted;
+      else if (kind === 'inbox') result.inboxDeleted += deleted;
+      else result.idempotencyKeysDeleted += deleted;
     }
   }
   result.durationMs = Math.round(performance.now() - started);
@@ -140,5 +170,24 @@ async function deleteInbox(sql: Queryable, o: PruneOptions): Promise<number> {
     ) old
     where m.consumer = old.consumer and m.message_key = old.message_key
       and m.processed_at < now() - make_interval(secs => ${o.inboxRetentionSeconds ?? 0})`;
+  return r.count;
+}
+
+async function deleteIdempotencyKeys(sql: Queryable, o: PruneOptions): Promise<number> {
+  // No producer writes an expired key (a repeat of it reads it and writes nothing), so the only
+  // race is a repeat arriving while the key is deleted: it then enqueues anew, which is what the
+  // window's end means. The outbox check uses its unique index on event_id.
+  const r = await sql`
+    delete from outbox_idempotency_key k
+    using (
+      select idempotency_key from outbox_idempotency_key old
+      where created_at < now() - make_interval(secs => ${o.idempotencyKeyRetentionSeconds ?? 0})
+        and not exists (select from outbox where outbox.event_id = old.event_id)
+      order by created_at
+      limit ${o.batchSize}
+    ) expired
+    where k.idempotency_key = expired.idempotency_key
+      and k.created_at < now() - make_interval(secs => ${o.idempotencyKeyRetentionSeconds ?? 0})
+      and not exists (select from outbox where outbox.event_id = k.event_id)`;
   return r.count;
 }

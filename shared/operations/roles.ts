@@ -3,7 +3,8 @@
  * schema migrations (roles are cluster-wide, so they are not part of the numbered migrations):
  * - relay: reads and updates `outbox`, nothing else;
  * - monitor: reads `outbox` and deletes expired rows;
- * - producer: inserts events (and bumps the per-aggregate sequence counter);
+ * - producer: inserts events (and bumps the per-aggregate sequence counter, and remembers
+ *   idempotency keys), directly or through `outbox_enqueue`;
  * - consumer: the inbox tables.
  * Each logs in through RDS Proxy with IAM (`rds_iam`, granted where it exists, i.e. on RDS), and
  * gets its statement timeout as a role default, so clients need no `SET` (which would pin).
@@ -22,10 +23,24 @@ export async function ensureRoles(
 ): Promise<void> {
   const grants: [string, string[]][] = [
     [roles.relay, ['grant select, update on outbox to %I']],
-    [roles.monitor, ['grant select, delete on outbox to %I', 'grant select, delete on inbox_message to %I']],
+    [
+      roles.monitor,
+      [
+        'grant select, delete on outbox to %I',
+        'grant select, delete on inbox_message to %I',
+        'grant select, delete on outbox_idempotency_key to %I',
+      ],
+    ],
     [
       roles.producer,
-      ['grant select, insert on outbox to %I', 'grant select, insert, update on outbox_aggregate to %I'],
+      [
+        'grant select, insert on outbox to %I',
+        'grant select, insert, update on outbox_aggregate to %I',
+        'grant select, insert on outbox_idempotency_key to %I',
+        // outbox_enqueue runs with the caller's rights (security invoker): the grants above are
+        // what it needs; EXECUTE is named so a database that revoked it from PUBLIC still works.
+        'grant execute on function outbox_enqueue, outbox_enqueue_many, outbox_enqueue_check, outbox_enqueue_reject, outbox_json_bytes to %I',
+      ],
     ],
     [
       roles.consumer,

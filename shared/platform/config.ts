@@ -121,6 +121,11 @@ export const monitorConfigSchema = z.object({
   OUTBOX_DEAD_LETTER_RETENTION_DAYS: z.coerce.number().min(0.001).max(3_650).default(30),
   /** Inbox records are kept this long, days (well above EventBridge's 24-hour retry window). */
   OUTBOX_INBOX_RETENTION_DAYS: z.coerce.number().min(2).max(3_650).default(30),
+  /**
+   * Idempotency keys are remembered this long after their event was enqueued, days, and at least as
+   * long as the event is in the outbox (longer than the published rows' 7 by default).
+   */
+  OUTBOX_IDEMPOTENCY_RETENTION_DAYS: z.coerce.number().min(0.001).max(3_650).default(30),
   /** Rows per DELETE statement. */
   OUTBOX_PRUNE_BATCH_SIZE: int(1, 100_000).default(1_000),
   /** Longest a pruning run may take, ms (also capped by the Lambda's remaining time). */
@@ -134,6 +139,7 @@ export interface MonitorSettings {
   publishedRetentionSeconds: number;
   deadLetterRetentionSeconds: number;
   inboxRetentionSeconds: number;
+  idempotencyKeyRetentionSeconds: number;
   pruneBatchSize: number;
   pruneTimeBudgetMs: number;
   metricNamespace: string;
@@ -149,6 +155,7 @@ export function loadMonitorSettings(env: NodeJS.ProcessEnv = process.env): Monit
     publishedRetentionSeconds: Math.round(e.OUTBOX_PUBLISHED_RETENTION_DAYS * 86_400),
     deadLetterRetentionSeconds: Math.round(e.OUTBOX_DEAD_LETTER_RETENTION_DAYS * 86_400),
     inboxRetentionSeconds: Math.round(e.OUTBOX_INBOX_RETENTION_DAYS * 86_400),
+    idempotencyKeyRetentionSeconds: Math.round(e.OUTBOX_IDEMPOTENCY_RETENTION_DAYS * 86_400),
     pruneBatchSize: e.OUTBOX_PRUNE_BATCH_SIZE,
     pruneTimeBudgetMs: e.OUTBOX_PRUNE_TIME_BUDGET_MS,
     metricNamespace: e.OUTBOX_METRIC_NAMESPACE,

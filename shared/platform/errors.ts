@@ -32,3 +32,46 @@ export class OutboxConfigError extends OutboxError {
     this.variable = variable;
   }
 }
+
+/** An aggregate, as named in {@link OutboxDeadlockError}. */
+export interface AggregateRef {
+  aggregateType: string;
+  aggregateId: string;
+}
+
+/**
+ * Postgres chose this transaction as the victim of a deadlock (SQLSTATE 40P01) while it enqueued.
+ *
+ * What happened: enqueueing holds the lock on each aggregate's sequence counter (and on each
+ * idempotency key) until the transaction ends, so that sequences follow commit order. Two
+ * transactions that enqueue for the same aggregates in opposite orders (T1: order/1 then order/2,
+ * T2: order/2 then order/1) each wait for the other; Postgres aborts one of them after its
+ * `deadlock_timeout` (1 s by default). The other one goes on and commits.
+ *
+ * What to do: the transaction is already aborted and nothing of it was written, so retry the
+ * *whole* transaction (`retryable` is true). To avoid it, enqueue each transaction's events with
+ * one `enqueueMany` call, which locks aggregates in sorted order, or in the same order everywhere.
+ */
+export class OutboxDeadlockError extends OutboxError {
+  override name = 'OutboxDeadlockError';
+  /** Always true: retrying the whole transaction is the remedy. */
+  readonly retryable = true as const;
+  /** The SQLSTATE Postgres raised: deadlock_detected. */
+  readonly sqlState = '40P01' as const;
+  /** The aggregates this call was enqueueing for when it was aborted. */
+  readonly aggregates: readonly AggregateRef[];
+  constructor(aggregates: readonly AggregateRef[], options?: { cause?: unknown }) {
+    const names = aggregates.map((a) => `${a.aggregateType}/${a.aggregateId}`);
+    const list =
+      names.length > 5 ? `${names.slice(0, 5).join(', ')} and ${names.length - 5} more` : names.join(', ');
+    super(
+      `enqueue for ${list} was aborted by Postgres to break a deadlock (SQLSTATE 40P01): another ` +
+        'transaction holds the sequence lock of an aggregate (or the lock of an idempotency key) this one ' +
+        'needs, while waiting for one this one holds — typically two transactions enqueueing for the same ' +
+        'aggregates in opposite orders. Nothing of this transaction was written: retry the whole transaction. ' +
+        'To avoid it, enqueue all of a transaction’s events in one enqueueMany call (it locks them in sorted order).',
+      { cause: options?.cause },
+    );
+    this.aggregates = aggregates;
+  }
+}

@@ -82,6 +82,13 @@ export const DEFAULT_ROLES: Readonly<OutboxRoles> = {
   consumer: 'outbox_consumer',
 };
 
+/**
+ * The CA bundle of Lambda's Node.js 20+ runtimes, Amazon RDS CAs included. Node loads it only when
+ * NODE_EXTRA_CA_CERTS points at it (AWS Lambda Node.js runtime docs), so every function that
+ * connects to Postgres gets that variable.
+ */
+export const LAMBDA_CA_BUNDLE = '/var/runtime/ca-cert.pem';
+
 /** Environment variables the functions read and the construct sets. */
 export const EnvVar = {
   databaseUrl: 'DATABASE_URL',
@@ -93,9 +100,13 @@ export const EnvVar = {
   eventBusName: 'EVENT_BUS_NAME',
   metricNamespace: 'OUTBOX_METRIC_NAMESPACE',
   powertoolsServiceName: 'POWERTOOLS_SERVICE_NAME',
-  migrationsDir: 'OUTBOX_MIGRATIONS_DIR',
-  /** Extra CA certificates for Node's TLS; on Lambda, /var/runtime/ca-cert.pem holds the Amazon RDS CAs. */
+  /**
+   * Node's extra CA certificates file. Lambda's Node 20+ runtimes load the Amazon RDS CA bundle
+   * (`/var/runtime/ca-cert.pem`) only when this points at it; the construct sets it on every function
+   * that connects to Postgres.
+   */
   nodeExtraCaCerts: 'NODE_EXTRA_CA_CERTS',
+  migrationsDir: 'OUTBOX_MIGRATIONS_DIR',
   adminSecretArn: 'DB_SECRET_ARN',
   adminHost: 'DB_HOST',
   adminDatabase: 'DB_NAME',

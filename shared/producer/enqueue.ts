@@ -1,6 +1,6 @@
 /**
  * Producer API: write events into the outbox inside the caller's own transaction, so an event
- * exists if and only if the business change committed (guarantee 1).
+ * exists if and only if the business change committed (README, Guarantees: "Atomic enqueue").
  *
  * ```ts
  * await sql.begin(async (tx) => {
@@ -9,9 +9,24 @@
  *                       aggregateId: order.id, payload: { total: order.total } });
  * });
  * ```
+ *
+ * The write itself is the database function `outbox_enqueue_many` (migrations/007), which every
+ * producer shares — this API, the `pg` and Drizzle adapters and raw SQL from other languages — so
+ * all of them take the same locks in the same order and follow the same rules.
+ *
+ * Locks: each call takes, and holds until the caller's transaction commits or rolls back,
+ * 1. a transaction-scoped advisory lock per idempotency key (sorted), then
+ * 2. the row lock on each aggregate's sequence counter in `outbox_aggregate` (sorted by
+ *    aggregate type and id).
+ * A concurrent producer of the same aggregate (or key) waits until this transaction ends, which is
+ * what makes sequences follow commit order. Two transactions that enqueue for the same aggregates
+ * in opposite orders across calls deadlock; Postgres aborts one of them, which surfaces as an
+ * {@link OutboxDeadlockError} (retry the whole transaction).
  */
-import { randomUUID } from 'node:crypto';
 import type { Queryable, Sql } from '../platform/index.ts';
+import { DEFAULT_MAX_REQUEST_BYTES } from '../platform/index.ts';
+import { translateEnqueueError } from './sql-errors.ts';
+import { type EnqueuedRow, enqueueParameters, toResults } from './statement.ts';
 import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 import { type ValidEvent, validateEvent } from './validation.ts';
 
@@ -19,6 +34,7 @@ import { type ValidEvent, validateEvent } from './validation.ts';
  * Enqueues one event in the caller's transaction. Validates first; nothing is written when it throws.
  * @param tx a transaction from `sql.begin` (a plain pool works too, but then the event is not atomic with anything)
  * @throws {OutboxValidationError} naming the bad field
+ * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock (retry the transaction)
  * @throws the database's error (e.g. the caller's transaction was aborted)
  */
 export async function enqueue(
@@ -31,9 +47,11 @@ export async function enqueue(
 }
 
 /**
- * Enqueues several events in the caller's transaction with one statement (two when idempotency
- * keys are given). All are validated before anything is written. Results come back in input order.
+ * Enqueues several events in the caller's transaction with one statement. All are validated before
+ * anything is written. Results come back in input order. Keys and aggregates are locked in sorted
+ * order, so transactions that each enqueue all their events in one call cannot deadlock each other.
  * @throws {OutboxValidationError} with `index` set to the first bad event's position
+ * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock (retry the transaction)
  */
 export async function enqueueMany(
   tx: Queryable,
@@ -44,123 +62,32 @@ export async function enqueueMany(
     validateEvent(event, options, events.length > 1 ? index : undefined),
   );
   if (valid.length === 0) return [];
+  const maxEntryBytes = options.maxEntryBytes ?? DEFAULT_MAX_REQUEST_BYTES;
   // Called on a pool rather than in a transaction: make the call one transaction of its own, so the
   // idempotency locks and the sequence bump hold until the insert commits.
   if ('begin' in tx && typeof tx.begin === 'function') {
-    return (tx as Sql).begin((inner) => insertValid(inner, valid));
+    return (tx as Sql).begin((inner) => insertValid(inner, valid, maxEntryBytes));
   }
-  return insertValid(tx, valid);
+  return insertValid(tx, valid, maxEntryBytes);
 }
 
-async function insertValid(tx: Queryable, valid: ValidEvent[]): Promise<EnqueueResult[]> {
-  const results: (EnqueueResult | undefined)[] = new Array(valid.length);
-  /** For a key repeated inside this call: the index of its first occurrence. */
-  const repeatOf = new Map<number, number>();
-  const keys = [
-    ...new Set(valid.flatMap((e) => (e.idempotencyKey === null ? [] : [e.idempotencyKey]))),
-  ].sort();
-  const existing = new Map<string, EnqueueResult>();
-  if (keys.length > 0) {
-    // A transaction-scoped advisory lock per key serialises concurrent producers of one key
-    // *before* the sequence is bumped: the loser waits, then (in a new statement, hence a new
-    // snapshot) sees the winner's row and writes nothing, so a duplicate never leaves a gap in
-    // the aggregate's sequence. Keys are locked in sorted order to avoid deadlocks.
-    await tx`select pg_advisory_xact_lock(hashtextextended(k, 7301)) from unnest(${keys}::text[]) as k`;
-    const rows = await tx<
-      {
-        idempotency_key: string;
-        event_id: string;
-        aggregate_type: string;
-        aggregate_id: string;
-        sequence: string;
-      }[]
-    >`
-      select idempotency_key, event_id, aggregate_type, aggregate_id, sequence
-      from outbox where idempotency_key = any(${keys}::text[])
-    `;
-    for (const r of rows) {
-      existing.set(r.idempotency_key, {
-        eventId: r.event_id,
-        aggregateType: r.aggregate_type,
-        aggregateId: r.aggregate_id,
-        sequence: Number(r.sequence),
-        duplicate: true,
-      });
-    }
+async function insertValid(
+  tx: Queryable,
+  valid: ValidEvent[],
+  maxEntryBytes: number,
+): Promise<EnqueueResult[]> {
+  const p = enqueueParameters(valid, maxEntryBytes);
+  let rows: EnqueuedRow[];
+  try {
+    rows = await tx<EnqueuedRow[]>`
+      select ord, event_id, aggregate_type, aggregate_id, sequence, duplicate
+      from outbox_enqueue_many(
+        ${p.eventTypes}::text[], ${p.sources}::text[], ${p.aggregateTypes}::text[], ${p.aggregateIds}::text[],
+        ${p.payloads}::text[]::jsonb[], ${p.idempotencyKeys}::text[], ${p.traceHeaders}::text[],
+        ${p.maxEntryBytes}::integer
+      )`;
+  } catch (error) {
+    throw translateEnqueueError(error, valid);
   }
-
-  const toInsert: typeof valid = [];
-  const firstIndexOfKey = new Map<string, number>();
-  valid.forEach((e, i) => {
-    const key = e.idempotencyKey;
-    if (key !== null) {
-      const prior = existing.get(key);
-      if (prior) {
-        results[i] = prior;
-        return;
-      }
-      const first = firstIndexOfKey.get(key);
-      if (first !== undefined) {
-        repeatOf.set(i, first);
-        return;
-      }
-      firstIndexOfKey.set(key, i);
-    }
-    toInsert.push(e);
-  });
-
-  if (toInsert.length > 0) {
-    const ids = toInsert.map(() => randomUUID());
-    // One statement: bump each aggregate's counter by its number of new events (rows sorted so
-    // concurrent producers lock aggregates in the same order), then insert every event with
-    // sequence = new counter − count + its rank among this call's events of that aggregate.
-    const rows = await tx<{ event_id: string; sequence: string }[]>`
-      with input as (
-        select *
-        from unnest(
-          ${ids}::uuid[], ${toInsert.map((e) => e.aggregateType)}::text[], ${toInsert.map((e) => e.aggregateId)}::text[],
-          ${toInsert.map((e) => e.type)}::text[], ${toInsert.map((e) => e.source)}::text[],
-          ${toInsert.map((e) => e.payloadJson)}::text[], ${toInsert.map((e) => e.traceHeader)}::text[],
-          ${toInsert.map((e) => e.idempotencyKey)}::text[]
-        ) with ordinality as t(event_id, aggregate_type, aggregate_id, event_type, source, payload, trace_header, idempotency_key, ord)
-      ),
-      bumped as (
-        insert into outbox_aggregate as a (aggregate_type, aggregate_id, last_sequence)
-        select aggregate_type, aggregate_id, count(*) from input
-        group by aggregate_type, aggregate_id
-        order by aggregate_type, aggregate_id
-        on conflict (aggregate_type, aggregate_id)
-          do update set last_sequence = a.last_sequence + excluded.last_sequence
-        returning a.aggregate_type, a.aggregate_id, a.last_sequence
-      ),
-      numbered as (
-        select i.*, b.last_sequence
-          - count(*) over (partition by i.aggregate_type, i.aggregate_id)
-          + row_number() over (partition by i.aggregate_type, i.aggregate_id order by i.ord) as sequence
-        from input i
-        join bumped b using (aggregate_type, aggregate_id)
-      )
-      insert into outbox (event_id, aggregate_type, aggregate_id, sequence, event_type, source, payload, trace_header, idempotency_key)
-      select event_id, aggregate_type, aggregate_id, sequence, event_type, source, payload::jsonb, trace_header, idempotency_key
-      from numbered
-      order by ord
-      returning event_id, sequence
-    `;
-    const sequenceById = new Map(rows.map((r) => [r.event_id, Number(r.sequence)]));
-    let j = 0;
-    valid.forEach((e, i) => {
-      if (results[i] !== undefined || repeatOf.has(i)) return;
-      const eventId = ids[j++] as string;
-      results[i] = {
-        eventId,
-        aggregateType: e.aggregateType,
-        aggregateId: e.aggregateId,
-        sequence: sequenceById.get(eventId) as number,
-        duplicate: false,
-      };
-    });
-  }
-
-  for (const [i, first] of repeatOf) results[i] = { ...(results[first] as EnqueueResult), duplicate: true };
-  return results as EnqueueResult[];
+  return toResults(rows);
 }

@@ -2,7 +2,12 @@
  * The producer API: enqueue events inside the caller's own transaction, so an event exists if and
  * only if the business change committed. This is the package's main entry point.
  */
-export { OutboxError, OutboxValidationError } from '../platform/errors.ts';
+export {
+  type AggregateRef,
+  OutboxDeadlockError,
+  OutboxError,
+  OutboxValidationError,
+} from '../platform/errors.ts';
 export { enqueue, enqueueMany } from './enqueue.ts';
 export { defineEvent, type EventDefinition } from './typed-events.ts';
 export type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';

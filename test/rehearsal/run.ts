@@ -17,6 +17,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import postgres from 'postgres';
+import { createBillingSchema } from '../../examples/billing/consumer.ts';
 import { DEFAULT_ROLES, type EnvelopeMetadata, EnvVar } from '../../shared/platform/index.ts';
 import { countOrderViolations } from '../chaos/chaos.ts';
 import { startEmbeddedPostgres } from '../support/embedded-postgres.ts';
@@ -258,12 +259,8 @@ async function rehearse(): Promise<void> {
   );
   if (migrated.type !== 'result') return;
   if (consumer) {
-    // The consumer service's own migration: its table, granted to its role.
-    const consumerRole = consumer.environment[EnvVar.pgUser] ?? DEFAULT_ROLES.consumer;
-    await db.unsafe(
-      `create table if not exists billing_invoice (order_id text primary key, total numeric not null, created_at timestamptz not null default now());
-       grant select, insert on billing_invoice to "${consumerRole}"`,
-    );
+    // The consumer service's own migration (its table, granted to its role), run by the master user.
+    await createBillingSchema(db, consumer.environment[EnvVar.pgUser] ?? DEFAULT_ROLES.consumer);
   }
 
   // 5. A producer service commits events as the producer role, through the proxy.
@@ -489,8 +486,9 @@ async function rehearse(): Promise<void> {
   );
 }
 
+/** The function's construct path without the stack and `Resource`, e.g. `Outbox/RelayFunction`. */
 function short(f: TemplateFunction): string {
-  return f.path.split('/').slice(-2, -1)[0] ?? f.logicalId;
+  return f.path.split('/').slice(1, -1).join('/') || f.logicalId;
 }
 
 function metricKey(namespace: string, metric: string, dimensions: Record<string, string>): string {

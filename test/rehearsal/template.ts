@@ -118,6 +118,7 @@ export async function readStack(
       }
       case 'AWS::Lambda::Function':
       case 'AWS::RDS::DBProxy':
+      case 'AWS::SQS::Queue':
       case 'AWS::SNS::Topic':
       case 'AWS::Lambda::Version':
         return id;
@@ -133,6 +134,9 @@ export async function readStack(
       return String(standIns.instancePort);
     if (type === 'AWS::Lambda::Function' && attribute === 'Arn')
       return `arn:aws:lambda:${standIns.region}:${standIns.account}:function:${id}`;
+    if (type === 'AWS::SQS::Queue' && attribute === 'QueueName') return `${stackName}-${id}`;
+    if (type === 'AWS::SQS::Queue' && attribute === 'Arn')
+      return `arn:aws:sqs:${standIns.region}:${standIns.account}:${stackName}-${id}`;
     if (type === 'AWS::Events::EventBus' && attribute === 'Name') return ref(id, where);
     if (type === 'AWS::Events::EventBus' && attribute === 'Arn')
       return `arn:aws:events:${standIns.region}:${standIns.account}:event-bus/${ref(id, where)}`;

@@ -24,7 +24,9 @@ export function useHarness(options: { max?: number; truncate?: string } = {}): H
     await harness.bus?.close();
   });
   beforeEach(async () => {
-    await harness.db.sql.unsafe(`truncate ${options.truncate ?? 'outbox, outbox_aggregate'}`);
+    await harness.db.sql.unsafe(
+      `truncate ${options.truncate ?? 'outbox, outbox_aggregate, outbox_idempotency_key'}`,
+    );
     harness.bus.reset();
     harness.bus.setFaults({});
   });

@@ -1,0 +1,11 @@
+/**
+ * The CDK side of the package (entry point `outbox-relay-aws/cdk`): the `OutboxRelay` construct
+ * and its props. In the installed package the construct deploys handler bundles built at pack time,
+ * so `cdk synth` needs neither esbuild nor Docker.
+ */
+export {
+  type OutboxDatabaseProps,
+  type OutboxMigrationProps,
+  OutboxRelay,
+  type OutboxRelayProps,
+} from './outbox-relay.ts';

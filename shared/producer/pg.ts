@@ -1,0 +1,79 @@
+/**
+ * Enqueue with node-postgres (`pg`): the same API as the package's main entry point, for a
+ * `PoolClient` (or `Client`) inside the caller's transaction. Entry point `outbox-relay-aws/pg`.
+ *
+ * ```ts
+ * import { enqueue } from 'outbox-relay-aws/pg';
+ * const client = await pool.connect();
+ * try {
+ *   await client.query('begin');
+ *   await client.query('insert into orders (id, total) values ($1, $2)', ['8842', 120]);
+ *   await enqueue(client, { type: 'OrderPlaced', source: 'shop.orders', aggregateType: 'order',
+ *                           aggregateId: '8842', payload: { total: 120 } });
+ *   await client.query('commit');
+ * } catch (error) {
+ *   await client.query('rollback');
+ *   throw error;
+ * } finally {
+ *   client.release();
+ * }
+ * ```
+ *
+ * Locks and errors are those of the main `enqueue` (it calls the same database function,
+ * `outbox_enqueue_many`): the aggregate's sequence lock is held until your `commit` or `rollback`.
+ */
+import { DEFAULT_MAX_REQUEST_BYTES } from '../platform/index.ts';
+import { translateEnqueueError } from './sql-errors.ts';
+import { ENQUEUE_MANY_SQL, type EnqueuedRow, enqueueParameters, positional, toResults } from './statement.ts';
+import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
+import { validateEvent } from './validation.ts';
+
+export { OutboxDeadlockError, OutboxError, OutboxValidationError } from '../platform/errors.ts';
+export type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
+
+/**
+ * What the adapter needs of a node-postgres client: `query(text, values)`. A `pg.PoolClient` or
+ * `pg.Client` on which you ran `begin` makes the event part of your transaction. (A `pg.Pool`
+ * fits the type too, but then each call is a transaction of its own, atomic with nothing else.)
+ */
+export interface PgQueryable {
+  query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+}
+
+/**
+ * Enqueues one event on a node-postgres client, in its current transaction.
+ * @throws {OutboxValidationError} naming the bad field; nothing was sent to the database
+ * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock: roll back and retry the whole transaction
+ * @throws the driver's error otherwise (e.g. the transaction was already aborted)
+ */
+export async function enqueue(
+  client: PgQueryable,
+  event: OutboxEvent,
+  options: EnqueueOptions = {},
+): Promise<EnqueueResult> {
+  const [result] = await enqueueMany(client, [event], options);
+  return result as EnqueueResult;
+}
+
+/**
+ * Enqueues several events on a node-postgres client with one statement; results in input order.
+ * @throws {OutboxValidationError} with `index` set to the first bad event's position
+ * @throws {OutboxDeadlockError} see {@link enqueue}
+ */
+export async function enqueueMany(
+  client: PgQueryable,
+  events: readonly OutboxEvent[],
+  options: EnqueueOptions = {},
+): Promise<EnqueueResult[]> {
+  const valid = events.map((event, index) =>
+    validateEvent(event, options, events.length > 1 ? index : undefined),
+  );
+  if (valid.length === 0) return [];
+  const parameters = enqueueParameters(valid, options.maxEntryBytes ?? DEFAULT_MAX_REQUEST_BYTES);
+  try {
+    const result = await client.query(ENQUEUE_MANY_SQL, positional(parameters));
+    return toResults(result.rows as EnqueuedRow[]);
+  } catch (error) {
+    throw translateEnqueueError(error, valid);
+  }
+}

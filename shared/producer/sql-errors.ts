@@ -1,0 +1,51 @@
+/**
+ * Turns the database errors of an enqueue into the package's typed errors, for every producer
+ * path (the porsager API, the `pg` and Drizzle adapters). Matched on SQLSTATE, never on text.
+ */
+import { OutboxDeadlockError, OutboxValidationError } from '../platform/index.ts';
+
+/** SQLSTATE of `outbox_enqueue`'s validation errors (invalid_parameter_value); COLUMN names the field. */
+export const ENQUEUE_INVALID_SQLSTATE = '22023';
+/** SQLSTATE of a deadlock (deadlock_detected). */
+export const DEADLOCK_SQLSTATE = '40P01';
+
+/**
+ * Maps a failed enqueue statement's error: 40P01 → {@link OutboxDeadlockError}; 22023 with a
+ * column (raised by `outbox_enqueue`) → {@link OutboxValidationError} naming that parameter;
+ * anything else is returned unchanged.
+ * @param events what the call was enqueueing (their aggregates are named in a deadlock error)
+ */
+export function translateEnqueueError(
+  error: unknown,
+  events: readonly { aggregateType: string; aggregateId: string }[],
+): unknown {
+  // Drizzle wraps the driver's error (DrizzleQueryError) and keeps it as `cause`.
+  const e = databaseError(error);
+  if (e?.code === DEADLOCK_SQLSTATE) {
+    const seen = new Map(events.map((v) => [`${v.aggregateType}\u0000${v.aggregateId}`, v]));
+    const aggregates = [...seen.values()].map((v) => ({
+      aggregateType: v.aggregateType,
+      aggregateId: v.aggregateId,
+    }));
+    return new OutboxDeadlockError(aggregates, { cause: error });
+  }
+  // porsager names the field `column_name`, node-postgres `column`.
+  const column = typeof e?.column_name === 'string' ? e.column_name : e?.column;
+  if (e?.code === ENQUEUE_INVALID_SQLSTATE && typeof column === 'string' && column !== '') {
+    const text = typeof e.message === 'string' ? e.message.replace(/^outbox_enqueue: /, '') : 'is invalid';
+    return new OutboxValidationError(column, text.slice(text.indexOf(': ') + 2), { cause: error });
+  }
+  return error;
+}
+
+type DatabaseError = { code?: unknown; column?: unknown; column_name?: unknown; message?: unknown };
+
+/** The error itself when it carries a SQLSTATE, else the first `cause` that does. */
+function databaseError(error: unknown): DatabaseError | null {
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && current !== null && typeof current === 'object'; depth++) {
+    if (typeof (current as DatabaseError).code === 'string') return current as DatabaseError;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return null;
+}

@@ -1,0 +1,194 @@
+/**
+ * The driver and ORM adapters (`outbox-relay-aws/pg`, `outbox-relay-aws/drizzle`) against real
+ * Postgres: a committed event is published by the relay, a rolled-back one never is, a repeated
+ * idempotency key is a no-op, and errors arrive typed.
+ */
+import { sql } from 'drizzle-orm';
+import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
+import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
+import pg from 'pg';
+import postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Envelope } from '../shared/platform/index.ts';
+import * as viaDrizzle from '../shared/producer/drizzle.ts';
+import { OutboxDeadlockError, type OutboxEvent, OutboxValidationError } from '../shared/producer/index.ts';
+import * as viaPg from '../shared/producer/pg.ts';
+import { translateEnqueueError } from '../shared/producer/sql-errors.ts';
+import { runRelay } from '../shared/relay/index.ts';
+import { useHarness } from './support/harness.ts';
+import { testClient, testSettings } from './support/relay.ts';
+
+const h = useHarness();
+let pool: pg.Pool;
+let porsager: postgres.Sql;
+beforeAll(() => {
+  pool = new pg.Pool({ connectionString: h.db.url, max: 4 });
+  porsager = postgres(h.db.url, { max: 2, onnotice: () => {} });
+});
+afterAll(async () => {
+  await pool?.end();
+  await porsager?.end({ timeout: 1 });
+});
+
+const event = (aggregateId: string, extra: Partial<OutboxEvent> = {}): OutboxEvent => ({
+  type: 'OrderPlaced',
+  source: 'shop.orders',
+  aggregateType: 'order',
+  aggregateId,
+  payload: { aggregateId },
+  ...extra,
+});
+
+const count = async () => Number((await h.db.sql<{ n: string }[]>`select count(*) as n from outbox`)[0]?.n);
+
+async function relayed(): Promise<Envelope[]> {
+  await runRelay({
+    sql: h.db.sql,
+    client: testClient(h.bus.url),
+    settings: testSettings(),
+    untilEmpty: true,
+  });
+  return h.bus.events.map((e) => e.detail as unknown as Envelope);
+}
+
+class RollBack extends Error {}
+
+/** A transaction per adapter: `work` gets what that adapter's `enqueue` takes. */
+interface Adapter {
+  name: string;
+  enqueue: typeof viaPg.enqueue | typeof viaDrizzle.enqueue;
+  transaction<T>(work: (tx: never) => Promise<T>): Promise<T>;
+}
+
+const adapters: Adapter[] = [
+  {
+    name: 'node-postgres PoolClient',
+    enqueue: viaPg.enqueue,
+    async transaction(work) {
+      const client = await pool.connect();
+      try {
+        await client.query('begin');
+        const result = await work(client as never);
+        await client.query('commit');
+        return result;
+      } catch (error) {
+        await client.query('rollback');
+        throw error;
+      } finally {
+        client.release();
+      }
+    },
+  },
+  {
+    name: 'Drizzle on node-postgres',
+    enqueue: viaDrizzle.enqueue,
+    transaction: (work) => drizzlePg(pool).transaction((tx) => work(tx as never)),
+  },
+  {
+    name: 'Drizzle on postgres.js',
+    enqueue: viaDrizzle.enqueue,
+    transaction: (work) => drizzlePostgresJs(porsager).transaction((tx) => work(tx as never)),
+  },
+];
+
+describe.each(adapters)('enqueue through $name', (adapter) => {
+  const enqueue = adapter.enqueue as (tx: never, e: OutboxEvent) => ReturnType<typeof viaPg.enqueue>;
+
+  it('publishes a committed event', async () => {
+    const result = await adapter.transaction((tx) => enqueue(tx, event('c-1')));
+    expect(result).toMatchObject({ aggregateId: 'c-1', sequence: 1, duplicate: false });
+    const published = await relayed();
+    expect(published.map((d) => d.metadata.eventId)).toEqual([result.eventId]);
+    expect(published[0]?.data).toEqual({ aggregateId: 'c-1' });
+  });
+
+  it('publishes nothing for a rolled-back transaction', async () => {
+    await expect(
+      adapter.transaction(async (tx) => {
+        await enqueue(tx, event('r-1'));
+        throw new RollBack('business rule failed');
+      }),
+    ).rejects.toBeInstanceOf(RollBack);
+    expect(await count()).toBe(0);
+    expect(await relayed()).toEqual([]);
+  });
+
+  it('makes a repeated idempotency key a no-op that says so', async () => {
+    const first = await adapter.transaction((tx) =>
+      enqueue(tx, event('d-1', { idempotencyKey: 'd-1-placed' })),
+    );
+    const again = await adapter.transaction((tx) =>
+      enqueue(tx, event('d-1', { idempotencyKey: 'd-1-placed', payload: { changed: true } })),
+    );
+    expect(again).toEqual({ ...first, duplicate: true });
+    expect(await count()).toBe(1);
+    expect((await relayed()).map((d) => d.metadata.eventId)).toEqual([first.eventId]);
+  });
+
+  it('rejects a bad event with a typed error naming the field, before anything is sent', async () => {
+    const error = await adapter
+      .transaction((tx) => enqueue(tx, event('v-1', { source: 'aws.orders' })))
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OutboxValidationError);
+    expect((error as OutboxValidationError).field).toBe('source');
+    expect(await count()).toBe(0);
+  });
+});
+
+describe('adapter errors from the database', () => {
+  it('turns a deadlock between two pg transactions into OutboxDeadlockError', async () => {
+    const a = await pool.connect();
+    const b = await pool.connect();
+    try {
+      await a.query('begin');
+      await b.query('begin');
+      await viaPg.enqueue(a, event('x'));
+      await viaPg.enqueue(b, event('y'));
+      const blocked = viaPg.enqueue(a, event('y')).catch((e: unknown) => e);
+      // Wait until `a` waits on `b`'s lock, as the server sees it, then close the cycle.
+      for (let i = 0; i < 500; i++) {
+        const { rows } = await pool.query(
+          "select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and datname = current_database()",
+        );
+        if (rows[0].n > 0) break;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      const closing = viaPg.enqueue(b, event('x')).catch((e: unknown) => e);
+      const outcomes = await Promise.all([blocked, closing]);
+      const errors = outcomes.filter((o) => o instanceof Error);
+      expect(errors).toHaveLength(1);
+      expect(errors[0]).toBeInstanceOf(OutboxDeadlockError);
+      expect((errors[0] as OutboxDeadlockError).retryable).toBe(true);
+    } finally {
+      await a.query('rollback');
+      await b.query('rollback');
+      a.release();
+      b.release();
+    }
+    expect(await count()).toBe(0);
+  });
+
+  it('turns outbox_enqueue’s own rejection (22023), as pg and Drizzle report it, into OutboxValidationError naming the parameter', async () => {
+    // A call the TypeScript checks would have stopped: made directly, to get the database's error.
+    const bad = sql`select * from outbox_enqueue(event_type => 'T', source => 's', aggregate_type => 'a',
+      aggregate_id => '1', payload => '{}', max_entry_bytes => 10)`;
+    const pgError = await pool
+      .query(
+        "select * from outbox_enqueue(event_type => 'T', source => 's', aggregate_type => 'a', aggregate_id => '1', payload => '{}', max_entry_bytes => 10)",
+      )
+      .catch((e: unknown) => e);
+    const drizzleError = await drizzlePg(pool)
+      .execute(bad)
+      .catch((e: unknown) => e);
+    for (const raw of [pgError, drizzleError]) {
+      const typed = translateEnqueueError(raw, [{ aggregateType: 'a', aggregateId: '1' }]);
+      expect(typed).toBeInstanceOf(OutboxValidationError);
+      expect((typed as OutboxValidationError).field).toBe('payload');
+      expect((typed as Error).message).toMatch(
+        /^payload: makes the EventBridge entry \d+ bytes, over the 10-byte limit$/,
+      );
+      expect((typed as Error).cause).toBe(raw);
+    }
+    expect(await count()).toBe(0);
+  });
+});

@@ -1,0 +1,85 @@
+/**
+ * The example billing consumer doing its real work logged in as the consumer's own database role,
+ * as it does in AWS: the inbox tables are granted by `ensureRoles`, its own table by
+ * `createBillingSchema`. A missing grant fails here with 42501.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { EventBridgeEvent } from 'aws-lambda';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createBillingHandler, createBillingSchema } from '../examples/billing/consumer.ts';
+import { OrderPlaced } from '../examples/billing/events.ts';
+import { ensureRoles } from '../shared/operations/index.ts';
+import { connect, type OutboxRoles, type Sql } from '../shared/platform/index.ts';
+import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { lambdaContext } from './support/lambda.ts';
+
+let db: TestDatabase;
+let roles: OutboxRoles;
+let consumer: Sql;
+beforeAll(async () => {
+  db = await createTestDatabase();
+  const suffix = randomBytes(4).toString('hex');
+  // Roles are cluster-wide: unique names keep test files that run at once apart.
+  roles = {
+    relay: `relay_${suffix}`,
+    monitor: `monitor_${suffix}`,
+    producer: `producer_${suffix}`,
+    consumer: `consumer_${suffix}`,
+  };
+  await ensureRoles(db.sql, roles, 7_000);
+  await createBillingSchema(db.sql, roles.consumer);
+  // In AWS the role logs in with an IAM token; here with a password (the embedded server checks one).
+  await db.sql.unsafe(`alter role "${roles.consumer}" password 'billing-test'`);
+  const url = new URL(db.url);
+  url.username = roles.consumer;
+  url.password = 'billing-test';
+  consumer = connect({ url: url.toString(), max: 2, env: {} });
+});
+afterAll(async () => {
+  await consumer?.end({ timeout: 5 });
+  for (const r of Object.values(roles ?? {})) {
+    await db.sql.unsafe(`drop owned by "${r}"; drop role if exists "${r}"`).catch(() => {});
+  }
+  await db?.drop();
+});
+
+const orderPlaced = (orderId: string, sequence: number, eventId = randomUUID()) =>
+  ({
+    version: '0',
+    id: randomUUID(),
+    'detail-type': OrderPlaced.type,
+    source: OrderPlaced.source,
+    account: '123456789012',
+    time: new Date().toISOString(),
+    region: 'eu-west-1',
+    resources: [],
+    detail: {
+      metadata: {
+        eventId,
+        aggregateType: 'order',
+        aggregateId: orderId,
+        sequence,
+        occurredAt: new Date().toISOString(),
+      },
+      data: { orderId, total: 42 },
+    },
+  }) as EventBridgeEvent<string, unknown>;
+
+describe('example billing consumer', () => {
+  it('invoices each order once under its own database role, acknowledging a redelivery', async () => {
+    const handler = createBillingHandler(consumer);
+    const eventId = randomUUID();
+    const event = orderPlaced('o-1', 1, eventId);
+    expect(await handler(event, lambdaContext(10_000) as never)).toEqual({ invoiced: 'o-1' });
+    expect(await handler({ ...event, id: randomUUID() }, lambdaContext(10_000) as never)).toEqual({
+      inbox: 'duplicate',
+      eventId,
+    });
+    const [row] = await db.sql<{ invoices: number; records: number }[]>`
+      select (select count(*)::int from billing_invoice) as invoices,
+             (select count(*)::int from inbox_message where consumer = 'billing') as records`;
+    expect(row).toEqual({ invoices: 1, records: 1 });
+    const [me] = await consumer<{ who: string }[]>`select current_user as who`;
+    expect(me?.who).toBe(roles.consumer);
+  });
+});
