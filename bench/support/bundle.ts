@@ -70,6 +70,7 @@ export async function bundleComposition(
     format: bundling.format === 'esm' ? 'esm' : 'cjs',
     target: bundling.target,
     minify: bundling.minify,
+    keepNames: bundling.keepNames,
     external: bundling.externalModules,
     mainFields: bundling.mainFields,
     define: bundling.define,
