@@ -11,7 +11,7 @@
  * the Lambda figures come from the bundle `cdk synth` writes, run by a host that imports and
  * invokes it as Lambda's Node.js runtime does, with the heap limits the runtime sets.
  *
- * Options: `--full` (more rows and repeats, the peer tuning grid), `--only a,b` (run only these
+ * Options: `--full` (more rows and repeats, the peer tuning grid), `--only a,b` or `--only a --only b` (run only these
  * sections: relay, peers, profile, grid, lag, claim, producer, bundle, lambda, scale).
  * Prints markdown tables as they are measured; writes JSON, markdown and an SVG chart to
  * bench/results/.
@@ -51,10 +51,11 @@ import { LAMBDA_PRICE, recommendedMemory, SIZING_MEMORY_MB, sizingRow } from './
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const { values } = parseArgs({
-  options: { full: { type: 'boolean', default: false }, only: { type: 'string' } },
+  options: { full: { type: 'boolean', default: false }, only: { type: 'string', multiple: true } },
 });
 const full = values.full;
-const only = values.only ? new Set(values.only.split(',')) : undefined;
+/** `--only lag` (repeatable, or comma-separated) runs just the named sections. */
+const only = values.only ? new Set(values.only.flatMap((o) => o.split(','))) : undefined;
 const want = (section: string) => !only || only.has(section);
 const P = {
   rows: full ? 50_000 : 20_000,

@@ -14,6 +14,7 @@ import {
   loadRelaySettings,
   migrate,
   OutboxError,
+  openPool,
   type Sql,
 } from '../shared/platform/index.ts';
 import {
@@ -113,43 +114,44 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
       process.once('SIGTERM', onSignal);
       const started = performance.now();
       let window = { published: 0, at: started };
+      // A pool the relay can replace when a connection breaks or stops answering.
+      const pool = openPool({ env: io.env, applicationName: 'outbox-cli' });
       try {
-        await withDb(async (sql) => {
-          const result = await runRelay({
-            sql,
-            client,
-            settings,
-            signal: abort.signal,
-            once: opts.once,
-            untilEmpty: opts.untilEmpty,
-            // A one-shot run gives up on an unreachable database (exit 1) instead of retrying forever.
-            maxConsecutiveErrors: opts.once || opts.untilEmpty ? 5 : undefined,
-            onTransientError: (error, consecutive) => {
-              if (!opts.quiet || consecutive === 1) {
-                io.err(
-                  `relay: database unavailable (${(error as { code?: string }).code ?? 'error'}), retrying…`,
-                );
-              }
-            },
-            onPass: (c: RelayCounts) => {
-              window.published += c.published;
-              const now = performance.now();
-              if (!opts.quiet && now - window.at >= 1_000) {
-                io.err(
-                  `relay: ${window.published} published in the last ${((now - window.at) / 1000).toFixed(1)} s`,
-                );
-                window = { published: 0, at: now };
-              }
-            },
-          });
-          const seconds = (performance.now() - started) / 1000;
-          io.out(
-            `relay stopped (${result.stopReason}) after ${seconds.toFixed(2)} s: ` +
-              `published ${result.published}, retried ${result.retried}, dead-lettered ${result.deadLettered}, ` +
-              `lease lost ${result.leaseLost}, ${(result.published / Math.max(seconds, 0.001)).toFixed(0)} events/s`,
-          );
+        const result = await runRelay({
+          sql: pool,
+          client,
+          settings,
+          signal: abort.signal,
+          once: opts.once,
+          untilEmpty: opts.untilEmpty,
+          // A one-shot run gives up on an unreachable database (exit 1) instead of retrying forever.
+          maxConsecutiveErrors: opts.once || opts.untilEmpty ? 5 : undefined,
+          onTransientError: (error, consecutive) => {
+            if (!opts.quiet || consecutive === 1) {
+              io.err(
+                `relay: database unavailable (${(error as { code?: string }).code ?? 'error'}), retrying…`,
+              );
+            }
+          },
+          onPass: (c: RelayCounts) => {
+            window.published += c.published;
+            const now = performance.now();
+            if (!opts.quiet && now - window.at >= 1_000) {
+              io.err(
+                `relay: ${window.published} published in the last ${((now - window.at) / 1000).toFixed(1)} s`,
+              );
+              window = { published: 0, at: now };
+            }
+          },
         });
+        const seconds = (performance.now() - started) / 1000;
+        io.out(
+          `relay stopped (${result.stopReason}) after ${seconds.toFixed(2)} s: ` +
+            `published ${result.published}, retried ${result.retried}, dead-lettered ${result.deadLettered}, ` +
+            `lease lost ${result.leaseLost}, ${(result.published / Math.max(seconds, 0.001)).toFixed(0)} events/s`,
+        );
       } finally {
+        await pool.end();
         process.off('SIGINT', onSignal);
         process.off('SIGTERM', onSignal);
       }

@@ -10,7 +10,7 @@ import type { Context, EventBridgeEvent } from 'aws-lambda';
 import postgres from 'postgres';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type InboxContext, type InboxOptions, inbox } from '../shared/consumer/index.ts';
-import { connect, type Sql } from '../shared/platform/index.ts';
+import { ConnectionPool, connect, type Sql } from '../shared/platform/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 import { lambdaContext } from './support/lambda.ts';
 
@@ -97,7 +97,11 @@ function delivery(eventId = randomUUID(), sequence = 1): EventBridgeEvent<string
 type Handler = (ctx: InboxContext) => Promise<unknown>;
 
 /** A middy consumer with the inbox; `body` is the handler, given the invocation's context. */
-function consumer(sql: Sql, body: Handler, options: Partial<InboxOptions<Record<string, unknown>>> = {}) {
+function consumer(
+  sql: Sql | ConnectionPool,
+  body: Handler,
+  options: Partial<InboxOptions<Record<string, unknown>>> = {},
+) {
   const handler = middy<EventBridgeEvent<string, unknown>, unknown, Error, InboxContext>()
     .use(inbox({ sql, consumer: 'billing', ...options }))
     .handler(async (_event, ctx) => body(ctx));
@@ -297,9 +301,10 @@ describe('inbox: an invocation is all or nothing', () => {
 
   for (const noticed of [true, false]) {
     it(`recovers on the same warm pool after the session dies just before COMMIT (${noticed ? 'after' : 'before'} the driver noticed)`, async () => {
-      const sql = connect({ url: db.url, max: 1, env: {} });
+      // A ConnectionPool, as the docs ask: the invocation that lost its connection replaces it.
+      const pool = new ConnectionPool(() => connect({ url: db.url, max: 1, env: {} }));
       try {
-        const dies = consumer(sql, async (ctx) => {
+        const dies = consumer(pool, async (ctx) => {
           await applyEffect(ctx);
           const [row] = await ctx.inbox.tx<{ pid: number }[]>`select pg_backend_pid() as pid`;
           const pid = row?.pid ?? 0;
@@ -318,15 +323,15 @@ describe('inbox: an invocation is all or nothing', () => {
         if (noticed) expect(outcome).toBe('failed');
 
         // The next invocations on the same container, and plain queries on its pool, work.
-        const healthy = consumer(sql, applyEffect);
+        const healthy = consumer(pool, applyEffect);
         await within(10_000, healthy(delivery(first)), 'retry of the event');
         const second = randomUUID();
         await within(10_000, healthy(delivery(second)), 'next event');
-        expect(await within(5_000, sql`select 1 as one`, 'plain pool query')).toEqual([{ one: 1 }]);
+        expect(await within(5_000, pool.sql`select 1 as one`, 'plain pool query')).toEqual([{ one: 1 }]);
         expect(await committed(first)).toEqual({ effects: 1, records: 1 });
         expect(await committed(second)).toEqual({ effects: 1, records: 1 });
       } finally {
-        await within(10_000, sql.end({ timeout: 5 }), 'sql.end');
+        await within(10_000, pool.end(5), 'pool.end');
       }
     });
   }

@@ -13,7 +13,7 @@ import { prune } from '../shared/operations/prune.ts';
 import { connect } from '../shared/platform/db.ts';
 import type { Envelope } from '../shared/platform/envelope.ts';
 import { enqueueMany } from '../shared/producer/enqueue.ts';
-import { runRelay } from '../shared/relay/relay.ts';
+import { runRelay } from '../shared/relay/index.ts';
 import { useHarness } from './support/harness.ts';
 import { lambdaContext } from './support/lambda.ts';
 import { testClient, testSettings } from './support/relay.ts';

@@ -2,9 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Envelope } from '../shared/platform/envelope.ts';
 import { enqueueMany, type OutboxEvent } from '../shared/producer/index.ts';
-import { claimBatch } from '../shared/relay/claim.ts';
-import { abandonLease, markPublished, recordFailures } from '../shared/relay/complete.ts';
-import { relayOnce, runRelay } from '../shared/relay/relay.ts';
+import { claimBatch, relayOnce, runRelay } from '../shared/relay/index.ts';
+import { abandonLease, markPublished, recordFailures } from '../shared/relay/sql/index.ts';
 import { useHarness } from './support/harness.ts';
 import { startLocalBus } from './support/local-bus.ts';
 import { claimOptions, testClient, testSettings } from './support/relay.ts';
@@ -325,7 +324,7 @@ describe('relay', () => {
       client: testClient(h.bus.url, { maxAttempts: 1 }),
       settings: testSettings({ eventBusName: 'orders bus' }),
     });
-    expect(result).toMatchObject({ published: 0, retried: 3, deadLettered: 0 });
+    expect(result).toMatchObject({ published: 0, retried: 3, backPressure: 0, deadLettered: 0 });
     const [dead] = await h.db.sql`select count(*)::int as n from outbox where dead_lettered_at is not null`;
     expect(dead?.n).toBe(0);
   });
@@ -354,7 +353,9 @@ describe('relay', () => {
     await seed([order('x'), order('y')]);
     const client = testClient(h.bus.url, { maxAttempts: 1 });
     const first = await relayOnce({ sql: h.db.sql, client, settings: testSettings() });
-    expect(first).toMatchObject({ published: 0, retried: 2 });
+    expect(first).toMatchObject({ published: 0, retried: 2, backPressure: 2 });
+    // The service failed, not the events: their attempts are given back.
+    expect((await rows()).map((r) => r.attempts)).toEqual([0, 0]);
     h.bus.setFaults({});
     await h.db.sql`update outbox set available_at = now()`;
     const result = await runRelay({ sql: h.db.sql, client, settings: testSettings(), untilEmpty: true });
@@ -367,7 +368,7 @@ describe('relay', () => {
     await seed([order('lost')]);
     const client = testClient(h.bus.url, { maxAttempts: 1 });
     const first = await relayOnce({ sql: h.db.sql, client, settings: testSettings() });
-    expect(first).toMatchObject({ published: 0, retried: 1 });
+    expect(first).toMatchObject({ published: 0, retried: 1, backPressure: 1 });
     expect(h.bus.events).toHaveLength(1); // it did land
     h.bus.setFaults({});
     await h.db.sql`update outbox set available_at = now()`;

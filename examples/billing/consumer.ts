@@ -8,7 +8,7 @@ import middy from '@middy/core';
 import type { EventBridgeEvent } from 'aws-lambda';
 import type { z } from 'zod';
 import { type InboxContext, inbox } from '../../shared/consumer/index.ts';
-import { DEFAULT_ROLES, type Sql } from '../../shared/platform/index.ts';
+import { type ConnectionPool, DEFAULT_ROLES, type Sql } from '../../shared/platform/index.ts';
 import { OrderPlaced } from './events.ts';
 
 /**
@@ -23,7 +23,7 @@ export async function createBillingSchema(sql: Sql, role: string = DEFAULT_ROLES
 }
 
 /** Builds the billing handler on a connection pool. */
-export function createBillingHandler(sql: Sql) {
+export function createBillingHandler(sql: Sql | ConnectionPool) {
   return middy<
     EventBridgeEvent<string, unknown>,
     unknown,

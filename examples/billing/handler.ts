@@ -2,7 +2,10 @@
  * Lambda entry point of the example billing consumer. It connects through RDS Proxy with IAM as its
  * own database role (`PGUSER`, `outbox_consumer` by default), like the relay and the monitor.
  */
-import { connect } from '../../shared/platform/index.ts';
+import { ConnectionPool, connect } from '../../shared/platform/index.ts';
 import { createBillingHandler } from './consumer.ts';
 
-export const handler = createBillingHandler(connect({ applicationName: 'billing', max: 2 }));
+// A replaceable pool: an invocation that lost its connection leaves the next one a fresh pool.
+export const handler = createBillingHandler(
+  new ConnectionPool(() => connect({ applicationName: 'billing', max: 2 })),
+);

@@ -3,9 +3,9 @@
  * variable fails the init with a message naming it, before any invocation is attempted.
  */
 import {
-  connect,
   ignoreTransientDriverRejections,
   loadRelaySettings,
+  openPool,
   ServiceName,
 } from '../../shared/platform/index.ts';
 import { createEventBridgeClient } from '../../shared/relay/index.ts';
@@ -17,6 +17,6 @@ ignoreTransientDriverRejections((message) => console.warn(message));
 /** The relay Lambda's handler (see relay-handler.ts). */
 export const handler = createRelayHandler({
   settings,
-  sql: connect({ applicationName: ServiceName.relay, max: settings.publishConcurrency + 1 }),
+  sql: openPool({ applicationName: ServiceName.relay, max: settings.publishConcurrency + 1 }),
   client: createEventBridgeClient(),
 });

@@ -10,13 +10,14 @@ import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import { addRelayMetrics, createMetrics } from '../../shared/operations/index.ts';
-import type { RelaySettings, Sql } from '../../shared/platform/index.ts';
+import type { ConnectionPool, RelaySettings, Sql } from '../../shared/platform/index.ts';
 import { ServiceName } from '../../shared/platform/index.ts';
 import {
   checkEventBridgeClient,
   type RelayCounts,
   runRelay,
   type StopReason,
+  UnreturnedLeases,
 } from '../../shared/relay/index.ts';
 
 /** What one invocation did. */
@@ -28,7 +29,11 @@ export interface RelayInvocationSummary extends RelayCounts {
 
 /** Dependencies of the relay handler, created once per cold start. */
 export interface RelayHandlerDeps {
-  sql: Sql;
+  /**
+   * The database, kept across warm invocations. A {@link ConnectionPool} (`openPool`) lets the
+   * relay replace connections that broke or stopped answering; a plain pool is used as it is.
+   */
+  sql: Sql | ConnectionPool;
   client: EventBridgeClient;
   settings: RelaySettings;
   logger?: Logger;
@@ -36,14 +41,17 @@ export interface RelayHandlerDeps {
 }
 
 /**
- * Builds the middy handler: relays until close to the invocation's deadline (the lease of each pass
- * is capped to the remaining time), then returns a summary. Overlapping invocations are safe: they
- * split the work through leases.
+ * Builds the middy handler: relays until close to the invocation's deadline (each pass returns
+ * before it, and its lease is capped to the remaining time), then returns a summary. Overlapping
+ * invocations are safe: they split the work through leases. Rows of a pass that failed on the
+ * database and could not be handed back before the invocation ended are handed back by the next
+ * warm invocation.
  */
 export function createRelayHandler(deps: RelayHandlerDeps) {
   const logger = deps.logger ?? new Logger({ serviceName: ServiceName.relay });
   const metrics = deps.metrics ?? createMetrics(ServiceName.relay, deps.settings.metricNamespace);
   let clientChecked: Promise<void> | undefined;
+  const unreturned = new UnreturnedLeases();
   return middy<unknown, RelayInvocationSummary, Error, Context>()
     .use(injectLambdaContext(logger))
     .use(logMetrics(metrics))
@@ -56,6 +64,7 @@ export function createRelayHandler(deps: RelayHandlerDeps) {
         client: deps.client,
         settings: deps.settings,
         remainingMs: () => context.getRemainingTimeInMillis(),
+        unreturned,
         onTransientError: (error, consecutive) =>
           logger.warn('database unavailable, retrying', { error, consecutive }),
       });

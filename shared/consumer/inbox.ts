@@ -23,8 +23,8 @@ import type { MiddlewareObj } from '@middy/core';
 import type { Context, EventBridgeEvent } from 'aws-lambda';
 import type { z } from 'zod';
 import type { EnvelopeMetadata, Sql, Tx } from '../platform/index.ts';
-import { OutboxError } from '../platform/index.ts';
-import { InboxAbortedError, InvocationTransaction, lambdaDeadline } from './invocation.ts';
+import { ConnectionPool, OutboxError } from '../platform/index.ts';
+import { InboxAbortedError, InvocationTransaction, isConnectionLoss, lambdaDeadline } from './invocation.ts';
 
 /** How an order-aware consumer treats an event that is not the next one of its aggregate. */
 export type InboxOrder = 'none' | 'ignore-stale' | 'wait-for-gap';
@@ -40,8 +40,13 @@ export const LAMBDA_ASYNC_RETRY_WINDOW_SECONDS = 180;
 
 /** Options of {@link inbox}. */
 export interface InboxOptions<T> {
-  /** A pool; each invocation holds one of its connections for its transaction. */
-  sql: Sql;
+  /**
+   * A pool; each invocation holds one of its connections for its transaction. Pass a
+   * {@link ConnectionPool} (`new ConnectionPool(() => connect())`) so that an invocation that lost
+   * its connection replaces the pool: porsager `postgres` 3.4.9 can otherwise hand the next
+   * invocation of a warm container the dead session's error, or hang it (porsager/postgres#1199).
+   */
+  sql: Sql | ConnectionPool;
   /** This consumer's name: each consumer processes each event once, independently of the others. */
   consumer: string;
   /**
@@ -165,7 +170,7 @@ function settingsOf<T>(options: InboxOptions<T>): Settings {
   if (typeof options.consumer !== 'string' || options.consumer.length === 0) {
     throw new InboxOptionsError('consumer', 'expected a non-empty string naming this consumer');
   }
-  if (typeof options.sql?.begin !== 'function') {
+  if (!(options.sql instanceof ConnectionPool) && typeof options.sql?.begin !== 'function') {
     throw new InboxOptionsError('sql', 'expected a porsager `postgres` pool');
   }
   const order = options.order ?? 'none';
@@ -210,6 +215,16 @@ export function inbox<T = Record<string, unknown>>(
 ): MiddlewareObj<Event, unknown, Error, InboxContext<T>> {
   const { order, gapWaitSeconds, deadlineMarginMs } = settingsOf(options);
   const slot = (request: object) => request as Record<symbol, InvocationTransaction | undefined>;
+  const pool = options.sql instanceof ConnectionPool ? options.sql : undefined;
+  /** The pool of this invocation, and the generation to replace if its connection is lost. */
+  const used = new WeakMap<object, number>();
+  /** After an invocation that lost its connection, the next one starts on a fresh pool. */
+  const recover = (request: object, error: unknown) => {
+    const invocation = slot(request)[INVOCATION];
+    const generation = used.get(request);
+    if (pool && generation !== undefined && (invocation?.lost || isConnectionLoss(error)))
+      pool.replace(generation);
+  };
   return {
     before: async (request) => {
       const deadline = lambdaDeadline(request.context);
@@ -225,15 +240,17 @@ export function inbox<T = Record<string, unknown>>(
       const skip = (why: InboxSkip['inbox']): InboxSkip => ({ inbox: why, eventId: metadata.eventId });
       const invocation = new InvocationTransaction(deadline, deadlineMarginMs);
       slot(request)[INVOCATION] = invocation;
+      if (pool) used.set(request, pool.generation);
+      const sql = pool ? pool.sql : (options.sql as Sql);
 
       if (order === 'wait-for-gap') {
         // Remembered outside the transaction: a gap fails the invocation, which rolls it back.
-        await invocation.bounded(options.sql`
+        await invocation.bounded(sql`
           insert into inbox_gap (consumer, message_key) values (${options.consumer}, ${key})
           on conflict do nothing`);
       }
 
-      const skipped = await invocation.open(options.sql, async (tx): Promise<InboxSkip | undefined> => {
+      const skipped = await invocation.open(sql, async (tx): Promise<InboxSkip | undefined> => {
         // A concurrent delivery of the same event waits here for the first one's transaction, and
         // then sees its row: only one of them runs the handler.
         const inserted = await tx`
@@ -286,10 +303,19 @@ export function inbox<T = Record<string, unknown>>(
       return undefined;
     },
     after: async (request) => {
-      await slot(request)[INVOCATION]?.commit();
+      try {
+        await slot(request)[INVOCATION]?.commit();
+      } catch (error) {
+        recover(request, error);
+        throw error;
+      }
     },
     onError: async (request) => {
-      await slot(request)[INVOCATION]?.abandon(request.error);
+      try {
+        await slot(request)[INVOCATION]?.abandon(request.error);
+      } finally {
+        recover(request, request.error);
+      }
     },
   };
 }

@@ -4,6 +4,8 @@
  */
 export type { Envelope, EnvelopeMetadata } from '../platform/envelope.ts';
 export { OutboxError } from '../platform/errors.ts';
+// The pool an inbox consumer should pass: replaceable after a lost connection (see InboxOptions.sql).
+export { ConnectionPool, type ConnectOptions, connect } from '../platform/index.ts';
 export { defineEvent, type EventDefinition } from '../producer/typed-events.ts';
 export {
   type InboxContext,

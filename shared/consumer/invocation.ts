@@ -127,6 +127,11 @@ export class InvocationTransaction {
     this.#timer.unref();
   }
 
+  /** True once the connection closed under the transaction. */
+  get lost(): boolean {
+    return this.#lost;
+  }
+
   /** Why the handler's statements are refused, if they are; the guard asks before each one. */
   get ended(): InboxAbortedError | undefined {
     return this.#ended;
@@ -326,7 +331,7 @@ const noop = () => {};
  * Errors that mean the session is gone or going: porsager's connection codes, socket errors,
  * SQLSTATE class 08 and the FATAL shutdowns 57P01–57P03 (sent just before the server closes).
  */
-function isConnectionLoss(error: unknown): boolean {
+export function isConnectionLoss(error: unknown): boolean {
   const code = (error as { code?: unknown } | null)?.code;
   if (typeof code !== 'string') return false;
   return (

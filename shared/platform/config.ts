@@ -21,8 +21,12 @@ export const relayConfigSchema = z.object({
     ),
   /** Rows claimed per batch. */
   OUTBOX_BATCH_SIZE: int(1, 10_000).default(100),
-  /** Lease length in seconds: how long a claimed row stays with one relay before others may take it. */
-  OUTBOX_LEASE_SECONDS: int(5, 3_600).default(60),
+  /**
+   * Lease length in seconds: how long a claimed row stays with one relay before others may take
+   * it. Short, because a live pass renews it while it works: the rows of a relay that died come
+   * back this long after its last renewal.
+   */
+  OUTBOX_LEASE_SECONDS: int(5, 3_600).default(8),
   /** Claims per row before it is dead-lettered. */
   OUTBOX_MAX_ATTEMPTS: int(1, 1_000).default(10),
   /** First retry delay in ms; doubles per attempt, with full jitter. */

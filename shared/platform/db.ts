@@ -7,7 +7,7 @@ import { Signer } from '@aws-sdk/rds-signer';
 import postgres from 'postgres';
 import { z } from 'zod';
 import { parseEnv } from './config.ts';
-import { OutboxConfigError } from './errors.ts';
+import { OutboxConfigError, OutboxDeadlineError } from './errors.ts';
 import { oneStatementPerConnection } from './pooler.ts';
 
 /** A porsager `postgres` client (a pool) or a transaction from `sql.begin`. */
@@ -48,9 +48,30 @@ export interface ConnectOptions {
 }
 
 /**
- * Opens a connection pool configured for the outbox: connect and statement timeouts, idle
- * connections closed after 20 s (a Lambda frozen for longer gets fresh ones instead of sockets the
- * server or a NAT already dropped), and notices silenced.
+ * How long an unused connection stays open, seconds. Longer than the relay's one-minute schedule
+ * gap (and than a few minutes of a slower schedule), so a warm Lambda reuses its connections
+ * instead of signing a new IAM token and doing a new TLS handshake on every invocation — at scale
+ * RDS Proxy refuses bursts of IAM logins ("too many competing requests"). Well under RDS Proxy's
+ * default idle client timeout (30 minutes).
+ */
+export const IDLE_TIMEOUT_SECONDS = 300;
+
+/**
+ * Lifetime of a connection, seconds: 10 to 13 minutes, drawn once per pool so that the containers
+ * of one function do not all log in again at the same moment. Under the 15 minutes an IAM
+ * authentication token is valid, so a connection is always replaced by one with a fresh token
+ * before the token, the proxy or a NAT's idle timer would end it. porsager `postgres` ends a
+ * connection at its lifetime only once its current query has finished.
+ */
+export function maxLifetimeSeconds(random: () => number = Math.random): number {
+  return Math.round(60 * (10 + random() * 3));
+}
+
+/**
+ * Opens a connection pool configured for the outbox: connect and statement timeouts, connections
+ * kept across warm invocations ({@link IDLE_TIMEOUT_SECONDS}) and recycled before an IAM token
+ * expires ({@link maxLifetimeSeconds}), and notices silenced. A connection that died while a
+ * Lambda was frozen is replaced on its next use (its first query fails as transient).
  * @throws {OutboxConfigError} when a `OUTBOX_DB_*` variable is malformed
  */
 export function connect(options: ConnectOptions = {}): Sql {
@@ -63,8 +84,8 @@ export function connect(options: ConnectOptions = {}): Sql {
   const settings: postgres.Options<Record<string, postgres.PostgresType>> = {
     max,
     connect_timeout: env.OUTBOX_DB_CONNECT_TIMEOUT_SECONDS,
-    idle_timeout: 20,
-    max_lifetime: 60 * 30,
+    idle_timeout: IDLE_TIMEOUT_SECONDS,
+    max_lifetime: maxLifetimeSeconds(),
     onnotice: () => {},
     // The application name is a startup parameter every pooler tracks (RDS Proxy and PgBouncer
     // pass it on without pinning); any other one (statement_timeout) is refused by PgBouncer
@@ -125,6 +146,115 @@ export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string
   return `postgres://${user}${password}@${host}:${port}/${encodeURIComponent(env.PGDATABASE ?? user)}`;
 }
 
+/**
+ * A pool that can be swapped for a fresh one. porsager `postgres` 3.4.9 keeps state on a connection
+ * object after its socket died: a write scheduled just before the close stays queued forever (the
+ * slot then times out on every reconnect), and `sql.end()` without a timeout waits forever for a
+ * query that was already rejected. A statement that got no answer also still holds its connection.
+ * After such a failure the relay replaces the whole pool: the old one is ended in the background
+ * (its connections are destroyed after {@link ConnectionPool.RETIRE_SECONDS}), the new one connects
+ * on first use. Read {@link ConnectionPool.sql} for every statement; do not keep it.
+ */
+export class ConnectionPool {
+  /** Seconds a replaced pool is given to finish its statements before its connections are destroyed. */
+  static readonly RETIRE_SECONDS = 2;
+  readonly #open: () => Sql;
+  #current: Sql;
+  #generation = 0;
+  #retiring = new Set<Promise<void>>();
+
+  /** @param open creates a pool (e.g. `() => connect(options)`); called now and after each replacement */
+  constructor(open: () => Sql) {
+    this.#open = open;
+    this.#current = open();
+  }
+
+  /** The current pool. */
+  get sql(): Sql {
+    return this.#current;
+  }
+
+  /** Counts replacements: pass the value read before a failure to {@link replace}. */
+  get generation(): number {
+    return this.#generation;
+  }
+
+  /**
+   * Replaces the pool, unless it was already replaced since `seenGeneration` (another user of the
+   * pool met the same failure first). Statements still running on the old pool fail with
+   * `CONNECTION_DESTROYED` once its {@link ConnectionPool.RETIRE_SECONDS} are up.
+   */
+  replace(seenGeneration = this.#generation): void {
+    if (seenGeneration !== this.#generation) return;
+    const old = this.#current;
+    this.#current = this.#open();
+    this.#generation++;
+    const retiring = old
+      .end({ timeout: ConnectionPool.RETIRE_SECONDS })
+      .catch(() => {})
+      .finally(() => this.#retiring.delete(retiring));
+    this.#retiring.add(retiring);
+  }
+
+  /**
+   * Closes the pool: running statements get `timeoutSeconds` to finish, then the connections are
+   * destroyed. Always bounded (porsager's own `end()` without a timeout can wait forever).
+   */
+  async end(timeoutSeconds = 5): Promise<void> {
+    await Promise.all([this.#current.end({ timeout: timeoutSeconds }), ...this.#retiring]);
+  }
+}
+
+/** A {@link ConnectionPool} over {@link connect}; validates the `OUTBOX_DB_*` variables now. */
+export function openPool(options: ConnectOptions = {}): ConnectionPool {
+  parseEnv(dbEnvSchema, options.env ?? process.env);
+  return new ConnectionPool(() => connect(options));
+}
+
+/** The current pool of a {@link ConnectionPool}, or a plain pool itself. */
+export function currentSql(db: Sql | ConnectionPool): Sql {
+  return db instanceof ConnectionPool ? db.sql : db;
+}
+
+/**
+ * Bounds a statement on the client side: resolves or rejects as `work` does, or rejects with an
+ * {@link OutboxDeadlineError} after `ms`, or as soon as `signal` aborts. The server's
+ * `statement_timeout` cannot help when the server (or a proxy in front of it) has stopped
+ * answering, and porsager `postgres` has no timeout of its own once connected. The abandoned
+ * statement keeps its connection until the server answers or the connection is destroyed (see
+ * {@link ConnectionPool.replace}); it may still run on the server, late.
+ * @param operation names the statement in the error, e.g. `claim`
+ */
+export function withDeadline<T>(
+  work: PromiseLike<T>,
+  operation: string,
+  ms: number,
+  signal?: AbortSignal,
+): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let settled = false;
+    const settle = (fn: () => void) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      fn();
+    };
+    const give = (reason: string) => () =>
+      settle(() => reject(new OutboxDeadlineError(operation, ms, reason)));
+    const onAbort = give('the pass ran out of time');
+    // Subscribed first, whatever happens next: an abandoned statement that fails later must not
+    // surface as an unhandled rejection.
+    work.then(
+      (value) => settle(() => resolve(value)),
+      (error: unknown) => settle(() => reject(error)),
+    );
+    const timer = setTimeout(give('statement deadline'), Math.max(0, ms));
+    if (signal?.aborted) onAbort();
+    else signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
 /** porsager `postgres` and Node socket error codes that mean "the connection went away", not "the query is wrong". */
 const CONNECTION_ERROR_CODES = new Set([
   'CONNECTION_CLOSED',
@@ -138,31 +268,63 @@ const CONNECTION_ERROR_CODES = new Set([
   'EHOSTUNREACH',
   'ENOTFOUND',
   'EAI_AGAIN',
+  'OUTBOX_DEADLINE',
 ]);
 
 /**
- * True for failures worth retrying with a fresh connection: a dropped or refused connection, a
- * server shutting down or restarting (SQLSTATE class 08 connection exception, 57P01–57P03), a
- * cancelled statement (57014, statement timeout), a serialisation failure or deadlock (class 40), or
- * the server running short of resources (class 53). Matched on codes, never on message text.
+ * True when the connection a statement ran on can no longer be trusted: it went away (a socket
+ * error, a server shutting down or restarting: SQLSTATE class 08, 57P01–57P03) or it stopped
+ * answering ({@link OutboxDeadlineError}). The relay then replaces its {@link ConnectionPool}.
  */
-export function isTransientDatabaseError(error: unknown): boolean {
+export function isConnectionFailure(error: unknown): boolean {
   const code = (error as { code?: unknown } | null)?.code;
   if (typeof code !== 'string') return false;
-  if (CONNECTION_ERROR_CODES.has(code)) return true;
+  return CONNECTION_ERROR_CODES.has(code) || /^08/.test(code) || /^57P0[123]$/.test(code);
+}
+
+/**
+ * True for failures worth retrying with a fresh connection: a {@link isConnectionFailure}, a
+ * cancelled statement (57014, statement timeout), a serialisation failure or deadlock (class 40),
+ * or the server running short of resources (class 53). Matched on codes, never on message text.
+ */
+export function isTransientDatabaseError(error: unknown): boolean {
+  if (isConnectionFailure(error)) return true;
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && (/^(40|53)/.test(code) || code === '57014');
+}
+
+/**
+ * The one uncaught exception known to come from porsager `postgres` 3.4.9 (porsager/postgres#1154
+ * and #1208, open upstream, not fixed in any release): a write that the driver scheduled with
+ * `setImmediate` runs after its connection closed, against a null socket. Typically it is the
+ * automatic ROLLBACK of a `sql.begin` transaction whose connection was dropped; the statements it
+ * carried were already rejected with `CONNECTION_CLOSED`, so nothing waits for it. Matched on the
+ * TypeError's message and its top stack frame (`nextWrite` in the driver's connection.js).
+ */
+export function isDriverWriteAfterClose(error: unknown): boolean {
+  if (!(error instanceof TypeError)) return false;
+  if (!/reading 'write'|evaluating 'socket\.write'/.test(error.message)) return false;
+  const top = error.stack?.split('\n').find((line) => line.trimStart().startsWith('at ')) ?? '';
   return (
-    /^(08|40|53)/.test(code) || code === '57P01' || code === '57P02' || code === '57P03' || code === '57014'
+    /\bnextWrite\b/.test(top) && /[\\/]postgres[\\/](?:cjs[\\/]|cf[\\/])?src[\\/]connection\.js/.test(top)
   );
 }
 
 let guardInstalled = false;
 
 /**
- * Keeps a long-running process alive through one known driver fault: when a connection drops while
- * `postgres` fetches its array types on connect, the failed query's promise is never awaited and
- * surfaces as an unhandled rejection, which would end the process. Such a rejection with a
- * transient database error is logged and ignored (the pool reconnects on the next query); any
- * other unhandled rejection still ends the process, as Node does by default.
+ * Keeps a long-running process (the CLI's relay, a container) alive through the driver's known
+ * faults when a connection drops, instead of patching the installed driver:
+ * - an unhandled rejection with a transient database error (a connection lost while the driver
+ *   fetches its array types on connect: that promise is never awaited) is logged and ignored;
+ * - the uncaught TypeError of {@link isDriverWriteAfterClose} is logged and ignored. The connection
+ *   slot it came from may stay broken (the driver does not reset its write queue): the relay
+ *   replaces its {@link ConnectionPool} on the connection failure that went with it.
+ * Any other unhandled rejection or uncaught exception still ends the process with exit code 1, as
+ * Node does by default (unless another `uncaughtException` listener, such as the Lambda runtime's,
+ * decides). In AWS Lambda the runtime's own listener ends the process on any uncaught exception,
+ * so there the relay avoids the trigger instead: it runs no transactions.
+ * @param log receives one line per ignored fault
  */
 export function ignoreTransientDriverRejections(log: (message: string) => void): void {
   if (guardInstalled) return;
@@ -174,4 +336,14 @@ export function ignoreTransientDriverRejections(log: (message: string) => void):
     }
     throw reason;
   });
+  const onUncaught = (error: Error) => {
+    if (isDriverWriteAfterClose(error)) {
+      log('database connection closed under a pending driver write (porsager/postgres#1154); ignored');
+      return;
+    }
+    if (process.listenerCount('uncaughtException') > 1) return;
+    process.stderr.write(`${error?.stack ?? String(error)}\n`);
+    process.exit(1);
+  };
+  process.on('uncaughtException', onUncaught);
 }

@@ -75,3 +75,21 @@ export class OutboxDeadlockError extends OutboxError {
     this.aggregates = aggregates;
   }
 }
+
+/**
+ * A call did not finish inside its deadline and was abandoned: a database statement that got no
+ * answer (the server or a proxy stopped answering), or a pass whose lease or invocation ran out.
+ * `code` is `OUTBOX_DEADLINE` (a transient failure: retry with a fresh connection); `operation`
+ * names the call (`claim`, `mark published`, …) and `ms` the deadline it missed.
+ */
+export class OutboxDeadlineError extends OutboxError {
+  override name = 'OutboxDeadlineError';
+  readonly code = 'OUTBOX_DEADLINE';
+  readonly operation: string;
+  readonly ms: number;
+  constructor(operation: string, ms: number, reason?: string) {
+    super(`${operation}: no answer within ${Math.round(ms)} ms${reason ? ` (${reason})` : ''}; abandoned`);
+    this.operation = operation;
+    this.ms = ms;
+  }
+}

@@ -6,6 +6,7 @@
 // What a self-hosted relay needs besides the core: a pool configured like the Lambda's, and the
 // settings read and validated from the environment (README, Configuration).
 export {
+  ConnectionPool,
   type ConnectOptions,
   connect,
   ignoreTransientDriverRejections,
@@ -14,22 +15,23 @@ export {
   type Sql,
 } from '../platform/index.ts';
 export { backoffDelayMs } from './backoff.ts';
-export { type ClaimOptions, claimBatch } from './claim.ts';
+export { emptyCounts, type RelayCounts } from './counts.ts';
+export { Lease } from './lease.ts';
+export {
+  type PassReport,
+  type RunRelayOptions,
+  runRelay,
+  type StopReason,
+  UnreturnedLeases,
+} from './loop.ts';
+export { type PassOptions, type RelayDeps, relayOnce, relayPass, STATEMENT_DEADLINE_MS } from './pass.ts';
 export {
   checkEventBridgeClient,
   createEventBridgeClient,
   type EntryOutcome,
   PERMANENT_ENTRY_ERRORS,
+  PUT_EVENTS_TIMEOUTS,
 } from './publish.ts';
-export {
-  emptyCounts,
-  hasPending,
-  type RelayCounts,
-  type RelayDeps,
-  type RunRelayOptions,
-  relayOnce,
-  runRelay,
-  Semaphore,
-  type StopReason,
-} from './relay.ts';
+export { Semaphore } from './semaphore.ts';
+export { type ClaimOptions, claimBatch, hasPending } from './sql/index.ts';
 export type { ClaimedEvent } from './types.ts';

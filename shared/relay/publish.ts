@@ -25,21 +25,43 @@ export const PERMANENT_ENTRY_ERRORS: ReadonlySet<string> = new Set([
   'ValidationException',
 ]);
 
-/** What happened to one entry. */
+/**
+ * What happened to one entry. A failure is `permanent` (dead-letter at once), or retryable; a
+ * retryable one is `backPressure` when it is not the entry's own fault — a throttled entry, or a
+ * request that failed as a whole on the network, on a timeout or with HTTP 5xx — and then it does
+ * not count towards dead-lettering.
+ */
 export type EntryOutcome =
   | { ok: true }
-  | { ok: false; code: string; message: string; permanent: boolean; throttled: boolean };
+  | {
+      ok: false;
+      code: string;
+      message: string;
+      permanent: boolean;
+      throttled: boolean;
+      backPressure: boolean;
+    };
+
+/**
+ * Per-attempt timeouts of the EventBridge client, ms. `@smithy/node-http-handler` (4.x) only warns
+ * when `requestTimeout` is exceeded unless `throwOnRequestTimeout` is set, and has no socket
+ * timeout by default: without both, a bus that accepts the connection and never answers holds
+ * the call forever. PutEvents answers in tens of milliseconds; 3 s per attempt leaves room for
+ * a retry inside the few seconds a pass gives each call (the pass also bounds the whole call, SDK
+ * retries and their backoff included, with an abort signal).
+ */
+export const PUT_EVENTS_TIMEOUTS = { connectionTimeout: 2_000, requestTimeout: 3_000 } as const;
 
 /**
  * Creates the EventBridge client. The endpoint comes from the SDK's own configuration
  * (`AWS_ENDPOINT_URL_EVENTBRIDGE` / `AWS_ENDPOINT_URL`), region and credentials from the default
- * chain. Timeouts are short so that one hung request cannot outlive a lease: connect 3 s,
- * response 10 s, 3 attempts (the SDK's standard retry mode, which backs off on throttling).
+ * chain. Each attempt is bounded by {@link PUT_EVENTS_TIMEOUTS} (a timeout throws, it does not
+ * just warn); 3 attempts in the SDK's standard retry mode, which backs off on throttling.
  */
 export function createEventBridgeClient(config: EventBridgeClientConfig = {}): EventBridgeClient {
   return new EventBridgeClient({
     maxAttempts: 3,
-    requestHandler: { connectionTimeout: 3_000, requestTimeout: 10_000 },
+    requestHandler: { ...PUT_EVENTS_TIMEOUTS, throwOnRequestTimeout: true },
     ...config,
   });
 }
@@ -121,17 +143,20 @@ export function packRequests<T extends { entry: PutEventsRequestEntry }>(
 }
 
 /**
- * Sends one PutEvents request and returns one outcome per entry, in request order. Request-level
- * failures (network, 5xx, throttling after the SDK's own retries, a refused request) become a
- * retryable outcome for every entry; a request refused as invalid is split and its entries sent
- * one by one, so one bad entry cannot hold back the others.
+ * Sends one PutEvents request and returns one outcome per entry, in request order. Never throws.
+ * Request-level failures (network, timeout or abort, 5xx, throttling after the SDK's own retries,
+ * a refused request) become a retryable outcome for every entry; a request refused as invalid is
+ * split and its entries sent one by one, so one bad entry cannot hold back the others.
+ * @param signal aborts the call, SDK retries and their backoff included (the entries then fail
+ *   as back-pressure: `AbortError`)
  */
 export async function putEntries(
   client: EventBridgeClient,
   entries: PutEventsRequestEntry[],
+  signal?: AbortSignal,
 ): Promise<EntryOutcome[]> {
   try {
-    const out = await client.send(new PutEventsCommand({ Entries: entries }));
+    const out = await client.send(new PutEventsCommand({ Entries: entries }), { abortSignal: signal });
     const results = out.Entries ?? [];
     return entries.map((_, i) => {
       const r = results[i];
@@ -143,6 +168,9 @@ export async function putEntries(
         message: r?.ErrorMessage ?? 'no result for this entry in the PutEvents response',
         permanent: PERMANENT_ENTRY_ERRORS.has(code),
         throttled: code === 'ThrottlingException',
+        // A throttled entry met the account's rate, not a fault of its own; any other per-entry
+        // code (InternalFailure included) is the entry's and counts towards dead-lettering.
+        backPressure: code === 'ThrottlingException',
       };
     });
   } catch (error) {
@@ -151,19 +179,24 @@ export async function putEntries(
     const status = err.$metadata?.httpStatusCode;
     const refusedAsInvalid =
       status !== undefined && status >= 400 && status < 500 && code === 'ValidationException';
-    if (refusedAsInvalid && entries.length > 1) {
-      const singles = await Promise.all(entries.map((e) => putEntries(client, [e])));
+    if (refusedAsInvalid && entries.length > 1 && !signal?.aborted) {
+      const singles = await Promise.all(entries.map((e) => putEntries(client, [e], signal)));
       return singles.flat();
     }
+    const throttled = code === 'ThrottlingException' || status === 429;
     return entries.map(() => ({
       ok: false as const,
       code,
       message: `${err.message ?? String(error)}${status ? ` (HTTP ${status})` : ''}`,
-      // A whole request refused (a bad bus name, a missing permission, a quota) is a deployment
-      // problem, not the event's: retry with backoff (and alarm) rather than dead-letter the backlog.
-      // Entries too large for the bus are refused by enqueue before they are ever stored.
+      // A whole request refused (a bad bus name, a missing permission) is most likely a deployment
+      // problem: never a dead letter at once, but retried with backoff (and alarmed on). Entries
+      // too large for the bus are refused by enqueue before they are ever stored.
       permanent: false,
-      throttled: code === 'ThrottlingException',
+      throttled,
+      // No HTTP status: the request never got an answer (network, timeout, aborted). 5xx: the
+      // service failed. Neither says anything about the entries, so their attempt is given back.
+      // Other 4xx still count, so that a refusal that never heals ends in a visible dead letter.
+      backPressure: throttled || status === undefined || status >= 500,
     }));
   }
 }

@@ -7,19 +7,25 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomInt } from 'node:crypto';
+import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { connect, isTransientDatabaseError, type Sql } from '../../shared/platform/db.ts';
 import type { EnvelopeMetadata } from '../../shared/platform/envelope.ts';
+import {
+  isConnectionFailure,
+  isTransientDatabaseError,
+  loadRelaySettings,
+  openPool,
+  type Sql,
+  withDeadline,
+} from '../../shared/platform/index.ts';
 import { migrate } from '../../shared/platform/migrate.ts';
-import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
 import { startEmbeddedPostgres } from '../support/embedded-postgres.ts';
 import { type AcceptedEvent, startLocalBus } from '../support/local-bus.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/outbox.js', import.meta.url));
+const PRODUCER = fileURLToPath(new URL('./producer.ts', import.meta.url));
 const POISON = 'chaos-poison-pill';
-/** Short, so a killed relay's rows come back quickly. */
-const LEASE_SECONDS = 5;
 
 /** Knobs of one run. */
 export interface ChaosOptions {
@@ -35,6 +41,8 @@ export interface ChaosOptions {
   poisonRate: number;
   /** Give up waiting for the drain after this long, ms. */
   drainTimeoutMs: number;
+  /** `OUTBOX_LEASE_SECONDS` of the relays; default: the product's default (none set). */
+  leaseSeconds?: number;
   log?: (line: string) => void;
 }
 
@@ -82,9 +90,10 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   /** Times (ms since epoch) of kills and Postgres restarts, to explain duplicates. */
   const disruptions: number[] = [];
   const relays: (ChildProcess | undefined)[] = [];
-  const sql = connect({ url: pg.url, max: 2, env: {} });
-  /** The producers' own pool, replaced after the Postgres restart (see restarter). */
-  let producerSql = connect({ url: pg.url, max: 4, env: {} });
+  // The driver's own pool, replaced if a connection broke (the Postgres restart).
+  const pool = openPool({ url: pg.url, max: 2, env: {} });
+  const leaseSeconds = o.leaseSeconds ?? loadRelaySettings({ EVENT_BUS_NAME: 'chaos-bus' }).leaseSeconds;
+  let producerProcess: ChildProcess | undefined;
   let postgresRestarts = 0;
   let kills = 0;
   try {
@@ -98,7 +107,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       AWS_REGION: 'us-east-1',
       AWS_ACCESS_KEY_ID: 'local',
       AWS_SECRET_ACCESS_KEY: 'local',
-      OUTBOX_LEASE_SECONDS: String(LEASE_SECONDS),
+      ...(o.leaseSeconds === undefined ? {} : { OUTBOX_LEASE_SECONDS: String(o.leaseSeconds) }),
       OUTBOX_MAX_ATTEMPTS: '1000',
       OUTBOX_BACKOFF_BASE_MS: '20',
       OUTBOX_BACKOFF_MAX_MS: '500',
@@ -115,41 +124,49 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     };
     for (let i = 0; i < o.relays; i++) startRelay(i);
 
-    // Driver: producers, a killer, and one Postgres restart.
+    // Driver: producers (a process of their own, see producer.ts), a killer, and one Postgres restart.
     const producing = { done: false };
     const rolledBackIds: string[] = [];
     let enqueued = 0;
-    const producer = async () => {
-      while (enqueued < o.events) {
-        const size = Math.min(randomInt(1, 21), o.events - enqueued);
-        enqueued += size;
-        const events: OutboxEvent[] = Array.from({ length: size }, () => {
-          const poison = Math.random() < o.poisonRate;
-          return {
-            type: 'ChaosEvent',
-            source: 'chaos.driver',
-            aggregateType: 'agg',
-            aggregateId: String(randomInt(0, o.aggregates)),
-            payload: poison ? { note: POISON } : { n: enqueued },
-          };
-        });
-        const rollBack = Math.random() < o.rollbackRate;
-        try {
-          await producerSql.begin(async (tx) => {
-            const results = await enqueueMany(tx, events);
-            if (rollBack) {
-              rolledBackIds.push(...results.map((r) => r.eventId));
-              throw new RollBack();
-            }
-          });
-        } catch (error) {
-          if (error instanceof RollBack) continue;
-          // Postgres went away mid-transaction: the commit's fate is read from the table at the end.
-          if (!isTransientDatabaseError(error)) throw error;
-          await sleep(100);
-        }
-      }
-    };
+    const producer = spawn(
+      process.execPath,
+      [
+        PRODUCER,
+        '--url',
+        pg.url,
+        '--events',
+        String(o.events),
+        '--aggregates',
+        String(o.aggregates),
+        '--rollback-rate',
+        String(o.rollbackRate),
+        '--poison-rate',
+        String(o.poisonRate),
+        '--poison',
+        POISON,
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    producerProcess = producer;
+    let producerErrors = '';
+    producer.stderr?.on('data', (chunk: Buffer) => {
+      producerErrors += chunk;
+    });
+    createInterface({ input: producer.stdout as NodeJS.ReadableStream }).on('line', (line) => {
+      const m = JSON.parse(line) as { offered?: number; rolledBack?: string[]; done?: boolean };
+      if (m.offered !== undefined) enqueued = m.offered;
+      if (m.rolledBack) rolledBackIds.push(...m.rolledBack);
+    });
+    const producers = new Promise<void>((resolve, reject) => {
+      producer.once('exit', (code, signal) => {
+        producing.done = true;
+        if (code === 0) resolve();
+        else
+          reject(
+            new Error(`chaos producer exited (${signal ?? `code ${code}`}): ${producerErrors.slice(-2000)}`),
+          );
+      });
+    });
     const killer = async () => {
       while (kills < o.kills) {
         await sleep(randomInt(300, 1_500));
@@ -168,28 +185,21 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       log('chaos: restarting Postgres');
       disruptions.push(Date.now());
       await pg.restart();
-      // The driver's connections that were mid-query when the server went away can stay pending
-      // forever in porsager/postgres; ending the old pool at once rejects them (CONNECTION_ENDED,
-      // a transient error the producers retry) and a new pool takes over.
-      const old = producerSql;
-      producerSql = connect({ url: pg.url, max: 4, env: {} });
-      await old.end({ timeout: 0 }).catch(() => {});
       disruptions.push(Date.now());
       postgresRestarts++;
       log('chaos: Postgres is back');
     };
-    const producers = Promise.all(Array.from({ length: 4 }, producer)).finally(() => {
-      producing.done = true;
-    });
     await Promise.all([producers, killer(), restarter()]);
     log(`chaos: ${enqueued} events offered; waiting for the relays to drain the outbox`);
 
     // Drain: wait until no row is pending.
     const deadline = Date.now() + o.drainTimeoutMs;
     for (;;) {
-      const pending = await countPending(sql).catch((e: unknown) => {
-        if (isTransientDatabaseError(e)) return Number.POSITIVE_INFINITY;
-        throw e;
+      const generation = pool.generation;
+      const pending = await countPending(pool.sql).catch((e: unknown) => {
+        if (!isTransientDatabaseError(e)) throw e;
+        if (isConnectionFailure(e)) pool.replace(generation);
+        return Number.POSITIVE_INFINITY;
       });
       if (pending === 0) break;
       if (Date.now() > deadline) {
@@ -202,7 +212,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     await sleep(300);
 
     // Verdict, from the bus's record and the table.
-    const rows = await sql<
+    const rows = await pool.sql<
       {
         event_id: string;
         aggregate_id: string;
@@ -246,7 +256,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
           continue;
         // A relay too slow to mark within its lease (CPU-starved, or a long bus spike): another
         // relay re-claimed the row after the lease ran out, which is at-least-once by design.
-        if (copy.receivedAt - previous.receivedAt >= LEASE_SECONDS * 1000 - 1_000) leaseExpiryDuplicates++;
+        if (copy.receivedAt - previous.receivedAt >= leaseSeconds * 1000 - 1_000) leaseExpiryDuplicates++;
         else unexplainedDuplicates++;
       }
     }
@@ -278,18 +288,21 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     };
   } finally {
     for (const r of relays) r?.kill('SIGKILL');
-    await sql.end({ timeout: 2 }).catch(() => {});
-    await producerSql.end({ timeout: 2 }).catch(() => {});
+    producerProcess?.kill('SIGKILL');
+    await pool.end(2).catch(() => {});
     await bus.close();
     await pg.stop();
   }
 }
 
-class RollBack extends Error {}
-
 async function countPending(sql: Sql): Promise<number> {
-  const [row] = await sql<{ n: number }[]>`
-    select count(*)::int as n from outbox where published_at is null and dead_lettered_at is null`;
+  // Bounded: a query in flight when Postgres restarted may never be answered by the driver.
+  const [row] = await withDeadline(
+    sql<{ n: number }[]>`
+      select count(*)::int as n from outbox where published_at is null and dead_lettered_at is null`,
+    'count pending',
+    5_000,
+  );
   return row?.n ?? 0;
 }
 
@@ -317,6 +330,7 @@ export function countOrderViolations(events: readonly EnvelopeMetadata[]): numbe
 export function formatReport(r: ChaosReport, o: ChaosOptions): string {
   const rows: [string, string | number][] = [
     ['relay processes', o.relays],
+    ['relay lease (OUTBOX_LEASE_SECONDS)', o.leaseSeconds === undefined ? 'default' : `${o.leaseSeconds} s`],
     ['events committed', r.committed],
     ['events rolled back by the driver', r.rolledBack],
     ['relay kills (SIGKILL)', r.kills],

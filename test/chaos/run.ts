@@ -1,7 +1,8 @@
 /**
  * `npm run test:chaos`: the long chaos run. Defaults: 50,000 events, 4 relay processes, 25 kills,
- * one Postgres restart, faults on. Prints the report as a markdown table and exits non-zero when a
- * guarantee was broken.
+ * one Postgres restart, faults on, and the relays at the product's default settings (lease
+ * included); `--lease-seconds N` sets OUTBOX_LEASE_SECONDS instead. Prints the report as a markdown
+ * table and exits non-zero when a guarantee was broken.
  */
 import { writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
@@ -14,6 +15,7 @@ const { values } = parseArgs({
     kills: { type: 'string', default: '25' },
     aggregates: { type: 'string', default: '2000' },
     'no-restart': { type: 'boolean', default: false },
+    'lease-seconds': { type: 'string' },
     json: { type: 'string' },
   },
 });
@@ -26,6 +28,7 @@ const options = {
   rollbackRate: 0.1,
   poisonRate: 0.002,
   drainTimeoutMs: 600_000,
+  leaseSeconds: values['lease-seconds'] === undefined ? undefined : Number(values['lease-seconds']),
   log: (line: string) => process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`),
 };
 const report = await runChaos(options);

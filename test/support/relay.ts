@@ -1,7 +1,6 @@
 /** Relay wiring for tests: the real EventBridge client pointed at a local bus. */
 import type { RelaySettings } from '../../shared/platform/config.ts';
-import type { ClaimOptions } from '../../shared/relay/claim.ts';
-import { createEventBridgeClient } from '../../shared/relay/publish.ts';
+import { type ClaimOptions, createEventBridgeClient } from '../../shared/relay/index.ts';
 
 /** Settings with short timings, overridable per test. */
 export function testSettings(overrides: Partial<RelaySettings> = {}): RelaySettings {

@@ -10,13 +10,14 @@
  * replays or discards it (`discarded_at`).
  *
  * Ordering (`ordering = 'aggregate'`). Only the head of an aggregate — its earliest unpublished
- * event — may be claimed on its own; the NOT EXISTS test sees earlier rows whether or not another
- * relay has them locked, which is what stops SKIP LOCKED from jumping over a locked head to the next
+ * event — may be claimed on its own; the head test sees earlier rows whether or not another relay
+ * has them locked, which is what stops SKIP LOCKED from jumping over a locked head to the next
  * event of the same aggregate. With a head, up to `perAggregateLimit − 1` of its successors are
  * claimed too; the publisher sends them one after the other.
  */
-import type { Sql } from '../platform/index.ts';
-import { type ClaimedEvent, type DbClaimedRow, toClaimedEvent } from './types.ts';
+import type { Sql } from '../../platform/index.ts';
+import type { ClaimedEvent } from '../types.ts';
+import { pendingRow, unpublishedRow } from './conditions.ts';
 
 /** Parameters of one claim. */
 export interface ClaimOptions {
@@ -33,6 +34,44 @@ export interface ClaimOptions {
   deadLetterPolicy: 'continue' | 'block';
 }
 
+/** An outbox row as the claim returns it. */
+export interface DbClaimedRow {
+  id: string;
+  event_id: string;
+  aggregate_type: string;
+  aggregate_id: string;
+  sequence: string;
+  event_type: string;
+  source: string;
+  /** jsonb, parsed by the driver. */
+  payload: Record<string, unknown>;
+  trace_header: string | null;
+  created_at: Date;
+  attempts: number;
+  /** True for the row the claim took as its aggregate's head (always true with ordering `none`). */
+  is_head: boolean;
+}
+
+/** The one mapping from {@link DbClaimedRow} to {@link ClaimedEvent}. */
+export function toClaimedEvent(row: DbClaimedRow): ClaimedEvent {
+  return {
+    id: row.id,
+    eventId: row.event_id,
+    aggregateType: row.aggregate_type,
+    aggregateId: row.aggregate_id,
+    sequence: Number(row.sequence),
+    type: row.event_type,
+    source: row.source,
+    // Compact JSON, as enqueue measured it: jsonb's own text form adds spaces and spells out
+    // numbers (5e-324 as 325 digits), which would make the entry larger than validated.
+    payloadJson: JSON.stringify(row.payload),
+    traceHeader: row.trace_header,
+    createdAt: row.created_at,
+    attempts: row.attempts,
+    isHead: row.is_head,
+  };
+}
+
 /**
  * Claims up to `batchSize` heads (and their successors), incrementing `attempts` at claim time so
  * that a row which crashes the relay every time still runs out of attempts.
@@ -47,7 +86,7 @@ function claimUnordered(sql: Sql, o: ClaimOptions) {
   return sql<DbClaimedRow[]>`
     with picked as (
       select id from outbox
-      where published_at is null and dead_lettered_at is null
+      where ${pendingRow(sql)}
         and available_at <= now()
         and (lease_expires_at is null or lease_expires_at <= now())
       order by available_at, id
@@ -68,15 +107,15 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
   const block = o.deadLetterPolicy === 'block';
   // Parking: when this claim takes an aggregate's head, that aggregate's events beyond the
   // claimed group and the next head (head + perAggregateLimit) get available_at pushed out by a
-  // lease length. The head walk above then steps over a long backlog instead of re-reading it on
-  // every claim, so one hot aggregate cannot starve the rest. Only the owner of an aggregate's
-  // head parks its rows, and the owner unparks the next event when its group completes
+  // lease length. The head walk then steps over a long backlog instead of re-reading it on every
+  // claim, so one hot aggregate cannot starve the rest. Only the owner of an aggregate's head
+  // parks its rows, and the owner unparks the next event when its group completes
   // (unparkNextEvents); a park only ever delays a row, never loses it.
   return sql<DbClaimedRow[]>`
     with heads as (
       select h.id, h.aggregate_type, h.aggregate_id, h.sequence
       from outbox h
-      where h.published_at is null and h.dead_lettered_at is null
+      where ${pendingRow(sql)}
         and h.available_at <= now()
         and (h.lease_expires_at is null or h.lease_expires_at <= now())
         -- the head: the lowest unfinished sequence of its aggregate (ORDER BY … LIMIT 1 reads
@@ -84,7 +123,7 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
         and h.sequence = (
           select p.sequence from outbox p
           where p.aggregate_type = h.aggregate_type and p.aggregate_id = h.aggregate_id
-            and p.published_at is null
+            and ${unpublishedRow(sql)}
             and (p.dead_lettered_at is null or (${block}::boolean and p.discarded_at is null))
           order by p.sequence
           limit 1
@@ -102,7 +141,7 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
         cross join lateral (
           select b.id from outbox b
           where b.aggregate_type = h.aggregate_type and b.aggregate_id = h.aggregate_id
-            and b.published_at is null and b.dead_lettered_at is null
+            and ${pendingRow(sql)}
             and b.available_at <= now()
             and b.sequence > h.sequence + ${o.perAggregateLimit}
           -- bounded work per claim (and a LIMIT keeps the planner on the aggregate's index)
@@ -116,14 +155,14 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
       cross join lateral (
         select f.id from outbox f
         where f.aggregate_type = h.aggregate_type and f.aggregate_id = h.aggregate_id
-          and f.sequence > h.sequence and f.published_at is null and f.dead_lettered_at is null
+          and f.sequence > h.sequence and ${pendingRow(sql)}
           -- contiguous: stop before any row still leased by another relay (a relay that stopped
           -- this aggregate hands its rows back, but it may not have done so yet)
           and not exists (
             select 1 from outbox l
             where l.aggregate_type = h.aggregate_type and l.aggregate_id = h.aggregate_id
               and l.sequence > h.sequence and l.sequence <= f.sequence
-              and l.published_at is null and l.lease_expires_at > now()
+              and ${unpublishedRow(sql)} and l.lease_expires_at > now()
           )
           and not exists (
             select 1 from outbox d

@@ -1,0 +1,81 @@
+/**
+ * The lease of one pass, created by the loop and handed to the pass, so that after a failed pass
+ * the loop still knows which rows to hand back (no error object is made to carry it).
+ *
+ * Short leases, renewed: a pass renews its lease while it works, so a slow but live pass keeps its
+ * rows while the rows of a relay that died come back one lease length after its last renewal.
+ */
+import { randomUUID } from 'node:crypto';
+
+/** A pass's lease: its token, the rows it holds, and how long they are certainly its own. */
+export class Lease {
+  /** Random uuid stamped on the claimed rows; every later write presents it. */
+  readonly token: string = randomUUID();
+  /** Lease length, seconds, added to the database clock by the claim and each renewal. */
+  readonly seconds: number;
+  /** Rows claimed under this lease and not settled yet (int8 ids as strings). */
+  readonly held = new Set<string>();
+  #claimSent = false;
+  #claimAnswered = false;
+  #heldUntil = Number.NEGATIVE_INFINITY;
+
+  /** @param seconds lease length, seconds */
+  constructor(seconds: number) {
+    this.seconds = seconds;
+  }
+
+  /** Lease length, ms. */
+  get ms(): number {
+    return this.seconds * 1000;
+  }
+
+  /**
+   * `performance.now()` until which the rows are certainly still this lease's: when the claim or
+   * the last renewal was *sent*, plus the lease length. The database's own expiry is later (it
+   * counts from when the statement ran), so this never promises more than the database keeps.
+   */
+  get heldUntil(): number {
+    return this.#heldUntil;
+  }
+
+  /** ms before {@link heldUntil}. */
+  leftMs(now = performance.now()): number {
+    return this.#heldUntil - now;
+  }
+
+  /** Call just before the claim is sent. */
+  claimSending(): void {
+    this.#claimSent = true;
+    this.#heldUntil = performance.now() + this.ms;
+  }
+
+  /** Call with the claim's answer. */
+  claimed(ids: readonly string[]): void {
+    this.#claimAnswered = true;
+    for (const id of ids) this.held.add(id);
+  }
+
+  /** Call just before a renewal is sent; call what it returns once the renewal succeeded. */
+  renewalSending(): () => void {
+    const until = performance.now() + this.ms;
+    return () => {
+      this.#heldUntil = Math.max(this.#heldUntil, until);
+    };
+  }
+
+  /** Rows settled (published, failed, released, or lost to another relay): no longer held. */
+  settled(ids: Iterable<string>): void {
+    for (const id of ids) this.held.delete(id);
+  }
+
+  /**
+   * What a failed pass leaves to hand back: `undefined` when nothing can be leased under this
+   * token; the held ids when the claim answered; `'unknown'` when the claim was sent but its
+   * answer never came (it may still have run, late).
+   */
+  get leftover(): readonly string[] | 'unknown' | undefined {
+    if (!this.#claimSent) return undefined;
+    if (!this.#claimAnswered) return 'unknown';
+    return this.held.size > 0 ? [...this.held] : undefined;
+  }
+}

@@ -1,0 +1,242 @@
+/**
+ * The loop: passes, one after another, in a few lanes, until stopped. It creates each pass's
+ * lease, hands back the rows of a pass that failed, replaces the database connections after one
+ * broke or stopped answering, and slows down under back-pressure.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  ConnectionPool,
+  currentSql,
+  isConnectionFailure,
+  isTransientDatabaseError,
+  type Sql,
+  withDeadline,
+} from '../platform/index.ts';
+import { addCounts, emptyCounts, type RelayCounts } from './counts.ts';
+import { Lease } from './lease.ts';
+import { type RelayDeps, relayPass, STATEMENT_DEADLINE_MS } from './pass.ts';
+import { Semaphore } from './semaphore.ts';
+import { abandonLease, hasPending } from './sql/index.ts';
+
+/** What one pass did, for observers (see {@link RunRelayOptions.onPassEnd}). */
+export interface PassReport {
+  leaseToken: string;
+  /** `performance.now()` when the pass started and when it returned or threw. */
+  startedAt: number;
+  endedAt: number;
+  /**
+   * `performance.now()` until which the pass's rows were certainly its own (the claim or its last
+   * renewal, plus the lease length; the database's expiry is later). A pass never ends after it.
+   */
+  heldUntil: number;
+  counts?: RelayCounts;
+  error?: unknown;
+}
+
+/**
+ * Leases of failed passes whose rows are not handed back yet (the database did not answer). The
+ * loop hands them back, attempt returned, as soon as the database answers again. The Lambda
+ * handler keeps one across invocations, so a stall that outlasts an invocation is still cleaned up.
+ */
+export class UnreturnedLeases {
+  /** Most leases kept; beyond it the oldest are dropped (their rows come back when the lease expires). */
+  static readonly MAX = 1_000;
+  readonly #leases = new Map<string, readonly string[] | undefined>();
+
+  /** Remembers what `lease` may still hold (nothing to do when it holds nothing). */
+  add(lease: Lease): void {
+    const leftover = lease.leftover;
+    if (!leftover) return;
+    this.#leases.set(lease.token, leftover === 'unknown' ? undefined : leftover);
+    if (this.#leases.size > UnreturnedLeases.MAX) {
+      const oldest = this.#leases.keys().next().value;
+      if (oldest !== undefined) this.#leases.delete(oldest);
+    }
+  }
+
+  get size(): number {
+    return this.#leases.size;
+  }
+
+  /**
+   * Hands every remembered lease back, each statement bounded by `deadlineMs`.
+   * @throws the first statement's failure (the rest stay remembered)
+   */
+  async handBack(sql: Sql, deadlineMs = STATEMENT_DEADLINE_MS): Promise<number> {
+    let rows = 0;
+    for (const [token, ids] of [...this.#leases]) {
+      rows += await withDeadline(abandonLease(sql, token, ids), 'hand back lease', deadlineMs);
+      this.#leases.delete(token);
+    }
+    return rows;
+  }
+}
+
+/** Options of {@link runRelay}. */
+export interface RunRelayOptions extends RelayDeps {
+  /** Stops the loop after the current pass. */
+  signal?: AbortSignal;
+  /** One pass, then return. */
+  once?: boolean;
+  /** Return once no unpublished, not-dead-lettered row is left. */
+  untilEmpty?: boolean;
+  /**
+   * Milliseconds left before the caller must return (a Lambda's `getRemainingTimeInMillis`). Each
+   * pass's lease is capped to fit in it, every pass returns before it (less a margin), and the loop
+   * stops claiming when no useful lease fits.
+   */
+  remainingMs?: () => number;
+  /** Called after every pass that claimed something. */
+  onPass?: (counts: RelayCounts) => void;
+  /** Called after every pass, including failed ones and ones that claimed nothing. */
+  onPassEnd?: (pass: PassReport) => void;
+  /** Give up (rethrow) after this many transient database errors in a row. Default: never. */
+  maxConsecutiveErrors?: number;
+  /** Called when a pass failed with a transient database error and will be retried. */
+  onTransientError?: (error: unknown, consecutive: number) => void;
+  /** Leases still to hand back; pass one kept across calls (a Lambda handler does). */
+  unreturned?: UnreturnedLeases;
+}
+
+/** Why {@link runRelay} returned. */
+export type StopReason = 'once' | 'empty' | 'deadline' | 'aborted';
+
+/** Shortest lease worth claiming with, seconds. */
+const MIN_LEASE_SECONDS = 5;
+/** Time kept back at the end of an invocation for the final marks and the summary, ms. */
+const DEADLINE_MARGIN_MS = 3_000;
+
+/**
+ * Relays until stopped: by `signal`, after one pass (`once`), when the outbox is drained
+ * (`untilEmpty`), or when `remainingMs` can no longer cover a lease. Polls every
+ * `settings.pollIntervalMs` while idle. Under back-pressure (throttling, a request that failed as a
+ * whole) the whole loop pauses (doubling up to 2 s) rather than sending more into it. A pass that
+ * failed on the database is retried after a backoff; its rows are handed back once the database
+ * answers, and, given a {@link ConnectionPool}, its connections are replaced first.
+ * @returns the totals and why it stopped
+ * @throws a database error that is not transient, or the last transient one after
+ *   `maxConsecutiveErrors`
+ */
+export async function runRelay(
+  options: RunRelayOptions,
+): Promise<RelayCounts & { passes: number; stopReason: StopReason }> {
+  // Pipelining: several passes run at once (lanes), so one lane's claim and marks overlap another
+  // lane's PutEvents calls. Leases keep the lanes' rows apart exactly as they keep separate relays
+  // apart, and one semaphore caps the PutEvents calls in flight across lanes.
+  const lanes = options.once ? 1 : Math.max(1, options.settings.pipelineDepth);
+  const publishSlots = options.publishSlots ?? new Semaphore(options.settings.publishConcurrency);
+  const unreturned = options.unreturned ?? new UnreturnedLeases();
+  const results = await Promise.all(
+    Array.from({ length: lanes }, () => runLane({ ...options, publishSlots, unreturned })),
+  );
+  const totals = emptyCounts();
+  for (const r of results) addCounts(totals, r);
+  const order: StopReason[] = ['aborted', 'deadline', 'once', 'empty'];
+  const stopReason = order.find((reason) => results.some((r) => r.stopReason === reason)) ?? 'empty';
+  return { ...totals, passes: results.reduce((n, r) => n + r.passes, 0), stopReason };
+}
+
+async function runLane(
+  options: RunRelayOptions & { unreturned: UnreturnedLeases },
+): Promise<RelayCounts & { passes: number; stopReason: StopReason }> {
+  const { settings, signal, unreturned } = options;
+  const pool = options.sql instanceof ConnectionPool ? options.sql : undefined;
+  const totals = emptyCounts();
+  let passes = 0;
+  let pressurePauseMs = 0;
+  let backPressureStreak = 0;
+  let consecutiveErrors = 0;
+  const stop = (stopReason: StopReason) => ({ ...totals, passes, stopReason });
+
+  for (;;) {
+    if (signal?.aborted) return stop('aborted');
+    let leaseSeconds = settings.leaseSeconds;
+    let endBy = Number.POSITIVE_INFINITY;
+    if (options.remainingMs) {
+      const remaining = options.remainingMs();
+      leaseSeconds = Math.min(leaseSeconds, Math.floor((remaining - DEADLINE_MARGIN_MS) / 1000));
+      if (leaseSeconds < MIN_LEASE_SECONDS) return stop('deadline');
+      endBy = performance.now() + remaining - DEADLINE_MARGIN_MS;
+    }
+    const generation = pool?.generation ?? 0;
+    const lease = new Lease(leaseSeconds);
+    const startedAt = performance.now();
+    let counts: RelayCounts;
+    try {
+      if (unreturned.size > 0) {
+        await unreturned.handBack(
+          currentSql(options.sql),
+          Math.min(STATEMENT_DEADLINE_MS, endBy - performance.now()),
+        );
+      }
+      counts = await relayPass(options, lease, { endBy, backPressureStreak });
+      consecutiveErrors = 0;
+      options.onPassEnd?.({
+        leaseToken: lease.token,
+        startedAt,
+        endedAt: performance.now(),
+        heldUntil: lease.heldUntil,
+        counts,
+      });
+    } catch (error) {
+      options.onPassEnd?.({
+        leaseToken: lease.token,
+        startedAt,
+        endedAt: performance.now(),
+        heldUntil: lease.heldUntil,
+        error,
+      });
+      // The rows the pass still held go back (attempt returned) once the database answers: a
+      // dropped or stalled connection is not the events' fault.
+      unreturned.add(lease);
+      if (!isTransientDatabaseError(error)) throw error;
+      // A broken or silent connection may leave driver state behind that never recovers (see
+      // ConnectionPool): start again with fresh connections.
+      if (isConnectionFailure(error)) pool?.replace(generation);
+      consecutiveErrors++;
+      if (options.maxConsecutiveErrors !== undefined && consecutiveErrors >= options.maxConsecutiveErrors)
+        throw error;
+      options.onTransientError?.(error, consecutiveErrors);
+      await pause(Math.min(5_000, 50 * 2 ** Math.min(consecutiveErrors, 10)), options);
+      continue;
+    }
+    passes++;
+    addCounts(totals, counts);
+    if (counts.claimed > 0) options.onPass?.(counts);
+    if (options.once) return stop('once');
+
+    // Back-pressure means the account's PutEvents rate is exhausted or the service is failing:
+    // slow the whole loop down (doubling from 50 ms up to 2 s) instead of sending more into it,
+    // and speed back up by halving the pause after every pass without back-pressure.
+    if (counts.backPressure > 0) {
+      backPressureStreak++;
+      pressurePauseMs = Math.min(2_000, Math.max(50, pressurePauseMs * 2));
+      await pause(pressurePauseMs, options);
+      continue;
+    }
+    backPressureStreak = 0;
+    pressurePauseMs = Math.floor(pressurePauseMs / 2);
+    if (counts.claimed > 0) continue;
+    if (options.untilEmpty) {
+      const pending = await withDeadline(
+        hasPending(currentSql(options.sql)),
+        'pending check',
+        STATEMENT_DEADLINE_MS,
+      ).catch((error: unknown) => {
+        if (isTransientDatabaseError(error)) return true;
+        throw error;
+      });
+      if (!pending) return stop('empty');
+    }
+    await pause(settings.pollIntervalMs, options);
+  }
+}
+
+async function pause(ms: number, options: RunRelayOptions): Promise<void> {
+  const cap = options.remainingMs ? Math.max(0, options.remainingMs() - DEADLINE_MARGIN_MS) : ms;
+  try {
+    await sleep(Math.min(ms, cap), undefined, { signal: options.signal });
+  } catch {
+    // aborted: the loop sees the signal and stops
+  }
+}

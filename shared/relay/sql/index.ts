@@ -1,0 +1,13 @@
+/**
+ * Every SQL statement of the relay, one module each, next to the row type it returns (the
+ * graphile-worker `src/sql` layout). No other relay module writes SQL.
+ */
+export { abandonLease } from './abandon-lease.ts';
+export { type ClaimOptions, claimBatch, type DbClaimedRow, toClaimedEvent } from './claim-batch.ts';
+export { pendingRow, unpublishedRow } from './conditions.ts';
+export { hasPending } from './has-pending.ts';
+export { markPublished } from './mark-published.ts';
+export { type Failure, recordFailures } from './record-failures.ts';
+export { releaseUnsent } from './release-unsent.ts';
+export { renewLease } from './renew-lease.ts';
+export { unparkNextEvents } from './unpark-next-events.ts';

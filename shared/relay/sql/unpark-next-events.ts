@@ -1,0 +1,31 @@
+/** Makes the next event of each settled aggregate claimable at once (undoing the claim's park). */
+import type { Sql } from '../../platform/index.ts';
+import { pendingRow } from './conditions.ts';
+
+/**
+ * Makes the next unfinished event of each aggregate claimable now, undoing the park the claim put
+ * on it, once the aggregate's claimed events are all settled. Only a parked row is touched: an
+ * unparked next event may be in the middle of being claimed by another relay, and writing it then
+ * would make that claim skip it (the row changed under its lock).
+ * @param aggregates (aggregateType, aggregateId) pairs whose claimed group completed
+ */
+export async function unparkNextEvents(
+  sql: Sql,
+  aggregates: readonly { aggregateType: string; aggregateId: string }[],
+): Promise<void> {
+  if (aggregates.length === 0) return;
+  await sql`
+    update outbox o
+    set available_at = least(o.available_at, now())
+    where o.id = any(array(
+      select (
+        select n.id from outbox n
+        where n.aggregate_type = a.t and n.aggregate_id = a.i and ${pendingRow(sql)}
+        order by n.sequence
+        limit 1
+      )
+      from unnest(${aggregates.map((a) => a.aggregateType)}::text[], ${aggregates.map((a) => a.aggregateId)}::text[]) as a(t, i)
+    ))
+      and o.available_at > now()
+  `;
+}

@@ -1,0 +1,217 @@
+/**
+ * Slowness fault injection, next to the crash-oriented chaos suite: relays at the default lease
+ * work through a backlog while the bus stalls (latency spikes longer than a PutEvents budget, then
+ * every request hanging for a while) and the database stalls (a TCP relay in front of Postgres
+ * holds all traffic, twice, for bounded times). Two relays loop like the CLI; a third runs
+ * back-to-back Lambda-like invocations with a deadline. Every pass is observed.
+ *
+ * Afterwards it reports what the guarantees are checked against: passes that outlived the lease
+ * they last secured, invocations that outlived their deadline, healthy events dead-lettered,
+ * events lost, per-aggregate order violations, and writes that found their lease taken.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { EnvelopeMetadata } from '../../shared/platform/envelope.ts';
+import {
+  type ConnectionPool,
+  loadRelaySettings,
+  openPool,
+  type RelaySettings,
+  type Sql,
+} from '../../shared/platform/index.ts';
+import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
+import { type PassReport, runRelay, UnreturnedLeases } from '../../shared/relay/index.ts';
+import type { LocalBus } from '../support/local-bus.ts';
+import { testClient } from '../support/relay.ts';
+import { startStallProxy } from '../support/stall-proxy.ts';
+import { countOrderViolations } from './chaos.ts';
+
+/** Knobs of one run. */
+export interface SlownessOptions {
+  /** A migrated database (direct URL; the relays reach it through the stall proxy). */
+  databaseUrl: string;
+  /** A pool on `databaseUrl`, for seeding and checking (never stalled). */
+  sql: Sql;
+  bus: LocalBus;
+  /** Events enqueued before the relays start. */
+  backlog: number;
+  /** Events enqueued per second while the faults run (about 40 s). */
+  ratePerSecond: number;
+  aggregates: number;
+  /** Give up waiting for the drain after this long, ms. */
+  drainTimeoutMs: number;
+  log?: (line: string) => void;
+}
+
+/** What the run found. */
+export interface SlownessReport {
+  events: number;
+  published: number;
+  deadLettered: number;
+  orderViolations: number;
+  passes: number;
+  failedPasses: number;
+  /** Passes that a deadline cut short (a statement or the lease's watchdog). */
+  passesCutByDeadline: number;
+  /** Passes that returned after the lease they last secured had run out (must be 0). */
+  passesOutlivingLease: number;
+  longestOverrunMs: number;
+  invocations: number;
+  /** Lambda-like invocations that returned after their deadline (must be 0). */
+  invocationsOutlivingDeadline: number;
+  /** Outcome writes that found their rows' lease taken by another relay. */
+  leaseLost: number;
+  backPressure: number;
+  databaseStalls: number;
+  busStalls: number;
+  seconds: number;
+}
+
+/** Runs the scenario: about 40 s of stalls, then a drain. */
+export async function runSlowness(o: SlownessOptions): Promise<SlownessReport> {
+  const log = o.log ?? (() => {});
+  const started = performance.now();
+  const target = new URL(o.databaseUrl);
+  const proxy = await startStallProxy({ host: target.hostname, port: Number(target.port || 5432) });
+  const settings: RelaySettings = loadRelaySettings({
+    EVENT_BUS_NAME: 'slow-bus',
+    // Few attempts and fast backoff: a stall that wrongly spent attempts would dead-letter quickly.
+    OUTBOX_MAX_ATTEMPTS: '3',
+    OUTBOX_BACKOFF_BASE_MS: '20',
+    OUTBOX_BACKOFF_MAX_MS: '500',
+    OUTBOX_POLL_INTERVAL_MS: '50',
+  });
+  const passes: PassReport[] = [];
+  const invocations: { endedAt: number; deadline: number }[] = [];
+  let leaseLost = 0;
+  let backPressure = 0;
+  const pools: ConnectionPool[] = [];
+  const abort = new AbortController();
+  try {
+    let enqueued = 0;
+    const enqueue = async (n: number) => {
+      const events: OutboxEvent[] = Array.from({ length: n }, () => {
+        const i = enqueued++;
+        return {
+          type: 'SlowEvent',
+          source: 'slowness',
+          aggregateType: 'agg',
+          aggregateId: String(i % o.aggregates),
+          payload: { i },
+        };
+      });
+      for (let i = 0; i < events.length; i += 500) {
+        await o.sql.begin((tx) => enqueueMany(tx, events.slice(i, i + 500)));
+      }
+    };
+    await enqueue(o.backlog);
+    o.bus.setFaults({ latencyMs: [2, 20], spikeRate: 0.03, spikeMs: 9_000 });
+
+    const relayOptions = (pool: ConnectionPool) => ({
+      sql: pool,
+      client: testClient(o.bus.url),
+      settings,
+      signal: abort.signal,
+      onPassEnd: (p: PassReport) => {
+        passes.push(p);
+        leaseLost += p.counts?.leaseLost ?? 0;
+        backPressure += p.counts?.backPressure ?? 0;
+      },
+    });
+    const open = () => {
+      const pool = openPool({
+        url: proxy.urlFor(o.databaseUrl),
+        max: 4,
+        env: {},
+        applicationName: 'slowness',
+      });
+      pools.push(pool);
+      return pool;
+    };
+    const looping = [open(), open()].map((pool) => runRelay(relayOptions(pool)));
+    const lambda = (async () => {
+      const pool = open();
+      const unreturned = new UnreturnedLeases();
+      while (!abort.signal.aborted) {
+        const deadline = performance.now() + 15_000;
+        await runRelay({
+          ...relayOptions(pool),
+          unreturned,
+          remainingMs: () => deadline - performance.now(),
+        });
+        invocations.push({ endedAt: performance.now(), deadline });
+      }
+    })();
+
+    // A steady trickle of new events (straight to Postgres, not through the stall), so the stalls
+    // meet passes in the middle of their work, not only idle polls.
+    let producing = true;
+    const producer = (async () => {
+      while (producing) {
+        await sleep(100);
+        await enqueue(Math.max(1, Math.round(o.ratePerSecond / 10)));
+      }
+    })();
+
+    // The stalls: the database twice, the bus once for every request.
+    const at = (ms: number) => sleep(Math.max(0, started + ms - performance.now()));
+    await at(3_000);
+    log('slowness: database holds all traffic for 12 s');
+    proxy.hold(12_000);
+    await at(18_000);
+    log('slowness: every PutEvents request hangs for 10 s');
+    o.bus.setFaults({ latencyMs: 30_000 });
+    await at(28_000);
+    o.bus.setFaults({ latencyMs: [2, 20], spikeRate: 0.03, spikeMs: 9_000 });
+    await at(30_000);
+    log('slowness: database holds all traffic for 6 s');
+    proxy.hold(6_000);
+    await at(40_000);
+    o.bus.setFaults({ latencyMs: [2, 20] });
+    producing = false;
+    await producer;
+    log(`slowness: faults off; ${enqueued} events enqueued; draining`);
+
+    const drainBy = performance.now() + o.drainTimeoutMs;
+    for (;;) {
+      const [row] = await o.sql<{ n: number }[]>`
+        select count(*)::int as n from outbox where published_at is null and dead_lettered_at is null`;
+      if (row?.n === 0 || performance.now() > drainBy) break;
+      await sleep(200);
+    }
+    abort.abort();
+    await Promise.all([...looping, lambda]);
+
+    const [state] = await o.sql<{ published: number; dead: number }[]>`
+      select count(*) filter (where published_at is not null)::int as published,
+             count(*) filter (where dead_lettered_at is not null)::int as dead
+      from outbox`;
+    const claimed = passes.filter((p) => Number.isFinite(p.heldUntil));
+    const overruns = claimed.map((p) => p.endedAt - p.heldUntil).filter((ms) => ms > 0);
+    return {
+      events: enqueued,
+      published: state?.published ?? 0,
+      deadLettered: state?.dead ?? 0,
+      orderViolations: countOrderViolations(
+        o.bus.events.map((e) => (e.detail as unknown as { metadata: EnvelopeMetadata }).metadata),
+      ),
+      passes: passes.length,
+      failedPasses: passes.filter((p) => p.error !== undefined).length,
+      passesCutByDeadline: passes.filter((p) => (p.error as { code?: string })?.code === 'OUTBOX_DEADLINE')
+        .length,
+      passesOutlivingLease: overruns.length,
+      longestOverrunMs: Math.max(0, ...overruns),
+      invocations: invocations.length,
+      invocationsOutlivingDeadline: invocations.filter((i) => i.endedAt > i.deadline).length,
+      leaseLost,
+      backPressure,
+      databaseStalls: 2,
+      busStalls: 1,
+      seconds: (performance.now() - started) / 1000,
+    };
+  } finally {
+    abort.abort();
+    proxy.release();
+    await Promise.all(pools.map((p) => p.end(2)));
+    await proxy.close();
+  }
+}
