@@ -19,7 +19,7 @@
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import postgres from 'postgres';
@@ -51,9 +51,15 @@ import { LAMBDA_PRICE, recommendedMemory, SIZING_MEMORY_MB, sizingRow } from './
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const { values } = parseArgs({
-  options: { full: { type: 'boolean', default: false }, only: { type: 'string', multiple: true } },
+  options: {
+    full: { type: 'boolean', default: false },
+    only: { type: 'string', multiple: true },
+    baseline: { type: 'string' },
+  },
 });
 const full = values.full;
+/** `--baseline <checkout>`: another checkout of the project, measured beside this one. */
+const baselineDir = values.baseline ? `${resolve(values.baseline)}/` : undefined;
 /** `--only lag` (repeatable, or comma-separated) runs just the named sections. */
 const only = values.only ? new Set(values.only.flatMap((o) => o.split(','))) : undefined;
 const want = (section: string) => !only || only.has(section);
@@ -157,6 +163,20 @@ const report = (table: string) => {
 // ---------------------------------------------------------------------------------------------
 // The relay as a process: `outbox relay --until-empty`, CPU and peak RSS from the usage preload.
 
+/**
+ * The checkouts whose relay is measured: this one, and with `--baseline <dir>` another checkout
+ * (its own node_modules installed), run alternately with this one so both meet the same machine.
+ */
+interface Checkout {
+  label: string;
+  dir: string;
+}
+const checkouts: Checkout[] = [{ label: 'this checkout', dir: root }];
+if (baselineDir) {
+  const head = execFileSync('git', ['-C', baselineDir, 'log', '-1', '--format=%h %s'], { encoding: 'utf8' });
+  checkouts.push({ label: `baseline ${head.trim().split(' ')[0]}`, dir: baselineDir });
+}
+
 /** One `outbox relay` process over what is in the outbox. */
 interface RelayRun {
   published: number;
@@ -170,10 +190,11 @@ async function runRelayProcess(
   env: Record<string, string> = {},
   nodeArgs: string[] = [],
   args = ['--until-empty'],
+  dir = root,
 ): Promise<RelayRun> {
   const r: Measured = await runMeasured({
     nodeArgs,
-    args: [`${root}bin/outbox.js`, 'relay', ...args, '--quiet'],
+    args: [`${dir}bin/outbox.js`, 'relay', ...args, '--quiet'],
     env: { ...busEnv, ...env },
     keepStdout: true,
   });
@@ -188,14 +209,15 @@ async function runRelayProcess(
   };
 }
 /** CPU of a relay process that finds the outbox empty: start-up, one claim, exit (median of 3). */
-async function relayFixedCpuUs(): Promise<number> {
+async function relayFixedCpuUs(dir = root): Promise<number> {
   await reset();
   const runs: number[] = [];
-  for (let i = 0; i < 3; i++) runs.push((await runRelayProcess()).cpuUs);
+  for (let i = 0; i < 3; i++) runs.push((await runRelayProcess({}, [], ['--until-empty'], dir)).cpuUs);
   return median(runs);
 }
 
 interface RelayFigures {
+  checkout: string;
   latency: number;
   events: number;
   eventsPerSecond: number;
@@ -204,66 +226,92 @@ interface RelayFigures {
   eventsPerCpuSecond: number;
   /** Process CPU / events, µs, start-up included. */
   processCpuPerEventUs: number;
+  /** CPU of a run over an empty outbox, ms. */
+  fixedCpuMs: number;
   peakRssMB: number;
   runs: number;
   loadPerCore: number;
 }
-let relayFixedUs = 0;
+const relayFixedUs = new Map<string, number>();
 const relayAt = new Map<number, RelayFigures>();
 
-async function measureRelay(latency: number, rows: number, repeats: number): Promise<RelayFigures> {
+/** Runs each checkout's relay `repeats` times over `rows` events, alternating checkouts; medians. */
+async function measureRelay(
+  latency: number,
+  rows: number,
+  repeats: number,
+  among: Checkout[] = checkouts.slice(0, 1),
+): Promise<RelayFigures[]> {
   await bus.setFaults({ latencyMs: latency });
-  const runs: RelayRun[] = [];
+  const runs = new Map<string, RelayRun[]>(among.map((c) => [c.dir, []]));
   const loadAtStart = load();
   for (let i = 0; i < repeats; i++) {
-    await reset();
-    await seed(rows);
-    log(`relay: ${rows} rows at ${latency} ms, run ${i + 1} of ${repeats}`);
-    const r = await runRelayProcess();
-    const accepted = (await bus.stats()).accepted;
-    if (r.published !== rows || accepted < rows) {
-      throw new Error(`relay published ${r.published} and the bus accepted ${accepted} of ${rows}`);
+    for (const c of among) {
+      await reset();
+      await seed(rows);
+      log(`relay (${c.label}): ${rows} rows at ${latency} ms, run ${i + 1} of ${repeats}`);
+      const r = await runRelayProcess({}, [], ['--until-empty'], c.dir);
+      const accepted = (await bus.stats()).accepted;
+      if (r.published !== rows || accepted < rows) {
+        throw new Error(`relay published ${r.published} and the bus accepted ${accepted} of ${rows}`);
+      }
+      runs.get(c.dir)?.push(r);
     }
-    runs.push(r);
   }
-  const cpu = median(runs.map((r) => (r.cpuUs - relayFixedUs) / r.published));
-  return {
-    latency,
-    events: rows,
-    eventsPerSecond: median(runs.map((r) => Math.round(r.published / r.runSeconds))),
-    cpuPerEventUs: Math.round(cpu),
-    eventsPerCpuSecond: Math.round(1e6 / cpu),
-    processCpuPerEventUs: Math.round(median(runs.map((r) => r.cpuUs / r.published))),
-    peakRssMB: median(runs.map((r) => r.maxRssMB)),
-    runs: repeats,
-    loadPerCore: Number(((loadAtStart + load()) / 2).toFixed(2)),
-  };
+  const loadPerCore = Number(((loadAtStart + load()) / 2).toFixed(2));
+  return among.map((c) => {
+    const these = runs.get(c.dir) ?? [];
+    const fixed = relayFixedUs.get(c.dir) ?? 0;
+    const cpu = median(these.map((r) => (r.cpuUs - fixed) / r.published));
+    return {
+      checkout: c.label,
+      latency,
+      events: rows,
+      eventsPerSecond: median(these.map((r) => Math.round(r.published / r.runSeconds))),
+      cpuPerEventUs: Math.round(cpu),
+      eventsPerCpuSecond: Math.round(1e6 / cpu),
+      processCpuPerEventUs: Math.round(median(these.map((r) => r.cpuUs / r.published))),
+      fixedCpuMs: Math.round(fixed / 1000),
+      peakRssMB: median(these.map((r) => r.maxRssMB)),
+      runs: repeats,
+      loadPerCore,
+    };
+  });
 }
 
 if (want('relay') || want('peers') || want('profile') || want('grid')) {
-  log('relay: CPU of a run over an empty outbox (start-up, one claim, exit)');
-  relayFixedUs = await relayFixedCpuUs();
+  for (const c of want('relay') ? checkouts : checkouts.slice(0, 1)) {
+    log(`relay (${c.label}): CPU of a run over an empty outbox (start-up, one claim, exit)`);
+    relayFixedUs.set(c.dir, await relayFixedCpuUs(c.dir));
+  }
 }
+const ourFixedUs = () => relayFixedUs.get(root) ?? 0;
 
 // 1. CPU per event, events/s and peak RSS of `outbox relay --until-empty` at the defaults.
 if (want('relay')) {
   const rows: string[] = [];
+  const all: RelayFigures[] = [];
   for (const latency of [0, 20]) {
-    const f = await measureRelay(latency, P.rows, P.repeats);
-    relayAt.set(latency, f);
-    rows.push(
-      `| ${latency} ms | ${f.eventsPerSecond} | ${f.cpuPerEventUs} µs | ${f.eventsPerCpuSecond} | ${f.processCpuPerEventUs} µs | ${f.peakRssMB} MB | ${f.loadPerCore} |`,
-    );
+    const figures = await measureRelay(latency, P.rows, P.repeats, checkouts);
+    const [ours] = figures;
+    if (ours) relayAt.set(latency, ours);
+    all.push(...figures);
+    for (const f of figures) {
+      rows.push(
+        `| ${latency} ms${checkouts.length > 1 ? ` | ${f.checkout}` : ''} | ${f.eventsPerSecond} | ${f.cpuPerEventUs} µs | ${f.eventsPerCpuSecond} | ${f.processCpuPerEventUs} µs | ${f.peakRssMB} MB | ${f.loadPerCore} |`,
+      );
+    }
   }
-  results.relay = { fixedCpuMs: Math.round(relayFixedUs / 1000), byLatency: [...relayAt.values()] };
+  results.relay = { byLatency: all };
+  const checkoutColumn = checkouts.length > 1 ? ' | checkout' : '';
   report(
     `### The relay's CPU per event: \`outbox relay --until-empty\`, ${P.rows} events (one aggregate each), default settings, median of ${P.repeats}
 
-| bus latency | events/s | CPU per event (user + sys) | events per CPU-second | whole process per event | peak RSS | load per core |
-|---|---|---|---|---|---|---|
+| bus latency${checkoutColumn} | events/s | CPU per event (user + sys) | events per CPU-second | whole process per event | peak RSS | load per core |
+|---|${checkouts.length > 1 ? '---|' : ''}---|---|---|---|---|---|
 ${rows.join('\n')}
 
-CPU per event is the relay process's \`process.cpuUsage()\` minus that of the same command over an empty outbox (${Math.round(relayFixedUs / 1000)} ms: Node start-up, loading the CLI from TypeScript sources, one claim, exit), divided by the events; "whole process" divides it all. Events/s is the relay's own run time. The CLI runs from TypeScript sources, so its RSS includes Node's type stripper (about 17 MB) and the whole CLI; the Lambda bundle's memory is measured below.`,
+CPU per event is the relay process's \`process.cpuUsage()\` minus that of the same command over an empty outbox (${checkouts.map((c) => `${Math.round((relayFixedUs.get(c.dir) ?? 0) / 1000)} ms`).join(' and ')}: Node start-up, loading the CLI from TypeScript sources, one claim, exit), divided by the events; "whole process" divides it all. Events/s is the relay's own run time. The CLI runs from TypeScript sources, so its RSS includes Node's type stripper (about 17 MB) and the whole CLI; the Lambda bundle's memory is measured below.${checkouts.length > 1 ? ' The checkouts ran alternately, each over a freshly seeded outbox.' : ''}`,
   );
 }
 
@@ -334,7 +382,7 @@ if (want('peers')) {
   const rows: string[] = [];
   for (const latency of P.latencies) {
     const n = latency >= 100 ? P.slowRows : P.rows;
-    const ours = relayAt.get(latency) ?? (await measureRelay(latency, n, 1));
+    const ours = relayAt.get(latency) ?? ((await measureRelay(latency, n, 1))[0] as RelayFigures);
     await bus.setFaults({ latencyMs: latency });
     await reset();
     await seed(n);
@@ -461,7 +509,7 @@ if (want('grid')) {
         OUTBOX_PUBLISH_CONCURRENCY: String(concurrency),
       });
       const got = Math.round(r.published / r.runSeconds);
-      const cpu = Math.round((r.cpuUs - relayFixedUs) / r.published);
+      const cpu = Math.round((r.cpuUs - ourFixedUs()) / r.published);
       const bound = rate(concurrency * 10, 20);
       cells.push(`${got} (${Math.round((got / bound) * 100)} % of ${bound}; ${cpu} µs)`);
       out.push({ batch, concurrency, eventsPerSecond: got, bound, cpuPerEventUs: cpu });
@@ -625,29 +673,33 @@ if (want('producer')) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The deployed bundle: `cdk synth`, then the relay's asset from cdk.out.
+// The deployed bundle: `cdk synth` (in each checkout), then the relay's asset from cdk.out.
 
-let asset: LambdaAsset | undefined;
+/** The relay asset of each checkout, by checkout directory. */
+const assets = new Map<string, LambdaAsset>();
 if (want('bundle') || want('lambda')) {
-  log('bundle: cdk synth');
-  const cdkOut = mkdtempSync(join(tmpdir(), 'outbox-cdk-'));
-  execFileSync(`${root}node_modules/.bin/cdk`, ['synth', '--quiet', '--output', cdkOut], {
-    cwd: root,
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
-  asset = findLambdaAsset(cdkOut, 'OutboxRelayDemo', 'Outbox relay:');
-  process.once('exit', () => rmSync(cdkOut, { recursive: true, force: true }));
+  for (const c of checkouts) {
+    log(`bundle (${c.label}): cdk synth`);
+    const cdkOut = mkdtempSync(join(tmpdir(), 'outbox-cdk-'));
+    execFileSync(`${c.dir}node_modules/.bin/cdk`, ['synth', '--quiet', '--output', cdkOut], {
+      cwd: c.dir,
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    assets.set(c.dir, findLambdaAsset(cdkOut, 'OutboxRelayDemo', 'Outbox relay:'));
+    process.once('exit', () => rmSync(cdkOut, { recursive: true, force: true }));
+  }
 }
+const asset = assets.get(root);
 
 /** The relay function's environment for the host: as synthesised, with the database and bus local. */
-function lambdaEnv(memoryMb: number, extra: Record<string, string | undefined> = {}) {
-  const deployed = { ...(asset as LambdaAsset).environment };
+function lambdaEnv(a: LambdaAsset, memoryMb: number, extra: Record<string, string | undefined> = {}) {
+  const deployed = { ...a.environment };
   // Not here: RDS Proxy with IAM auth, and the RDS CA bundle that exists only in Lambda's image.
   for (const k of Object.keys(deployed)) if (/^PG|^OUTBOX_DB_IAM|NODE_EXTRA_CA/.test(k)) delete deployed[k];
   return {
     ...deployed,
     ...busEnv,
-    LAMBDA_TASK_ROOT: (asset as LambdaAsset).dir,
+    LAMBDA_TASK_ROOT: a.dir,
     AWS_LAMBDA_FUNCTION_NAME: 'outbox-relay',
     AWS_LAMBDA_FUNCTION_MEMORY_SIZE: String(memoryMb),
     AWS_LAMBDA_FUNCTION_VERSION: '$LATEST',
@@ -659,6 +711,7 @@ function lambdaEnv(memoryMb: number, extra: Record<string, string | undefined> =
 
 /** Runs the host in `init` or `init-error` mode once; returns its report and process usage. */
 async function hostInit(
+  a: LambdaAsset,
   mode: 'init' | 'init-error',
   memoryMb: number,
   env: Record<string, string | undefined>,
@@ -668,7 +721,7 @@ async function hostInit(
   const r = await runMeasured({
     nodeArgs: lambdaNodeArgs(memoryMb),
     args: [SCRIPTS.lambdaHost],
-    env: { ...lambdaEnv(memoryMb, env), OUTBOX_BENCH_HOST_MODE: mode, OUTBOX_BENCH_HOST_FILE: file },
+    env: { ...lambdaEnv(a, memoryMb, env), OUTBOX_BENCH_HOST_MODE: mode, OUTBOX_BENCH_HOST_FILE: file },
   });
   const line = JSON.parse(readFileSync(file, 'utf8').trim()) as Record<string, number>;
   rmSync(dir, { recursive: true, force: true });
@@ -678,24 +731,52 @@ async function hostInit(
 // 8. Bundle size, composition, cold init and what source maps cost.
 if (want('bundle') && asset) {
   const composition = await bundleComposition(`${root}functions/relay/handler.ts`, OUTBOX_BUNDLING);
-  const variants = [
-    { name: 'no source maps', env: { NODE_OPTIONS: undefined } },
-    { name: '`--enable-source-maps` + map', env: { NODE_OPTIONS: '--enable-source-maps' } },
-  ];
-  const hasMap = asset.mapBytes > 0;
   const init: Record<string, Record<string, number>> = {};
   const rows: string[] = [];
-  for (const v of hasMap ? variants : variants.slice(0, 1)) {
-    const runs = [];
-    const errors = [];
-    log(`bundle: cold init (${v.name}), ${P.initRepeats} runs`);
-    for (let i = 0; i < P.initRepeats; i++) {
-      runs.push(await hostInit('init', 256, v.env));
-      errors.push(await hostInit('init-error', 256, { ...v.env, EVENT_BUS_NAME: '' }));
+  // Each checkout as deployed (its NODE_OPTIONS), and, where it ships a source map, without
+  // --enable-source-maps, which shows what reading the map costs.
+  const variants = checkouts.flatMap(
+    (c): { name: string; a: LambdaAsset; env: Record<string, undefined> }[] => {
+      const a = assets.get(c.dir) as LambdaAsset;
+      const deployed = a.environment.NODE_OPTIONS ?? '';
+      const name = (v: string) => `${checkouts.length > 1 ? `${c.label}: ` : ''}${v}`;
+      const list = [
+        {
+          name: name(
+            `as deployed (${(a.bundleBytes / 1024).toFixed(0)} KiB${a.mapBytes ? ` + ${(a.mapBytes / 1024).toFixed(0)} KiB map` : ', no map'}, NODE_OPTIONS=${deployed || 'none'})`,
+          ),
+          a,
+          env: {},
+        },
+      ];
+      if (a.mapBytes > 0 && deployed.includes('--enable-source-maps')) {
+        list.push({
+          name: name('the same without --enable-source-maps'),
+          a,
+          env: { NODE_OPTIONS: undefined },
+        } as never);
+      }
+      return list;
+    },
+  );
+  const samples = new Map<string, { runs: Record<string, number>[]; errors: Record<string, number>[] }>();
+  for (const v of variants) samples.set(v.name, { runs: [], errors: [] });
+  log(`bundle: cold init, ${variants.length} variants × ${P.initRepeats} runs, alternating`);
+  for (let i = 0; i < P.initRepeats; i++) {
+    for (const v of variants) {
+      const s = samples.get(v.name) as { runs: Record<string, number>[]; errors: Record<string, number>[] };
+      s.runs.push(await hostInit(v.a, 'init', 128, v.env));
+      s.errors.push(await hostInit(v.a, 'init-error', 128, { ...v.env, EVENT_BUS_NAME: '' }));
     }
+  }
+  for (const v of variants) {
+    const { runs, errors } = samples.get(v.name) as {
+      runs: Record<string, number>[];
+      errors: Record<string, number>[];
+    };
     const f = {
       importMs: Math.round(median(runs.map((r) => r.importMs as number))),
-      processCpuMs: Math.round(median(runs.map((r) => r.cpuUs)) / 1000),
+      processCpuMs: Math.round(median(runs.map((r) => r.cpuUs as number)) / 1000),
       rssAfterInitMB: MB(median(runs.map((r) => r.rss as number))),
       heapAfterInitMB: MB(median(runs.map((r) => r.heapUsed as number))),
       firstStackMs: Number(median(errors.map((r) => r.firstStackMs as number)).toFixed(1)),
@@ -712,12 +793,15 @@ if (want('bundle') && asset) {
     mapBytes: asset.mapBytes,
     nodeOptions: asset.environment.NODE_OPTIONS ?? '',
     composition: composition.slice(0, 12),
+    baseline: baselineDir
+      ? { bundleBytes: assets.get(baselineDir)?.bundleBytes, mapBytes: assets.get(baselineDir)?.mapBytes }
+      : undefined,
     init,
   };
   report(
     `### The relay bundle and its cold init (from \`cdk synth\`)
 
-Bundle \`index.mjs\` ${(asset.bundleBytes / 1024).toFixed(0)} KiB minified${hasMap ? `, source map ${(asset.mapBytes / 1024).toFixed(0)} KiB` : ', no source map'}; the function's NODE_OPTIONS: \`${asset.environment.NODE_OPTIONS ?? ''}\`. Largest parts: ${composition
+Bundle \`index.mjs\` ${(asset.bundleBytes / 1024).toFixed(0)} KiB minified${asset.mapBytes ? `, source map ${(asset.mapBytes / 1024).toFixed(0)} KiB` : ', no source map'}. Largest parts: ${composition
       .slice(0, 8)
       .map((c) => `${c.name} ${(c.bytes / 1024).toFixed(0)} KiB`)
       .join(', ')}.
@@ -726,25 +810,24 @@ Bundle \`index.mjs\` ${(asset.bundleBytes / 1024).toFixed(0)} KiB minified${hasM
 |---|---|---|---|---|---|---|---|
 ${rows.join('\n')}
 
-Init: importing the bundle, which validates the configuration and constructs the database pool and the EventBridge client, in a process with the heap limits of a 256 MB function (median of ${P.initRepeats}). An init error: the bundle imported without EVENT_BUS_NAME, the configuration error's stack formatted as the runtime logs it.`,
+Init: importing the bundle, which validates the configuration and constructs the database pool and the EventBridge client, in a process with the heap limits of a 128 MB function (median of ${P.initRepeats}, variants alternating). An init error: the bundle imported without EVENT_BUS_NAME, the configuration error's stack formatted as the runtime logs it.`,
   );
 }
 
 // 9. The bundled handler over 100,000 events at 128, 256 and 512 MB, invoked as Lambda invokes it.
 const lambdaPeakRss = new Map<number, number>();
 let lambdaEventsPerCpuSecond: number | undefined;
-async function runLambda(memoryMb: number, rows: number, latency: number) {
+async function runLambda(a: LambdaAsset, memoryMb: number, rows: number, latency: number) {
   await bus.setFaults({ latencyMs: latency });
   await reset();
   await seed(rows);
   const dir = mkdtempSync(join(tmpdir(), 'outbox-host-'));
   const file = join(dir, 'host.jsonl');
-  log(`lambda: ${memoryMb} MB, ${rows} rows at ${latency} ms`);
   const { child, done } = startMeasured({
     nodeArgs: lambdaNodeArgs(memoryMb),
     args: [SCRIPTS.lambdaHost],
     sampleMs: 100,
-    env: { ...lambdaEnv(memoryMb), OUTBOX_BENCH_HOST_FILE: file },
+    env: { ...lambdaEnv(a, memoryMb), OUTBOX_BENCH_HOST_FILE: file },
   });
   const progress: [number, number][] = [];
   const started = Date.now();
@@ -775,13 +858,13 @@ async function runLambda(memoryMb: number, rows: number, latency: number) {
   // Memory against progress: the samples taken while the backlog was still above 80 % of its
   // start, and those after it fell below 20 %.
   const acceptedAt = (t: number) => {
-    let a = 0;
-    for (const [pt, pa] of progress) if (pt <= t) a = pa;
-    return a;
+    let n = 0;
+    for (const [pt, pa] of progress) if (pt <= t) n = pa;
+    return n;
   };
   const early = r.usage.samples.filter(([t]) => {
-    const a = acceptedAt(t);
-    return a > 0 && a < rows * 0.2;
+    const n = acceptedAt(t);
+    return n > 0 && n < rows * 0.2;
   });
   const late = r.usage.samples.filter(([t]) => acceptedAt(t) >= rows * 0.8);
   const peakOf = (xs: [number, number, number, number][], i: 1 | 2) =>
@@ -806,29 +889,34 @@ async function runLambda(memoryMb: number, rows: number, latency: number) {
   };
 }
 if (want('lambda') && asset) {
-  const out = [];
+  const out: (Awaited<ReturnType<typeof runLambda>> & { checkout: string })[] = [];
   for (const memoryMb of P.lambdaMemory) {
-    const f = await runLambda(memoryMb, P.lambdaRows, 0);
-    lambdaPeakRss.set(memoryMb, f.peakRssMB);
-    out.push(f);
+    for (const c of checkouts) {
+      log(`lambda (${c.label}): ${memoryMb} MB, ${P.lambdaRows} rows at 0 ms`);
+      const f = await runLambda(assets.get(c.dir) as LambdaAsset, memoryMb, P.lambdaRows, 0);
+      if (c.dir === root) lambdaPeakRss.set(memoryMb, f.peakRssMB);
+      out.push({ ...f, checkout: c.label });
+    }
   }
   // CPU per event of the bundled handler at 20 ms, for the sizing table (start-up excluded).
-  const cpuRun = await runLambda(256, P.lambdaCpuRows, 20);
+  log(`lambda: 256 MB, ${P.lambdaCpuRows} rows at 20 ms`);
+  const cpuRun = await runLambda(asset, 256, P.lambdaCpuRows, 20);
   const initRuns: number[] = [];
-  for (let i = 0; i < 3; i++) initRuns.push((await hostInit('init', 256, {})).cpuUs);
+  for (let i = 0; i < 3; i++) initRuns.push((await hostInit(asset, 'init', 256, {})).cpuUs);
   const initCpu = median(initRuns);
   const cpuPerEvent = (cpuRun.cpuUs - initCpu) / P.lambdaCpuRows;
   lambdaEventsPerCpuSecond = Math.round(1e6 / cpuPerEvent);
   results.lambda = { runs: out, at20ms: { ...cpuRun, cpuPerEventUs: Math.round(cpuPerEvent) } };
+  const many = checkouts.length > 1;
   report(
     `### The bundled relay handler over ${P.lambdaRows.toLocaleString('en')} events, invoked as Lambda invokes it (0 ms bus latency)
 
-| memory (heap limits as Lambda sets them) | peak RSS | peak heap used / total | RSS after init | peak heap: backlog > 80 % → < 20 % | peak RSS: backlog > 80 % → < 20 % | events/s | CPU per event | invocations |
-|---|---|---|---|---|---|---|---|---|
+| memory (heap limits as Lambda sets them)${many ? ' | checkout' : ''} | peak RSS | peak heap used / total | RSS after init | peak heap: backlog > 80 % → < 20 % | peak RSS: backlog > 80 % → < 20 % | events/s | CPU per event | invocations |
+|---|${many ? '---|' : ''}---|---|---|---|---|---|---|---|
 ${out
   .map(
     (f) =>
-      `| ${f.memoryMb} MB (${lambdaNodeArgs(f.memoryMb).slice(2).join(' ')}) | **${f.peakRssMB} MB** | ${f.peakHeapUsedMB} / ${f.peakHeapTotalMB} MB | ${f.rssAfterInitMB} MB | ${f.earlyPeakHeapMB} → ${f.latePeakHeapMB} MB | ${f.earlyPeakRssMB} → ${f.latePeakRssMB} MB | ${f.eventsPerSecond} | ${f.processCpuPerEventUs} µs | ${f.invocations} |`,
+      `| ${f.memoryMb} MB (${lambdaNodeArgs(f.memoryMb).slice(2).join(' ')})${many ? ` | ${f.checkout}` : ''} | **${f.peakRssMB} MB** | ${f.peakHeapUsedMB} / ${f.peakHeapTotalMB} MB | ${f.rssAfterInitMB} MB | ${f.earlyPeakHeapMB} → ${f.latePeakHeapMB} MB | ${f.earlyPeakRssMB} → ${f.latePeakRssMB} MB | ${f.eventsPerSecond} | ${f.processCpuPerEventUs} µs | ${f.invocations} |`,
   )
   .join('\n')}
 
