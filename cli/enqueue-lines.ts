@@ -21,6 +21,16 @@ const FIELDS = new Set([
 /** Invalid lines reported before giving up reading more errors. */
 const MAX_REPORTED_ERRORS = 50;
 
+/** How far {@link enqueueFromLines} got: events written so far, of `total`. */
+export interface EnqueueProgress {
+  /** Events handled so far (enqueued + duplicates). */
+  done: number;
+  /** Valid events read from the input. */
+  total: number;
+  enqueued: number;
+  duplicates: number;
+}
+
 /** Outcome of {@link enqueueFromLines}. */
 export interface EnqueueLinesResult {
   enqueued: number;
@@ -31,7 +41,8 @@ export interface EnqueueLinesResult {
 
 /**
  * Reads JSON lines (`{"type","aggregateType","aggregateId","payload", "source"?, "idempotencyKey"?}`),
- * validates all, then writes them in transactions of `batchSize`. Blank lines are skipped.
+ * validates all, then writes them in transactions of `batchSize`. Blank lines are skipped. A
+ * duplicate (an `idempotencyKey` already enqueued) is counted apart, never as written.
  */
 export async function enqueueFromLines(
   sql: Sql,
@@ -40,7 +51,10 @@ export async function enqueueFromLines(
     defaultSource?: string;
     maxEntryBytes?: number;
     batchSize: number;
-    progress?: (written: number) => void;
+    /** Called after each committed batch. */
+    progress?: (p: EnqueueProgress) => void;
+    /** Called every 10,000 lines while the input is read and validated. */
+    reading?: (lines: number) => void;
   },
 ): Promise<EnqueueLinesResult> {
   const events: OutboxEvent[] = [];
@@ -49,6 +63,7 @@ export async function enqueueFromLines(
   let n = 0;
   for await (const text of lines) {
     n++;
+    if (n % 10_000 === 0) options.reading?.(n);
     if (text.trim() === '') continue;
     try {
       const event = parseLine(text);
@@ -72,7 +87,7 @@ export async function enqueueFromLines(
       if (r.duplicate) duplicates++;
       else enqueued++;
     }
-    options.progress?.(i + batch.length);
+    options.progress?.({ done: i + batch.length, total: events.length, enqueued, duplicates });
   }
   return { enqueued, duplicates, errors };
 }

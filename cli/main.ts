@@ -2,35 +2,36 @@
  * The `outbox` command line, on commander. Every command reads the configuration contract's
  * environment variables (DATABASE_URL or PG*, EVENT_BUS_NAME, OUTBOX_*; the endpoint through the
  * AWS SDK's own AWS_ENDPOINT_URL_EVENTBRIDGE).
+ *
+ * Conventions: results on stdout, progress and errors on stderr; `--json` prints exactly one JSON
+ * document on stdout (an object, or an array for lists) and nothing else there; exit 0 success,
+ * 1 failure, 2 usage or configuration error (see {@link EXIT}).
  */
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline/promises';
-import { Command, CommanderError, InvalidArgumentError } from 'commander';
+import { fileURLToPath } from 'node:url';
+import { Command, CommanderError, Option } from 'commander';
 import { getStatus, migrateWithRoles } from '../shared/operations/index.ts';
 import {
   connect,
   DEFAULT_ROLES,
   databaseUrlFromEnv,
+  describeConnectionFailure,
   ignoreTransientDriverRejections,
+  isConnectFailure,
   loadRelaySettings,
   migrate,
-  OutboxError,
   openPool,
   type Sql,
 } from '../shared/platform/index.ts';
-import {
-  checkEventBridgeClient,
-  createEventBridgeClient,
-  type RelayCounts,
-  runRelay,
-} from '../shared/relay/index.ts';
-import { enqueueFromLines } from './enqueue-lines.ts';
+import { checkEventBridgeClient, createEventBridgeClient, runRelay } from '../shared/relay/index.ts';
+import { type EnqueueProgress, enqueueFromLines } from './enqueue-lines.ts';
+import { EXIT, explainError, LOCAL_DATABASE_HINT } from './errors.ts';
 import { registerOperations } from './operations.ts';
-
-/** Commander argument parser for a positive integer option. */
-function positiveInteger(value: string): number {
-  if (!/^\d+$/.test(value) || Number(value) < 1) throw new InvalidArgumentError('must be a positive integer');
-  return Number(value);
-}
+import { positiveInteger } from './parsers.ts';
+import { type FailureReason, REPORT_EVERY_MS, RelayReport } from './relay-report.ts';
+import { onInterrupt } from './signals.ts';
 
 /** Where the CLI writes; tests pass their own. */
 export interface CliIo {
@@ -59,12 +60,51 @@ const defaultIo = (): CliIo => ({
 });
 
 /**
+ * A one-shot `relay --until-empty` gives up after this many passes in a row in which every event
+ * failed: the bus is unreachable or refuses everything, and retrying until the events run out of
+ * attempts would only take minutes to say the same.
+ */
+const GIVE_UP_AFTER_FAILED_PASSES = 5;
+
+/** Socket errors of a PutEvents request that never reached the bus (as the SDK words them). */
+const UNREACHABLE = /\b(ECONNREFUSED|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|ECONNRESET|EHOSTUNREACH)\b/;
+
+/**
+ * What to check when the bus could not be reached at all: the endpoint override, when one is set
+ * (the local bus), else the region and network. A hint only: nothing depends on it.
+ */
+function endpointHint(failures: FailureReason[], env: NodeJS.ProcessEnv): string[] {
+  if (!failures.some((f) => UNREACHABLE.test(f.reason))) return [];
+  const variable = env.AWS_ENDPOINT_URL_EVENTBRIDGE ? 'AWS_ENDPOINT_URL_EVENTBRIDGE' : 'AWS_ENDPOINT_URL';
+  const endpoint = env[variable];
+  return endpoint
+    ? [
+        `The bus endpoint did not answer: is ${variable}=${endpoint} right, and is it running (\`npm run bus\` for the local one)?`,
+      ]
+    : ['The bus endpoint did not answer: check AWS_REGION and the network path to EventBridge.'];
+}
+
+/** Least time between two `enqueue` progress lines, ms. */
+const ENQUEUE_PROGRESS_EVERY_MS = 1_000;
+
+/** The package's version: from the nearest package.json above this file (source or built layout). */
+function packageVersion(): string {
+  for (let dir = dirname(fileURLToPath(import.meta.url)); dir !== dirname(dir); dir = dirname(dir)) {
+    const file = join(dir, 'package.json');
+    if (existsSync(file))
+      return (JSON.parse(readFileSync(file, 'utf8')) as { version?: string }).version ?? '0.0.0';
+  }
+  return '0.0.0';
+}
+
+/**
  * Runs the CLI.
  * @param argv `process.argv` shape (node, script, …args)
  * @returns the exit code: 0 ok, 1 failure, 2 usage or configuration error
  */
 export async function main(argv: string[], io: CliIo = defaultIo()): Promise<number> {
-  let code = 0;
+  let code: number = EXIT.ok;
+  const json = (value: unknown) => io.out(JSON.stringify(value));
   const withDb = async (fn: (sql: Sql) => Promise<void>) => {
     const sql = connect({ env: io.env, applicationName: 'outbox-cli' });
     try {
@@ -76,8 +116,23 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
 
   const program = new Command('outbox')
     .description('Transactional outbox relay: Postgres outbox table → Amazon EventBridge')
+    .version(packageVersion(), '-V, --version', 'print the version')
     .exitOverride()
-    .configureOutput({ writeOut: (s) => io.out(s.trimEnd()), writeErr: (s) => io.err(s.trimEnd()) });
+    .showHelpAfterError('(add --help for usage)')
+    .configureOutput({ writeOut: (s) => io.out(s.trimEnd()), writeErr: (s) => io.err(s.trimEnd()) })
+    .addHelpText(
+      'after',
+      `
+Environment:
+  DATABASE_URL                  postgres://user:password@host:5432/database (else libpq's PGHOST, PGPORT,
+                                PGUSER, PGPASSWORD, PGDATABASE); \`npm run db\` in a checkout starts a local one
+  EVENT_BUS_NAME                the EventBridge bus (relay)
+  AWS_REGION, AWS credentials   to sign PutEvents (relay); AWS_ENDPOINT_URL_EVENTBRIDGE for a local bus
+  OUTBOX_*                      tuning, each with a default (README, "Configuration")
+
+Output: results on stdout, progress and errors on stderr; --json prints one JSON document.
+Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
+    );
 
   program
     .command('migrate')
@@ -86,74 +141,141 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
       '--roles',
       'also create or update the deployment roles (outbox_relay, outbox_monitor, outbox_producer, outbox_consumer) exactly as the deploy-time migrate function does; needs a user that may create roles',
     )
-    .action(async (opts: { roles?: boolean }) => {
+    .option('--json', 'print one JSON document: {"applied": [names], "roles": [names]}')
+    .action(async (opts: { roles?: boolean; json?: boolean }) => {
       const url = databaseUrlFromEnv(io.env);
       const applied = opts.roles ? await migrateWithRoles(url) : await migrate(url, { log: () => {} });
+      const roles = opts.roles ? Object.values(DEFAULT_ROLES) : [];
+      if (opts.json) {
+        json(opts.roles ? { applied, roles } : { applied });
+        return;
+      }
       io.out(
         applied.length === 0
           ? 'schema is up to date'
           : `applied ${applied.length} migration(s): ${applied.join(', ')}`,
       );
-      if (opts.roles) io.out(`roles ensured: ${Object.values(DEFAULT_ROLES).join(', ')}`);
+      if (opts.roles) io.out(`roles ensured: ${roles.join(', ')}`);
     });
 
   program
     .command('relay')
     .description('publish outbox rows to EventBridge until stopped (Ctrl-C)')
-    .option('--once', 'run a single claim-publish-mark pass, then exit')
+    .addOption(
+      new Option('--once', 'run a single claim-publish-mark pass, then exit').conflicts('untilEmpty'),
+    )
     .option('--until-empty', 'exit once no pending row is left')
     .option('--quiet', 'print only the final summary')
-    .action(async (opts: { once?: boolean; untilEmpty?: boolean; quiet?: boolean }) => {
+    .option('--json', 'print the final summary as one JSON document')
+    .action(async (opts: { once?: boolean; untilEmpty?: boolean; quiet?: boolean; json?: boolean }) => {
       const settings = loadRelaySettings(io.env);
+      // A pool the relay can replace when a connection breaks or stops answering; made (and its
+      // settings validated) before anything that keeps the process alive is set up.
+      const pool = openPool({ env: io.env, applicationName: 'outbox-cli' });
       ignoreTransientDriverRejections((message) => io.err(`relay: ${message}`));
       const client = createEventBridgeClient();
-      await checkEventBridgeClient(client);
-      const abort = new AbortController();
-      const onSignal = () => abort.abort();
-      process.once('SIGINT', onSignal);
-      process.once('SIGTERM', onSignal);
-      const started = performance.now();
-      let window = { published: 0, at: started };
-      // A pool the relay can replace when a connection breaks or stops answering.
-      const pool = openPool({ env: io.env, applicationName: 'outbox-cli' });
       try {
-        const result = await runRelay({
-          sql: pool,
-          client,
-          settings,
-          signal: abort.signal,
-          once: opts.once,
-          untilEmpty: opts.untilEmpty,
-          // A one-shot run gives up on an unreachable database (exit 1) instead of retrying forever.
-          maxConsecutiveErrors: opts.once || opts.untilEmpty ? 5 : undefined,
-          onTransientError: (error, consecutive) => {
-            if (!opts.quiet || consecutive === 1) {
+        await checkEventBridgeClient(client);
+      } catch (error) {
+        await pool.end();
+        throw error;
+      }
+      const oneShot = Boolean(opts.once || opts.untilEmpty);
+      const abort = new AbortController();
+      const removeInterruptHandlers = onInterrupt(
+        () => {
+          io.err('relay: stopping after the current pass (Ctrl-C again to force)');
+          abort.abort();
+        },
+        () => process.exit(130),
+      );
+      const report = new RelayReport(io.err, { quiet: opts.quiet });
+      let failedPassesInRow = 0;
+      let gaveUp = false;
+      let explainedDatabase = false;
+      const started = performance.now();
+      const ticker = setInterval(() => report.tick(), REPORT_EVERY_MS);
+      try {
+        {
+          const result = await runRelay({
+            sql: pool,
+            client,
+            settings,
+            signal: abort.signal,
+            once: opts.once,
+            untilEmpty: opts.untilEmpty,
+            // A one-shot run gives up on an unreachable database (exit 1) instead of retrying forever.
+            maxConsecutiveErrors: oneShot ? 5 : undefined,
+            onTransientError: (error, consecutive) => {
+              if (abort.signal.aborted || (opts.quiet && consecutive > 1)) return;
               io.err(
                 `relay: database unavailable (${(error as { code?: string }).code ?? 'error'}), retrying…`,
               );
+              if (!explainedDatabase && isConnectFailure(error)) {
+                // Once per run: where it tried to connect, why it failed and what to do.
+                explainedDatabase = true;
+                io.err(`  ${describeConnectionFailure(error, io.env)}\n  ${LOCAL_DATABASE_HINT}`);
+              }
+            },
+            onFailure: (f) => report.failure(f),
+            onPass: (c) => {
+              report.pass(c);
+              if (c.published > 0) failedPassesInRow = 0;
+              else if (c.retried + c.deadLettered > 0) failedPassesInRow++;
+              if (
+                opts.untilEmpty &&
+                failedPassesInRow >= GIVE_UP_AFTER_FAILED_PASSES &&
+                !abort.signal.aborted
+              ) {
+                gaveUp = true;
+                io.err(
+                  `relay: giving up after ${GIVE_UP_AFTER_FAILED_PASSES} passes in a row in which every event failed`,
+                );
+                abort.abort();
+              }
+            },
+          });
+          const seconds = (performance.now() - started) / 1000;
+          const stopReason = gaveUp ? 'gave up' : result.stopReason;
+          const failures = report.failures();
+          if (opts.json) {
+            json({
+              stopReason,
+              seconds: Number(seconds.toFixed(3)),
+              published: result.published,
+              retried: result.retried,
+              deadLettered: result.deadLettered,
+              leaseLost: result.leaseLost,
+              eventsPerSecond: Math.round(result.published / Math.max(seconds, 0.001)),
+              failures,
+            });
+          } else {
+            io.out(
+              `relay stopped (${stopReason}) after ${seconds.toFixed(2)} s: ` +
+                `published ${result.published}, retried ${result.retried}, dead-lettered ${result.deadLettered}, ` +
+                `lease lost ${result.leaseLost}, ${(result.published / Math.max(seconds, 0.001)).toFixed(0)} events/s`,
+            );
+            if (failures.length > 0) {
+              io.out('failures by reason:');
+              for (const line of report.summaryLines()) io.out(line);
             }
-          },
-          onPass: (c: RelayCounts) => {
-            window.published += c.published;
-            const now = performance.now();
-            if (!opts.quiet && now - window.at >= 1_000) {
-              io.err(
-                `relay: ${window.published} published in the last ${((now - window.at) / 1000).toFixed(1)} s`,
-              );
-              window = { published: 0, at: now };
-            }
-          },
-        });
-        const seconds = (performance.now() - started) / 1000;
-        io.out(
-          `relay stopped (${result.stopReason}) after ${seconds.toFixed(2)} s: ` +
-            `published ${result.published}, retried ${result.retried}, dead-lettered ${result.deadLettered}, ` +
-            `lease lost ${result.leaseLost}, ${(result.published / Math.max(seconds, 0.001)).toFixed(0)} events/s`,
-        );
+          }
+          if (oneShot && result.published === 0 && result.retried + result.deadLettered > 0) {
+            io.err(
+              [
+                'error: nothing was published: every attempt failed (the reasons are above).',
+                ...(result.retried > 0 ? ['Retried events stay in the outbox for the next run.'] : []),
+                ...(result.deadLettered > 0 ? ['Dead letters: `outbox dead-letters list`.'] : []),
+                ...endpointHint(failures, io.env),
+              ].join(' '),
+            );
+            code = EXIT.failure;
+          }
+        }
       } finally {
+        clearInterval(ticker);
+        removeInterruptHandlers();
         await pool.end();
-        process.off('SIGINT', onSignal);
-        process.off('SIGTERM', onSignal);
       }
     });
 
@@ -164,34 +286,50 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
     )
     .option('--source <source>', 'Source for lines without one (default: $OUTBOX_DEFAULT_SOURCE)')
     .option('--batch-size <n>', 'events per transaction', positiveInteger, 1000)
-    .action(async (opts: { source?: string; batchSize: number }) => {
+    .option('--json', 'print one JSON document: {"enqueued", "duplicates", "errors"}')
+    .action(async (opts: { source?: string; batchSize: number; json?: boolean }) => {
+      // The bus's request limit bounds an entry too: what the relay could not send is refused here.
+      const maxEntryBytes = loadRelaySettings({ EVENT_BUS_NAME: 'unused', ...io.env }).maxRequestBytes;
       await withDb(async (sql) => {
+        let lastProgressAt = performance.now();
         const result = await enqueueFromLines(sql, io.stdin, {
           defaultSource: opts.source ?? io.env.OUTBOX_DEFAULT_SOURCE,
-          // The bus's request limit bounds an entry too: what the relay could not send is refused here.
-          maxEntryBytes: loadRelaySettings({ EVENT_BUS_NAME: 'unused', ...io.env }).maxRequestBytes,
+          maxEntryBytes,
           batchSize: opts.batchSize,
-          progress: (n) => io.err(`enqueue: ${n} events written`),
+          reading: (lines) => io.err(`enqueue: ${lines} lines read and checked…`),
+          progress: (p: EnqueueProgress) => {
+            // One transaction's worth is reported by the summary alone; longer work gets a line
+            // a second and one at the end.
+            if (p.total <= opts.batchSize) return;
+            const now = performance.now();
+            if (p.done < p.total && now - lastProgressAt < ENQUEUE_PROGRESS_EVERY_MS) return;
+            lastProgressAt = now;
+            io.err(
+              `enqueue: ${p.done} of ${p.total} events done: ${p.enqueued} enqueued, ${p.duplicates} duplicate(s) skipped`,
+            );
+          },
         });
         if (result.errors.length > 0) {
           for (const e of result.errors) io.err(`line ${e.line}: ${e.message}`);
           io.err(`enqueue: ${result.errors.length} invalid line(s); nothing was written`);
-          code = 1;
+          if (opts.json) json(result);
+          code = EXIT.failure;
           return;
         }
-        io.out(`enqueued ${result.enqueued} event(s), ${result.duplicates} duplicate(s) skipped`);
+        if (opts.json) json(result);
+        else io.out(`enqueued ${result.enqueued} event(s), ${result.duplicates} duplicate(s) skipped`);
       });
     });
 
   program
     .command('status')
     .description('show the backlog: pending, oldest pending age, in flight, dead-lettered, published')
-    .option('--json', 'print JSON')
+    .option('--json', 'print one JSON document')
     .action(async (opts: { json?: boolean }) => {
       await withDb(async (sql) => {
         const s = await getStatus(sql);
         if (opts.json) {
-          io.out(JSON.stringify(s));
+          json(s);
           return;
         }
         io.out(`pending:             ${s.pending}`);
@@ -205,6 +343,7 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
   registerOperations(program, {
     out: io.out,
     err: io.err,
+    json,
     env: io.env,
     withDb,
     confirm: io.confirm,
@@ -217,13 +356,10 @@ export async function main(argv: string[], io: CliIo = defaultIo()): Promise<num
     await program.parseAsync(argv);
     return code;
   } catch (error) {
-    if (error instanceof CommanderError) return error.exitCode === 0 ? 0 : 2;
-    if (error instanceof OutboxError) {
-      io.err(`error: ${error.message}`);
-      return error.name === 'OutboxConfigError' ? 2 : 1;
-    }
-    const e = error as Error & { code?: string };
-    io.err(`error: ${e.message}${e.code ? ` (${e.code})` : ''}`);
-    return 1;
+    // Commander has printed its own message (unknown option, invalid value, missing argument…).
+    if (error instanceof CommanderError) return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
+    const { message, exitCode } = explainError(error, io.env);
+    io.err(`error: ${message}`);
+    return exitCode;
   }
 }

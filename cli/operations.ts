@@ -4,6 +4,7 @@
  */
 import type { Command } from 'commander';
 import {
+  type DeadLetterDetail,
   type DeadLetterFilter,
   discardDeadLetters,
   findDeadLetterIds,
@@ -14,12 +15,16 @@ import {
   showDeadLetter,
 } from '../shared/operations/index.ts';
 import type { Sql } from '../shared/platform/index.ts';
-import { loadMonitorSettings, OutboxValidationError } from '../shared/platform/index.ts';
+import { loadMonitorSettings } from '../shared/platform/index.ts';
+import { EXIT } from './errors.ts';
+import { eventRef, eventRefs, parseSince, positiveInteger } from './parsers.ts';
 
 /** What the operator commands need from the CLI. */
 export interface OperationsContext {
   out: (line: string) => void;
   err: (line: string) => void;
+  /** Prints one JSON document on stdout: the `--json` convention of every command. */
+  json: (value: unknown) => void;
   env: NodeJS.ProcessEnv;
   withDb: (fn: (sql: Sql) => Promise<void>) => Promise<void>;
   /** Asks a yes/no question; false when there is no terminal to ask. */
@@ -30,37 +35,20 @@ export interface OperationsContext {
 interface FilterOptions {
   type?: string;
   aggregate?: string;
-  since?: string;
+  since?: Date;
   all?: boolean;
   yes?: boolean;
   json?: boolean;
-  limit?: string;
+  limit: number;
 }
 
-function toFilter(o: FilterOptions): DeadLetterFilter {
-  let since: Date | undefined;
-  if (o.since !== undefined) {
-    since = parseSince(o.since);
-  }
-  return { type: o.type, aggregate: o.aggregate, since };
-}
+const toFilter = (o: FilterOptions): DeadLetterFilter => ({
+  type: o.type,
+  aggregate: o.aggregate,
+  since: o.since,
+});
 
-/** `--since` takes an ISO date/time or a duration back from now: `90m`, `36h`, `7d`. */
-export function parseSince(value: string, now = new Date()): Date {
-  const m = /^(\d+(?:\.\d+)?)([smhd])$/.exec(value.trim());
-  if (m) {
-    const unit = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[m[2] as 's' | 'm' | 'h' | 'd'];
-    return new Date(now.getTime() - Number(m[1]) * unit);
-  }
-  const date = new Date(value);
-  if (Number.isNaN(date.getTime())) {
-    throw new OutboxValidationError(
-      '--since',
-      `"${value}" is neither an ISO date/time nor a duration like 36h or 7d`,
-    );
-  }
-  return date;
-}
+const SINCE_HELP = 'dead-lettered since an ISO date/time or a duration back from now (90m, 36h, 7d)';
 
 /** Adds `dead-letters list|show|replay|discard` and `prune` to the program. */
 export function registerOperations(program: Command, ctx: OperationsContext): void {
@@ -70,14 +58,14 @@ export function registerOperations(program: Command, ctx: OperationsContext): vo
     .description('list dead letters, oldest first')
     .option('--type <type>', 'only this event type (DetailType)')
     .option('--aggregate <aggregate>', 'only this aggregate type, or type/id')
-    .option('--since <when>', 'dead-lettered since an ISO time or a duration back (36h, 7d)')
-    .option('--limit <n>', 'at most n rows', '100')
-    .option('--json', 'print JSON lines')
+    .option('--since <when>', SINCE_HELP, (v: string) => parseSince(v))
+    .option('--limit <n>', 'at most n rows', positiveInteger, 100)
+    .option('--json', 'print one JSON document: an array of dead letters')
     .action(async (o: FilterOptions) => {
       await ctx.withDb(async (sql) => {
-        const rows = await listDeadLetters(sql, toFilter(o), Number.parseInt(o.limit ?? '100', 10));
+        const rows = await listDeadLetters(sql, toFilter(o), o.limit);
         if (o.json) {
-          for (const r of rows) ctx.out(JSON.stringify(r));
+          ctx.json(rows);
           return;
         }
         if (rows.length === 0) {
@@ -99,27 +87,37 @@ export function registerOperations(program: Command, ctx: OperationsContext): vo
             ].join('\t'),
           );
         }
-        ctx.out(`${rows.length} dead letter(s)`);
+        ctx.out(
+          `${rows.length} dead letter(s)${rows.length === o.limit ? ` (the first ${o.limit}; --limit for more)` : ''}`,
+        );
       });
     });
 
-  dl.command('show <id>')
-    .description('show one dead letter (row id or eventId): error, attempts and the envelope')
-    .action(async (id: string) => {
+  dl.command('show')
+    .argument('<id>', 'row id or eventId', eventRef)
+    .description('show one dead letter: its error, attempts and the event')
+    .option('--json', 'print one JSON document')
+    .action(async (id: string, o: { json?: boolean }) => {
       await ctx.withDb(async (sql) => {
         const d = await showDeadLetter(sql, id);
         if (!d) {
-          ctx.err(`no dead letter with id ${id}`);
-          ctx.setExitCode(1);
+          ctx.err(`no dead letter with id ${id} (outbox dead-letters list shows them)`);
+          ctx.setExitCode(EXIT.failure);
           return;
         }
-        ctx.out(JSON.stringify(d, null, 2));
+        if (o.json) ctx.json(d);
+        else for (const line of formatDeadLetter(d)) ctx.out(line);
       });
     });
 
-  const act = (name: 'replay' | 'discard', verb: string, run: (sql: Sql, ids: string[]) => Promise<number>) =>
-    dl
-      .command(`${name} [ids...]`)
+  const act = (
+    name: 'replay' | 'discard',
+    verb: string,
+    run: (sql: Sql, ids: string[]) => Promise<number>,
+  ) => {
+    const command = dl
+      .command(name)
+      .argument('[ids...]', 'row ids or eventIds', eventRefs)
       .description(
         name === 'replay'
           ? 'put dead letters back to pending (attempts reset); by id, or --all with filters'
@@ -128,47 +126,71 @@ export function registerOperations(program: Command, ctx: OperationsContext): vo
       .option('--all', 'every dead letter matching the filters')
       .option('--type <type>', 'with --all: only this event type')
       .option('--aggregate <aggregate>', 'with --all: only this aggregate type, or type/id')
-      .option('--since <when>', 'with --all: dead-lettered since an ISO time or a duration back (36h, 7d)')
+      .option('--since <when>', `with --all: ${SINCE_HELP}`, (v: string) => parseSince(v))
       .option('--yes', 'do not ask for confirmation')
-      .action(async (refs: string[], o: FilterOptions) => {
-        if (refs.length > 0 === Boolean(o.all)) {
-          throw new OutboxValidationError(
-            'ids',
-            'give dead-letter ids, or --all (with optional filters), not both',
+      .option('--json', `print one JSON document: {"${name === 'replay' ? 'replayed' : 'discarded'}": n}`)
+      .action(async (refs: string[] | undefined, o: FilterOptions) => {
+        const ids = refs ?? [];
+        if (ids.length > 0 && o.all) {
+          command.error(`error: give dead-letter ids or --all, not both`, {
+            exitCode: EXIT.usage,
+            code: 'outbox.usage',
+          });
+        }
+        if (ids.length === 0 && !o.all) {
+          command.error(
+            `error: say which dead letters to ${name}: their ids (\`outbox dead-letters list\` shows them), ` +
+              'or --all (with optional --type, --aggregate, --since)',
+            { exitCode: EXIT.usage, code: 'outbox.usage' },
+          );
+        }
+        if (!o.all && (o.type || o.aggregate || o.since)) {
+          command.error(
+            'error: --type, --aggregate and --since select rows for --all; with ids, leave them out',
+            {
+              exitCode: EXIT.usage,
+              code: 'outbox.usage',
+            },
           );
         }
         await ctx.withDb(async (sql) => {
-          let ids: string[];
+          let rowIds: string[];
           if (o.all) {
-            ids = await findDeadLetterIds(sql, toFilter(o));
+            rowIds = await findDeadLetterIds(sql, toFilter(o));
           } else {
-            const resolved = await resolveDeadLetterIds(sql, refs);
+            const resolved = await resolveDeadLetterIds(sql, ids);
             for (const u of resolved.unknown) ctx.err(`no dead letter with id ${u}`);
             if (resolved.unknown.length > 0) {
-              ctx.setExitCode(1);
+              ctx.err('nothing was changed (outbox dead-letters list shows the ids)');
+              ctx.setExitCode(EXIT.failure);
               return;
             }
-            ids = resolved.ids;
+            rowIds = resolved.ids;
           }
-          if (ids.length === 0) {
-            ctx.out(`no dead letters to ${name}`);
+          const done = (n: number) => {
+            if (o.json) ctx.json({ [name === 'replay' ? 'replayed' : 'discarded']: n });
+            else if (rowIds.length === 0) ctx.out(`no dead letters to ${name}`);
+            else ctx.out(`${name === 'replay' ? 'replayed' : 'discarded'} ${n} dead letter(s)`);
+          };
+          if (rowIds.length === 0) {
+            done(0);
             return;
           }
           if (
-            ids.length > 1 &&
+            rowIds.length > 1 &&
             !o.yes &&
-            !(await ctx.confirm(`${verb} ${ids.length} dead letters? [y/N] `))
+            !(await ctx.confirm(`${verb} ${rowIds.length} dead letters? [y/N] `))
           ) {
             ctx.err(
-              `not confirmed: nothing was changed (use --yes to ${name} ${ids.length} dead letters without asking)`,
+              `not confirmed: nothing was changed (use --yes to ${name} ${rowIds.length} dead letters without asking)`,
             );
-            ctx.setExitCode(1);
+            ctx.setExitCode(EXIT.failure);
             return;
           }
-          const n = await run(sql, ids);
-          ctx.out(`${name === 'replay' ? 'replayed' : 'discarded'} ${n} dead letter(s)`);
+          done(await run(sql, rowIds));
         });
       });
+  };
   act('replay', 'Replay', replayDeadLetters);
   act('discard', 'Discard', discardDeadLetters);
 
@@ -178,7 +200,8 @@ export function registerOperations(program: Command, ctx: OperationsContext): vo
       'delete published rows past their retention, and dead letters past theirs (as the monitor does)',
     )
     .option('--dry-run', 'count what would be deleted, delete nothing')
-    .action(async (o: { dryRun?: boolean }) => {
+    .option('--json', 'print one JSON document with the counts')
+    .action(async (o: { dryRun?: boolean; json?: boolean }) => {
       const s = loadMonitorSettings(ctx.env);
       await ctx.withDb(async (sql) => {
         const r = await prune(sql, {
@@ -190,6 +213,10 @@ export function registerOperations(program: Command, ctx: OperationsContext): vo
           timeBudgetMs: s.pruneTimeBudgetMs,
           dryRun: o.dryRun,
         });
+        if (o.json) {
+          ctx.json(r);
+          return;
+        }
         const what = `${r.publishedDeleted} published row(s) and ${r.deadLettersDeleted} dead letter(s)`;
         if (r.dryRun) ctx.out(`would delete ${what}`);
         else
@@ -198,4 +225,24 @@ export function registerOperations(program: Command, ctx: OperationsContext): vo
           );
       });
     });
+}
+
+/** A dead letter for a terminal: the facts first, then the error, then the payload. */
+function formatDeadLetter(d: DeadLetterDetail): string[] {
+  return [
+    `id:               ${d.id}`,
+    `eventId:          ${d.eventId}`,
+    `type:             ${d.type}`,
+    `source:           ${d.source}`,
+    `aggregate:        ${d.aggregateType}/${d.aggregateId} #${d.sequence}`,
+    `attempts:         ${d.attempts}`,
+    `created at:       ${d.createdAt.toISOString()}`,
+    `dead-lettered at: ${d.deadLetteredAt.toISOString()}${d.discardedAt ? ` (discarded ${d.discardedAt.toISOString()})` : ''}`,
+    ...(d.traceHeader ? [`trace header:     ${d.traceHeader}`] : []),
+    `error:            ${d.lastError ?? '-'}`,
+    'payload:',
+    ...JSON.stringify(d.payload, null, 2)
+      .split('\n')
+      .map((l) => `  ${l}`),
+  ];
 }

@@ -2,6 +2,7 @@
  * `npm run bus`: the local EventBridge endpoint on its own, for trying the CLI or your own code.
  * Port from LOCAL_BUS_PORT (default 4010). Prints each accepted event; Ctrl-C stops it.
  */
+import { onInterrupt } from '../cli/signals.ts';
 import { type AcceptedEvent, startLocalBus } from '../test/support/local-bus.ts';
 
 const bus = await startLocalBus({ port: Number(process.env.LOCAL_BUS_PORT ?? 4010) });
@@ -14,6 +15,8 @@ bus.emitter.on('accepted', (e: AcceptedEvent) => {
     `${new Date(e.receivedAt).toISOString()}  ${e.eventBusName ?? '-'}  ${e.source}  ${e.detailType}  ${JSON.stringify(e.detail)}\n`,
   );
 });
-process.once('SIGINT', () => {
-  void bus.close().then(() => process.exit(0));
-});
+// Ctrl-C (and the copy of it that npm forwards) closes the server and exits 0.
+onInterrupt(
+  () => void bus.close().then(() => process.exit(0)),
+  () => process.exit(130),
+);

@@ -5,10 +5,19 @@
  * accepts it plus the backlog and lag. Ctrl-C stops everything.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { explainError } from '../cli/errors.ts';
+import { onInterrupt } from '../cli/signals.ts';
 import { createBillingHandler, createBillingSchema } from '../examples/billing/consumer.ts';
 import { OrderPlaced } from '../examples/billing/events.ts';
 import { getStatus } from '../shared/operations/index.ts';
-import { connect, loadRelaySettings, migrate, type Sql } from '../shared/platform/index.ts';
+import {
+  checkDatabaseUrl,
+  connect,
+  loadRelaySettings,
+  maskDatabaseUrl,
+  migrate,
+  type Sql,
+} from '../shared/platform/index.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
 import { createEventBridgeClient, runRelay } from '../shared/relay/index.ts';
 import { startEmbeddedPostgres } from '../test/support/embedded-postgres.ts';
@@ -20,22 +29,35 @@ class RollBack extends Error {}
 const log = (line: string) => process.stdout.write(`${new Date().toISOString().slice(11, 23)}  ${line}\n`);
 
 const abort = new AbortController();
-process.once('SIGINT', () => {
-  log('stopping…');
-  abort.abort();
-});
-process.once('SIGTERM', () => abort.abort());
+// Ctrl-C stops everything in order and exits 0; pressed again (later than npm's forwarded copy of
+// the same signal) it exits at once. The embedded server's launcher then still stops the server
+// and deletes its directory, because it sees its stdin close.
+const removeInterruptHandlers = onInterrupt(
+  () => {
+    log('stopping… (Ctrl-C again to force)');
+    abort.abort();
+  },
+  () => process.exit(130),
+);
 
 let embedded: Awaited<ReturnType<typeof startEmbeddedPostgres>> | undefined;
 let url = process.env.DATABASE_URL;
-if (!url) {
-  log('DATABASE_URL is unset: starting an embedded Postgres…');
-  embedded = await startEmbeddedPostgres();
-  url = embedded.url;
+try {
+  if (url) checkDatabaseUrl(url);
+  else {
+    log('DATABASE_URL is unset: starting an embedded Postgres (its data is deleted when the demo stops)…');
+    embedded = await startEmbeddedPostgres();
+    url = embedded.url;
+  }
+  log(`database: ${maskDatabaseUrl(url)}`);
+  const applied = await migrate(url);
+  log(applied.length ? `migrated: ${applied.join(', ')}` : 'schema is up to date');
+} catch (error) {
+  await embedded?.stop();
+  const { message, exitCode } = explainError(error, { ...process.env, DATABASE_URL: url });
+  process.stderr.write(`error: ${message}\n`);
+  process.exit(exitCode);
 }
-log(`database: ${url.replace(/:[^:@/]*@/, ':***@')}`);
-const applied = await migrate(url);
-log(applied.length ? `migrated: ${applied.join(', ')}` : 'schema is up to date');
 
 const bus = await startLocalBus({ port: Number(process.env.LOCAL_BUS_PORT ?? 0) });
 log(`local EventBridge endpoint: ${bus.url}`);
@@ -94,7 +116,12 @@ const client = createEventBridgeClient({
   credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
 });
 
-const producer = runDemoProducer(sql, abort.signal);
+// Order numbers go on from the last run's, so a database used before gets new orders (billing
+// keys its invoices on the order id; reusing 1001 would be a different order with a taken key).
+const [last] = await sql<{ n: string }[]>`
+  select coalesce(max(aggregate_id::bigint), 1000)::text as n from outbox_aggregate
+  where aggregate_type = 'order' and aggregate_id ~ '^[0-9]{1,15}$'`;
+const producer = runDemoProducer(sql, abort.signal, Number(last?.n ?? 1000));
 const reporter = runReporter(sql, abort.signal);
 const relay = runRelay({ sql, client, settings, signal: abort.signal });
 log('relay running; Ctrl-C to stop');
@@ -109,14 +136,18 @@ try {
   await sql.end({ timeout: 5 });
   await bus.close();
   await embedded?.stop();
+  removeInterruptHandlers();
 }
 
-/** Commits an order with its events every ~700 ms; every fourth transaction is rolled back. */
-async function runDemoProducer(sql: Sql, signal: AbortSignal): Promise<void> {
+/**
+ * Commits an order with its events every ~700 ms; every fourth transaction is rolled back.
+ * @param lastOrder the highest order number already in the outbox; numbering goes on after it
+ */
+async function runDemoProducer(sql: Sql, signal: AbortSignal, lastOrder: number): Promise<void> {
   let n = 0;
   while (!signal.aborted) {
     n++;
-    const orderId = String(1000 + n);
+    const orderId = String(lastOrder + n);
     const rollBack = n % 4 === 0;
     try {
       await sql.begin(async (tx) => {

@@ -255,4 +255,45 @@ describe('outbox CLI', () => {
     const ids = new Set(h.bus.events.map((e) => (e.detail as unknown as Envelope).metadata.eventId));
     expect(ids.size).toBe(200);
   });
+
+  it('--json prints exactly one JSON document on stdout for every command that offers it (lists as arrays, even empty)', async () => {
+    const doc = async (args: string[], stdin?: string) => {
+      const r = await run(args, { stdin });
+      expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(0);
+      return JSON.parse(r.stdout) as unknown;
+    };
+    expect(await doc(['migrate', '--json'])).toEqual({ applied: [] });
+    expect(await doc(['dead-letters', 'list', '--json'])).toEqual([]);
+    const input = ['ok', 'poison']
+      .map((id) => line({ type: 'T', source: 's', aggregateType: 'x', aggregateId: id, payload: { id } }))
+      .join('\n');
+    expect(await doc(['enqueue', '--json'], input)).toEqual({ enqueued: 2, duplicates: 0, errors: [] });
+    h.bus.setFaults({ poisonMarker: '"id":"poison"', poisonCode: 'InvalidArgument' });
+    expect(await doc(['relay', '--until-empty', '--json'])).toMatchObject({ published: 1, deadLettered: 1 });
+    expect(await doc(['status', '--json'])).toMatchObject({ pending: 0, deadLettered: 1, published: 1 });
+    const list = (await doc(['dead-letters', 'list', '--json'])) as { id: string; eventId: string }[];
+    expect(list).toEqual([expect.objectContaining({ aggregateId: 'poison', attempts: 1 })]);
+    const id = list[0]?.eventId as string;
+    expect(await doc(['dead-letters', 'show', id, '--json'])).toMatchObject({
+      eventId: id,
+      payload: { id: 'poison' },
+    });
+    expect(await doc(['dead-letters', 'discard', id, '--json'])).toEqual({ discarded: 1 });
+    expect(await doc(['dead-letters', 'replay', '--all', '--json'])).toEqual({ replayed: 0 });
+    expect(await doc(['prune', '--dry-run', '--json'])).toMatchObject({ dryRun: true, publishedDeleted: 0 });
+  });
+
+  it('dead-letters show prints the dead letter for a terminal, and --json for programs', async () => {
+    await h.db.sql.begin((tx) =>
+      enqueueMany(tx, [{ type: 'T', source: 's', aggregateType: 'x', aggregateId: 'p', payload: { n: 1 } }]),
+    );
+    await h.db
+      .sql`update outbox set dead_lettered_at = now(), attempts = 1, last_error = 'InvalidArgument: refused'`;
+    const [row] = await h.db.sql`select id from outbox`;
+    const r = await run(['dead-letters', 'show', String(row?.id)]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^aggregate: +x\/p #1$/m);
+    expect(r.stdout).toMatch(/^error: +InvalidArgument: /m);
+    expect(r.stdout).toMatch(/^payload:\n {2}\{\n {4}"n": 1\n {2}\}$/m);
+  });
 });

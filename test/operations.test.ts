@@ -352,12 +352,9 @@ describe('dead-letter operations', () => {
         child.on('close', (code) => resolve({ code, out, err }));
       });
     const list = await run(['dead-letters', 'list', '--aggregate', 'cart', '--since', '1h', '--json']);
-    const rows = list.out
-      .trim()
-      .split('\n')
-      .map((l) => JSON.parse(l));
+    const rows = JSON.parse(list.out);
     expect(rows.map((r: { aggregateId: string }) => r.aggregateId)).toEqual(['c1', 'c2']);
-    const show = await run(['dead-letters', 'show', rows[0].eventId]);
+    const show = await run(['dead-letters', 'show', rows[0].eventId, '--json']);
     expect(JSON.parse(show.out)).toMatchObject({
       aggregateId: 'c1',
       payload: { note: 'InvalidEverything' },

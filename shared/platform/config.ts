@@ -7,7 +7,14 @@ import { z } from 'zod';
 import { OutboxConfigError } from './errors.ts';
 import { DEFAULT_METRIC_NAMESPACE } from './names.ts';
 
-const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+/**
+ * A whole-number setting from `min` to `max`. `unit` says what is counted; settings whose name ends
+ * in `_MS`, `_SECONDS`, `_DAYS` or `_BYTES` get their unit from the name (see {@link parseEnv}).
+ */
+const int = (min: number, max: number, unit?: string) => {
+  const schema = z.coerce.number().int().min(min).max(max);
+  return unit ? schema.describe(unit) : schema;
+};
 
 /** Relay settings; the units are in the names (ms, seconds, bytes). */
 export const relayConfigSchema = z.object({
@@ -20,7 +27,7 @@ export const relayConfigSchema = z.object({
       'must be an event bus name ([/.-_A-Za-z0-9], at most 256) or its ARN',
     ),
   /** Rows claimed per batch. */
-  OUTBOX_BATCH_SIZE: int(1, 10_000).default(100),
+  OUTBOX_BATCH_SIZE: int(1, 10_000, 'aggregates claimed per pass').default(100),
   /**
    * Lease length in seconds: how long a claimed row stays with one relay before others may take
    * it. Short, because a live pass renews it while it works: the rows of a relay that died come
@@ -28,19 +35,19 @@ export const relayConfigSchema = z.object({
    */
   OUTBOX_LEASE_SECONDS: int(5, 3_600).default(8),
   /** Claims per row before it is dead-lettered. */
-  OUTBOX_MAX_ATTEMPTS: int(1, 1_000).default(10),
+  OUTBOX_MAX_ATTEMPTS: int(1, 1_000, 'claims per event').default(10),
   /** First retry delay in ms; doubles per attempt, with full jitter. */
   OUTBOX_BACKOFF_BASE_MS: int(0, 3_600_000).default(1_000),
   /** Cap on a retry delay, ms. */
   OUTBOX_BACKOFF_MAX_MS: int(0, 86_400_000).default(300_000),
   /** PutEvents calls in flight at once. */
-  OUTBOX_PUBLISH_CONCURRENCY: int(1, 64).default(4),
+  OUTBOX_PUBLISH_CONCURRENCY: int(1, 64, 'PutEvents requests in flight').default(4),
   /** Passes run at once, so claims and marks overlap publishing. */
-  OUTBOX_PIPELINE_DEPTH: int(1, 8).default(2),
+  OUTBOX_PIPELINE_DEPTH: int(1, 8, 'passes at once').default(2),
   /** Bytes per PutEvents request, as EventBridge counts them (1 MiB today; 262144 on older limits). */
   OUTBOX_MAX_REQUEST_BYTES: int(1_024, 1_048_576).default(1_048_576),
   /** Events of one aggregate claimed together and sent one after another in a pass. */
-  OUTBOX_PER_AGGREGATE_LIMIT: int(1, 1_000).default(10),
+  OUTBOX_PER_AGGREGATE_LIMIT: int(1, 1_000, 'events per aggregate per pass').default(10),
   /** `aggregate`: per-aggregate publication order. `none`: no ordering, plain batch claims. */
   OUTBOX_ORDERING: z.enum(['aggregate', 'none']).default('aggregate'),
   /** `continue`: later events of a dead-lettered aggregate go on. `block`: they wait for an operator. */
@@ -94,8 +101,48 @@ export function loadRelaySettings(env: NodeJS.ProcessEnv = process.env): RelaySe
   };
 }
 
+/** Units implied by a variable's name, for settings that carry no description of their own. */
+const UNIT_SUFFIXES: [RegExp, string][] = [
+  [/_MS$/, 'ms'],
+  [/_SECONDS$/, 'seconds'],
+  [/_DAYS$/, 'days'],
+  [/_BYTES$/, 'bytes'],
+];
+
+/**
+ * What a number or enum setting accepts, in words, from its schema ("a whole number from 1 to
+ * 10000 (aggregates claimed per pass)", "one of aggregate, none"), and its default. The unit is the
+ * schema's description, else the name's suffix. Undefined for other settings (they carry their own
+ * messages).
+ */
+function describeSetting(
+  variable: string,
+  schema: unknown,
+): { accepts: string; fallback: unknown } | undefined {
+  let inner: unknown = schema;
+  let fallback: unknown;
+  while (inner instanceof z.ZodDefault || inner instanceof z.ZodOptional) {
+    fallback ??= inner instanceof z.ZodDefault ? inner.def.defaultValue : undefined;
+    inner = inner.unwrap();
+  }
+  if (inner instanceof z.ZodEnum) return { accepts: `one of ${inner.options.join(', ')}`, fallback };
+  if (!(inner instanceof z.ZodNumber)) return undefined;
+  const unit = inner.description ?? UNIT_SUFFIXES.find(([suffix]) => suffix.test(variable))?.[1];
+  const range =
+    inner.minValue !== null && inner.maxValue !== null && Number.isFinite(inner.maxValue)
+      ? ` from ${inner.minValue} to ${inner.maxValue}`
+      : '';
+  return {
+    accepts: `${inner.isInt ? 'a whole number' : 'a number'}${range}${unit ? ` (${unit})` : ''}`,
+    fallback,
+  };
+}
+
 /**
  * Parses `env` with a zod object schema; an empty string counts as unset (so defaults apply).
+ * A number or enum setting that is refused is reported with what it accepts and its default, e.g.
+ * `OUTBOX_BATCH_SIZE: must be a whole number from 1 to 10000 (aggregates claimed per pass)
+ * (got "abc"); unset it to use the default, 100`.
  * @throws {OutboxConfigError} naming the variable
  */
 export function parseEnv<S extends z.ZodObject>(schema: S, env: NodeJS.ProcessEnv): z.infer<S> {
@@ -109,9 +156,14 @@ export function parseEnv<S extends z.ZodObject>(schema: S, env: NodeJS.ProcessEn
     const issue = result.error.issues[0];
     const variable = String(issue?.path[0] ?? 'environment');
     const got = cleaned[variable];
+    if (got === undefined) throw new OutboxConfigError(variable, 'is required');
+    const accepted = describeSetting(variable, schema.shape[variable]);
     throw new OutboxConfigError(
       variable,
-      got === undefined ? 'is required' : `${issue?.message ?? 'is invalid'} (got ${JSON.stringify(got)})`,
+      accepted
+        ? `must be ${accepted.accepts} (got ${JSON.stringify(got)})` +
+            (accepted.fallback === undefined ? '' : `; unset it to use the default, ${accepted.fallback}`)
+        : `${issue?.message ?? 'is invalid'} (got ${JSON.stringify(got)})`,
     );
   }
   return result.data;
@@ -131,7 +183,7 @@ export const monitorConfigSchema = z.object({
    */
   OUTBOX_IDEMPOTENCY_RETENTION_DAYS: z.coerce.number().min(0.001).max(3_650).default(30),
   /** Rows per DELETE statement. */
-  OUTBOX_PRUNE_BATCH_SIZE: int(1, 100_000).default(1_000),
+  OUTBOX_PRUNE_BATCH_SIZE: int(1, 100_000, 'rows per DELETE').default(1_000),
   /** Longest a pruning run may take, ms (also capped by the Lambda's remaining time). */
   OUTBOX_PRUNE_TIME_BUDGET_MS: int(100, 900_000).default(20_000),
   /** CloudWatch namespace of the metrics. */

@@ -7,6 +7,7 @@ import { Signer } from '@aws-sdk/rds-signer';
 import postgres from 'postgres';
 import { z } from 'zod';
 import { parseEnv } from './config.ts';
+import { checkDatabaseUrl } from './database-target.ts';
 import { OutboxConfigError, OutboxDeadlineError } from './errors.ts';
 import { oneStatementPerConnection } from './pooler.ts';
 
@@ -20,7 +21,7 @@ export type Queryable = Sql | Tx;
 const dbEnvSchema = z.object({
   DATABASE_URL: z.string().optional(),
   /** Connections in the pool. */
-  OUTBOX_DB_POOL_SIZE: z.coerce.number().int().min(1).max(100).default(4),
+  OUTBOX_DB_POOL_SIZE: z.coerce.number().int().min(1).max(100).describe('connections').default(4),
   /** Seconds to wait for a new connection; far below the Lambda timeout so a dead network fails fast. */
   OUTBOX_DB_CONNECT_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(120).default(5),
   /** Per-statement limit, ms, enforced by the server. */
@@ -72,12 +73,13 @@ export function maxLifetimeSeconds(random: () => number = Math.random): number {
  * kept across warm invocations ({@link IDLE_TIMEOUT_SECONDS}) and recycled before an IAM token
  * expires ({@link maxLifetimeSeconds}), and notices silenced. A connection that died while a
  * Lambda was frozen is replaced on its next use (its first query fails as transient).
- * @throws {OutboxConfigError} when a `OUTBOX_DB_*` variable is malformed
+ * @throws {OutboxConfigError} when a `OUTBOX_DB_*` variable or the URL is malformed
  */
 export function connect(options: ConnectOptions = {}): Sql {
   const processEnv = options.env ?? process.env;
   const env = parseEnv(dbEnvSchema, processEnv);
   const url = options.url ?? env.DATABASE_URL;
+  if (url) checkDatabaseUrl(url, options.url ? 'url' : 'DATABASE_URL');
   const max = options.max ?? env.OUTBOX_DB_POOL_SIZE;
   const iam = env.OUTBOX_DB_IAM_AUTH === 'true';
   const pooled = (env.OUTBOX_DB_POOLER ?? (iam ? 'transaction' : 'none')) === 'transaction';
@@ -135,9 +137,15 @@ function rdsProxySettings(
   };
 }
 
-/** The connection string or libpq variables, for tools that take a URL (migrations). */
+/**
+ * The connection string or libpq variables, for tools that take a URL (migrations).
+ * @throws {OutboxConfigError} when DATABASE_URL is malformed
+ */
 export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string | undefined {
-  if (env.DATABASE_URL) return env.DATABASE_URL;
+  if (env.DATABASE_URL) {
+    checkDatabaseUrl(env.DATABASE_URL);
+    return env.DATABASE_URL;
+  }
   if (!env.PGHOST && !env.PGDATABASE && !env.PGUSER) return undefined;
   const user = encodeURIComponent(env.PGUSER ?? 'postgres');
   const password = env.PGPASSWORD ? `:${encodeURIComponent(env.PGPASSWORD)}` : '';

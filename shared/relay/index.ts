@@ -24,7 +24,14 @@ export {
   type StopReason,
   UnreturnedLeases,
 } from './loop.ts';
-export { type PassOptions, type RelayDeps, relayOnce, relayPass, STATEMENT_DEADLINE_MS } from './pass.ts';
+export {
+  type PassOptions,
+  type RelayDeps,
+  type RelayFailure,
+  relayOnce,
+  relayPass,
+  STATEMENT_DEADLINE_MS,
+} from './pass.ts';
 export {
   checkEventBridgeClient,
   createEventBridgeClient,

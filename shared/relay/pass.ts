@@ -52,6 +52,16 @@ export interface RelayDeps {
   random?: () => number;
   /** Caps PutEvents calls in flight across concurrent passes; default: `publishConcurrency` per pass. */
   publishSlots?: Semaphore;
+  /** Called for every event that failed in a pass, with the reason recorded in its `last_error`. */
+  onFailure?: (failure: RelayFailure) => void;
+}
+
+/** An event that failed in a pass: retried later, or dead-lettered. */
+export interface RelayFailure {
+  eventId: string;
+  /** `ErrorCode: message`, as recorded in `last_error`. */
+  reason: string;
+  deadLettered: boolean;
 }
 
 /** Options of one pass. */
@@ -67,8 +77,12 @@ export interface PassOptions {
 
 /** The longest any relay statement may take, ms; within a pass, the watchdog's time left bounds it sooner. */
 export const STATEMENT_DEADLINE_MS = 10_000;
-/** The watchdog fires this long before the lease's end: clock rates differ, and the last write is in flight. */
-const LEASE_SAFETY_MS = 500;
+/**
+ * The watchdog fires this long before the lease's end: clock rates differ, the last write is in
+ * flight, and a CPU-starved process notices its timers late (the slowness test saw a pass return
+ * 1.0 s after its lease with a 0.5 s margin, on a 2-core machine running four other test suites).
+ */
+const LEASE_SAFETY_MS = 1_500;
 /** Time kept after a PutEvents call, for marking its outcome, ms. */
 const MARK_RESERVE_MS = 1_500;
 /** No round starts with a PutEvents budget shorter than this, ms. */
@@ -257,6 +271,11 @@ export async function relayPass(
         });
         queue.shift();
         stop(key, 0);
+        deps.onFailure?.({
+          eventId: head.eventId,
+          reason: exhausted.at(-1)?.error ?? '',
+          deadLettered: true,
+        });
       }
     }
     if (exhausted.length > 0) {
@@ -365,6 +384,7 @@ export async function relayPass(
           };
         }
         failures.push(failure);
+        deps.onFailure?.({ eventId: event.eventId, reason: failure.error, deadLettered: failure.deadLetter });
         if (failure.deadLetter) counts.deadLettered++;
         else counts.retried++;
         // The rest of this aggregate's claim is handed back now (not at the end of the pass, when the

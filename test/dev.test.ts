@@ -1,0 +1,141 @@
+/**
+ * The local tools as a user runs them: `npm start` and `npm run bus` through npm, stopped with
+ * Ctrl-C the way a terminal sends it (SIGINT to the whole foreground process group).
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { chmod, mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { collect, waitForOutput } from './support/cli.ts';
+import { createTestDatabase, type TestDatabase } from './support/db.ts';
+
+const repo = fileURLToPath(new URL('..', import.meta.url));
+
+/** Runs `npm run <script>` in a process group of its own, as a terminal's foreground job. */
+function npmRun(script: string, env: NodeJS.ProcessEnv): ChildProcess {
+  return spawn('npm', ['run', '--silent', script], {
+    cwd: repo,
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+}
+
+/** What a terminal does on Ctrl-C: SIGINT to every process of the foreground group. */
+const ctrlC = (child: ChildProcess) => process.kill(-(child.pid as number), 'SIGINT');
+
+const running: ChildProcess[] = [];
+afterEach(() => {
+  for (const child of running.splice(0)) {
+    if (child.exitCode === null && child.signalCode === null) process.kill(-(child.pid as number), 'SIGKILL');
+  }
+});
+
+describe('npm start', () => {
+  let scratch: string;
+  beforeAll(async () => {
+    scratch = await mkdtemp(join(tmpdir(), 'outbox-dev-test-'));
+    // A temp directory like /tmp: as root the embedded server runs as the postgres user, which
+    // reads its password file from there.
+    await chmod(scratch, 0o1777);
+  });
+  afterAll(async () => {
+    await rm(scratch, { recursive: true, force: true });
+  });
+
+  it('stops on Ctrl-C with exit 0 and leaves nothing in the temp directory (embedded Postgres)', async () => {
+    const child = npmRun('start', { TMPDIR: scratch, LOCAL_BUS_PORT: '0' });
+    running.push(child);
+    const run = collect(child);
+    await waitForOutput(() => run.output().stdout + run.output().stderr, /billing: invoiced order/, 60_000);
+    expect((await readdir(scratch)).some((n) => n.startsWith('outbox-pg-'))).toBe(true);
+    ctrlC(child);
+    const r = await run;
+    expect(r.stdout).toMatch(/relay stopped: published \d+/);
+    expect({ code: r.code, signal: r.signal }).toEqual({ code: 0, signal: null });
+    // Node's own compile cache may appear there; nothing of ours may.
+    expect((await readdir(scratch)).filter((n) => n !== 'node-compile-cache')).toEqual([]);
+  }, 120_000);
+
+  it('refuses a DATABASE_URL that is not a URL, or one it cannot reach, with the reason and what to do', async () => {
+    const malformed = await collect(npmRun('start', { DATABASE_URL: 'localhost:5432', LOCAL_BUS_PORT: '0' }));
+    expect(malformed.stderr).toMatch(/^error: DATABASE_URL: must be a postgres:\/\/ or postgresql:\/\/ URL/m);
+    expect(malformed.code).toBe(2);
+    const refused = await collect(
+      npmRun('start', { DATABASE_URL: 'postgres://app@127.0.0.1:9/shop', LOCAL_BUS_PORT: '0' }),
+    );
+    expect(refused.stderr).toMatch(/^error: cannot connect to Postgres at 127\.0\.0\.1:9 .*ECONNREFUSED/m);
+    expect(refused.stderr).toMatch(/npm run db/);
+    expect(refused.code).toBe(1);
+  }, 60_000);
+
+  describe('against your own database', () => {
+    let db: TestDatabase;
+    beforeAll(async () => {
+      db = await createTestDatabase({ max: 2 });
+    });
+    afterAll(async () => {
+      await db?.drop();
+    });
+
+    it('runs any number of times: the billing demo invoices new orders on every run', async () => {
+      for (let runNumber = 1; runNumber <= 3; runNumber++) {
+        const child = npmRun('start', { DATABASE_URL: db.url, LOCAL_BUS_PORT: '0' });
+        running.push(child);
+        const run = collect(child);
+        await waitForOutput(
+          () => run.output().stdout,
+          /^(?=[\s\S]*billing: ignored a duplicate delivery)(?=(?:[\s\S]*billing: invoiced order){2})/,
+          60_000,
+        );
+        ctrlC(child);
+        const r = await run;
+        expect(r.stdout, `run ${runNumber}`).not.toMatch(/billing: failed/);
+        expect({ code: r.code, signal: r.signal }, `run ${runNumber}: ${r.stdout}\n${r.stderr}`).toEqual({
+          code: 0,
+          signal: null,
+        });
+      }
+      const [invoices] =
+        await db.sql`select count(*)::int as n, count(distinct order_id)::int as orders from billing_invoice`;
+      expect(invoices?.n).toBeGreaterThanOrEqual(6);
+      expect(invoices?.orders).toBe(invoices?.n);
+    }, 180_000);
+  });
+});
+
+describe('npm test', () => {
+  it('leaves nothing of the embedded Postgres in the temp directory, even when tests fail', async () => {
+    const scratch = await mkdtemp(join(tmpdir(), 'outbox-test-run-'));
+    try {
+      await chmod(scratch, 0o1777);
+      // The canary run: the real global setup (embedded Postgres, as DATABASE_URL is unset) and
+      // three tests that fail on purpose.
+      const child = npmRun('test', { TMPDIR: scratch, OUTBOX_TEST_CANARY: '1' });
+      running.push(child);
+      const r = await collect(child);
+      expect(r.code, r.stdout + r.stderr).toBe(1);
+      expect(r.stdout).toMatch(/3 failed/);
+      expect((await readdir(scratch)).filter((n) => n !== 'node-compile-cache')).toEqual([]);
+    } finally {
+      await rm(scratch, { recursive: true, force: true });
+    }
+  }, 120_000);
+});
+
+describe('npm run bus', () => {
+  it('stops on Ctrl-C with exit 0', async () => {
+    const child = npmRun('bus', { LOCAL_BUS_PORT: '0' });
+    running.push(child);
+    const run = collect(child);
+    await waitForOutput(
+      () => run.output().stdout,
+      /local EventBridge endpoint listening on http:\/\/127\.0\.0\.1:\d+/,
+    );
+    ctrlC(child);
+    const r = await run;
+    expect({ code: r.code, signal: r.signal }).toEqual({ code: 0, signal: null });
+  }, 60_000);
+});
