@@ -630,7 +630,8 @@ if (want('claim')) {
   await runRelayProcess();
   await seed(10_000, 'after-');
   const bloated = await measureClaims(`after relaying ${P.gridRows} rows with a transaction held open`);
-  await sql`select pg_terminate_backend(${holderPid})`;
+  // Cancel, not terminate: a terminated connection can crash the driver (porsager/postgres#1154).
+  await sql`select pg_cancel_backend(${holderPid})`;
   await held;
   await holder.end({ timeout: 1 });
   results.claim = { empty, history, bloated, historyRows: P.bloatRows };

@@ -29,7 +29,7 @@ const fmt = (v: number) => (v >= 1000 ? `${Math.round(v / 100) / 10}k` : String(
 export function lineChart(title: string, xs: string[], panels: ChartPanel[], note = ''): string {
   const pw = 420;
   const ph = 300;
-  const m = { l: 64, r: 16, t: 56, b: 72 };
+  const m = { l: 64, r: 16, t: 72, b: 56 };
   const width = panels.length * (pw + m.l + m.r);
   const height = ph + m.t + m.b;
   const parts: string[] = [];
@@ -48,7 +48,7 @@ export function lineChart(title: string, xs: string[], panels: ChartPanel[], not
       oy + ph - ((Math.log10(v) - Math.log10(lo)) / (Math.log10(hi) - Math.log10(lo))) * ph;
     const x = (i: number) => ox + (xs.length === 1 ? pw / 2 : (i / (xs.length - 1)) * (pw - 40) + 20);
     parts.push(
-      `<text x="${ox + pw / 2}" y="${oy - 14}" text-anchor="middle" font-size="13" font-weight="600">${esc(panel.title)}</text>`,
+      `<text x="${ox + pw / 2}" y="${oy - 8}" text-anchor="middle" font-size="13" font-weight="600">${esc(panel.title)}</text>`,
       `<rect x="${ox}" y="${oy}" width="${pw}" height="${ph}" fill="none" stroke="#999"/>`,
     );
     for (let d = lo; d <= hi; d *= 10) {
@@ -70,7 +70,7 @@ export function lineChart(title: string, xs: string[], panels: ChartPanel[], not
       `<text x="${ox + pw / 2}" y="${oy + ph + 36}" text-anchor="middle" fill="#333">bus latency</text>`,
       `<text transform="translate(${ox - 48} ${oy + ph / 2}) rotate(-90)" text-anchor="middle" fill="#333">${esc(panel.unit)} (log scale)</text>`,
     );
-    for (const s of panel.series) {
+    panel.series.forEach((s, si) => {
       const pts = s.values
         .map((v, i) => (v === undefined || v <= 0 ? undefined : ([x(i), y(v), v] as const)))
         .filter((pt): pt is readonly [number, number, number] => pt !== undefined);
@@ -79,21 +79,28 @@ export function lineChart(title: string, xs: string[], panels: ChartPanel[], not
           `<polyline fill="none" stroke="${s.color}" stroke-width="2" points="${pts.map(([a, b]) => `${a.toFixed(1)},${b.toFixed(1)}`).join(' ')}"/>`,
         );
       }
+      // Value labels alternate above and below the points, so close lines do not overprint.
+      const dy = si % 2 === 0 ? -7 : 15;
       for (const [a, b, v] of pts) {
         parts.push(
           `<circle cx="${a.toFixed(1)}" cy="${b.toFixed(1)}" r="3.5" fill="${s.color}"/>`,
-          `<text x="${(a + 6).toFixed(1)}" y="${(b - 6).toFixed(1)}" fill="${s.color}" font-size="11">${fmt(v)}</text>`,
+          `<text x="${(a + 6).toFixed(1)}" y="${(b + dy).toFixed(1)}" fill="${s.color}" font-size="11">${fmt(v)}</text>`,
         );
       }
-    }
-    panel.series.forEach((s, i) => {
-      const lx = ox + i * (pw / panel.series.length);
-      parts.push(
-        `<rect x="${lx}" y="${oy + ph + 48}" width="12" height="12" fill="${s.color}"/>`,
-        `<text x="${lx + 16}" y="${oy + ph + 58}">${esc(s.name)}</text>`,
-      );
     });
   });
+  // One legend for all panels, under the title; entries spaced by their text (about 7 px a character).
+  const names = [
+    ...new Map(panels.flatMap((p) => p.series.map((s) => [s.name, s.color] as const))).entries(),
+  ];
+  let lx = m.l;
+  for (const [name, color] of names) {
+    parts.push(
+      `<rect x="${lx}" y="34" width="12" height="12" fill="${color}"/>`,
+      `<text x="${lx + 16}" y="44">${esc(name)}</text>`,
+    );
+    lx += 16 + name.length * 7 + 24;
+  }
   if (note) parts.push(`<text x="8" y="${height - 6}" fill="#777" font-size="11">${esc(note)}</text>`);
   parts.push('</svg>');
   return `${parts.join('\n')}\n`;
