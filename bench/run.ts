@@ -868,7 +868,7 @@ async function runLambda(a: LambdaAsset, memoryMb: number, rows: number, latency
     return n > 0 && n < rows * 0.2;
   });
   const late = r.usage.samples.filter(([t]) => acceptedAt(t) >= rows * 0.8);
-  const peakOf = (xs: [number, number, number, number][], i: 1 | 2) =>
+  const peakOf = (xs: [number, number, number, number, number][], i: 1 | 2) =>
     MB(Math.max(0, ...xs.map((x) => x[i])));
   return {
     memoryMb,

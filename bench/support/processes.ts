@@ -109,9 +109,9 @@ export interface Usage {
   maxRssKiB: number;
   wallMs: number;
   /** Peaks of the periodic samples, bytes (zero without sampling). */
-  peak: { rss: number; heapUsed: number; heapTotal: number };
-  /** [epoch ms, RSS, heap used, heap total] (bytes), when sampling was asked for. */
-  samples: [number, number, number, number][];
+  peak: { rss: number; heapUsed: number; heapTotal: number; external: number };
+  /** [epoch ms, RSS, heap used, heap total, external] (bytes), when sampling was asked for. */
+  samples: [number, number, number, number, number][];
 }
 
 /** A finished measured process. */

@@ -7,7 +7,8 @@
  * - `cpuUs`: `process.cpuUsage()` user + system, µs, over the whole process (start-up included);
  * - `maxRssKiB`: peak resident set size (`process.resourceUsage().maxRSS`, KiB);
  * - with `OUTBOX_BENCH_SAMPLE_MS` set, `samples`: [wall clock, ms since the epoch; RSS bytes; V8 heap
- *   used bytes; V8 heap total bytes] every that many ms, and the peaks of each.
+ *   used bytes; V8 heap total bytes; external (Buffers and other memory outside the V8 heap that
+ *   JavaScript objects hold) bytes] every that many ms, and the peaks of each.
  * Nothing is written when the variable is unset, so the preload is inert elsewhere.
  */
 import { writeFileSync } from 'node:fs';
@@ -15,14 +16,15 @@ import { writeFileSync } from 'node:fs';
 const file = process.env.OUTBOX_BENCH_USAGE_FILE;
 if (file) {
   const started = performance.now();
-  const samples: [number, number, number, number][] = [];
-  const peak = { rss: 0, heapUsed: 0, heapTotal: 0 };
+  const samples: [number, number, number, number, number][] = [];
+  const peak = { rss: 0, heapUsed: 0, heapTotal: 0, external: 0 };
   const sample = () => {
     const m = process.memoryUsage();
     peak.rss = Math.max(peak.rss, m.rss);
     peak.heapUsed = Math.max(peak.heapUsed, m.heapUsed);
     peak.heapTotal = Math.max(peak.heapTotal, m.heapTotal);
-    samples.push([Date.now(), m.rss, m.heapUsed, m.heapTotal]);
+    peak.external = Math.max(peak.external, m.external);
+    samples.push([Date.now(), m.rss, m.heapUsed, m.heapTotal, m.external]);
   };
   const every = Number(process.env.OUTBOX_BENCH_SAMPLE_MS ?? 0);
   if (every > 0) setInterval(sample, every).unref();
