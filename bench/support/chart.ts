@@ -34,7 +34,8 @@ export function lineChart(title: string, xs: string[], panels: ChartPanel[], not
   const height = ph + m.t + m.b;
   const parts: string[] = [];
   parts.push(
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="system-ui, sans-serif" font-size="12">`,
+    `<svg xmlns="http://www.w3.org/2000/svg" role="img" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="system-ui, sans-serif" font-size="12">`,
+    `<title>${esc(title)}: ${esc(panels.map((p) => p.title).join(' and '))} against bus latency</title>`,
     `<rect width="100%" height="100%" fill="white"/>`,
     `<text x="${width / 2}" y="22" text-anchor="middle" font-size="15" font-weight="600">${esc(title)}</text>`,
   );
@@ -79,12 +80,16 @@ export function lineChart(title: string, xs: string[], panels: ChartPanel[], not
           `<polyline fill="none" stroke="${s.color}" stroke-width="2" points="${pts.map(([a, b]) => `${a.toFixed(1)},${b.toFixed(1)}`).join(' ')}"/>`,
         );
       }
-      // Value labels alternate above and below the points, so close lines do not overprint.
-      const dy = si % 2 === 0 ? -7 : 15;
+      // Value labels go above, below, or left of the points by series, so close lines do not overprint.
+      const [dx, dy, anchor] = [
+        [6, -7, 'start'],
+        [6, 15, 'start'],
+        [-7, 4, 'end'],
+      ][si % 3] as [number, number, string];
       for (const [a, b, v] of pts) {
         parts.push(
           `<circle cx="${a.toFixed(1)}" cy="${b.toFixed(1)}" r="3.5" fill="${s.color}"/>`,
-          `<text x="${(a + 6).toFixed(1)}" y="${(b + dy).toFixed(1)}" fill="${s.color}" font-size="11">${fmt(v)}</text>`,
+          `<text x="${(a + dx).toFixed(1)}" y="${(b + dy).toFixed(1)}" text-anchor="${anchor}" fill="${s.color}" font-size="11">${fmt(v)}</text>`,
         );
       }
     });
