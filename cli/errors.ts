@@ -54,6 +54,17 @@ export function explainError(error: unknown, env: NodeJS.ProcessEnv): { message:
       exitCode: EXIT.failure,
     };
   }
+  if (e?.code === '42501') {
+    // insufficient_privilege: most often `migrate --roles` as a user that may not create roles, or
+    // a command run as a deployment role that lacks the grant (see README, Deploy).
+    return {
+      message:
+        `${e.message} (42501): the database user of DATABASE_URL lacks a privilege this command needs. ` +
+        '`outbox migrate --roles` needs a user that may create roles (the RDS master user, or CREATEROLE); ' +
+        'the deployment roles get exactly the grants their own work needs.',
+      exitCode: EXIT.failure,
+    };
+  }
   const text = e instanceof Error ? e.message || e.name : String(error);
   return { message: `${text}${e?.code ? ` (${e.code})` : ''}`, exitCode: EXIT.failure };
 }

@@ -270,6 +270,12 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
               ].join(' '),
             );
             code = EXIT.failure;
+          } else if (gaveUp) {
+            // --until-empty promises an empty outbox; giving up with events still pending is not that.
+            io.err(
+              'error: the outbox is not empty: events still pending failed on every attempt (the reasons are above).',
+            );
+            code = EXIT.failure;
           }
         }
       } finally {

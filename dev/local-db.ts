@@ -283,7 +283,16 @@ async function create(
 ): Promise<State> {
   // A half-made directory (an interrupted creation) is started over.
   rmSync(home.data, { recursive: true, force: true });
-  mkdirSync(home.home, { recursive: true, mode: 0o755 });
+  try {
+    mkdirSync(home.home, { recursive: true, mode: 0o755 });
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code !== 'EACCES' && code !== 'EPERM' && code !== 'EROFS') throw error;
+    throw new LocalDbError(
+      `cannot create the local database in ${home.home} (${code}: this user may not write there); ` +
+        'set OUTBOX_LOCAL_DB_DIR to a directory of your own, e.g. OUTBOX_LOCAL_DB_DIR=$HOME/outbox-db npm run db',
+    );
+  }
   chmodSync(home.home, 0o755);
   const state: State = { port: await freePort(preferredPort), password: randomBytes(12).toString('hex') };
   log(`creating a local Postgres in ${home.home} (port ${state.port})…`);

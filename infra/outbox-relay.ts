@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ArnFormat, Duration, Names, Stack, Validations } from 'aws-cdk-lib';
+import { Annotations, ArnFormat, Duration, Names, Stack, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
@@ -16,7 +16,7 @@ import * as kms from 'aws-cdk-lib/aws-kms';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
-import type * as rds from 'aws-cdk-lib/aws-rds';
+import * as rds from 'aws-cdk-lib/aws-rds';
 import * as scheduler from 'aws-cdk-lib/aws-scheduler';
 import * as targets from 'aws-cdk-lib/aws-scheduler-targets';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
@@ -267,6 +267,7 @@ export class OutboxRelay extends Construct {
   constructor(scope: Construct, id: string, props: OutboxRelayProps) {
     super(scope, id);
     validate(props);
+    warnOnProxyAuth(this, props.database.proxy);
     const timeout = props.relayTimeout ?? Duration.minutes(1);
     const namespace = props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE;
     const relayUser = props.database.relayUser ?? DEFAULT_ROLES.relay;
@@ -544,7 +545,9 @@ export class OutboxRelay extends Construct {
             left: [
               metric(MetricName.Retried, 'Sum'),
               metric(MetricName.Throttled, 'Sum'),
+              metric(MetricName.BackPressure, 'Sum'),
               metric(MetricName.LeaseLost, 'Sum'),
+              metric(MetricName.LeaseRenewals, 'Sum'),
             ],
             right: [metric(MetricName.PutEventsLatency, 'Average')],
             width: 12,
@@ -606,6 +609,23 @@ export class OutboxRelay extends Construct {
     );
     return topic;
   }
+}
+
+/**
+ * The relay and the monitor log in through the proxy as their own database users with IAM tokens.
+ * A proxy defined in this app that authenticates with Secrets Manager secrets (`iamAuth` with a
+ * `secrets` list, no `defaultAuthScheme: IAM_AUTH`) refuses them at run time; say so at synth.
+ * (An imported proxy cannot be inspected.)
+ */
+function warnOnProxyAuth(scope: Construct, proxy: rds.IDatabaseProxy): void {
+  const cfn = proxy.node.defaultChild;
+  if (!(cfn instanceof rds.CfnDBProxy) || cfn.defaultAuthScheme === 'IAM_AUTH') return;
+  Annotations.of(scope).addWarningV2(
+    'outbox-relay:proxy-auth',
+    `The proxy ${proxy.node.path} authenticates to the database with secrets, so it refuses the relay's and the monitor's ` +
+      'IAM logins as their own users. Set defaultAuthScheme: rds.DefaultAuthScheme.IAM_AUTH on it and grant its role ' +
+      'rds-db:connect for OutboxRelay.databaseUsers (README, "How the proxy logs in").',
+  );
 }
 
 function validate(props: OutboxRelayProps): void {

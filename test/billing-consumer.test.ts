@@ -3,43 +3,29 @@
  * as it does in AWS: the inbox tables are granted by `ensureRoles`, its own table by
  * `createBillingSchema`. A missing grant fails here with 42501.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createBillingHandler, createBillingSchema } from '../examples/billing/consumer.ts';
 import { OrderPlaced } from '../examples/billing/events.ts';
-import { ensureRoles } from '../shared/operations/index.ts';
-import { connect, type OutboxRoles, type Sql } from '../shared/platform/index.ts';
+import type { OutboxRoles, Sql } from '../shared/platform/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 import { lambdaContext } from './support/lambda.ts';
+import { createTestRoles, type TestRoles } from './support/roles.ts';
 
 let db: TestDatabase;
+let testRoles: TestRoles;
 let roles: OutboxRoles;
 let consumer: Sql;
 beforeAll(async () => {
   db = await createTestDatabase();
-  const suffix = randomBytes(4).toString('hex');
-  // Roles are cluster-wide: unique names keep test files that run at once apart.
-  roles = {
-    relay: `relay_${suffix}`,
-    monitor: `monitor_${suffix}`,
-    producer: `producer_${suffix}`,
-    consumer: `consumer_${suffix}`,
-  };
-  await ensureRoles(db.sql, roles, 7_000);
+  testRoles = await createTestRoles(db);
+  roles = testRoles.roles;
   await createBillingSchema(db.sql, roles.consumer);
-  // In AWS the role logs in with an IAM token; here with a password (the embedded server checks one).
-  await db.sql.unsafe(`alter role "${roles.consumer}" password 'billing-test'`);
-  const url = new URL(db.url);
-  url.username = roles.consumer;
-  url.password = 'billing-test';
-  consumer = connect({ url: url.toString(), max: 2, env: {} });
+  consumer = testRoles.connectAs(roles.consumer);
 });
 afterAll(async () => {
-  await consumer?.end({ timeout: 5 });
-  for (const r of Object.values(roles ?? {})) {
-    await db.sql.unsafe(`drop owned by "${r}"; drop role if exists "${r}"`).catch(() => {});
-  }
+  await testRoles?.drop();
   await db?.drop();
 });
 

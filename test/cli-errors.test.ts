@@ -13,26 +13,14 @@ import {
   OutboxConfigError,
   relayConfigSchema,
 } from '../shared/platform/index.ts';
-import { runCli } from './support/cli.ts';
+import { cliEnv, runCli } from './support/cli.ts';
 import { withDatabase } from './support/db.ts';
 import { useHarness } from './support/harness.ts';
 
 const h = useHarness({ max: 4 });
 
-function env(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
-  return {
-    HOME: process.env.HOME,
-    DATABASE_URL: h.db.url,
-    EVENT_BUS_NAME: 'cli-bus',
-    AWS_ENDPOINT_URL_EVENTBRIDGE: h.bus.url,
-    AWS_REGION: 'us-east-1',
-    AWS_ACCESS_KEY_ID: 'local',
-    AWS_SECRET_ACCESS_KEY: 'local',
-    AWS_EC2_METADATA_DISABLED: 'true',
-    OUTBOX_POLL_INTERVAL_MS: '20',
-    ...extra,
-  };
-}
+/** The configuration contract's environment, pointing at the test database and local bus. */
+const env = (extra: Record<string, string | undefined> = {}) => cliEnv(h, extra);
 
 const event = JSON.stringify({ type: 'T', source: 's', aggregateType: 'x', aggregateId: '1', payload: {} });
 
@@ -257,5 +245,26 @@ describe('enqueue', () => {
     const small = await runCli(['enqueue'], { env: env(), stdin: input });
     expect(small.stdout.trim()).toBe('enqueued 1 event(s), 3 duplicate(s) skipped');
     expect(small.stderr).toBe('');
+  });
+});
+
+describe('a privilege the database user lacks', () => {
+  it('migrate --roles as a user that may not create roles says which user it needs', async () => {
+    const role = `no_createrole_${randomBytes(4).toString('hex')}`;
+    const admin = postgres(inject('databaseUrl'), { max: 1, onnotice: () => {} });
+    await admin.unsafe(`create role "${role}" login password 'x'`);
+    await admin.unsafe(`create database "${role}" owner "${role}"`);
+    try {
+      const url = new URL(withDatabase(inject('databaseUrl'), role));
+      url.username = role;
+      url.password = 'x';
+      const r = await runCli(['migrate', '--roles'], { env: env({ DATABASE_URL: url.toString() }) });
+      expect(r.code).toBe(1);
+      expect(r.stderr).toMatch(/\(42501\).*needs a user that may create roles/);
+    } finally {
+      await admin.unsafe(`drop database if exists "${role}" with (force)`);
+      await admin.unsafe(`drop role if exists "${role}"`);
+      await admin.end();
+    }
   });
 });

@@ -5,27 +5,14 @@
  */
 import { describe, expect, it } from 'vitest';
 import { enqueueMany } from '../shared/producer/index.ts';
-import { collect, runCli, startCli, waitForOutput } from './support/cli.ts';
+import { cliEnv, collect, runCli, startCli, waitForOutput } from './support/cli.ts';
 import { useHarness } from './support/harness.ts';
 
 const h = useHarness({ max: 4 });
 
-function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  return {
-    HOME: process.env.HOME,
-    DATABASE_URL: h.db.url,
-    EVENT_BUS_NAME: 'cli-bus',
-    AWS_ENDPOINT_URL_EVENTBRIDGE: h.bus.url,
-    AWS_REGION: 'us-east-1',
-    AWS_ACCESS_KEY_ID: 'local',
-    AWS_SECRET_ACCESS_KEY: 'local',
-    AWS_EC2_METADATA_DISABLED: 'true',
-    OUTBOX_POLL_INTERVAL_MS: '20',
-    OUTBOX_BACKOFF_BASE_MS: '10',
-    OUTBOX_BACKOFF_MAX_MS: '50',
-    ...extra,
-  };
-}
+/** The configuration contract's environment, pointing at the test database and local bus. */
+const env = (extra: Record<string, string | undefined> = {}) =>
+  cliEnv(h, { OUTBOX_BACKOFF_BASE_MS: '10', OUTBOX_BACKOFF_MAX_MS: '50', ...extra });
 
 async function seed(ids: string[]) {
   await h.db.sql.begin((tx) =>
@@ -62,6 +49,15 @@ describe('outbox relay: failures are visible', () => {
     expect(r.code).toBe(1);
     const [row] = await h.db.sql`select count(*)::int as n from outbox where published_at is null`;
     expect(row?.n).toBe(2);
+  }, 60_000);
+
+  it('--until-empty that gives up with an event still pending exits 1, even after publishing others', async () => {
+    await seed(['ok-1', 'stuck', 'ok-2']);
+    h.bus.setFaults({ poisonMarker: '"id":"stuck"', poisonCode: 'InternalFailure' });
+    const r = await runCli(['relay', '--until-empty', '--json'], { env: env() });
+    expect(JSON.parse(r.stdout)).toMatchObject({ stopReason: 'gave up', published: 2 });
+    expect(r.stderr).toMatch(/^error: the outbox is not empty: /m);
+    expect(r.code).toBe(1);
   }, 60_000);
 
   it('a run that published some events and dead-lettered one names the reason and exits 0', async () => {

@@ -1,54 +1,18 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import type { Envelope } from '../shared/platform/envelope.ts';
 import { enqueueMany } from '../shared/producer/enqueue.ts';
+import { cliEnv, runCli, startCli } from './support/cli.ts';
 import { useHarness } from './support/harness.ts';
-
-const BIN = fileURLToPath(new URL('../bin/outbox.js', import.meta.url));
 
 const h = useHarness({ max: 10 });
 
-/** The environment of the configuration contract, pointing at the test database and local h.bus. */
-function env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  return {
-    PATH: process.env.PATH,
-    HOME: process.env.HOME,
-    DATABASE_URL: h.db.url,
-    EVENT_BUS_NAME: 'cli-bus',
-    AWS_ENDPOINT_URL_EVENTBRIDGE: h.bus.url,
-    AWS_REGION: 'us-east-1',
-    AWS_ACCESS_KEY_ID: 'local',
-    AWS_SECRET_ACCESS_KEY: 'local',
-    OUTBOX_POLL_INTERVAL_MS: '20',
-    AWS_EC2_METADATA_DISABLED: 'true',
-    ...extra,
-  };
-}
+/** The configuration contract's environment, pointing at the test database and local bus. */
+const env = (extra: Record<string, string | undefined> = {}) => cliEnv(h, extra);
 
-function start(args: string[], options: { env?: NodeJS.ProcessEnv; stdin?: string } = {}): ChildProcess {
-  const child = spawn(process.execPath, [BIN, ...args], {
-    env: options.env ?? env(),
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
-  child.stdin?.on('error', () => {}); // the command may exit (usage error) before reading its input
-  child.stdin?.end(options.stdin ?? '');
-  return child;
-}
-
-async function run(args: string[], options: { env?: NodeJS.ProcessEnv; stdin?: string } = {}) {
-  const child = start(args, options);
-  let stdout = '';
-  let stderr = '';
-  child.stdout?.on('data', (d) => {
-    stdout += d;
-  });
-  child.stderr?.on('data', (d) => {
-    stderr += d;
-  });
-  const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
-  return { code, stdout, stderr };
-}
+const start = (args: string[], options: { env?: NodeJS.ProcessEnv; stdin?: string } = {}) =>
+  startCli(args, { env: options.env ?? env(), stdin: options.stdin });
+const run = (args: string[], options: { env?: NodeJS.ProcessEnv; stdin?: string } = {}) =>
+  runCli(args, { env: options.env ?? env(), stdin: options.stdin });
 
 const line = (o: Record<string, unknown>) => JSON.stringify(o);
 

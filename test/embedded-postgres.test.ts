@@ -45,4 +45,22 @@ describe('embedded Postgres launcher', () => {
     expect(JSON.parse(out.trim().split('\n').at(-1) as string).v).toBeGreaterThanOrEqual(150_000);
     expect(await leftovers()).toEqual(before);
   }, 90_000);
+
+  it('starts with a TMPDIR that others cannot enter (as root, the postgres user must reach its files)', async () => {
+    const home = await mkdtemp(join(tmpdir(), 'outbox-private-tmp-'));
+    scratch.push(home);
+    await chmod(home, 0o700);
+    const script = `
+      import { startEmbeddedPostgres } from './test/support/embedded-postgres.ts';
+      const db = await startEmbeddedPostgres();
+      await db.stop();
+      console.log('started and stopped');`;
+    const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], {
+      cwd: repo,
+      encoding: 'utf8',
+      timeout: 60_000,
+      env: { ...process.env, TMPDIR: home },
+    });
+    expect(out.trim().split('\n').at(-1)).toBe('started and stopped');
+  }, 90_000);
 });

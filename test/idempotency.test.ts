@@ -4,8 +4,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { prune } from '../shared/operations/index.ts';
-import { loadMonitorSettings } from '../shared/platform/index.ts';
-import { enqueue, type OutboxEvent } from '../shared/producer/index.ts';
+import { connect, loadMonitorSettings } from '../shared/platform/index.ts';
+import { enqueue, OutboxConflictError, type OutboxEvent } from '../shared/producer/index.ts';
 import { runRelay } from '../shared/relay/index.ts';
 import { useHarness } from './support/harness.ts';
 import { testClient, testSettings } from './support/relay.ts';
@@ -103,6 +103,52 @@ describe('idempotency window', () => {
     );
     expect(repeats.map((r) => r.duplicate)).toEqual([true, true]);
     expect(await outboxRows()).toBe(2);
+  });
+
+  it('under REPEATABLE READ, a key committed after the snapshot is a typed, retryable conflict, and the retry returns the duplicate', async () => {
+    const key = `rr-${Date.now()}`;
+    const event = (id: string) => ({
+      type: 'T',
+      source: 'shop.orders',
+      aggregateType: 'order',
+      aggregateId: id,
+      payload: {},
+      idempotencyKey: key,
+    });
+    const a = connect({ url: h.db.url, max: 1, env: {} });
+    const b = connect({ url: h.db.url, max: 1, env: {} });
+    try {
+      let release = () => {};
+      const held = new Promise<void>((r) => {
+        release = r;
+      });
+      let enqueued = () => {};
+      const first = new Promise<void>((r) => {
+        enqueued = r;
+      });
+      const committing = a.begin(async (tx) => {
+        await enqueue(tx, event('rr-1'));
+        enqueued();
+        await held;
+      });
+      await first;
+      const second = b
+        .begin('isolation level repeatable read', async (tx) => {
+          await tx`select 1`; // the snapshot is taken here, before the first producer commits
+          setTimeout(release, 200);
+          return enqueue(tx, event('rr-2'));
+        })
+        .catch((e: unknown) => e);
+      await committing;
+      const error = await second;
+      expect(error).toBeInstanceOf(OutboxConflictError);
+      expect(error).toMatchObject({ retryable: true, sqlState: '40001' });
+      const retried = await b.begin('isolation level repeatable read', (tx) => enqueue(tx, event('rr-2')));
+      expect(retried).toMatchObject({ duplicate: true, aggregateId: 'rr-1' });
+    } finally {
+      await a.end();
+      await b.end();
+    }
   });
 
   it('remembers keys for 30 days by default, longer than the 7 days published rows are kept', () => {

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { App, type AppProps, Stack, Validations } from 'aws-cdk-lib';
-import { Match, Template } from 'aws-cdk-lib/assertions';
+import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as rds from 'aws-cdk-lib/aws-rds';
@@ -755,4 +755,36 @@ describe('example consumer wiring', () => {
       'rds-db:connect as outbox_consumer',
     ).toBe(true);
   }, 60_000);
+});
+
+describe('OutboxRelay with a proxy of the same app', () => {
+  const build = (auth: 'secrets' | 'iam') => {
+    const app = newApp();
+    const stack = new Stack(app, `Proxy${auth}`, { env: { account: '123456789012', region: 'eu-west-1' } });
+    const vpc = new ec2.Vpc(stack, 'Vpc', { maxAzs: 2 });
+    const instance = new rds.DatabaseInstance(stack, 'Db', {
+      engine: rds.DatabaseInstanceEngine.postgres({ version: rds.PostgresEngineVersion.VER_17_9 }),
+      vpc,
+    });
+    const proxy =
+      auth === 'secrets'
+        ? instance.addProxy('Proxy', {
+            vpc,
+            iamAuth: true,
+            secrets: [instance.secret as secretsmanager.ISecret],
+          })
+        : instance.addProxy('Proxy', { vpc, defaultAuthScheme: rds.DefaultAuthScheme.IAM_AUTH });
+    const sg = new ec2.SecurityGroup(stack, 'Sg', { vpc });
+    new OutboxRelay(stack, 'Outbox', {
+      vpc,
+      securityGroups: [sg],
+      database: { proxy, databaseName: 'orders' },
+    });
+    return Annotations.fromStack(stack).findWarning('*', Match.stringLikeRegexp('refuses the relay'));
+  };
+
+  it('warns at synth when the proxy authenticates with secrets (it would refuse the relay and the monitor)', () => {
+    expect(build('secrets')).toHaveLength(1);
+    expect(build('iam')).toHaveLength(0);
+  });
 });

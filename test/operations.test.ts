@@ -212,7 +212,7 @@ describe('monitor Lambda', () => {
     expect(doc.OldestPendingAgeSeconds as number).toBeLessThan(60);
   });
 
-  it('relay invocations emit published, retried, dead-lettered, lease lost, throttles and PutEvents latency', async () => {
+  it('relay invocations emit published, retried, dead-lettered, lease lost, throttles, back-pressure, lease renewals and PutEvents latency', async () => {
     h.bus.setFaults({ poisonMarker: '"id":"bad"', poisonCode: 'InvalidArgument' });
     await seed(['ok-1', 'ok-2', 'bad']);
     const handler = createRelayHandler({
@@ -232,6 +232,8 @@ describe('monitor Lambda', () => {
         { Name: 'DeadLettered', Unit: 'Count' },
         { Name: 'LeaseLost', Unit: 'Count' },
         { Name: 'Throttled', Unit: 'Count' },
+        { Name: 'BackPressure', Unit: 'Count' },
+        { Name: 'LeaseRenewals', Unit: 'Count' },
         { Name: 'PutEventsLatency', Unit: 'Milliseconds' },
       ]),
     );

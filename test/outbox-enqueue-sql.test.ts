@@ -132,6 +132,13 @@ describe('outbox_enqueue (SQL)', () => {
     ],
     ['an empty idempotency key', { idempotency_key: '' }, 'idempotency_key', /must not be empty/],
     ['a trace header over 500 characters', { trace_header: 'x'.repeat(501) }, 'trace_header', /at most 500/],
+    // Counted as enqueue() counts it, in UTF-16 units: 100 emoji are 200 (the relay's bus refused them).
+    [
+      'a DetailType of 100 emoji',
+      { event_type: '\u{1F600}'.repeat(100) },
+      'event_type',
+      /at most 128 .*got 200/,
+    ],
   ];
   it.each(cases)(
     'rejects %s with SQLSTATE 22023 naming the field, and writes nothing',
@@ -149,6 +156,30 @@ describe('outbox_enqueue (SQL)', () => {
       expect(await count()).toBe(0);
     },
   );
+
+  it('refuses arrays that are not one-dimensional from index 1 (their elements would skip the checks), naming the argument', async () => {
+    const call = (traceHeaders: string) =>
+      h.db.sql
+        .unsafe(`select * from outbox_enqueue_many(array['T'], array['shop.orders'], array['order'], array['1'],
+          array['{}'::jsonb], null, ${traceHeaders})`)
+        .catch((e: unknown) => e);
+    expect(await call(`array[[repeat('x', 600)]]`)).toMatchObject({
+      code: '22023',
+      column_name: 'trace_headers',
+    });
+    expect(await call(`'[0:0]={"x"}'::text[]`)).toMatchObject({
+      code: '22023',
+      column_name: 'trace_headers',
+    });
+    expect(await count()).toBe(0);
+  });
+
+  it('refuses a max_entry_bytes above the 1048576 bytes EventBridge accepts', async () => {
+    const error = await h.db.sql`
+      select * from outbox_enqueue(event_type => 'T', source => 'shop.orders', aggregate_type => 'order',
+        aggregate_id => '1', payload => '{}'::jsonb, max_entry_bytes => 2147483647)`.catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: '22023', column_name: 'max_entry_bytes' });
+  });
 
   it('counts the entry as EventBridge does: an event just under the limit passes, one byte more does not', async () => {
     // Detail = {"metadata":{…},"data":<payload>}; sizing the payload to land exactly on the limit.

@@ -167,7 +167,7 @@ describe('the packed package, installed in a fresh project', () => {
     for (const script of ['preinstall', 'install', 'postinstall'])
       expect(manifest.scripts?.[script]).toBeUndefined();
     expect(Object.keys(manifest.exports).sort()).toEqual(
-      ['.', './cdk', './consumer', './drizzle', './package.json', './pg', './relay'].sort(),
+      ['.', './cdk', './consumer', './drizzle', './operations', './package.json', './pg', './relay'].sort(),
     );
     expect(manifest.peerDependencies).toMatchObject({
       'aws-cdk-lib': expect.any(String),
@@ -209,7 +209,7 @@ describe('the packed package, installed in a fresh project', () => {
       const { stdout } = await inApp(nodeBin, nodeBin, ['runtime.ts'], { BUS_URL: bus.url });
       const report = JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}');
       expect(report.node.split('.')[0]).toBe(major);
-      expect(report.entryPoints).toEqual({ consumer: 'function', cdk: 'function' });
+      expect(report.entryPoints).toEqual({ consumer: 'function', operations: 'function', cdk: 'function' });
       expect(
         report.enqueued.map((r: { aggregateId: string; duplicate: boolean }) => [r.aggregateId, r.duplicate]),
       ).toEqual([

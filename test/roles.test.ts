@@ -3,59 +3,40 @@
  * and marks, the monitor prunes and counts, the producer enqueues, the consumer runs the inbox.
  * A grant that is missing fails here with 42501, as it would in AWS on every invocation.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import middy from '@middy/core';
 import type { EventBridgeEvent } from 'aws-lambda';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type InboxContext, inbox } from '../shared/consumer/index.ts';
-import { ensureRoles, getStatus, prune } from '../shared/operations/index.ts';
-import { connect, type OutboxRoles, type Sql } from '../shared/platform/index.ts';
+import { getStatus, prune } from '../shared/operations/index.ts';
+import type { OutboxRoles, Sql } from '../shared/platform/index.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
 import { runRelay } from '../shared/relay/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 import { lambdaContext } from './support/lambda.ts';
 import { type LocalBus, startLocalBus } from './support/local-bus.ts';
 import { testClient, testSettings } from './support/relay.ts';
+import { createTestRoles, type TestRoles } from './support/roles.ts';
 
 let db: TestDatabase;
 let bus: LocalBus;
+let testRoles: TestRoles;
 let roles: OutboxRoles;
-const pools: Sql[] = [];
-const PASSWORD = 'role-test';
 beforeAll(async () => {
   db = await createTestDatabase();
   bus = await startLocalBus();
-  const suffix = randomBytes(4).toString('hex');
-  roles = {
-    relay: `relay_${suffix}`,
-    monitor: `monitor_${suffix}`,
-    producer: `producer_${suffix}`,
-    consumer: `consumer_${suffix}`,
-  };
-  await ensureRoles(db.sql, roles, 7_000);
-  await ensureRoles(db.sql, roles, 7_000); // idempotent: a second deploy changes nothing
-  // In AWS the roles log in with IAM tokens; here with a password set for the test only.
-  for (const role of Object.values(roles)) await db.sql.unsafe(`alter role "${role}" password '${PASSWORD}'`);
+  testRoles = await createTestRoles(db);
+  roles = testRoles.roles;
 });
 afterAll(async () => {
-  for (const pool of pools) await pool.end({ timeout: 1 });
-  for (const r of Object.values(roles ?? {})) {
-    await db.sql.unsafe(`drop owned by "${r}"; drop role if exists "${r}"`).catch(() => {});
-  }
+  await testRoles?.drop();
   await db?.drop();
   await bus?.close();
 });
 
 /** A pool logged in as `role`, with the connection settings the functions use. */
-function as(role: string): Sql {
-  const url = new URL(db.url);
-  url.username = role;
-  url.password = PASSWORD;
-  const pool = connect({ url: url.toString(), max: 2, env: {} });
-  pools.push(pool);
-  return pool;
-}
+const as = (role: string): Sql => testRoles.connectAs(role);
 
 /** Runs `statement` as `role` and returns the SQLSTATE it failed with, or 'ok'. */
 async function attempt(role: string, statement: string): Promise<string> {
@@ -203,10 +184,7 @@ describe('database roles, each doing its real work as itself', () => {
       select s.setconfig from pg_db_role_setting s join pg_roles r on r.oid = s.setrole where r.rolname = ${roles.relay}`;
     expect(row?.setconfig).toEqual(['statement_timeout=7000ms']);
     // A client that sends no startup parameter (as behind RDS Proxy) gets the role's default.
-    const url = new URL(db.url);
-    url.username = roles.relay;
-    url.password = PASSWORD;
-    const plain = postgres(url.toString(), { max: 1, onnotice: () => {} });
+    const plain = postgres(testRoles.urlOf(roles.relay), { max: 1, onnotice: () => {} });
     const [current] = await plain<{ t: string }[]>`select current_setting('statement_timeout') as t`;
     await plain.end();
     expect(current?.t).toBe('7s');

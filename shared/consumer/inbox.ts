@@ -23,8 +23,8 @@ import type { MiddlewareObj } from '@middy/core';
 import type { Context, EventBridgeEvent } from 'aws-lambda';
 import type { z } from 'zod';
 import type { EnvelopeMetadata, Sql, Tx } from '../platform/index.ts';
-import { ConnectionPool, OutboxError } from '../platform/index.ts';
-import { InboxAbortedError, InvocationTransaction, isConnectionLoss, lambdaDeadline } from './invocation.ts';
+import { ConnectionPool, isConnectionFailure, OutboxError } from '../platform/index.ts';
+import { InboxAbortedError, InvocationTransaction, lambdaDeadline } from './invocation.ts';
 
 /** How an order-aware consumer treats an event that is not the next one of its aggregate. */
 export type InboxOrder = 'none' | 'ignore-stale' | 'wait-for-gap';
@@ -222,7 +222,7 @@ export function inbox<T = Record<string, unknown>>(
   const recover = (request: object, error: unknown) => {
     const invocation = slot(request)[INVOCATION];
     const generation = used.get(request);
-    if (pool && generation !== undefined && (invocation?.lost || isConnectionLoss(error)))
+    if (pool && generation !== undefined && (invocation?.lost || isConnectionFailure(error)))
       pool.replace(generation);
   };
   return {

@@ -29,7 +29,7 @@
  */
 import type postgres from 'postgres';
 import type { Sql, Tx } from '../platform/index.ts';
-import { OutboxError } from '../platform/index.ts';
+import { isConnectionFailure, OutboxError } from '../platform/index.ts';
 
 /** Why an invocation's transaction stopped taking statements. */
 export type InboxAbortReason = 'deadline' | 'connection' | 'finished';
@@ -296,7 +296,7 @@ export class InvocationTransaction {
     if (this.#lost) return true;
     let timer: NodeJS.Timeout | undefined;
     const turn = new Promise((resolve) => {
-      if (isConnectionLoss(error)) timer = setTimeout(resolve, 1_000).unref();
+      if (isConnectionFailure(error)) timer = setTimeout(resolve, 1_000).unref();
       else setImmediate(resolve);
     });
     await Promise.race([this.#closed.promise, turn]);
@@ -326,21 +326,6 @@ export class InvocationTransaction {
 }
 
 const noop = () => {};
-
-/**
- * Errors that mean the session is gone or going: porsager's connection codes, socket errors,
- * SQLSTATE class 08 and the FATAL shutdowns 57P01–57P03 (sent just before the server closes).
- */
-export function isConnectionLoss(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  if (typeof code !== 'string') return false;
-  return (
-    /^CONNECT(ION)?_/.test(code) ||
-    ['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH'].includes(code) ||
-    /^08/.test(code) ||
-    /^57P0[123]$/.test(code)
-  );
-}
 
 function describe(error: unknown): string {
   const e = error as { code?: unknown; message?: unknown } | undefined;

@@ -24,6 +24,8 @@ export function addRelayMetrics(metrics: Metrics, c: RelayCounts): void {
   metrics.addMetric(MetricName.DeadLetteredByRelay, MetricUnit.Count, c.deadLettered);
   metrics.addMetric(MetricName.LeaseLost, MetricUnit.Count, c.leaseLost);
   metrics.addMetric(MetricName.Throttled, MetricUnit.Count, c.throttled);
+  metrics.addMetric(MetricName.BackPressure, MetricUnit.Count, c.backPressure);
+  metrics.addMetric(MetricName.LeaseRenewals, MetricUnit.Count, c.leaseRenewals);
   if (c.putEventsCalls > 0) {
     metrics.addMetric(
       MetricName.PutEventsLatency,

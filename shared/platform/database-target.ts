@@ -4,6 +4,7 @@
  * as whom, why, and which variable to fix). Passwords are never part of a message.
  */
 import { userInfo } from 'node:os';
+import { CONNECTION_ERROR_CODES } from './connection-errors.ts';
 import { OutboxConfigError } from './errors.ts';
 
 /** What a valid value looks like, for messages. */
@@ -114,23 +115,6 @@ function safeOsUser(): string {
   }
 }
 
-/** Driver and socket codes of a connection that could not be made or was cut. */
-const CONNECTION_CODES = new Set([
-  'CONNECTION_CLOSED',
-  'CONNECTION_ENDED',
-  'CONNECTION_DESTROYED',
-  'CONNECT_TIMEOUT',
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'EPIPE',
-  'ETIMEDOUT',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'SASL_SIGNATURE_MISMATCH',
-]);
-
 /**
  * True when `error` means the database could not be reached or refused to let us in: a socket
  * error, a driver connection error, SQLSTATE class 08 (connection exception), class 28 (invalid
@@ -141,7 +125,8 @@ export function isConnectFailure(error: unknown): boolean {
   const code = (error as { code?: unknown } | null)?.code;
   if (typeof code !== 'string') return false;
   return (
-    CONNECTION_CODES.has(code) ||
+    CONNECTION_ERROR_CODES.has(code) ||
+    code === 'SASL_SIGNATURE_MISMATCH' ||
     /^(08|28)/.test(code) ||
     code === '3D000' ||
     code === '57P03' ||

@@ -77,6 +77,24 @@ export class OutboxDeadlockError extends OutboxError {
 }
 
 /**
+ * A concurrent producer committed an idempotency key this transaction enqueued, after this
+ * transaction's snapshot was taken (SQLSTATE 40001, serialization_failure). It happens only under
+ * REPEATABLE READ or SERIALIZABLE; under READ COMMITTED, the default, the second producer waits
+ * and gets `duplicate: true`. The transaction is aborted and nothing of it was written: retry the
+ * whole transaction (`retryable` is true), and the retry returns the existing event as a duplicate.
+ */
+export class OutboxConflictError extends OutboxError {
+  override name = 'OutboxConflictError';
+  /** Always true: retrying the whole transaction is the remedy. */
+  readonly retryable = true as const;
+  /** The SQLSTATE Postgres raised: serialization_failure. */
+  readonly sqlState = '40001' as const;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, { cause: options?.cause });
+  }
+}
+
+/**
  * A call did not finish inside its deadline and was abandoned: a database statement that got no
  * answer (the server or a proxy stopped answering), or a pass whose lease or invocation ran out.
  * `code` is `OUTBOX_DEADLINE` (a transient failure: retry with a fresh connection); `operation`

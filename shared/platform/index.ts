@@ -3,6 +3,7 @@
  * error hierarchy, the event envelope, schema migrations and the shared names.
  */
 export * from './config.ts';
+export * from './connection-errors.ts';
 export * from './database-target.ts';
 export * from './db.ts';
 export * from './envelope.ts';

@@ -41,6 +41,8 @@ export const MetricName = {
   DeadLetteredByRelay: 'DeadLettered',
   LeaseLost: 'LeaseLost',
   Throttled: 'Throttled',
+  BackPressure: 'BackPressure',
+  LeaseRenewals: 'LeaseRenewals',
   PutEventsLatency: 'PutEventsLatency',
 } as const;
 /** One of {@link MetricName}'s values. */
@@ -59,6 +61,8 @@ export const METRIC_SERVICE: Readonly<Record<MetricName, ServiceName>> = {
   DeadLettered: ServiceName.relay,
   LeaseLost: ServiceName.relay,
   Throttled: ServiceName.relay,
+  BackPressure: ServiceName.relay,
+  LeaseRenewals: ServiceName.relay,
   PutEventsLatency: ServiceName.relay,
 };
 

@@ -24,11 +24,28 @@
  * {@link OutboxDeadlockError} (retry the whole transaction).
  */
 import type { Queryable, Sql } from '../platform/index.ts';
-import { DEFAULT_MAX_REQUEST_BYTES } from '../platform/index.ts';
-import { translateEnqueueError } from './sql-errors.ts';
-import { type EnqueuedRow, enqueueParameters, toResults } from './statement.ts';
+import { type EnqueuedRow, type EnqueueParameters, producerFor } from './statement.ts';
 import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
-import { type ValidEvent, validateEvent } from './validation.ts';
+
+function run(tx: Queryable, p: EnqueueParameters): Promise<readonly EnqueuedRow[]> {
+  // Called on a pool rather than in a transaction: make the call one transaction of its own, so the
+  // idempotency locks and the sequence bump hold until the insert commits.
+  if ('begin' in tx && typeof tx.begin === 'function')
+    return (tx as Sql).begin((inner) => statement(inner, p));
+  return statement(tx, p);
+}
+
+function statement(tx: Queryable, p: EnqueueParameters): Promise<readonly EnqueuedRow[]> {
+  return tx<EnqueuedRow[]>`
+    select ord, event_id, aggregate_type, aggregate_id, sequence, duplicate
+    from outbox_enqueue_many(
+      ${p.eventTypes}::text[], ${p.sources}::text[], ${p.aggregateTypes}::text[], ${p.aggregateIds}::text[],
+      ${p.payloads}::text[]::jsonb[], ${p.idempotencyKeys}::text[], ${p.traceHeaders}::text[],
+      ${p.maxEntryBytes}::integer
+    )`;
+}
+
+const producer = producerFor(run);
 
 /**
  * Enqueues one event in the caller's transaction. Validates first; nothing is written when it throws.
@@ -37,14 +54,11 @@ import { type ValidEvent, validateEvent } from './validation.ts';
  * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock (retry the transaction)
  * @throws the database's error (e.g. the caller's transaction was aborted)
  */
-export async function enqueue(
+export const enqueue: (
   tx: Queryable,
   event: OutboxEvent,
-  options: EnqueueOptions = {},
-): Promise<EnqueueResult> {
-  const [result] = await enqueueMany(tx, [event], options);
-  return result as EnqueueResult;
-}
+  options?: EnqueueOptions,
+) => Promise<EnqueueResult> = producer.enqueue;
 
 /**
  * Enqueues several events in the caller's transaction with one statement. All are validated before
@@ -53,41 +67,8 @@ export async function enqueue(
  * @throws {OutboxValidationError} with `index` set to the first bad event's position
  * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock (retry the transaction)
  */
-export async function enqueueMany(
+export const enqueueMany: (
   tx: Queryable,
   events: readonly OutboxEvent[],
-  options: EnqueueOptions = {},
-): Promise<EnqueueResult[]> {
-  const valid = events.map((event, index) =>
-    validateEvent(event, options, events.length > 1 ? index : undefined),
-  );
-  if (valid.length === 0) return [];
-  const maxEntryBytes = options.maxEntryBytes ?? DEFAULT_MAX_REQUEST_BYTES;
-  // Called on a pool rather than in a transaction: make the call one transaction of its own, so the
-  // idempotency locks and the sequence bump hold until the insert commits.
-  if ('begin' in tx && typeof tx.begin === 'function') {
-    return (tx as Sql).begin((inner) => insertValid(inner, valid, maxEntryBytes));
-  }
-  return insertValid(tx, valid, maxEntryBytes);
-}
-
-async function insertValid(
-  tx: Queryable,
-  valid: ValidEvent[],
-  maxEntryBytes: number,
-): Promise<EnqueueResult[]> {
-  const p = enqueueParameters(valid, maxEntryBytes);
-  let rows: EnqueuedRow[];
-  try {
-    rows = await tx<EnqueuedRow[]>`
-      select ord, event_id, aggregate_type, aggregate_id, sequence, duplicate
-      from outbox_enqueue_many(
-        ${p.eventTypes}::text[], ${p.sources}::text[], ${p.aggregateTypes}::text[], ${p.aggregateIds}::text[],
-        ${p.payloads}::text[]::jsonb[], ${p.idempotencyKeys}::text[], ${p.traceHeaders}::text[],
-        ${p.maxEntryBytes}::integer
-      )`;
-  } catch (error) {
-    throw translateEnqueueError(error, valid);
-  }
-  return toResults(rows);
-}
+  options?: EnqueueOptions,
+) => Promise<EnqueueResult[]> = producer.enqueueMany;

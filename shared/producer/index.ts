@@ -4,6 +4,7 @@
  */
 export {
   type AggregateRef,
+  OutboxConflictError,
   OutboxDeadlockError,
   OutboxError,
   OutboxValidationError,

@@ -22,13 +22,15 @@
  * Locks and errors are those of the main `enqueue` (it calls the same database function,
  * `outbox_enqueue_many`): the aggregate's sequence lock is held until your `commit` or `rollback`.
  */
-import { DEFAULT_MAX_REQUEST_BYTES } from '../platform/index.ts';
-import { translateEnqueueError } from './sql-errors.ts';
-import { ENQUEUE_MANY_SQL, type EnqueuedRow, enqueueParameters, positional, toResults } from './statement.ts';
+import { ENQUEUE_MANY_SQL, type EnqueuedRow, positional, producerFor } from './statement.ts';
 import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
-import { validateEvent } from './validation.ts';
 
-export { OutboxDeadlockError, OutboxError, OutboxValidationError } from '../platform/errors.ts';
+export {
+  OutboxConflictError,
+  OutboxDeadlockError,
+  OutboxError,
+  OutboxValidationError,
+} from '../platform/errors.ts';
 export type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 
 /**
@@ -40,40 +42,29 @@ export interface PgQueryable {
   query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
 }
 
+const producer = producerFor<PgQueryable>(
+  async (client, p) => (await client.query(ENQUEUE_MANY_SQL, positional(p))).rows as EnqueuedRow[],
+);
+
 /**
  * Enqueues one event on a node-postgres client, in its current transaction.
  * @throws {OutboxValidationError} naming the bad field; nothing was sent to the database
  * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock: roll back and retry the whole transaction
  * @throws the driver's error otherwise (e.g. the transaction was already aborted)
  */
-export async function enqueue(
+export const enqueue: (
   client: PgQueryable,
   event: OutboxEvent,
-  options: EnqueueOptions = {},
-): Promise<EnqueueResult> {
-  const [result] = await enqueueMany(client, [event], options);
-  return result as EnqueueResult;
-}
+  options?: EnqueueOptions,
+) => Promise<EnqueueResult> = producer.enqueue;
 
 /**
  * Enqueues several events on a node-postgres client with one statement; results in input order.
  * @throws {OutboxValidationError} with `index` set to the first bad event's position
  * @throws {OutboxDeadlockError} see {@link enqueue}
  */
-export async function enqueueMany(
+export const enqueueMany: (
   client: PgQueryable,
   events: readonly OutboxEvent[],
-  options: EnqueueOptions = {},
-): Promise<EnqueueResult[]> {
-  const valid = events.map((event, index) =>
-    validateEvent(event, options, events.length > 1 ? index : undefined),
-  );
-  if (valid.length === 0) return [];
-  const parameters = enqueueParameters(valid, options.maxEntryBytes ?? DEFAULT_MAX_REQUEST_BYTES);
-  try {
-    const result = await client.query(ENQUEUE_MANY_SQL, positional(parameters));
-    return toResults(result.rows as EnqueuedRow[]);
-  } catch (error) {
-    throw translateEnqueueError(error, valid);
-  }
-}
+  options?: EnqueueOptions,
+) => Promise<EnqueueResult[]> = producer.enqueueMany;

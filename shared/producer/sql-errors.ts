@@ -2,15 +2,18 @@
  * Turns the database errors of an enqueue into the package's typed errors, for every producer
  * path (the porsager API, the `pg` and Drizzle adapters). Matched on SQLSTATE, never on text.
  */
-import { OutboxDeadlockError, OutboxValidationError } from '../platform/index.ts';
+import { OutboxConflictError, OutboxDeadlockError, OutboxValidationError } from '../platform/index.ts';
 
 /** SQLSTATE of `outbox_enqueue`'s validation errors (invalid_parameter_value); COLUMN names the field. */
 export const ENQUEUE_INVALID_SQLSTATE = '22023';
 /** SQLSTATE of a deadlock (deadlock_detected). */
 export const DEADLOCK_SQLSTATE = '40P01';
+/** SQLSTATE of a snapshot that missed a concurrent commit (serialization_failure). */
+export const SERIALIZATION_SQLSTATE = '40001';
 
 /**
- * Maps a failed enqueue statement's error: 40P01 → {@link OutboxDeadlockError}; 22023 with a
+ * Maps a failed enqueue statement's error: 40P01 → {@link OutboxDeadlockError}; 40001 →
+ * {@link OutboxConflictError} (a key committed after the snapshot; retry); 22023 with a
  * column (raised by `outbox_enqueue`) → {@link OutboxValidationError} naming that parameter;
  * anything else is returned unchanged.
  * @param events what the call was enqueueing (their aggregates are named in a deadlock error)
@@ -28,6 +31,14 @@ export function translateEnqueueError(
       aggregateId: v.aggregateId,
     }));
     return new OutboxDeadlockError(aggregates, { cause: error });
+  }
+  if (e?.code === SERIALIZATION_SQLSTATE) {
+    const text =
+      typeof e.message === 'string' ? e.message.replace(/^outbox_enqueue: /, '') : 'serialization failure';
+    return new OutboxConflictError(
+      `enqueue could not serialise (SQLSTATE 40001): ${text}. Nothing of this transaction was written: retry the whole transaction.`,
+      { cause: error },
+    );
   }
   // porsager names the field `column_name`, node-postgres `column`.
   const column = typeof e?.column_name === 'string' ? e.column_name : e?.column;

@@ -3,8 +3,10 @@
  * element per event), its text for drivers with positional parameters, and its row type.
  * The porsager path (enqueue.ts) writes the same call as a tagged template.
  */
-import type { EnqueueResult } from './types.ts';
-import type { ValidEvent } from './validation.ts';
+import { DEFAULT_MAX_REQUEST_BYTES } from '../platform/index.ts';
+import { translateEnqueueError } from './sql-errors.ts';
+import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
+import { type ValidEvent, validateEvent } from './validation.ts';
 
 /** A row of `outbox_enqueue_many`: one per input event, `ord` from 1 in input order. */
 export interface EnqueuedRow {
@@ -73,4 +75,42 @@ export function toResults(rows: readonly EnqueuedRow[]): EnqueueResult[] {
       sequence: Number(r.sequence),
       duplicate: r.duplicate,
     }));
+}
+
+/** How one driver runs `outbox_enqueue_many` on its client and returns the rows. */
+export type RunEnqueue<C> = (client: C, parameters: EnqueueParameters) => Promise<readonly EnqueuedRow[]>;
+
+/** The producer API over one driver: what the main entry point and each adapter export. */
+export interface Producer<C> {
+  enqueue(client: C, event: OutboxEvent, options?: EnqueueOptions): Promise<EnqueueResult>;
+  enqueueMany(client: C, events: readonly OutboxEvent[], options?: EnqueueOptions): Promise<EnqueueResult[]>;
+}
+
+/**
+ * Builds `enqueue` and `enqueueMany` for a driver: every event is validated before anything is
+ * sent, all of them go in one call of the statement, a database error is translated (deadlock,
+ * SQL-side validation), and the results come back in input order. Only `run` differs by driver.
+ */
+export function producerFor<C>(run: RunEnqueue<C>): Producer<C> {
+  const enqueueMany: Producer<C>['enqueueMany'] = async (client, events, options = {}) => {
+    const valid = events.map((event, index) =>
+      validateEvent(event, options, events.length > 1 ? index : undefined),
+    );
+    if (valid.length === 0) return [];
+    const parameters = enqueueParameters(valid, options.maxEntryBytes ?? DEFAULT_MAX_REQUEST_BYTES);
+    let rows: readonly EnqueuedRow[];
+    try {
+      rows = await run(client, parameters);
+    } catch (error) {
+      throw translateEnqueueError(error, valid);
+    }
+    return toResults(rows);
+  };
+  return {
+    enqueueMany,
+    async enqueue(client, event, options) {
+      const [result] = await enqueueMany(client, [event], options);
+      return result as EnqueueResult;
+    },
+  };
 }

@@ -82,6 +82,12 @@ export function validateEvent(event: OutboxEvent, options: EnqueueOptions, index
   checkSerialised(serialised, 'payload', 0, fail);
 
   const maxEntryBytes = options.maxEntryBytes ?? DEFAULT_MAX_REQUEST_BYTES;
+  if (!Number.isInteger(maxEntryBytes) || maxEntryBytes < 1 || maxEntryBytes > DEFAULT_MAX_REQUEST_BYTES) {
+    fail(
+      'maxEntryBytes',
+      `must be a whole number of bytes from 1 to ${DEFAULT_MAX_REQUEST_BYTES} (the largest entry EventBridge accepts); got ${maxEntryBytes}`,
+    );
+  }
   const size = entrySize({
     Source: source,
     DetailType: type,

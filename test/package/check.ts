@@ -16,6 +16,7 @@ import {
 import { OutboxRelay, type OutboxRelayProps } from 'outbox-relay-aws/cdk';
 import { type Envelope, type InboxContext, inbox } from 'outbox-relay-aws/consumer';
 import * as viaDrizzle from 'outbox-relay-aws/drizzle';
+import { getStatus, type OutboxStatus, prune } from 'outbox-relay-aws/operations';
 import * as viaPg from 'outbox-relay-aws/pg';
 import {
   connect,
@@ -68,6 +69,24 @@ export async function produce(sql: postgres.Sql, pool: pg.Pool): Promise<Enqueue
   // @ts-expect-error a porsager transaction is not a pg client
   await sql.begin((tx) => viaPg.enqueue(tx, event));
   return [one, ...many, typed, viaClient, ...viaOrm];
+}
+
+export async function operate(sql: postgres.Sql): Promise<OutboxStatus> {
+  await prune(sql, {
+    publishedRetentionSeconds: 86_400,
+    deadLetterRetentionSeconds: 86_400,
+    batchSize: 100,
+    timeBudgetMs: 1_000,
+  });
+  const wrongUnit = {
+    publishedRetentionSeconds: '7d',
+    deadLetterRetentionSeconds: 1,
+    batchSize: 1,
+    timeBudgetMs: 1,
+  };
+  // @ts-expect-error the retention is a number of seconds
+  await prune(sql, wrongUnit);
+  return getStatus(sql);
 }
 
 export function describeError(error: unknown): string {

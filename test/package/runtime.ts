@@ -6,6 +6,7 @@ import { enqueue } from 'outbox-relay-aws';
 import * as cdk from 'outbox-relay-aws/cdk';
 import * as consumer from 'outbox-relay-aws/consumer';
 import * as viaDrizzle from 'outbox-relay-aws/drizzle';
+import * as operations from 'outbox-relay-aws/operations';
 import * as viaPg from 'outbox-relay-aws/pg';
 import { connect, createEventBridgeClient, loadRelaySettings, runRelay } from 'outbox-relay-aws/relay';
 import pg from 'pg';
@@ -51,6 +52,7 @@ try {
       published: relayed.published,
       entryPoints: {
         consumer: typeof consumer.inbox,
+        operations: typeof operations.getStatus,
         cdk: typeof cdk.OutboxRelay,
       },
     }),

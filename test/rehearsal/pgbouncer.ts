@@ -81,10 +81,16 @@ export async function startPgBouncer(o: PgBouncerOptions): Promise<PgBouncer> {
   });
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   for (let i = 0; ; i++) {
-    if (child.exitCode !== null)
-      throw new Error(`pgbouncer exited: ${stderr || (await readFile(logFile, 'utf8'))}`);
-    if (await accepts(o.port)) break;
-    if (i > 100) throw new Error(`pgbouncer did not start listening on ${o.port}`);
+    let failure: string | undefined;
+    if (child.exitCode !== null) failure = `pgbouncer exited: ${stderr || (await readFile(logFile, 'utf8'))}`;
+    else if (await accepts(o.port)) break;
+    else if (i > 100) failure = `pgbouncer did not start listening on ${o.port}`;
+    if (failure) {
+      // Nothing is left behind when it does not start: no process, no configuration directory.
+      child.kill('SIGKILL');
+      await rm(dir, { recursive: true, force: true });
+      throw new Error(failure);
+    }
     await sleep(50);
   }
   return {

