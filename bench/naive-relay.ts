@@ -2,9 +2,15 @@
  * The baseline: the outbox relay as it is usually first written. Claim a batch, then for each row
  * one PutEvents call and one UPDATE, sequentially. Correct enough for a demo; here only to be
  * compared with.
+ *
+ * `node bench/naive-relay.ts <budgetMs>` runs it as a process of its own (the bench measures its
+ * CPU like the relay's): DATABASE_URL, EVENT_BUS_NAME and the SDK's AWS_* variables; prints
+ * `{"published": n, "ms": run time}` as JSON.
  */
 import { type EventBridgeClient, PutEventsCommand } from '@aws-sdk/client-eventbridge';
+import postgres from 'postgres';
 import type { Sql } from '../shared/platform/index.ts';
+import { createEventBridgeClient } from '../shared/relay/index.ts';
 
 /** Relays until no row is left or `budgetMs` is spent; returns how many rows it published. */
 export async function runNaiveRelay(
@@ -60,4 +66,16 @@ export async function runNaiveRelay(
       published++;
     }
   }
+}
+
+if (import.meta.main) {
+  const budgetMs = Number(process.argv[2] ?? 10_000);
+  const sql = postgres(process.env.DATABASE_URL as string, { max: 2, onnotice: () => {} });
+  const client = createEventBridgeClient();
+  await sql`select 1`;
+  const started = performance.now();
+  const published = await runNaiveRelay(sql, client, process.env.EVENT_BUS_NAME ?? 'bench-bus', budgetMs);
+  const ms = performance.now() - started;
+  await sql.end();
+  process.stdout.write(`${JSON.stringify({ published, ms })}\n`);
 }

@@ -4,6 +4,7 @@
  * so `cdk synth` needs neither esbuild nor Docker.
  */
 export {
+  DEFAULT_RELAY_MEMORY_MB,
   type OutboxDatabaseProps,
   type OutboxMigrationProps,
   OutboxRelay,

@@ -59,19 +59,44 @@ export function prebuiltBundle(name: HandlerName): string | undefined {
 }
 
 /**
- * How the project's Lambdas are bundled: ESM for Node 24, minified with source maps, locally with
- * esbuild (no Docker), our pinned AWS SDK clients included rather than the runtime's copy.
+ * How the project's Lambdas are bundled: ESM for Node 24, minified, locally with esbuild (no
+ * Docker), our pinned AWS SDK clients included rather than the runtime's copy.
+ *
+ * - `mainFields: ['module', 'main']`: the packages' ES module builds, which esbuild can tree-shake;
+ *   the relay bundle goes from 1,026 to 839 KiB with the same code (bench/, `npm run bench`).
+ * - No source map, but function names kept (`keepNames`): stack traces read `at parseEnv`, not
+ *   `at Pb`. Measured on the relay bundle in a process with a 128 MB function's heap limits, a map
+ *   read through `--enable-source-maps` cost 15–18 ms and 10–19 MB of RSS at init, and formatting
+ *   the first error's stack took 45–65 ms and lifted RSS by another 28–38 MB, to 116–128 MB: at
+ *   the limit of a 128 MB function, exactly when something is already failing. Names cost 42 KiB
+ *   and 4 ms of init. To ship maps anyway, pass your own `bundling` with `sourceMap: true` and
+ *   `sourcesContent: false`.
  */
 export const OUTBOX_BUNDLING: nodejs.BundlingOptions = {
   format: nodejs.OutputFormat.ESM,
+  mainFields: ['module', 'main'],
   minify: true,
-  sourceMap: true,
+  sourceMap: false,
+  keepNames: true,
   target: 'node24',
   bundleAwsSDK: true,
   forceDockerBundling: false,
   externalModules: ['pg-native'],
   banner: "import { createRequire } from 'module'; const require = createRequire(import.meta.url);",
 };
+
+/**
+ * The relay's default memory, MB: the smallest size whose share of a vCPU lets one invocation reach
+ * the PutEvents bound at the default settings (4 calls in flight × 10 entries / 20 ms = 2,000
+ * events/s); the README's sizing table, from `npm run bench`. The bundled handler measured about
+ * 7,800 events per CPU-second at 20 ms bus latency, so 256 MB (14.5 % of a vCPU) moves about
+ * 1,130 events/s, CPU-bound, while 512 MB (28.9 %) reaches the 2,000; above 512 MB more memory
+ * buys nothing unless OUTBOX_PUBLISH_CONCURRENCY is raised. Memory itself does not decide: over
+ * 100,000 events the handler peaked at 121–128 MB RSS with a 128 MB function's heap limits and
+ * 162 MB with 512 MB's. The price: $17.28 a month for a relay polling all the time at 512 MB (Arm,
+ * us-east-1) against $8.64 at 256 MB; per event, both about $0.003 per million.
+ */
+export const DEFAULT_RELAY_MEMORY_MB = 512;
 
 /** How the functions reach Postgres: RDS Proxy with IAM authentication. */
 export interface OutboxDatabaseProps {
@@ -155,8 +180,9 @@ export interface OutboxRelayProps {
    */
   readonly relayTimeout?: Duration;
   /**
-   * Relay memory, MB.
-   * @default 256
+   * Relay memory, MB. Lambda gives CPU in proportion to memory (one vCPU at 1,769 MB), and the
+   * relay is CPU-bound below the default: see {@link DEFAULT_RELAY_MEMORY_MB}.
+   * @default 512 ({@link DEFAULT_RELAY_MEMORY_MB})
    */
   readonly relayMemorySize?: number;
   /**
@@ -301,7 +327,7 @@ export class OutboxRelay extends Construct {
     };
 
     this.relayFunction = fn('RelayFunction', 'relay', {
-      memorySize: props.relayMemorySize ?? 256,
+      memorySize: props.relayMemorySize ?? DEFAULT_RELAY_MEMORY_MB,
       timeout,
       ...scheduledInvoke,
       reservedConcurrentExecutions: props.relayReservedConcurrency,
@@ -628,7 +654,7 @@ function validate(props: OutboxRelayProps): void {
       `OutboxRelay: database.databaseName "${props.database.databaseName}" is not a valid Postgres name`,
     );
   }
-  const memory = props.relayMemorySize ?? 256;
+  const memory = props.relayMemorySize ?? DEFAULT_RELAY_MEMORY_MB;
   if (memory < 128 || memory > 10_240) {
     throw new Error(`OutboxRelay: relayMemorySize must be 128–10240 MB (got ${memory})`);
   }

@@ -31,8 +31,9 @@ for (const [name, entry] of Object.entries(HANDLER_ENTRIES) as [HandlerName, str
     mainFields: ['module', 'main'],
     target: OUTBOX_BUNDLING.target,
     minify: OUTBOX_BUNDLING.minify,
-    // Stack traces map to file and line (NODE_OPTIONS=--enable-source-maps); the sources themselves
-    // are left out of the map to keep the package small.
+    keepNames: OUTBOX_BUNDLING.keepNames,
+    // A source map only when OUTBOX_BUNDLING asks for one (by default it does not, see its TSDoc),
+    // and then without the sources, to keep the package small.
     sourcemap: OUTBOX_BUNDLING.sourceMap,
     sourcesContent: false,
     external: [...(OUTBOX_BUNDLING.externalModules ?? [])],

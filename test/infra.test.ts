@@ -140,7 +140,7 @@ describe('demo stack (synthesised)', () => {
     const monitor = byDescription('Outbox monitor');
     const migrate = byDescription('Outbox migrations');
     expect(relay?.Properties.Architectures).toEqual(['arm64']);
-    expect(relay?.Properties).toMatchObject({ Timeout: 60, MemorySize: 256 });
+    expect(relay?.Properties).toMatchObject({ Timeout: 60, MemorySize: 512 });
     expect(relay?.Properties.Environment.Variables.EVENT_BUS_NAME).toEqual({
       Ref: expect.stringMatching(/^OutboxBus/),
     });

@@ -5,7 +5,7 @@
 import { isIP } from 'node:net';
 import { Signer } from '@aws-sdk/rds-signer';
 import postgres from 'postgres';
-import { z } from 'zod';
+import * as z from 'zod/mini';
 import { parseEnv } from './config.ts';
 import { isTransientDatabaseError } from './connection-errors.ts';
 import { checkDatabaseUrl } from './database-target.ts';
@@ -20,22 +20,31 @@ export type Tx = postgres.TransactionSql;
 export type Queryable = Sql | Tx;
 
 const dbEnvSchema = z.object({
-  DATABASE_URL: z.string().optional(),
+  DATABASE_URL: z.optional(z.string()),
   /** Connections in the pool. */
-  OUTBOX_DB_POOL_SIZE: z.coerce.number().int().min(1).max(100).describe('connections').default(4),
+  OUTBOX_DB_POOL_SIZE: z._default(
+    z.coerce.number().check(z.int(), z.minimum(1), z.maximum(100), z.describe('connections')),
+    4,
+  ),
   /** Seconds to wait for a new connection; far below the Lambda timeout so a dead network fails fast. */
-  OUTBOX_DB_CONNECT_TIMEOUT_SECONDS: z.coerce.number().int().min(1).max(120).default(5),
+  OUTBOX_DB_CONNECT_TIMEOUT_SECONDS: z._default(
+    z.coerce.number().check(z.int(), z.minimum(1), z.maximum(120)),
+    5,
+  ),
   /** Per-statement limit, ms, enforced by the server. */
-  OUTBOX_DB_STATEMENT_TIMEOUT_MS: z.coerce.number().int().min(100).max(600_000).default(15_000),
+  OUTBOX_DB_STATEMENT_TIMEOUT_MS: z._default(
+    z.coerce.number().check(z.int(), z.minimum(100), z.maximum(600_000)),
+    15_000,
+  ),
   /** `true`: authenticate with an IAM token (RDS Proxy / RDS IAM auth), over verified TLS. */
-  OUTBOX_DB_IAM_AUTH: z.enum(['true', 'false']).default('false'),
+  OUTBOX_DB_IAM_AUTH: z._default(z.enum(['true', 'false']), 'false'),
   /**
    * `transaction`: the database is reached through a transaction pooler (RDS Proxy, PgBouncer in
    * transaction mode, Supabase's or Neon's pooler): no prepared statements, no startup settings
    * but the application name, one statement in flight per connection. `none`: a direct connection.
    * Default: `transaction` with IAM auth (RDS Proxy), else `none`.
    */
-  OUTBOX_DB_POOLER: z.enum(['none', 'transaction']).optional(),
+  OUTBOX_DB_POOLER: z.optional(z.enum(['none', 'transaction'])),
 });
 
 /** Options for {@link connect}. */

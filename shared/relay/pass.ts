@@ -92,6 +92,44 @@ const MAX_CALL_MS = 10_000;
 /** A pass renews its lease before a round once this share of the lease has gone by. */
 const RENEW_AFTER_SHARE = 0.25;
 
+/** An abort signal for one call, and the function that disposes of it once the call is over. */
+export interface CallSignal {
+  signal: AbortSignal;
+  /** Clears the timer and the listener on the parent; call it when the call has ended. */
+  release: () => void;
+}
+
+/**
+ * A signal aborted when `parent` aborts (with its reason) or after `ms` (with a `TimeoutError`
+ * `DOMException`, as `AbortSignal.timeout` gives), for one PutEvents call.
+ *
+ * Not `AbortSignal.any([parent, AbortSignal.timeout(ms)])`: the SDK adds several abort listeners
+ * per call, and each listener added to a composite signal makes Node track the composite against
+ * its sources. In a CPU profile of the relay the composite signals cost about 3 µs per event (30 µs
+ * per 10-entry call); with one controller, one timer and one listener the relay spent 2 µs less
+ * CPU per event at 0 ms bus latency and 9 µs less at 20 ms (in-process, 20,000 events, medians of
+ * alternating runs).
+ */
+export function callSignal(parent: AbortSignal, ms: number): CallSignal {
+  const controller = new AbortController();
+  const onParent = () => controller.abort(parent.reason);
+  const timer = setTimeout(
+    () => controller.abort(new DOMException('The operation was aborted due to timeout', 'TimeoutError')),
+    ms,
+  );
+  // Like AbortSignal.timeout's timer, it does not keep the process alive on its own.
+  timer.unref();
+  if (parent.aborted) onParent();
+  else parent.addEventListener('abort', onParent, { once: true });
+  return {
+    signal: controller.signal,
+    release: () => {
+      clearTimeout(timer);
+      parent.removeEventListener('abort', onParent);
+    },
+  };
+}
+
 /**
  * Aborts a pass before its lease (or the caller's deadline) runs out, and bounds its statements.
  * Re-armed after each renewal, since a renewal moves the lease's end.
@@ -135,6 +173,11 @@ class Watchdog {
       Math.min(STATEMENT_DEADLINE_MS, this.leftMs()),
       this.#controller.signal,
     );
+  }
+
+  /** A signal for one PutEvents call: aborted when the watchdog fires or after `ms` (see {@link callSignal}). */
+  callSignal(ms: number): CallSignal {
+    return callSignal(this.#controller.signal, ms);
   }
 
   dispose(): void {
@@ -288,18 +331,18 @@ export async function relayPass(
           // Measured when the call starts (after waiting for a slot), so that the call, SDK
           // retries included, ends while there is still time to mark its outcome.
           const budget = Math.min(MAX_CALL_MS, watchdog.leftMs() - MARK_RESERVE_MS);
-          const signal = AbortSignal.any([
-            watchdog.signal,
-            AbortSignal.timeout(Math.max(0, Math.floor(budget))),
-          ]);
+          const call = watchdog.callSignal(Math.max(0, Math.floor(budget)));
           const callStarted = performance.now();
-          const sent = await putEntries(
-            client,
-            request.map((i) => i.entry),
-            signal,
-          );
-          counts.putEventsMs += performance.now() - callStarted;
-          return sent;
+          try {
+            return await putEntries(
+              client,
+              request.map((i) => i.entry),
+              call.signal,
+            );
+          } finally {
+            call.release();
+            counts.putEventsMs += performance.now() - callStarted;
+          }
         };
         const results = deps.publishSlots ? await deps.publishSlots.run(send) : await send();
         return request.map((item, i) => ({ event: item.event, outcome: results[i] as EntryOutcome }));

