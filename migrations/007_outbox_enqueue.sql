@@ -19,6 +19,14 @@
 --     transaction is aborted, as after any error.
 --   40P01 (deadlock_detected): two transactions enqueued for the same aggregates (or keys) in
 --     opposite orders. Retry the whole transaction.
+--   40001 (serialization_failure): under REPEATABLE READ or SERIALIZABLE only, a key of the call was
+--     committed by another transaction after the caller's snapshot was taken (invisible to it, so
+--     its insert met the key's unique index). Retry the whole transaction: the retry returns the
+--     existing event with duplicate = true. Under READ COMMITTED (the default) it cannot happen.
+--
+-- Lengths are counted in UTF-16 code units, as the TypeScript enqueue counts them (an emoji counts
+-- 2), so the two validators agree. Array arguments must be one-dimensional from index 1 (the checks
+-- read element [i], the insert unnest()), and max_entry_bytes is at most 1048576.
 --
 -- Locks, each held until the caller's transaction commits or rolls back:
 --   1. one transaction-scoped advisory lock per idempotency key (sorted), so two producers of one
@@ -56,6 +64,23 @@ begin
 end
 $fn$;
 
+-- Length in UTF-16 code units (JavaScript's String.length).
+create function outbox_utf16_length(value text) returns integer
+language sql immutable strict parallel safe as $fn$
+  select length(value) + length(value) - length(regexp_replace(value, E'[\\U00010000-\\U0010FFFF]', '', 'g'))
+$fn$;
+
+-- Refuses an array argument that is not one-dimensional from index 1.
+create function outbox_enqueue_check_array(name text, value anyarray) returns void
+language plpgsql immutable as $fn$
+begin
+  if value is not null and cardinality(value) > 0
+     and (array_ndims(value) <> 1 or array_lower(value, 1) <> 1) then
+    perform outbox_enqueue_reject(name, 'must be a one-dimensional array starting at index 1', null);
+  end if;
+end
+$fn$;
+
 -- Checks one event as enqueue() does (as far as SQL can): required text fields and their lengths,
 -- a source outside "aws.", a JSON object payload without numbers EventBridge refuses, and the size
 -- of the entry EventBridge will count. `event_index` is the event's index in a many-events call.
@@ -82,9 +107,9 @@ begin
       if f.required then perform outbox_enqueue_reject(f.name, 'is required', event_index); end if;
     elsif f.value ~ '^[[:space:]]*$' then
       perform outbox_enqueue_reject(f.name, 'must not be empty', event_index);
-    elsif length(f.value) > f.max_length then
+    elsif outbox_utf16_length(f.value) > f.max_length then
       perform outbox_enqueue_reject(f.name,
-        format('must be at most %s characters (got %s)', f.max_length, length(f.value)), event_index);
+        format('must be at most %s characters (got %s)', f.max_length, outbox_utf16_length(f.value)), event_index);
     end if;
   end loop;
   if lower(source) like 'aws.%' then
@@ -96,24 +121,18 @@ begin
     perform outbox_enqueue_reject('payload', format(
       'must be a JSON object (got %s; EventBridge requires Detail to be an object)', jsonb_typeof(payload)), event_index);
   end if;
-  -- PutEvents accepts JSON integers within int64; every double beyond that range is an integer.
   if jsonb_path_exists(payload,
        'strict $.** ? (@.type() == "number" && (@ >= 9223372036854775808 || @ < -9223372036854775808))') then
     perform outbox_enqueue_reject('payload',
       'holds a number outside the int64 range EventBridge accepts; send it as a string', event_index);
   end if;
-  -- EventBridge processes JSON nested up to 1100 levels; the envelope adds two.
   if jsonb_path_exists(payload, 'strict $.**{1001}') then
     perform outbox_enqueue_reject('payload', 'nests deeper than 1000 levels', event_index);
   end if;
-  -- The entry as EventBridge counts it: 14 bytes for Time, then Source, DetailType and the
-  -- Detail envelope {"metadata":{…},"data":<payload>}, with the widest eventId, sequence and
-  -- occurredAt the relay can write.
   metadata_bytes := octet_length(format(
     '{"metadata":{"eventId":"00000000-0000-0000-0000-000000000000","aggregateType":%s,"aggregateId":%s,"sequence":9007199254740991,"occurredAt":"2000-01-01T00:00:00.000Z"},"data":}',
     to_json(aggregate_type)::text, to_json(aggregate_id)::text));
   upper_bound := 14 + octet_length(source) + octet_length(event_type) + metadata_bytes + octet_length(payload::text);
-  -- The text form over-counts (spaces); compute the exact size only when the bound does not fit.
   if upper_bound > max_entry_bytes then
     upper_bound := upper_bound - octet_length(payload::text) + outbox_json_bytes(payload);
     if upper_bound > max_entry_bytes then
@@ -124,48 +143,16 @@ begin
 end
 $fn$;
 
--- Many events at once (what enqueueMany calls). The arrays are parallel, one element per event;
--- idempotency_keys and trace_headers may be null (none for any event) or hold nulls. Returns one row
--- per event, in input order (ord from 1). A key repeated inside the call, or already known, returns
--- the first event's id, aggregate and sequence with duplicate = true and writes nothing.
-create function outbox_enqueue_many(
+-- The insert of outbox_enqueue_many, in a function of its own so that it can run with or without
+-- the exception block that turns a concurrent key into 40001: the block costs a subtransaction,
+-- which only calls with idempotency keys pay. One statement: keep known keys and in-call repeats
+-- out, bump each aggregate's counter by its number of new events (lock 2, in aggregate order),
+-- insert them with sequence = new counter − count + rank in this call, and remember their keys.
+create function outbox_enqueue_insert(
   event_types text[], sources text[], aggregate_types text[], aggregate_ids text[], payloads jsonb[],
-  idempotency_keys text[] default null, trace_headers text[] default null,
-  max_entry_bytes integer default 1048576)
+  idempotency_keys text[], trace_headers text[], n integer)
 returns table (ord integer, event_id uuid, aggregate_type text, aggregate_id text, sequence bigint, duplicate boolean)
-language plpgsql volatile as $fn$
-#variable_conflict use_column
-declare
-  n integer := coalesce(cardinality(event_types), 0);
-  idx integer;
-begin
-  if max_entry_bytes is null or max_entry_bytes < 1 then
-    perform outbox_enqueue_reject('max_entry_bytes', 'must be a positive number of bytes', null);
-  end if;
-  if coalesce(cardinality(sources), 0) <> n or coalesce(cardinality(aggregate_types), 0) <> n
-     or coalesce(cardinality(aggregate_ids), 0) <> n or coalesce(cardinality(payloads), 0) <> n
-     or (idempotency_keys is not null and cardinality(idempotency_keys) <> n)
-     or (trace_headers is not null and cardinality(trace_headers) <> n) then
-    perform outbox_enqueue_reject('events', 'the arrays must all have one element per event', null);
-  end if;
-  for idx in 1 .. n loop
-    perform outbox_enqueue_check(event_types[idx], sources[idx], aggregate_types[idx], aggregate_ids[idx],
-      payloads[idx], idempotency_keys[idx], trace_headers[idx], max_entry_bytes,
-      case when n > 1 then idx - 1 end);
-  end loop;
-  if n = 0 then return; end if;
-
-  -- Lock 1: the keys, in one fixed order (the seed 7301 is shared by every version of enqueue).
-  -- This statement ends before the next one starts, so the lookup below runs on a new snapshot
-  -- that sees a key committed by the producer we waited for.
-  perform pg_advisory_xact_lock(hashtextextended(k, 7301))
-  from (select k from unnest(idempotency_keys) as k where k is not null group by k order by k collate "C") as keys;
-
-  -- Lock 2 happens in `bumped`: the aggregates' counter rows, in (aggregate_type, aggregate_id) order.
-  -- One statement: keep known keys and in-call repeats out, bump each aggregate's counter by its
-  -- number of new events, insert them with sequence = new counter − count + rank in this call, and
-  -- remember their keys.
-  return query
+language sql volatile as $fn$
   with input as (
     select t.ord::integer as ord, t.event_type, t.source, t.aggregate_type, t.aggregate_id,
            t.payload, t.idempotency_key, t.trace_header
@@ -200,7 +187,6 @@ begin
              + row_number() over (partition by f.aggregate_type, f.aggregate_id order by f.ord) as sequence
     from fresh f join bumped b using (aggregate_type, aggregate_id)
   ),
-  -- Data-modifying CTEs run to completion whether or not the final select reads them.
   inserted as (
     insert into outbox (event_id, aggregate_type, aggregate_id, sequence, event_type, source, payload, trace_header, idempotency_key)
     select event_id, aggregate_type, aggregate_id, sequence, event_type, source, payload, trace_header, idempotency_key
@@ -221,9 +207,74 @@ begin
   from input i
   left join known k on k.ord = i.ord
   left join numbered nn on nn.ord = i.ord
-  -- a repeat inside this call: the first occurrence's new event
   left join numbered r on k.ord is null and nn.ord is null and r.idempotency_key = i.idempotency_key
-  order by i.ord;
+  order by i.ord
+$fn$;
+
+-- Many events at once (what enqueueMany calls). The arrays are parallel, one element per event;
+-- idempotency_keys and trace_headers may be null (none for any event) or hold nulls. Returns one row
+-- per event, in input order (ord from 1). A key repeated inside the call, or already known, returns
+-- the first event's id, aggregate and sequence with duplicate = true and writes nothing.
+create function outbox_enqueue_many(
+  event_types text[], sources text[], aggregate_types text[], aggregate_ids text[], payloads jsonb[],
+  idempotency_keys text[] default null, trace_headers text[] default null,
+  max_entry_bytes integer default 1048576)
+returns table (ord integer, event_id uuid, aggregate_type text, aggregate_id text, sequence bigint, duplicate boolean)
+language plpgsql volatile as $fn$
+#variable_conflict use_column
+declare
+  n integer := coalesce(cardinality(event_types), 0);
+  idx integer;
+  violated text;
+begin
+  if max_entry_bytes is null or max_entry_bytes < 1 or max_entry_bytes > 1048576 then
+    perform outbox_enqueue_reject('max_entry_bytes',
+      'must be a number of bytes from 1 to 1048576 (the largest entry EventBridge accepts)', null);
+  end if;
+  perform outbox_enqueue_check_array('event_types', event_types);
+  perform outbox_enqueue_check_array('sources', sources);
+  perform outbox_enqueue_check_array('aggregate_types', aggregate_types);
+  perform outbox_enqueue_check_array('aggregate_ids', aggregate_ids);
+  perform outbox_enqueue_check_array('payloads', payloads);
+  perform outbox_enqueue_check_array('idempotency_keys', idempotency_keys);
+  perform outbox_enqueue_check_array('trace_headers', trace_headers);
+  if coalesce(cardinality(sources), 0) <> n or coalesce(cardinality(aggregate_types), 0) <> n
+     or coalesce(cardinality(aggregate_ids), 0) <> n or coalesce(cardinality(payloads), 0) <> n
+     or (idempotency_keys is not null and cardinality(idempotency_keys) <> n)
+     or (trace_headers is not null and cardinality(trace_headers) <> n) then
+    perform outbox_enqueue_reject('events', 'the arrays must all have one element per event', null);
+  end if;
+  for idx in 1 .. n loop
+    perform outbox_enqueue_check(event_types[idx], sources[idx], aggregate_types[idx], aggregate_ids[idx],
+      payloads[idx], idempotency_keys[idx], trace_headers[idx], max_entry_bytes,
+      case when n > 1 then idx - 1 end);
+  end loop;
+  if n = 0 then return; end if;
+
+  if idempotency_keys is null or not exists (select from unnest(idempotency_keys) as k where k is not null) then
+    -- Lock 2 only (the aggregates' counter rows, in `bumped`).
+    return query select * from outbox_enqueue_insert(
+      event_types, sources, aggregate_types, aggregate_ids, payloads, null, trace_headers, n);
+    return;
+  end if;
+
+  -- Lock 1: the keys, in one fixed order (the seed 7301 is shared by every version of enqueue).
+  -- This statement ends before the next one starts, so under READ COMMITTED the lookup in the
+  -- insert runs on a new snapshot that sees a key committed by the producer we waited for.
+  perform pg_advisory_xact_lock(hashtextextended(k, 7301))
+  from (select k from unnest(idempotency_keys) as k where k is not null group by k order by k collate "C") as keys;
+  begin
+    return query select * from outbox_enqueue_insert(
+      event_types, sources, aggregate_types, aggregate_ids, payloads, idempotency_keys, trace_headers, n);
+  exception when unique_violation then
+    get stacked diagnostics violated = constraint_name;
+    if violated <> 'outbox_idempotency_key_pkey' then raise; end if;
+    raise exception using
+      errcode = '40001',
+      message = 'outbox_enqueue: idempotency_key: a key of this call was enqueued by a transaction that '
+        || 'committed after this transaction''s snapshot was taken (REPEATABLE READ or SERIALIZABLE)',
+      hint = 'Retry the whole transaction: the retry returns the existing event with duplicate = true.';
+  end;
 end
 $fn$;
 
