@@ -51,6 +51,7 @@ const producer = producerFor<DrizzleExecutor>(async (tx, p) => {
  * Enqueues one event in a Drizzle transaction.
  * @throws {OutboxValidationError} naming the bad field; nothing was sent to the database
  * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock: retry the whole transaction
+ * @throws {OutboxConflictError} under REPEATABLE READ or SERIALIZABLE, when a concurrent transaction committed one of its idempotency keys after this one's snapshot: retry the whole transaction
  * @throws Drizzle's error otherwise
  */
 export const enqueue: (

@@ -52,6 +52,7 @@ const producer = producerFor(run);
  * @param tx a transaction from `sql.begin` (a plain pool works too, but then the event is not atomic with anything)
  * @throws {OutboxValidationError} naming the bad field
  * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock (retry the transaction)
+ * @throws {OutboxConflictError} under REPEATABLE READ or SERIALIZABLE, when a concurrent transaction committed one of its idempotency keys after this one's snapshot: retry the whole transaction
  * @throws the database's error (e.g. the caller's transaction was aborted)
  */
 export const enqueue: (

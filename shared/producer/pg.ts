@@ -50,6 +50,7 @@ const producer = producerFor<PgQueryable>(
  * Enqueues one event on a node-postgres client, in its current transaction.
  * @throws {OutboxValidationError} naming the bad field; nothing was sent to the database
  * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock: roll back and retry the whole transaction
+ * @throws {OutboxConflictError} under REPEATABLE READ or SERIALIZABLE, when a concurrent transaction committed one of its idempotency keys after this one's snapshot: retry the whole transaction
  * @throws the driver's error otherwise (e.g. the transaction was already aborted)
  */
 export const enqueue: (
