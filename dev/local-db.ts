@@ -25,10 +25,11 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
-import { createServer } from 'node:net';
-import { dirname, join, parse, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import postgres from 'postgres';
+import { freePort } from '../test/support/net.ts';
+import { searchableByOthers } from '../test/support/permissions.ts';
 
 /** The checkout this file belongs to. */
 const REPO = resolve(fileURLToPath(new URL('..', import.meta.url)));
@@ -71,14 +72,7 @@ export interface LocalDbStatus {
 const asRoot = () => process.getuid?.() === 0;
 
 /** True when every directory above `path` lets others through (and `path` itself, if `self`). */
-function reachableByOthers(path: string, self = false): boolean {
-  let dir = self ? path : dirname(path);
-  for (;;) {
-    if (existsSync(dir) && (statSync(dir).mode & 0o001) === 0) return false;
-    if (dir === parse(dir).root) return true;
-    dir = dirname(dir);
-  }
-}
+const reachableByOthers = (path: string, self = false) => searchableByOthers(self ? path : dirname(path));
 
 /** The home of the local database for `env` (see the module comment). */
 export function localDbHome(env: NodeJS.ProcessEnv = process.env): LocalDbHome {
@@ -189,19 +183,6 @@ function run(
       setTimeout(() => resolvePromise({ code: code ?? 1, output: output.trim() }), 20);
     });
   });
-}
-
-async function freePort(preferred: number): Promise<number> {
-  const tryPort = (port: number) =>
-    new Promise<number | undefined>((resolvePromise) => {
-      const server = createServer();
-      server.once('error', () => resolvePromise(undefined));
-      server.listen(port, '127.0.0.1', () => {
-        const { port: got } = server.address() as { port: number };
-        server.close(() => resolvePromise(got));
-      });
-    });
-  return (await tryPort(preferred)) ?? ((await tryPort(0)) as number);
 }
 
 function lastLines(file: string, n = 8): string {

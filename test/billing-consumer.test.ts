@@ -4,12 +4,12 @@
  * `createBillingSchema`. A missing grant fails here with 42501.
  */
 import { randomUUID } from 'node:crypto';
-import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createBillingHandler, createBillingSchema } from '../examples/billing/consumer.ts';
 import { OrderPlaced } from '../examples/billing/events.ts';
 import type { OutboxRoles, Sql } from '../shared/platform/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { delivery } from './support/events.ts';
 import { lambdaContext } from './support/lambda.ts';
 import { createTestRoles, type TestRoles } from './support/roles.ts';
 
@@ -30,26 +30,12 @@ afterAll(async () => {
 });
 
 const orderPlaced = (orderId: string, sequence: number, eventId = randomUUID()) =>
-  ({
-    version: '0',
-    id: randomUUID(),
-    'detail-type': OrderPlaced.type,
+  delivery({
+    detailType: OrderPlaced.type,
     source: OrderPlaced.source,
-    account: '123456789012',
-    time: new Date().toISOString(),
-    region: 'eu-west-1',
-    resources: [],
-    detail: {
-      metadata: {
-        eventId,
-        aggregateType: 'order',
-        aggregateId: orderId,
-        sequence,
-        occurredAt: new Date().toISOString(),
-      },
-      data: { orderId, total: 42 },
-    },
-  }) as EventBridgeEvent<string, unknown>;
+    metadata: { eventId, aggregateId: orderId, sequence },
+    data: { orderId, total: 42 },
+  });
 
 describe('example billing consumer', () => {
   it('invoices each order once under its own database role, acknowledging a redelivery', async () => {

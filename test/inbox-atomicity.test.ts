@@ -12,6 +12,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type InboxContext, type InboxOptions, inbox } from '../shared/consumer/index.ts';
 import { ConnectionPool, connect, type Sql } from '../shared/platform/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { delivery as eventBridgeDelivery } from './support/events.ts';
 import { lambdaContext } from './support/lambda.ts';
 
 let db: TestDatabase;
@@ -72,26 +73,7 @@ async function until(check: () => Promise<boolean>, ms: number, what: string): P
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function delivery(eventId = randomUUID(), sequence = 1): EventBridgeEvent<string, unknown> {
-  return {
-    version: '0',
-    id: randomUUID(),
-    'detail-type': 'OrderPlaced',
-    source: 'shop.orders',
-    account: '123456789012',
-    time: new Date().toISOString(),
-    region: 'eu-west-1',
-    resources: [],
-    detail: {
-      metadata: {
-        eventId,
-        aggregateType: 'order',
-        aggregateId: 'o-1',
-        sequence,
-        occurredAt: new Date().toISOString(),
-      },
-      data: {},
-    },
-  };
+  return eventBridgeDelivery({ metadata: { eventId, sequence } });
 }
 
 type Handler = (ctx: InboxContext) => Promise<unknown>;

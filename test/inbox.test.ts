@@ -14,6 +14,7 @@ import { connect, type Sql } from '../shared/platform/db.ts';
 import { OutboxValidationError } from '../shared/platform/errors.ts';
 import { defineEvent } from '../shared/producer/typed-events.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import { delivery } from './support/events.ts';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -43,26 +44,12 @@ const eventFor = (
   eventId = randomUUID(),
   data: Record<string, unknown> = { n: sequence },
 ) =>
-  ({
-    version: '0',
-    id: randomUUID(), // EventBridge's own id: different on every delivery
-    'detail-type': 'OrderChanged',
-    source: 'shop.orders',
-    account: '123456789012',
-    time: new Date().toISOString(),
+  delivery({
+    detailType: 'OrderChanged',
     region: 'us-east-1',
-    resources: [],
-    detail: {
-      metadata: {
-        eventId,
-        aggregateType: 'order',
-        aggregateId,
-        sequence,
-        occurredAt: new Date().toISOString(),
-      },
-      data,
-    },
-  }) as EventBridgeEvent<'OrderChanged', Detail>;
+    metadata: { eventId, aggregateId, sequence },
+    data,
+  }) as unknown as EventBridgeEvent<'OrderChanged', Detail>;
 
 const context = {} as InboxContext<never>;
 

@@ -6,13 +6,13 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chmod, cp, mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import postgres from 'postgres';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runCli } from './support/cli.ts';
+import { freePort } from './support/net.ts';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
 const scratch: string[] = [];
@@ -21,15 +21,6 @@ afterAll(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => {});
   for (const dir of scratch) await rm(dir, { recursive: true, force: true });
 });
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const server = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** Runs `node dev/db.ts …` from `checkout` (as `npm run db -- …` does). */
 function db(args: string[], env: NodeJS.ProcessEnv, checkout = repo) {
@@ -124,6 +115,9 @@ describe('npm run db', () => {
     const checkout = join(home, 'repo');
     await mkdir(join(checkout, 'dev'), { recursive: true });
     for (const f of ['db.ts', 'local-db.ts']) await cp(join(repo, 'dev', f), join(checkout, 'dev', f));
+    await mkdir(join(checkout, 'test', 'support'), { recursive: true });
+    for (const f of ['net.ts', 'permissions.ts'])
+      await cp(join(repo, 'test', 'support', f), join(checkout, 'test', 'support', f));
     await cp(join(repo, 'package.json'), join(checkout, 'package.json'));
     execFileSync('cp', ['-al', join(repo, 'node_modules'), join(checkout, 'node_modules')]);
     const env = { OUTBOX_LOCAL_DB_PORT: String(await freePort()) };

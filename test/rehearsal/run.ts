@@ -11,17 +11,18 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import postgres from 'postgres';
 import { createBillingSchema } from '../../examples/billing/consumer.ts';
-import { DEFAULT_ROLES, type EnvelopeMetadata, EnvVar } from '../../shared/platform/index.ts';
+import { DEFAULT_ROLES, type Envelope, type EnvelopeMetadata, EnvVar } from '../../shared/platform/index.ts';
 import { countOrderViolations } from '../chaos/chaos.ts';
 import { startEmbeddedPostgres } from '../support/embedded-postgres.ts';
+import { delivery } from '../support/events.ts';
 import { type AcceptedEvent, startLocalBus } from '../support/local-bus.ts';
+import { freePort } from '../support/net.ts';
 import { startIamProxy } from './iam-proxy.ts';
 import { type InvocationOutcome, type RunningFunction, startFunction } from './lambda-process.ts';
 import { startPgBouncer } from './pgbouncer.ts';
@@ -371,21 +372,11 @@ async function rehearse(): Promise<void> {
     for (const [i, e] of [...deliveries, deliveries[0]].entries()) {
       if (!e) continue;
       outcomes.push(
-        await invoke(
-          consumerFn,
-          consumer,
-          toEventBridgeEvent(e, REGION, ACCOUNT),
-          consumer.timeoutSeconds * 1000 * scale,
-        ),
+        await invoke(consumerFn, consumer, asDelivery(e), consumer.timeoutSeconds * 1000 * scale),
       );
       if (i === 0)
         outcomes.push(
-          await invoke(
-            consumerFn,
-            consumer,
-            toEventBridgeEvent(e, REGION, ACCOUNT),
-            consumer.timeoutSeconds * 1000 * scale,
-          ),
+          await invoke(consumerFn, consumer, asDelivery(e), consumer.timeoutSeconds * 1000 * scale),
         );
     }
     const failures = outcomes.filter((o) => o.type !== 'result');
@@ -487,6 +478,20 @@ async function rehearse(): Promise<void> {
 }
 
 /** The function's construct path without the stack and `Resource`, e.g. `Outbox/RelayFunction`. */
+/** The event EventBridge hands the consumer for an event the bus accepted. */
+function asDelivery(e: AcceptedEvent) {
+  const { metadata, data } = e.detail as unknown as Envelope;
+  return delivery({
+    detailType: e.detailType,
+    source: e.source,
+    region: REGION,
+    account: ACCOUNT,
+    time: e.time ?? new Date(e.receivedAt).toISOString(),
+    metadata,
+    data,
+  });
+}
+
 function short(f: TemplateFunction): string {
   return f.path.split('/').slice(1, -1).join('/') || f.logicalId;
 }
@@ -542,32 +547,6 @@ function emfProblem(
     }
   }
   return undefined;
-}
-
-/** The event EventBridge hands a rule's Lambda target. */
-function toEventBridgeEvent(e: AcceptedEvent, region: string, account: string) {
-  return {
-    version: '0',
-    id: randomUUID(),
-    'detail-type': e.detailType,
-    source: e.source,
-    account,
-    time: e.time ?? new Date(e.receivedAt).toISOString(),
-    region,
-    resources: [],
-    detail: e.detail,
-  };
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 /** Runs a Node script to completion and returns its stdout. */

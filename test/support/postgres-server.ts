@@ -15,11 +15,12 @@
 import { cpSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { chmod, chown, mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { registerHooks } from 'node:module';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join, parse } from 'node:path';
+import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { freePort } from './net.ts';
+import { searchableByOthers } from './permissions.ts';
 
 const send = (message: Record<string, unknown>) => process.stdout.write(`${JSON.stringify(message)}\n`);
 const log = (line: string) => process.stderr.write(`${line}\n`);
@@ -29,26 +30,6 @@ const cleanup: string[] = [];
 process.on('exit', () => {
   for (const dir of cleanup) rmSync(dir, { recursive: true, force: true });
 });
-
-/** Asks the kernel for a free TCP port on 127.0.0.1. */
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-/** True when `dir` and every directory above it let others through. */
-function searchableByOthers(dir: string): boolean {
-  for (let d = dir; ; d = dirname(d)) {
-    if ((statSync(d).mode & 0o001) === 0) return false;
-    if (d === parse(d).root) return true;
-  }
-}
 
 /** True when every directory above `file` lets others through and `file` lets others execute it. */
 function reachableByOthers(file: string): boolean {
