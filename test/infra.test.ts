@@ -67,7 +67,8 @@ function statementsOf(policyIdPrefix: string): Statement[] {
   const policy = entry?.[1] as { Properties: { PolicyDocument: { Statement: Statement[] } } } | undefined;
   return policy?.Properties.PolicyDocument.Statement ?? [];
 }
-const dbUserArn = (user: string) => ({
+/** `arn:…:rds-db:<region>:<account>:dbuser:<resource id>/<user>`, as the template spells it. */
+const rdsDbUser = (resourceId: unknown, user: string) => ({
   'Fn::Join': [
     '',
     [
@@ -78,16 +79,22 @@ const dbUserArn = (user: string) => ({
       ':',
       { Ref: 'AWS::AccountId' },
       ':dbuser:',
-      {
-        'Fn::Select': [
-          6,
-          { 'Fn::Split': [':', { 'Fn::GetAtt': [Match.stringLikeRegexp('^DatabaseProxy'), 'DBProxyArn'] }] },
-        ],
-      },
+      resourceId,
       `/${user}`,
     ],
   ],
 });
+/** A client's `rds-db:connect` resource: the proxy's id, cut from its ARN. */
+const dbUserArn = (user: string) =>
+  rdsDbUser(
+    {
+      'Fn::Select': [
+        6,
+        { 'Fn::Split': [':', { 'Fn::GetAtt': [Match.stringLikeRegexp('^DatabaseProxy'), 'DBProxyArn'] }] },
+      ],
+    },
+    user,
+  );
 
 describe('demo stack (synthesised)', () => {
   it('passes cdk-nag AwsSolutions with every finding acknowledged', () => {
@@ -247,22 +254,9 @@ describe('demo stack (synthesised)', () => {
     ) as { Properties: { PolicyDocument: { Statement: Statement[] } } }[];
     const statements = policies.flatMap((p) => p.Properties.PolicyDocument.Statement);
     expect(statements.map((x) => x.Action)).toEqual(['rds-db:connect']);
-    const instanceUser = (user: string) => ({
-      'Fn::Join': [
-        '',
-        [
-          'arn:',
-          { Ref: 'AWS::Partition' },
-          ':rds-db:',
-          { Ref: 'AWS::Region' },
-          ':',
-          { Ref: 'AWS::AccountId' },
-          ':dbuser:',
-          { 'Fn::GetAtt': [expect.stringMatching(/^Database[A-Z0-9]{8}$/), 'DbiResourceId'] },
-          `/${user}`,
-        ],
-      ],
-    });
+    // The proxy's own login: the instance's resource id.
+    const instanceUser = (user: string) =>
+      rdsDbUser({ 'Fn::GetAtt': [expect.stringMatching(/^Database[A-Z0-9]{8}$/), 'DbiResourceId'] }, user);
     const resources = statements[0]?.Resource as unknown[];
     expect(resources).toHaveLength(4);
     expect(resources).toEqual(
