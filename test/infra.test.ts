@@ -906,6 +906,46 @@ describe('demo stack without a proxy (databaseAccess=direct, synthesised)', () =
     expect(JSON.stringify(everyConnect)).not.toMatch(/\*|outbox_admin/);
   });
 
+  it('agrees with the README: the picture, the prose and the cost table count what the templates have', () => {
+    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+    const deploy = readme.slice(readme.indexOf('\n## Deploy'), readme.indexOf('\n## Tear down'));
+    // Logical ids start with the construct's path: Outbox… for the relay's, Billing… for the consumer's.
+    const alarmsUnder = (t: Template, part: string) =>
+      Object.keys(t.findResources('AWS::CloudWatch::Alarm')).filter((id) => id.startsWith(part)).length;
+    const counts = {
+      relay: alarmsUnder(template, 'Outbox'),
+      consumer: alarmsUnder(template, 'Billing'),
+      directRelay: alarmsUnder(direct, 'Outbox'),
+      all: Object.keys(template.findResources('AWS::CloudWatch::Alarm')).length,
+      directAll: Object.keys(direct.findResources('AWS::CloudWatch::Alarm')).length,
+    };
+    const number = (pattern: RegExp) => {
+      const found = pattern.exec(deploy)?.[1];
+      const words: Record<string, number> = { five: 5, six: 6, seven: 7, eight: 8, nine: 9 };
+      return found === undefined ? undefined : (words[found] ?? Number(found));
+    };
+    expect({
+      relay: number(/CloudWatch metrics: (\d+) alarms/),
+      consumer: number(/\(\+(\d+) on the consumer's queues\)/),
+      directRelay: number(/the construct makes (\d+) alarms/),
+      all: number(/\| CloudWatch: (\d+) alarms/),
+      directAll: number(/`-c databaseAccess=direct`: (\d+) alarms/),
+    }).toEqual(counts);
+    expect(number(/with IAM\), (\w+) alarms/)).toBe(counts.relay);
+    // Every resource that is billed by the month has its line in the cost table.
+    const table = deploy.slice(deploy.indexOf('### Rough monthly cost'));
+    for (const [type, line] of [
+      ['AWS::RDS::DBInstance', /\| RDS db\./],
+      ['AWS::RDS::DBProxy', /\| RDS Proxy/],
+      ['AWS::EC2::VPCEndpoint', /\| \d+ interface endpoints/],
+      ['AWS::KMS::Key', /\| KMS key/],
+      ['AWS::CloudWatch::Dashboard', /dashboard/],
+    ] as const) {
+      expect(Object.keys(template.findResources(type)).length, type).toBeGreaterThan(0);
+      expect(table, `${type} in the cost table`).toMatch(line);
+    }
+  });
+
   it('lets the relay, the monitor, the consumer and the migrate function reach the instance on 5432, and nothing else', () => {
     type Rule = { Type: string; Properties: Record<string, unknown> };
     const groupOf = (ref: unknown) => (ref as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
