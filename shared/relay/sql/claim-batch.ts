@@ -73,8 +73,10 @@ export function toClaimedEvent(row: DbClaimedRow): ClaimedEvent {
 }
 
 /**
- * Claims up to `batchSize` heads (and their successors), incrementing `attempts` at claim time so
- * that a row which crashes the relay every time still runs out of attempts.
+ * Claims up to `batchSize` heads (and their successors). A head's `attempts` is incremented at
+ * claim time, so that a row which crashes the relay every time still runs out of attempts; a
+ * successor spends nothing here, only when its own round starts (`startRound`): a relay that
+ * dies while sending the head has not started the successors' publication.
  * @returns the claimed events, ordered by aggregate then sequence
  */
 export async function claimBatch(sql: Sql, o: ClaimOptions): Promise<ClaimedEvent[]> {
@@ -181,10 +183,12 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
     update outbox o
     set lease_token = ${o.leaseToken}::uuid,
         lease_expires_at = now() + make_interval(secs => ${o.leaseSeconds}),
-        attempts = o.attempts + 1
+        -- only the head starts its publication now; a successor's attempt is spent when its round
+        -- starts (startRound), so a relay that dies while sending the head costs them nothing
+        attempts = o.attempts + case when o.id = any(array(select id from heads)) then 1 else 0 end
     where o.id = any(array(select id from claimed))
     returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.source,
               o.payload, o.trace_header, o.created_at, o.attempts,
-              exists (select 1 from heads where heads.id = o.id) as is_head
+              o.id = any(array(select id from heads)) as is_head
   `;
 }
