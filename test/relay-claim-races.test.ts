@@ -7,7 +7,6 @@ import { describe, expect, it } from 'vitest';
 import { replayDeadLetters } from '../shared/operations/dead-letters.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
 import { type ClaimedEvent, claimBatch } from '../shared/relay/index.ts';
-import { markPublished, recordFailures, unparkNextEvents } from '../shared/relay/sql/index.ts';
 import { useHarness } from './support/harness.ts';
 import { claimOptions } from './support/relay.ts';
 

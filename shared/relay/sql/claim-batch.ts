@@ -15,7 +15,7 @@
  * event of the same aggregate. With a head, up to `perAggregateLimit − 1` of its successors are
  * claimed too; the publisher sends them one after the other.
  */
-import type { Sql } from '../../platform/index.ts';
+import type { Queryable } from '../../platform/index.ts';
 import type { ClaimedEvent } from '../types.ts';
 import { pendingRow, unpublishedRow } from './conditions.ts';
 
@@ -79,12 +79,12 @@ export function toClaimedEvent(row: DbClaimedRow): ClaimedEvent {
  * dies while sending the head has not started the successors' publication.
  * @returns the claimed events, ordered by aggregate then sequence
  */
-export async function claimBatch(sql: Sql, o: ClaimOptions): Promise<ClaimedEvent[]> {
+export async function claimBatch(sql: Queryable, o: ClaimOptions): Promise<ClaimedEvent[]> {
   const rows = o.ordering === 'none' ? await claimUnordered(sql, o) : await claimOrdered(sql, o);
   return rows.map(toClaimedEvent);
 }
 
-function claimUnordered(sql: Sql, o: ClaimOptions) {
+function claimUnordered(sql: Queryable, o: ClaimOptions) {
   return sql<DbClaimedRow[]>`
     with picked as (
       select id from outbox
@@ -105,7 +105,7 @@ function claimUnordered(sql: Sql, o: ClaimOptions) {
   `;
 }
 
-function claimOrdered(sql: Sql, o: ClaimOptions) {
+function claimOrdered(sql: Queryable, o: ClaimOptions) {
   const block = o.deadLetterPolicy === 'block';
   // Parking: when this claim takes an aggregate's head, that aggregate's events beyond the
   // claimed group and the next head (head + perAggregateLimit) get available_at pushed out by a
