@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { replayDeadLetters } from '../shared/operations/dead-letters.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
 import { type ClaimedEvent, claimBatch } from '../shared/relay/index.ts';
+import { markPublished, recordFailures, releaseUnsent, unparkNextEvents } from '../shared/relay/sql/index.ts';
 import { useHarness } from './support/harness.ts';
 import { claimOptions } from './support/relay.ts';
 
@@ -94,5 +95,36 @@ describe('claim races', () => {
       ['4', null],
       ['5', null],
     ]);
+  });
+
+  it("a relay's unpark leaves another relay's backoff alone", async () => {
+    await seed('o-1', 6);
+    const tokenA = crypto.randomUUID();
+    const tokenB = crypto.randomUUID();
+    // Relay A claims 1 and 2 (parking 4-6 behind the next head, 3) and publishes them.
+    const claimedByA = await claimBatch(h.db.sql, claimOptions(tokenA, { perAggregateLimit: 2 }));
+    expect(bySequence(claimedByA)).toEqual([1, 2]);
+    expect(
+      await markPublished(
+        h.db.sql,
+        tokenA,
+        claimedByA.map((e) => e.id),
+      ),
+    ).toBe(2);
+    // Before A unparks, relay B claims 3 (and 4), and 3 fails: a 60 s backoff, 4 waits behind it.
+    const claimedByB = await claimBatch(h.db.sql, claimOptions(tokenB, { perAggregateLimit: 2 }));
+    expect(bySequence(claimedByB)).toEqual([3, 4]);
+    const [three, four] = [...claimedByB].sort((a, b) => a.sequence - b.sequence);
+    await recordFailures(h.db.sql, tokenB, [
+      { id: three?.id as string, error: 'InternalFailure: x', deadLetter: false, retryInMs: 60_000 },
+    ]);
+    await releaseUnsent(h.db.sql, tokenB, [
+      { id: four?.id as string, notBeforeMs: 60_000, giveBackAttempt: false },
+    ]);
+    // A's group is settled: it unparks its aggregate's next event.
+    await unparkNextEvents(h.db.sql, [{ aggregateType: 'order', aggregateId: 'o-1' }]);
+    const [row] = await h.db.sql<{ waiting: boolean }[]>`
+      select available_at > now() + interval '50 seconds' as waiting from outbox where sequence = 3`;
+    expect(row?.waiting).toBe(true);
   });
 });
