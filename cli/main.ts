@@ -16,6 +16,7 @@ import { getStatus, migrateWithRoles } from '../shared/operations/index.ts';
 import {
   connect,
   DEFAULT_ROLES,
+  databasePasswords,
   databaseUrlFromEnv,
   describeConnectionFailure,
   ignoreTransientDriverRejections,
@@ -23,6 +24,7 @@ import {
   loadRelaySettings,
   migrate,
   openPool,
+  redactPasswords,
   type Sql,
   withDeadline,
 } from '../shared/platform/index.ts';
@@ -110,7 +112,15 @@ function packageVersion(): string {
  * @param argv `process.argv` shape (node, script, …args)
  * @returns the exit code: 0 ok, 1 failure, 2 usage or configuration error
  */
-export async function main(argv: string[], io: CliIo = defaultIo()): Promise<number> {
+export async function main(argv: string[], cliIo: CliIo = defaultIo()): Promise<number> {
+  // The last line of defence: no line printed, whatever produced it (a driver's message included),
+  // carries a database password. Messages built here never hold one (maskDatabaseUrl).
+  const passwords = databasePasswords(cliIo.env);
+  const io: CliIo = {
+    ...cliIo,
+    out: (line) => cliIo.out(redactPasswords(line, passwords)),
+    err: (line) => cliIo.err(redactPasswords(line, passwords)),
+  };
   let code: number = EXIT.ok;
   const json = (value: unknown) => io.out(JSON.stringify(value));
   const withDb = async (fn: (sql: Sql) => Promise<void>) => {
