@@ -5,8 +5,8 @@
  * runs) and as a real child process, with `npm start`, for the issue's cases.
  */
 import { spawn } from 'node:child_process';
-import { inspect } from 'node:util';
 import { fileURLToPath } from 'node:url';
+import { inspect } from 'node:util';
 import fc from 'fast-check';
 import { describe, expect, inject, it } from 'vitest';
 import { type CliIo, main } from '../cli/main.ts';

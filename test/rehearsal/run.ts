@@ -280,7 +280,7 @@ async function rehearse(): Promise<void> {
       [join(root, 'test/rehearsal/producer.ts'), '--batch', String(batch)],
       producerEnv,
     );
-    return (JSON.parse(out) as { committed: { eventId: string; aggregateId: string; sequence: number }[] })
+    return (JSON.parse(out) as { committed: { eventId: string; aggregateId: string; sequence: string }[] })
       .committed;
   };
   const stress = JSON.parse(await runNode([join(root, 'test/rehearsal/pooler-stress.ts')], producerEnv)) as {
