@@ -24,6 +24,7 @@ import {
   recordFailures,
   releaseUnsent,
   renewLease,
+  startRound,
   unparkNextEvents,
 } from '../shared/relay/sql/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
@@ -324,8 +325,11 @@ describe('database roles, each doing its real work as itself', () => {
       ),
     ).toHaveProperty('size', 4);
     expect(await markPublished(relay, token, [byAggregate('s-1')[0]?.id as string])).toBe(1);
+    expect(await startRound(relay, token, [byAggregate('s-1')[1]?.id as string])).toHaveProperty('size', 1);
     expect(
-      await releaseUnsent(relay, token, [{ id: byAggregate('s-1')[1]?.id as string, notBeforeMs: 0 }]),
+      await releaseUnsent(relay, token, [
+        { id: byAggregate('s-1')[1]?.id as string, notBeforeMs: 0, giveBackAttempt: true },
+      ]),
     ).toBe(1);
     expect(
       await recordFailures(relay, token, [

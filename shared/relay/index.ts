@@ -16,7 +16,7 @@ export {
 } from '../platform/index.ts';
 export { backoffDelayMs } from './backoff.ts';
 export { emptyCounts, type RelayCounts } from './counts.ts';
-export { Lease } from './lease.ts';
+export { Lease, type LeaseLeftover } from './lease.ts';
 export {
   type PassReport,
   type RunRelayOptions,
