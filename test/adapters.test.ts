@@ -128,7 +128,7 @@ describe.each(adapters)('enqueue through $name', (adapter) => {
 
   it('publishes a committed event', async () => {
     const result = await adapter.transaction((tx) => enqueue(tx, event('c-1')));
-    expect(result).toMatchObject({ aggregateId: 'c-1', sequence: 1, duplicate: false });
+    expect(result).toMatchObject({ aggregateId: 'c-1', sequence: '1', duplicate: false });
     const published = await relayed();
     expect(published.map((d) => d.metadata.eventId)).toEqual([result.eventId]);
     expect(published[0]?.data).toEqual({ aggregateId: 'c-1' });

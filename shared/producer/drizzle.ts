@@ -38,7 +38,8 @@ export interface DrizzleExecutor {
 
 const producer = producerFor<DrizzleExecutor>(async (tx, p) => {
   // sql.param keeps each array one bound parameter (a bare array would expand into a list).
-  const result = await tx.execute(sql`select ord, event_id, aggregate_type, aggregate_id, sequence, duplicate
+  const result =
+    await tx.execute(sql`select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
     from outbox_enqueue_many(
       ${sql.param(p.eventTypes)}::text[], ${sql.param(p.sources)}::text[],
       ${sql.param(p.aggregateTypes)}::text[], ${sql.param(p.aggregateIds)}::text[],

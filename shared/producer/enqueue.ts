@@ -37,7 +37,7 @@ function run(tx: Queryable, p: EnqueueParameters): Promise<readonly EnqueuedRow[
 
 function statement(tx: Queryable, p: EnqueueParameters): Promise<readonly EnqueuedRow[]> {
   return tx<EnqueuedRow[]>`
-    select ord, event_id, aggregate_type, aggregate_id, sequence, duplicate
+    select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
     from outbox_enqueue_many(
       ${p.eventTypes}::text[], ${p.sources}::text[], ${p.aggregateTypes}::text[], ${p.aggregateIds}::text[],
       ${p.payloads}::text[]::jsonb[], ${p.idempotencyKeys}::text[], ${p.traceHeaders}::text[],

@@ -16,6 +16,7 @@
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import {
   type ConnectionPool,
+  compareInt8,
   currentSql,
   OutboxDeadlineError,
   type RelaySettings,
@@ -232,7 +233,7 @@ export async function relayPass(
     // event is a queue of its own, so everything goes in the first round.
     const queues = new Map<string, ClaimedEvent[]>();
     const keyOf = (event: ClaimedEvent) => (settings.ordering === 'none' ? event.id : aggregateKey(event));
-    for (const event of [...events].sort((a, b) => a.sequence - b.sequence)) {
+    for (const event of [...events].sort((a, b) => compareInt8(a.sequence, b.sequence))) {
       const queue = queues.get(keyOf(event));
       if (queue) queue.push(event);
       else queues.set(keyOf(event), [event]);

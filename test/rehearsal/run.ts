@@ -295,7 +295,7 @@ async function rehearse(): Promise<void> {
       ...producerEnv,
       ...overrides,
     });
-    return (JSON.parse(out) as { committed: { eventId: string; aggregateId: string; sequence: number }[] })
+    return (JSON.parse(out) as { committed: { eventId: string; aggregateId: string; sequence: string }[] })
       .committed;
   };
   const stress = JSON.parse(await runNode([join(root, 'test/rehearsal/pooler-stress.ts')], producerEnv)) as {

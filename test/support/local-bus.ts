@@ -52,7 +52,10 @@ export interface AcceptedEvent {
   eventBusName: string | undefined;
   source: string;
   detailType: string;
+  /** `Detail` parsed (with JSON.parse: numbers beyond a double's precision are rounded here). */
   detail: Record<string, unknown>;
+  /** `Detail` exactly as the bus received it. */
+  detailText: string;
   time: string | undefined;
   traceHeader: string | undefined;
   /** Wall-clock time the bus accepted it, ms since the epoch. */
@@ -230,6 +233,7 @@ export async function startLocalBus(options: LocalBusOptions = {}): Promise<Loca
         source: entry.Source as string,
         detailType: entry.DetailType as string,
         detail: JSON.parse(entry.Detail as string),
+        detailText: entry.Detail as string,
         time: typeof entry.Time === 'number' ? new Date(entry.Time * 1000).toISOString() : undefined,
         traceHeader: entry.TraceHeader as string | undefined,
         receivedAt: Date.now(),
