@@ -562,7 +562,20 @@ const renew = (slot: number) =>
     async (w) => {
       const relay = w.relays[slot] as RelaySlot;
       const run = relay.run as PassRun;
-      await renewLease(relay.sql, run.lease.token, [...run.lease.held], LEASE_SECONDS);
+      // The relay's own statement on its own connection: it may wait on a row lock (a zombie's
+      // rows, claimed meanwhile by a claim not committed yet), so it runs like a step, and the
+      // relay is paused again where it was once the renewal answered.
+      const at = run.at;
+      run.at = undefined;
+      void renewLease(relay.sql, run.lease.token, [...run.lease.held], LEASE_SECONDS).then(
+        () => {
+          run.at = at;
+        },
+        (error: unknown) => {
+          run.at = at;
+          run.error = error;
+        },
+      );
     },
   );
 
@@ -796,7 +809,6 @@ describe('relay protocol (model-based)', () => {
                 await stopAll(world).catch(() => {});
               }
               runs++;
-              process.stderr.write(`${world.log.join(' | ')} => ${world.published}\n`);
               steps += world.log.length;
               published += world.published;
             },
