@@ -41,5 +41,12 @@ export {
   PUT_EVENTS_TIMEOUTS,
 } from './publish.ts';
 export { Semaphore } from './semaphore.ts';
-export { type ClaimOptions, claimBatch, hasPending } from './sql/index.ts';
+export {
+  type ClaimOptions,
+  claimBatch,
+  countHeldBack,
+  type HeldBack,
+  type HoldBackPolicy,
+  hasPending,
+} from './sql/index.ts';
 export type { ClaimedEvent } from './types.ts';

@@ -78,7 +78,10 @@ export interface RunRelayOptions extends RelayDeps {
   signal?: AbortSignal;
   /** One pass, then return. */
   once?: boolean;
-  /** Return once no unpublished, not-dead-lettered row is left. */
+  /**
+   * Return once no row is left that a relay can claim, now or after its backoff or lease (under
+   * `block`, rows waiting behind a dead letter do not count: see `countHeldBack`).
+   */
   untilEmpty?: boolean;
   /**
    * Milliseconds left before the caller must return (a Lambda's `getRemainingTimeInMillis`). Each
@@ -219,7 +222,7 @@ async function runLane(
     if (counts.claimed > 0) continue;
     if (options.untilEmpty) {
       const pending = await withDeadline(
-        hasPending(currentSql(options.sql)),
+        hasPending(currentSql(options.sql), settings),
         'pending check',
         STATEMENT_DEADLINE_MS,
       ).catch((error: unknown) => {
