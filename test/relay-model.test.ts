@@ -523,12 +523,9 @@ const crash = (slot: number) =>
     `relay ${slot}: crash`,
     (w) => {
       const run = w.relays[slot]?.run;
-      return (
-        run !== undefined &&
-        !run.finished &&
-        !run.crashed &&
-        (run.at !== undefined || (run.claimTx?.answered ?? false))
-      );
+      // Paused at a checkpoint (with its claim's transaction still open, or not), never inside a
+      // statement: a statement waiting on a lock would have to be killed with its connection.
+      return run !== undefined && !run.finished && !run.crashed && run.at !== undefined;
     },
     async (w) => {
       const run = w.relays[slot]?.run as PassRun;
