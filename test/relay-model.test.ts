@@ -275,13 +275,17 @@ function startPass(world: World, slot: number, holdOpen: boolean): void {
   relay.run = run;
 }
 
-function knownOf(world: World, e: { eventId: string; aggregateId: string; sequence: number }): Known {
+function knownOf(
+  world: World,
+  e: { eventId: string; aggregateId: string; sequence: number | string },
+): Known {
   let k = world.known.get(e.eventId);
   if (!k) {
     k = {
       eventId: e.eventId,
       aggregateId: e.aggregateId,
-      sequence: e.sequence,
+      // int8 as decimal text from the relay; the model's sequences are small
+      sequence: Number(e.sequence),
       starts: new Set(),
       accepted: false,
       everDead: false,
