@@ -70,7 +70,7 @@ describe('prune', () => {
     await h.db
       .sql`update outbox set dead_lettered_at = now() - interval '30 days' where aggregate_id = 'dead'`;
     await h.db
-      .sql`update outbox set dead_lettered_at = now() - interval '31 days' where aggregate_id = 'old-dead'`;
+      .sql`update outbox set dead_lettered_at = now() - interval '31 days', discarded_at = now() where aggregate_id = 'old-dead'`;
 
     const result = await prune(h.db.sql, {
       publishedRetentionSeconds: 7 * DAY,
@@ -132,13 +132,22 @@ describe('prune', () => {
         payload: { n: i + 1 },
       }));
     // `held`: 1 dead-lettered 40 days ago, 2 and 3 waiting behind it. `alone`: an old dead letter
-    // with nothing behind it. `discarded`: an old discarded dead letter, which holds nothing back.
+    // with nothing behind it yet: under `block` it holds back whatever comes next. `moved-on`: an
+    // old dead letter whose successor was published (and pruned): the aggregate has moved past it.
+    // `discarded`: an old discarded dead letter, which holds nothing back.
     await h.db.sql.begin((tx) =>
-      enqueueMany(tx, [...events('held', 3), ...events('alone', 1), ...events('discarded', 2)]),
+      enqueueMany(tx, [
+        ...events('held', 3),
+        ...events('alone', 1),
+        ...events('moved-on', 2),
+        ...events('discarded', 2),
+      ]),
     );
     await h.db.sql`
       update outbox set dead_lettered_at = now() - interval '40 days', last_error = 'InvalidArgument: x'
       where sequence = 1`;
+    await h.db.sql`
+      update outbox set published_at = now() - interval '39 days' where aggregate_id = 'moved-on' and sequence = 2`;
     await h.db
       .sql`update outbox set discarded_at = now() - interval '39 days' where aggregate_id = 'discarded' and sequence = 1`;
     const options = {
@@ -148,15 +157,18 @@ describe('prune', () => {
       timeBudgetMs: 10_000,
     };
     expect(await prune(h.db.sql, { ...options, dryRun: true })).toMatchObject({ deadLettersDeleted: 2 });
-    expect(await prune(h.db.sql, options)).toMatchObject({ deadLettersDeleted: 2, publishedDeleted: 0 });
+    expect(await prune(h.db.sql, options)).toMatchObject({ deadLettersDeleted: 2, publishedDeleted: 1 });
     const left = await h.db.sql<{ aggregate_id: string; sequence: string; dead: boolean }[]>`
       select aggregate_id, sequence, dead_lettered_at is not null as dead from outbox order by aggregate_id, sequence`;
     expect(left.map((r) => `${r.aggregate_id}/${r.sequence}${r.dead ? ' dead' : ''}`)).toEqual([
+      'alone/1 dead',
       'discarded/2',
       'held/1 dead',
       'held/2',
       'held/3',
     ]);
+    // A later event of `alone` waits behind its dead letter under `block` too.
+    await h.db.sql.begin((tx) => enqueueMany(tx, events('alone', 1)));
     // Under `block` the aggregate still waits for the operator: nothing of it is published.
     await runRelay({
       sql: h.db.sql,

@@ -116,7 +116,8 @@ describe('database roles, each doing its real work as itself', () => {
     await db.sql`
       update outbox set published_at = now() - interval '30 days' where aggregate_id = 'p-1'`;
     await db.sql`
-      update outbox set dead_lettered_at = now() - interval '60 days' where aggregate_id = 'p-2'`;
+      update outbox set dead_lettered_at = now() - interval '60 days', discarded_at = now() - interval '59 days'
+      where aggregate_id = 'p-2'`;
     await db.sql`
       insert into inbox_message (consumer, message_key, processed_at)
       values ('billing', 'old', now() - interval '60 days'), ('billing', 'new', now())`;

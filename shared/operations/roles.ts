@@ -81,6 +81,8 @@ export async function ensureRoles(
       [
         'revoke all on outbox from %I',
         `grant select (${MONITOR_READS.join(', ')}), delete on outbox to %I`,
+        // prune keeps a dead letter until its aggregate has moved past it (a later sequence)
+        'grant select on outbox_aggregate to %I',
         'grant select, delete on inbox_message to %I',
         'grant select, delete on outbox_idempotency_key to %I',
       ],
