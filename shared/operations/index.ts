@@ -7,3 +7,5 @@ export * from './metrics.ts';
 export * from './prune.ts';
 export * from './roles.ts';
 export * from './status.ts';
+// Reads `showDeadLetter`'s exact payload text (numbers kept digit for digit) for re-serialising.
+export { parseExactJson } from '../platform/index.ts';
