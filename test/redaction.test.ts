@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import { describe, expect, inject, it } from 'vitest';
 import { type CliIo, main } from '../cli/main.ts';
 import { migrateWithRoles } from '../shared/operations/index.ts';
-import { connect, maskDatabaseUrl } from '../shared/platform/index.ts';
+import { connect, databasePasswords, maskDatabaseUrl, redactPasswords } from '../shared/platform/index.ts';
 import { runCli } from './support/cli.ts';
 
 /** The test server, for failures that get as far as authentication. */
@@ -108,6 +108,20 @@ describe('a database password never reaches the output', () => {
       'host=db user=app password=*** dbname=shop',
     );
     expect(maskDatabaseUrl('postgres://app@host:5432/db')).toBe('postgres://app@host:5432/db');
+  });
+
+  it('scrubs a password of 8 characters or more from any text, and leaves ordinary words alone', async () => {
+    const passwords = databasePasswords({
+      DATABASE_URL: 'postgres://app:s3cr%2Fet9-long@h/db',
+      PGPASSWORD: 'pg-password-2',
+    });
+    expect(redactPasswords('a s3cr/et9-long b s3cr%2Fet9-long c pg-password-2', passwords)).toBe(
+      'a *** b *** c ***',
+    );
+    // The embedded Postgres's password is a word the output holds for other reasons.
+    const output = await cli(['status'], { DATABASE_URL: `postgres://app:outbox@${REFUSED}/shop` });
+    expect(output).toContain('postgres://app:***@127.0.0.1:9/shop');
+    expect(output).toContain('in a checkout of outbox-relay-aws');
   });
 
   it('in any command, for any password, however it is given (property)', async () => {
