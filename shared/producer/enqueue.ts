@@ -53,6 +53,7 @@ const producer = producerFor(run);
  * @throws {OutboxValidationError} naming the bad field
  * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock (retry the transaction)
  * @throws {OutboxConflictError} under REPEATABLE READ or SERIALIZABLE, when a concurrent transaction committed one of its idempotency keys after this one's snapshot: retry the whole transaction
+ * @throws {OutboxSchemaError} when the database has no outbox schema, or an older one (SQLSTATE 42883 for `outbox_enqueue_many`): run `outbox migrate`
  * @throws the database's error (e.g. the caller's transaction was aborted)
  */
 export const enqueue: (

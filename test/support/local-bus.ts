@@ -100,7 +100,11 @@ export interface LocalBus {
   /** Accepted events in arrival order. */
   readonly events: AcceptedEvent[];
   readonly stats: BusStats;
-  /** Emits `'accepted'` with each {@link AcceptedEvent}. */
+  /**
+   * Emits `'accepted'` with each {@link AcceptedEvent}, and `'received'` with the entries
+   * (`{ eventBusName, detail }`, Detail parsed) of every well-formed PutEvents request as it
+   * arrives, before any fault is applied.
+   */
   readonly emitter: EventEmitter;
   setFaults(faults: Faults): void;
   reset(): void;
@@ -204,6 +208,12 @@ export async function startLocalBus(options: LocalBusOptions = {}): Promise<Loca
       );
     }
 
+    // Every entry that reached the bus, whatever the faults do with it next (the model-based test
+    // counts started publications from these).
+    emitter.emit(
+      'received',
+      entries.map((e) => ({ eventBusName: e.EventBusName, detail: JSON.parse(String(e.Detail)) })),
+    );
     await delay(faults, random);
     if (chance(faults.throttleRate)) {
       stats.throttled++;
