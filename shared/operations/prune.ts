@@ -1,6 +1,7 @@
 /**
  * Pruning (README, Guarantees: "Pruning"): deletes published rows older than their retention, and dead-lettered rows
- * only under their own, longer retention. It never touches an unpublished live row. It works in
+ * only under their own, longer retention and once they no longer hold their aggregate back (see
+ * `expiredDeadLetter`). It never touches an unpublished live row. It works in
  * bounded batches (one short statement each, touching only rows no relay works on)
  * within a time budget; what is left is picked up by the next run, oldest first.
  *
