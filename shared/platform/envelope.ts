@@ -1,7 +1,7 @@
 /**
  * The event envelope on the bus and its size as EventBridge counts it.
  *
- * Detail = `{ metadata: { eventId, aggregateType, aggregateId, sequence, occurredAt }, data }`.
+ * Detail = `{ metadata: { eventId, aggregateType, aggregateId, sequence, typeSequence, occurredAt }, data }`.
  * `eventId` is ours and stable across re-publication; EventBridge's own event `id` changes on
  * every PutEvents call and must not be used to deduplicate.
  */
@@ -15,6 +15,12 @@ export interface EnvelopeMetadata {
   aggregateId: string;
   /** 1, 2, 3… per aggregate, in commit order. */
   sequence: number;
+  /**
+   * 1, 2, 3… per aggregate *and event type* (DetailType), in commit order: what a consumer that
+   * receives only some of an aggregate's event types checks for gaps (the inbox's `types` option).
+   * Absent on events enqueued before migration 010.
+   */
+  typeSequence?: number;
   /** ISO-8601 UTC time the event was enqueued. */
   occurredAt: string;
 }

@@ -114,6 +114,7 @@ export function toEntry(event: ClaimedEvent, eventBusName: string): PutEventsReq
         aggregateType: event.aggregateType,
         aggregateId: event.aggregateId,
         sequence: event.sequence,
+        ...(event.typeSequence === undefined ? {} : { typeSequence: event.typeSequence }),
         occurredAt: event.createdAt.toISOString(),
       },
       event.payloadJson,

@@ -11,6 +11,8 @@ export interface ClaimedEvent {
   aggregateType: string;
   aggregateId: string;
   sequence: number;
+  /** Rank among its aggregate's events of the same type; undefined before migration 010. */
+  typeSequence?: number;
   type: string;
   source: string;
   payloadJson: string;

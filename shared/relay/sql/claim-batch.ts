@@ -41,6 +41,8 @@ export interface DbClaimedRow {
   aggregate_type: string;
   aggregate_id: string;
   sequence: string;
+  /** NULL for rows enqueued before migration 010. */
+  type_sequence: string | null;
   event_type: string;
   source: string;
   /** jsonb, parsed by the driver. */
@@ -60,6 +62,7 @@ export function toClaimedEvent(row: DbClaimedRow): ClaimedEvent {
     aggregateType: row.aggregate_type,
     aggregateId: row.aggregate_id,
     sequence: Number(row.sequence),
+    typeSequence: row.type_sequence === null ? undefined : Number(row.type_sequence),
     type: row.event_type,
     source: row.source,
     // Compact JSON, as enqueue measured it: jsonb's own text form adds spaces and spells out
@@ -98,7 +101,7 @@ function claimUnordered(sql: Sql, o: ClaimOptions) {
         lease_expires_at = now() + make_interval(secs => ${o.leaseSeconds}),
         attempts = o.attempts + 1
     where o.id = any(array(select id from picked))
-    returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.source,
+    returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.type_sequence, o.event_type, o.source,
               o.payload, o.trace_header, o.created_at, o.attempts, true as is_head
   `;
 }
@@ -183,7 +186,7 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
         lease_expires_at = now() + make_interval(secs => ${o.leaseSeconds}),
         attempts = o.attempts + 1
     where o.id = any(array(select id from claimed))
-    returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.source,
+    returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.type_sequence, o.event_type, o.source,
               o.payload, o.trace_header, o.created_at, o.attempts,
               exists (select 1 from heads where heads.id = o.id) as is_head
   `;
