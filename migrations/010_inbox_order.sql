@@ -158,3 +158,37 @@ language sql volatile as $fn$
   left join numbered r on k.ord is null and nn.ord is null and r.idempotency_key = i.idempotency_key
   order by i.ord
 $fn$;
+
+-- The inbox record now says which event it is, where it came from, and, for an event the handler
+-- did not apply, why. outcome: 'processed' (applied), 'stale' (ignore-stale: superseded by a later
+-- event of its chain; 'skipped' before this migration), 'parked' (wait-for-gap: set aside after its
+-- wait, `event` holds it whole), 'replaying' (an operator asked to re-apply it: its next delivery
+-- runs the handler), 'discarded' (an operator decided not to apply it).
+alter table inbox_message
+  add column event_id   text,
+  add column source     text,
+  add column event_type text,
+  add column reason     text,
+  add column event      jsonb;
+
+-- Parked events awaiting an operator: counted by the monitor, listed by `outbox inbox parked`.
+create index inbox_message_parked_idx on inbox_message (consumer, processed_at)
+  where outcome in ('parked', 'replaying');
+
+-- Order state per source too (two producers may both have an aggregate order/42), and per chain:
+-- '' for the whole aggregate (sequence), or an event type for a consumer that receives only some
+-- types (typeSequence). The rows written before this migration keep source '': the first event of
+-- each source adopts their position.
+alter table inbox_aggregate
+  add column source text not null default '',
+  add column chain  text not null default '';
+alter table inbox_aggregate drop constraint inbox_aggregate_pkey;
+alter table inbox_aggregate add primary key (consumer, aggregate_type, aggregate_id, source, chain);
+-- Serves pruning, oldest first.
+create index inbox_aggregate_updated_at_idx on inbox_aggregate (updated_at);
+
+-- wait-for-gap: a row per event that is waiting for a missing predecessor, keyed by its eventId
+-- (message_key). last_seen_at tells Lambda's retries (minutes apart) from a replay of the event
+-- days later, which waits anew.
+alter table inbox_gap add column last_seen_at timestamptz not null default now();
+create index inbox_gap_last_seen_at_idx on inbox_gap (last_seen_at);

@@ -4,11 +4,10 @@
  * A grant that is missing fails here with 42501, as it would in AWS on every invocation.
  */
 import { randomUUID } from 'node:crypto';
-import middy from '@middy/core';
 import type { EventBridgeEvent } from 'aws-lambda';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type InboxContext, inbox } from '../shared/consumer/index.ts';
+import { inbox } from '../shared/consumer/index.ts';
 import { getStatus, prune } from '../shared/operations/index.ts';
 import type { OutboxRoles, Sql } from '../shared/platform/index.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
@@ -127,33 +126,71 @@ describe('database roles, each doing its real work as itself', () => {
     expect(keys.map((r) => r.message_key)).toEqual(['new']);
   });
 
-  it('lets the consumer run the inbox middleware', async () => {
+  it('lets the consumer run the inbox, in every order mode, and park an event', async () => {
     await db.sql`truncate inbox_message, inbox_aggregate, inbox_gap`;
     const consumer = as(roles.consumer);
-    const handler = middy<EventBridgeEvent<string, unknown>, unknown, Error, InboxContext>()
-      .use(inbox({ sql: consumer, consumer: 'billing', order: 'wait-for-gap' }))
-      .handler(async () => {});
-    const delivery = {
+    const outcomes: string[] = [];
+    const run = (order: 'none' | 'ignore-stale' | 'wait-for-gap', sequence: number) => {
+      const handler = inbox(
+        {
+          sql: consumer,
+          consumer: `billing-${order}`,
+          order,
+          gapWaitSeconds: 0,
+          onGapTimeout: 'park',
+          metrics: false,
+        },
+        async () => 'applied',
+      );
+      const delivery = {
+        id: randomUUID(),
+        'detail-type': 'RoleTested',
+        source: 'test.roles',
+        detail: {
+          metadata: {
+            eventId: `e-${sequence}`,
+            aggregateType: 'order',
+            aggregateId: 'c-1',
+            sequence,
+            occurredAt: '',
+          },
+          data: {},
+        },
+      } as unknown as EventBridgeEvent<string, unknown>;
+      return handler(delivery, lambdaContext(10_000)).then(
+        (r) => outcomes.push((r as { inbox?: string }).inbox ?? String(r)),
+        (e: Error) => outcomes.push(e.name),
+      );
+    };
+    for (const order of ['none', 'ignore-stale', 'wait-for-gap'] as const) {
+      for (const sequence of [1, 1, 3, 2]) await run(order, sequence);
+    }
+    expect(outcomes).toEqual([
+      ...['applied', 'duplicate', 'applied', 'applied'],
+      ...['applied', 'duplicate', 'applied', 'stale'],
+      ...['applied', 'duplicate', 'parked', 'applied'],
+    ]);
+    // A gap that waits: its row is written outside the transaction, and updated on the retry.
+    const waiting = inbox(
+      { sql: consumer, consumer: 'billing-wait', order: 'wait-for-gap', metrics: false },
+      async () => 'applied',
+    );
+    const ahead = {
       id: randomUUID(),
       'detail-type': 'RoleTested',
       source: 'test.roles',
       detail: {
-        metadata: {
-          eventId: randomUUID(),
-          aggregateType: 'order',
-          aggregateId: 'c-1',
-          sequence: 1,
-          occurredAt: '',
-        },
+        metadata: { eventId: 'w-2', aggregateType: 'order', aggregateId: 'w', sequence: 2, occurredAt: '' },
         data: {},
       },
     } as unknown as EventBridgeEvent<string, unknown>;
-    await handler(delivery, lambdaContext(10_000) as InboxContext);
-    await handler(delivery, lambdaContext(10_000) as InboxContext); // the duplicate is acknowledged
-    const [row] = await db.sql<
+    for (let i = 0; i < 2; i++) {
+      await expect(waiting(ahead, lambdaContext(10_000))).rejects.toMatchObject({ name: 'InboxGapError' });
+    }
+    const [gap] = await db.sql<
       { n: number }[]
-    >`select count(*)::int as n from inbox_message where consumer = 'billing'`;
-    expect(row?.n).toBe(1);
+    >`select count(*)::int as n from inbox_gap where consumer = 'billing-wait'`;
+    expect(gap?.n).toBe(1);
   });
 
   it('refuses each role what it does not need', async () => {

@@ -5,7 +5,7 @@
  * - monitor: reads `outbox` and deletes expired rows;
  * - producer: inserts events (and bumps the per-aggregate sequence counter, and remembers
  *   idempotency keys), directly or through `outbox_enqueue`;
- * - consumer: the inbox tables.
+ * - consumer: the inbox tables, and re-applying or discarding its parked events.
  * Each logs in through RDS Proxy with IAM (`rds_iam`, granted where it exists, i.e. on RDS), and
  * gets its statement timeout as a role default, so clients need no `SET` (which would pin).
  */
@@ -28,6 +28,8 @@ export async function ensureRoles(
       [
         'grant select, delete on outbox to %I',
         'grant select, delete on inbox_message to %I',
+        // the inbox's order state, pruned with its records (inbox-prune.ts)
+        'grant select, delete on inbox_aggregate, inbox_gap to %I',
         'grant select, delete on outbox_idempotency_key to %I',
       ],
     ],
@@ -45,9 +47,11 @@ export async function ensureRoles(
     [
       roles.consumer,
       [
+        // The inbox, and the operator's `outbox inbox parked list|replay|discard` (an update of
+        // the record's outcome): nothing here deletes a record, which only the monitor prunes.
         'grant select, insert, update on inbox_message to %I',
         'grant select, insert, update on inbox_aggregate to %I',
-        'grant select, insert, delete on inbox_gap to %I',
+        'grant select, insert, update, delete on inbox_gap to %I',
       ],
     ],
   ];

@@ -35,6 +35,7 @@ export const MetricName = {
   DeadLettered: 'DeadLetteredCount',
   PrunedRows: 'PrunedRows',
   PruneDuration: 'PruneDuration',
+  InboxParked: 'InboxParkedCount',
   // relay
   Published: 'Published',
   Retried: 'Retried',
@@ -56,6 +57,7 @@ export const METRIC_SERVICE: Readonly<Record<MetricName, ServiceName>> = {
   DeadLetteredCount: ServiceName.monitor,
   PrunedRows: ServiceName.monitor,
   PruneDuration: ServiceName.monitor,
+  InboxParkedCount: ServiceName.monitor,
   Published: ServiceName.relay,
   Retried: ServiceName.relay,
   DeadLettered: ServiceName.relay,
@@ -65,6 +67,27 @@ export const METRIC_SERVICE: Readonly<Record<MetricName, ServiceName>> = {
   LeaseRenewals: ServiceName.relay,
   PutEventsLatency: ServiceName.relay,
 };
+
+/**
+ * Metrics the inbox emits from the consumer's own function (CloudWatch Embedded Metric Format
+ * lines on stdout, in {@link DEFAULT_METRIC_NAMESPACE} unless the consumer names another), each
+ * with the one dimension {@link INBOX_METRIC_DIMENSION} = the consumer's name. Counts, one per event.
+ */
+export const InboxMetricName = {
+  /** wait-for-gap, `onGapTimeout: 'park'`: set aside for an operator after its wait. */
+  Parked: 'InboxParked',
+  /** ignore-stale: acknowledged without running the handler, superseded by a later event. */
+  Stale: 'InboxStale',
+  /** wait-for-gap: applied after a later event of its chain (it arrived late). */
+  Late: 'InboxLate',
+  /** Applied with earlier events of its chain still missing (after the gap wait, or ignore-stale). */
+  AfterGap: 'InboxAfterGap',
+} as const;
+/** One of {@link InboxMetricName}'s values. */
+export type InboxMetricName = (typeof InboxMetricName)[keyof typeof InboxMetricName];
+
+/** The dimension of the inbox's metrics: its value is the consumer's name. */
+export const INBOX_METRIC_DIMENSION = 'consumer';
 
 /** Database roles a deployment creates (see shared/operations/roles.ts for their grants). */
 export interface OutboxRoles {
