@@ -89,8 +89,8 @@ describe('database roles, each doing its real work as itself', () => {
     expect(row?.n).toBe(4);
   });
 
-  it('lets the monitor prune expired outbox rows, inbox records and idempotency keys, and count the backlog', async () => {
-    await db.sql`truncate outbox, outbox_aggregate, inbox_message, outbox_idempotency_key`;
+  it("lets the monitor prune expired outbox rows, inbox records, the inbox's order state and idempotency keys, and count the backlog", async () => {
+    await db.sql`truncate outbox, outbox_aggregate, inbox_message, inbox_aggregate, inbox_gap, outbox_idempotency_key`;
     await db.sql.begin((tx) =>
       enqueueMany(tx, [{ ...event('p-1', 1), idempotencyKey: 'p-1-key' }, event('p-2', 1), event('p-3', 1)]),
     );
@@ -102,6 +102,18 @@ describe('database roles, each doing its real work as itself', () => {
     await db.sql`
       insert into inbox_message (consumer, message_key, processed_at)
       values ('billing', 'old', now() - interval '60 days'), ('billing', 'new', now())`;
+    // A parked event waits for an operator however old it is: never pruned.
+    await db.sql`
+      insert into inbox_message (consumer, message_key, processed_at, outcome)
+      values ('billing', 'parked', now() - interval '60 days', 'parked')`;
+    await db.sql`
+      insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence, updated_at)
+      values ('billing', 'order', 'quiet', 's', '', 3, now() - interval '60 days'),
+             ('billing', 'order', 'busy', 's', '', 9, now())`;
+    await db.sql`
+      insert into inbox_gap (consumer, message_key, first_seen_at, last_seen_at)
+      values ('billing', 'gone', now() - interval '61 days', now() - interval '60 days'),
+             ('billing', 'waiting', now(), now())`;
 
     const monitor = as(roles.monitor);
     const pruned = await prune(monitor, {
@@ -115,15 +127,22 @@ describe('database roles, each doing its real work as itself', () => {
     expect(pruned).toMatchObject({
       publishedDeleted: 1,
       deadLettersDeleted: 1,
-      inboxDeleted: 1,
+      inboxDeleted: 3,
       idempotencyKeysDeleted: 1,
     });
     const status = await getStatus(monitor);
     expect(status).toMatchObject({ pending: 1, deadLettered: 0 });
     const left = await db.sql<{ aggregate_id: string }[]>`select aggregate_id from outbox`;
     expect(left.map((r) => r.aggregate_id)).toEqual(['p-3']);
-    const keys = await db.sql<{ message_key: string }[]>`select message_key from inbox_message`;
-    expect(keys.map((r) => r.message_key)).toEqual(['new']);
+    const keys = await db.sql<
+      { message_key: string }[]
+    >`select message_key from inbox_message order by message_key`;
+    expect(keys.map((r) => r.message_key)).toEqual(['new', 'parked']);
+    const chains = await db.sql<{ aggregate_id: string }[]>`select aggregate_id from inbox_aggregate`;
+    expect(chains.map((r) => r.aggregate_id)).toEqual(['busy']);
+    const gaps = await db.sql<{ message_key: string }[]>`select message_key from inbox_gap`;
+    expect(gaps.map((r) => r.message_key)).toEqual(['waiting']);
+    expect(status.inboxParked).toBe(1);
   });
 
   it('lets the consumer run the inbox, in every order mode, and park an event', async () => {

@@ -1,8 +1,9 @@
 /**
- * Operations: what keeps a deployment healthy — pruning, backlog status, dead-letter handling,
+ * Operations: what keeps a deployment healthy — pruning, backlog status, dead-letter handling, parked inbox events,
  * the least-privilege database roles and the CloudWatch metrics.
  */
 export * from './dead-letters.ts';
+export * from './inbox.ts';
 export * from './metrics.ts';
 export * from './prune.ts';
 export * from './roles.ts';
