@@ -256,6 +256,8 @@ export class OutboxRelay extends Construct {
     readonly relayThrottles: cloudwatch.Alarm;
     readonly monitorErrors: cloudwatch.Alarm;
     readonly proxyPinnedSessions: cloudwatch.Alarm;
+    /** Inbox events parked (wait-for-gap, `onGapTimeout: 'park'`) and awaiting an operator. */
+    readonly inboxParked: cloudwatch.Alarm;
   };
   public readonly dashboard: cloudwatch.Dashboard;
   /**
@@ -514,6 +516,17 @@ export class OutboxRelay extends Construct {
         evaluationPeriods: 3,
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
+      // The monitor counts parked inbox records of every consumer whose inbox lives in this
+      // database; it stays in alarm until each is replayed or discarded.
+      inboxParked: alarm('InboxParkedAlarm', {
+        alarmDescription:
+          'Inbox events are parked, waiting for an operator. Run: outbox inbox parked list --consumer <name>',
+        metric: metric(MetricName.InboxParked, 'Maximum', Duration.minutes(5)),
+        threshold: 0,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluationPeriods: 1,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
     };
 
     this.dashboard = new cloudwatch.Dashboard(this, 'Dashboard', {
@@ -537,7 +550,7 @@ export class OutboxRelay extends Construct {
           new cloudwatch.GraphWidget({
             title: 'Backlog',
             left: [metric(MetricName.Pending, 'Maximum'), metric(MetricName.InFlight, 'Maximum')],
-            right: [metric(MetricName.DeadLettered, 'Maximum')],
+            right: [metric(MetricName.DeadLettered, 'Maximum'), metric(MetricName.InboxParked, 'Maximum')],
             width: 12,
           }),
           new cloudwatch.GraphWidget({

@@ -107,8 +107,8 @@ describe('demo stack (synthesised)', () => {
       ['AWS::RDS::DBProxy', 1],
       ['AWS::Events::EventBus', 1],
       ['AWS::Scheduler::Schedule', 2],
-      // six of the relay's, two of the example consumer's failure queues
-      ['AWS::CloudWatch::Alarm', 8],
+      // seven of the relay's; the example consumer's two failure queues and its parked events
+      ['AWS::CloudWatch::Alarm', 10],
       ['AWS::Events::Rule', 1],
       ['AWS::SQS::Queue', 2],
       ['AWS::CloudWatch::Dashboard', 1],
@@ -457,7 +457,7 @@ describe('demo stack (synthesised)', () => {
     });
   });
 
-  it('alarms on lag (missing data breaches), dead letters, relay errors and throttles, monitor errors and pinned proxy sessions', () => {
+  it('alarms on lag (missing data breaches), dead letters, relay errors and throttles, monitor errors, pinned proxy sessions and parked inbox events', () => {
     const alarms = Object.values(template.findResources('AWS::CloudWatch::Alarm')) as {
       Properties: {
         MetricName?: string;
@@ -500,6 +500,20 @@ describe('demo stack (synthesised)', () => {
     for (const e of find('AWS/Lambda', 'Errors'))
       expect(e).toMatchObject({ Threshold: 1, ComparisonOperator: 'GreaterThanOrEqualToThreshold' });
     expect(find('AWS/RDS', 'DatabaseConnectionsCurrentlySessionPinned')[0]).toMatchObject({ Threshold: 0 });
+    // Parked inbox events: the monitor's count, and the example consumer's own metric.
+    expect(find('Outbox', 'InboxParkedCount')[0]).toMatchObject({
+      Threshold: 0,
+      TreatMissingData: 'notBreaching',
+      ComparisonOperator: 'GreaterThanThreshold',
+      Statistic: 'Maximum',
+      Dimensions: [{ Name: 'service', Value: 'outbox-monitor' }],
+    });
+    expect(find('Outbox', 'InboxParked')[0]).toMatchObject({
+      Threshold: 0,
+      ComparisonOperator: 'GreaterThanThreshold',
+      Statistic: 'Sum',
+      Dimensions: [{ Name: 'consumer', Value: 'billing' }],
+    });
     for (const a of alarms)
       expect(a.Properties.AlarmActions).toEqual([{ Ref: expect.stringMatching(/AlarmTopic/) }]);
   });

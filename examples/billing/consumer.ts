@@ -9,6 +9,7 @@ import type { z } from 'zod';
 import { type InboxContext, inbox } from '../../shared/consumer/index.ts';
 import { type ConnectionPool, DEFAULT_ROLES, type Sql } from '../../shared/platform/index.ts';
 import { OrderPlaced } from './events.ts';
+import { BILLING_CONSUMER } from './names.ts';
 
 /**
  * The consumer's own table, created by its own migration in a real service, and granted to the
@@ -20,9 +21,6 @@ export async function createBillingSchema(sql: Sql, role: string = DEFAULT_ROLES
   const [exists] = await sql`select 1 from pg_roles where rolname = ${role}`;
   if (exists) await sql`grant select, insert on billing_invoice to ${sql(role)}`;
 }
-
-/** The billing consumer's name: its inbox records, and the `consumer` dimension of its metrics. */
-export const BILLING_CONSUMER = 'billing';
 
 /**
  * Builds the billing handler on a connection pool. Its rule delivers OrderPlaced only, one type of

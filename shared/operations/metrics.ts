@@ -45,6 +45,7 @@ export function addMonitorMetrics(metrics: Metrics, s: OutboxStatus, p: PruneRes
   metrics.addMetric(MetricName.Pending, MetricUnit.Count, s.pending);
   metrics.addMetric(MetricName.InFlight, MetricUnit.Count, s.inFlight);
   metrics.addMetric(MetricName.DeadLettered, MetricUnit.Count, s.deadLettered);
+  metrics.addMetric(MetricName.InboxParked, MetricUnit.Count, s.inboxParked);
   if (p) {
     metrics.addMetric(
       MetricName.PrunedRows,

@@ -386,6 +386,26 @@ async function rehearse(): Promise<void> {
       'the example consumer applies each event once, as its own role',
       `${invoices?.n} invoices for ${deliveries.length} orders over ${outcomes.length} deliveries${failures[0] ? `; ${describe(failures[0])}` : ''}`,
     );
+    // An OrderPlaced whose predecessor of its type never comes: it waits (Lambda's retry), then,
+    // with the gap wait passed on the database clock, is parked and counted (InboxParked).
+    const ahead = delivery({
+      detailType: 'OrderPlaced',
+      source: 'demo.shop',
+      region: REGION,
+      account: ACCOUNT,
+      metadata: { aggregateId: 'rehearsal-gap', sequence: 2, typeSequence: 2 },
+      data: { orderId: 'rehearsal-gap', total: 1 },
+    });
+    const waits = await invoke(consumerFn, consumer, ahead, consumer.timeoutSeconds * 1000 * scale);
+    await db`update inbox_gap set first_seen_at = first_seen_at - interval '200 seconds'`;
+    const parks = await invoke(consumerFn, consumer, ahead, consumer.timeoutSeconds * 1000 * scale);
+    const [parkedRow] = await db<{ n: number }[]>`
+      select count(*)::int as n from inbox_message where consumer = 'billing' and outcome = 'parked'`;
+    check(
+      waits.type !== 'result' && parks.type === 'result' && parkedRow?.n === 1,
+      'the example consumer waits for a missing event, then parks the one behind it',
+      `${describe(waits)}; then ${describe(parks)}; ${parkedRow?.n} parked`,
+    );
   } else {
     check(false, 'the template has the example consumer', 'no Billing function in the demo stack');
   }
