@@ -124,7 +124,7 @@ describe('outbox inbox parked', () => {
     ]);
     expect(parked[0]?.reason).toMatch(/#2…#2 of order\/o-7 from shop\.orders still missing/);
     expect(parked[0]?.event).toEqual(
-      JSON.parse(JSON.stringify({ ...e3, id: (parked[0]?.event as { id: string }).id })),
+      JSON.parse(JSON.stringify({ ...e3, id: (parked[0]?.event as { id?: string } | undefined)?.id })),
     );
     const table = await cli(['inbox', 'parked', 'list', '--consumer', 'billing']);
     expect(table.stdout).toContain(`${eventIdOf(e3)}\tOrderPlaced\torder/o-7\t3\tparked\t`);
