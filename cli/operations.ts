@@ -35,7 +35,7 @@ export interface OperationsContext {
 interface FilterOptions {
   type?: string;
   aggregate?: string;
-  since?: Date;
+  since?: Date | { secondsAgo: number };
   all?: boolean;
   yes?: boolean;
   json?: boolean;
@@ -48,7 +48,8 @@ const toFilter = (o: FilterOptions): DeadLetterFilter => ({
   since: o.since,
 });
 
-const SINCE_HELP = 'dead-lettered since an ISO date/time or a duration back from now (90m, 36h, 7d)';
+const SINCE_HELP =
+  'dead-lettered since an ISO date (UTC) or date-time with its zone (2026-11-30T09:00Z), or a duration back from the database clock (90m, 36h, 7d)';
 
 /** Adds `dead-letters list|show|replay|discard` and `prune` to the program. */
 export function registerOperations(program: Command, ctx: OperationsContext): void {

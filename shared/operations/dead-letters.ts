@@ -11,8 +11,12 @@ export interface DeadLetterFilter {
   type?: string;
   /** `aggregateType` or `aggregateType/aggregateId`. */
   aggregate?: string;
-  /** Dead-lettered at or after this time. */
-  since?: Date;
+  /**
+   * Dead-lettered at or after this instant (a `Date`), or within the last `secondsAgo` seconds
+   * counted back from the database's `now()`. `dead_lettered_at` is written with the database's
+   * clock, so a duration is measured on it too, never on the caller's clock (which may be off).
+   */
+  since?: Date | { secondsAgo: number };
   /** Include discarded dead letters (default false). */
   includeDiscarded?: boolean;
 }
@@ -93,9 +97,31 @@ function splitAggregate(aggregate: string | undefined): { type: string | null; i
     : { type: aggregate.slice(0, slash), id: aggregate.slice(slash + 1) };
 }
 
+/**
+ * The two forms of {@link DeadLetterFilter.since} as statement parameters: an instant, or seconds
+ * before the database's `now()`.
+ * @throws {OutboxValidationError} naming `since` for an invalid date or a negative or non-finite duration
+ */
+function sinceParameters(since: DeadLetterFilter['since']): { at: Date | null; secondsAgo: number | null } {
+  if (since === undefined) return { at: null, secondsAgo: null };
+  if (since instanceof Date) {
+    if (Number.isNaN(since.getTime())) throw new OutboxValidationError('since', 'is an invalid date');
+    return { at: since, secondsAgo: null };
+  }
+  const seconds = since?.secondsAgo;
+  if (typeof seconds !== 'number' || !Number.isFinite(seconds) || seconds < 0) {
+    throw new OutboxValidationError(
+      'since',
+      `must be a Date or { secondsAgo: n } with n a number of seconds, 0 or more (got ${String(seconds)})`,
+    );
+  }
+  return { at: null, secondsAgo: seconds };
+}
+
 /** Row ids of the dead letters matching `filter`, oldest first. */
 async function selectIds(sql: Queryable, filter: DeadLetterFilter, limit: number): Promise<string[]> {
   const agg = splitAggregate(filter.aggregate);
+  const since = sinceParameters(filter.since);
   const rows = await sql<{ id: string }[]>`
     select id from outbox
     where dead_lettered_at is not null and published_at is null
@@ -103,7 +129,9 @@ async function selectIds(sql: Queryable, filter: DeadLetterFilter, limit: number
       and (${filter.type ?? null}::text is null or event_type = ${filter.type ?? null})
       and (${agg.type}::text is null or aggregate_type = ${agg.type})
       and (${agg.id}::text is null or aggregate_id = ${agg.id})
-      and (${filter.since ?? null}::timestamptz is null or dead_lettered_at >= ${filter.since ?? null})
+      and (${since.at}::timestamptz is null or dead_lettered_at >= ${since.at}::timestamptz)
+      and (${since.secondsAgo}::float8 is null
+           or dead_lettered_at >= now() - make_interval(secs => ${since.secondsAgo}::float8))
     order by dead_lettered_at, id
     limit ${limit}`;
   return rows.map((r) => r.id);

@@ -10,7 +10,14 @@
  * gets its statement timeout as a role default, so clients need no `SET` (which would pin).
  */
 import type { Queryable } from '../platform/index.ts';
-import { connect, DEFAULT_ROLES, migrate, type OutboxRoles } from '../platform/index.ts';
+import {
+  connect,
+  DEFAULT_ROLES,
+  databasePasswords,
+  migrate,
+  type OutboxRoles,
+  redactError,
+} from '../platform/index.ts';
 
 /**
  * Creates the roles if missing and (re)applies their grants; safe to run on every deploy.
@@ -77,6 +84,9 @@ export async function migrateWithRoles(
   const sql = connect({ ...(url ? { url } : {}), max: 1, env: url ? {} : process.env });
   try {
     await ensureRoles(sql, options.roles ?? DEFAULT_ROLES, options.statementTimeoutMs);
+  } catch (error) {
+    // The deploy-time function logs what it throws; the admin password must not be in it.
+    throw redactError(error, databasePasswords(process.env, url));
   } finally {
     await sql.end({ timeout: 5 });
   }

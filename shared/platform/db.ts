@@ -8,7 +8,7 @@ import postgres from 'postgres';
 import * as z from 'zod/mini';
 import { parseEnv } from './config.ts';
 import { isTransientDatabaseError } from './connection-errors.ts';
-import { checkDatabaseUrl } from './database-target.ts';
+import { checkDatabaseUrl, databasePasswords, redactError } from './database-target.ts';
 import { OutboxConfigError, OutboxDeadlineError } from './errors.ts';
 import { oneStatementPerConnection } from './pooler.ts';
 
@@ -113,7 +113,14 @@ export function connect(options: ConnectOptions = {}): Sql {
     prepare: !pooled,
   };
   if (iam) Object.assign(settings, rdsProxySettings(processEnv));
-  const sql = url ? postgres(url, settings) : postgres(settings);
+  else if (!url) Object.assign(settings, libpqSettings(processEnv));
+  let sql: Sql;
+  try {
+    sql = url ? postgres(url, settings) : postgres(settings);
+  } catch (error) {
+    // The driver parses the URL itself; its TypeError carries the whole URL in `input`.
+    throw redactError(error, databasePasswords(processEnv, url));
+  }
   return pooled ? oneStatementPerConnection(sql, max) : sql;
 }
 
@@ -145,6 +152,22 @@ function rdsProxySettings(
     password: () => signer.getAuthToken(),
     ssl: { rejectUnauthorized: true, ...(isIP(hostname) ? {} : { servername: hostname }) },
   };
+}
+
+/**
+ * libpq's variables from `env`, given to the driver explicitly: it would otherwise read them from
+ * `process.env`, which is not the environment the caller passed (the CLI's, in tests).
+ */
+function libpqSettings(
+  env: NodeJS.ProcessEnv,
+): Partial<postgres.Options<Record<string, postgres.PostgresType>>> {
+  const settings: Partial<postgres.Options<Record<string, postgres.PostgresType>>> = {};
+  if (env.PGHOST) settings.host = env.PGHOST;
+  if (env.PGPORT) settings.port = Number(env.PGPORT);
+  if (env.PGUSER) settings.username = env.PGUSER;
+  if (env.PGPASSWORD) settings.password = env.PGPASSWORD;
+  if (env.PGDATABASE) settings.database = env.PGDATABASE;
+  return settings;
 }
 
 /**

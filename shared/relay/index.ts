@@ -16,7 +16,7 @@ export {
 } from '../platform/index.ts';
 export { backoffDelayMs } from './backoff.ts';
 export { emptyCounts, type RelayCounts } from './counts.ts';
-export { Lease } from './lease.ts';
+export { Lease, type LeaseLeftover } from './lease.ts';
 export {
   type PassReport,
   type RunRelayOptions,
@@ -40,5 +40,12 @@ export {
   PUT_EVENTS_TIMEOUTS,
 } from './publish.ts';
 export { Semaphore } from './semaphore.ts';
-export { type ClaimOptions, claimBatch, hasPending } from './sql/index.ts';
+export {
+  type ClaimOptions,
+  claimBatch,
+  countHeldBack,
+  type HeldBack,
+  type HoldBackPolicy,
+  hasPending,
+} from './sql/index.ts';
 export type { ClaimedEvent } from './types.ts';

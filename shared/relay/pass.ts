@@ -35,6 +35,8 @@ import {
   recordFailures,
   releaseUnsent,
   renewLease,
+  startRound,
+  type UnsentRow,
   unparkNextEvents,
 } from './sql/index.ts';
 import type { ClaimedEvent } from './types.ts';
@@ -204,7 +206,7 @@ export async function relayPass(
   const endBy = options.endBy ?? Number.POSITIVE_INFINITY;
   const watchdog = new Watchdog(lease, endBy);
   try {
-    lease.claimSending();
+    lease.claimSending(settings.ordering);
     watchdog.arm();
     const events = await watchdog.statement(
       'claim',
@@ -217,7 +219,10 @@ export async function relayPass(
         deadLetterPolicy: settings.deadLetterPolicy,
       }),
     );
-    lease.claimed(events.map((e) => e.id));
+    lease.claimed(
+      events.map((e) => e.id),
+      events.filter((e) => e.isHead).map((e) => e.id),
+    );
     counts.claimed = events.length;
     if (events.length === 0) return counts;
 
@@ -232,12 +237,16 @@ export async function relayPass(
       if (queue) queue.push(event);
       else queues.set(keyOf(event), [event]);
     }
-    const toRelease: { id: string; notBeforeMs: number }[] = [];
-    /** Stops an aggregate: its unsent events are handed back, to go no earlier than `notBeforeMs`. */
+    const toRelease: UnsentRow[] = [];
+    /**
+     * Stops an aggregate: its unsent events are handed back, to go no earlier than `notBeforeMs`,
+     * with the attempt returned where one was spent (a head; a successor spent none).
+     */
     const stop = (key: string, notBeforeMs: number) => {
       stopped.set(key, notBeforeMs);
       for (const e of queues.get(key) ?? [])
-        if (lease.held.has(e.id)) toRelease.push({ id: e.id, notBeforeMs });
+        if (lease.held.has(e.id))
+          toRelease.push({ id: e.id, notBeforeMs, giveBackAttempt: lease.spent.has(e.id) });
       queues.delete(key);
     };
     const release = async () => {
@@ -263,12 +272,7 @@ export async function relayPass(
     for (const [key, queue] of queues) {
       const head = queue[0];
       if (head && head.attempts > settings.maxAttempts) {
-        exhausted.push({
-          id: head.id,
-          error: `AttemptsExhausted: claimed ${head.attempts} times (max ${settings.maxAttempts}) without a recorded outcome; the relay crashed or lost its lease on each attempt`,
-          deadLetter: true,
-          retryInMs: 0,
-        });
+        exhausted.push(exhaustedFailure(head, settings.maxAttempts));
         queue.shift();
         stop(key, 0);
         deps.onFailure?.({
@@ -319,9 +323,48 @@ export async function relayPass(
         for (const key of [...queues.keys()]) stop(key, 0);
         break;
       }
-      const round: ClaimedEvent[] = [];
+      let round: ClaimedEvent[] = [];
       for (const queue of queues.values()) round.push(queue.shift() as ClaimedEvent);
       for (const [key, queue] of queues) if (queue.length === 0) queues.delete(key);
+
+      // Successors start their publication now, and spend their attempt now: not at claim, where a
+      // relay that died while sending the head would have charged them for it. A successor this
+      // lease no longer owns is not sent; one over its attempts (started that often, each ending
+      // without an outcome) is dead-lettered instead of sent, as an exhausted head is.
+      const successors = round.filter((e) => !e.isHead);
+      const roundFailures: Failure[] = [];
+      if (successors.length > 0) {
+        const started = await watchdog.statement(
+          'start round',
+          startRound(
+            sql(),
+            token,
+            successors.map((e) => e.id),
+          ),
+        );
+        lease.started(started.keys());
+        const skip = new Set<string>();
+        for (const event of successors) {
+          const attempts = started.get(event.id);
+          if (attempts === undefined) {
+            lease.settled([event.id]);
+            counts.leaseLost++;
+            skip.add(event.id);
+            stop(keyOf(event), 0);
+            continue;
+          }
+          event.attempts = attempts;
+          if (attempts > settings.maxAttempts) {
+            const failure = exhaustedFailure(event, settings.maxAttempts);
+            roundFailures.push(failure);
+            counts.deadLettered++;
+            deps.onFailure?.({ eventId: event.eventId, reason: failure.error, deadLettered: true });
+            skip.add(event.id);
+            stop(keyOf(event), 0);
+          }
+        }
+        if (skip.size > 0) round = round.filter((e) => !skip.has(e.id));
+      }
 
       const items = round.map((event) => ({ event, entry: toEntry(event, settings.eventBusName) }));
       const requests = packRequests(items, settings.maxRequestBytes);
@@ -352,7 +395,7 @@ export async function relayPass(
       if (watchdog.signal.aborted) throw watchdog.signal.reason;
 
       const publishedIds: string[] = [];
-      const failures: Failure[] = [];
+      const failures: Failure[] = roundFailures;
       for (const { event, outcome } of outcomes.flat()) {
         if (outcome.ok) {
           publishedIds.push(event.id);
@@ -446,13 +489,23 @@ export async function relayOnce(
     const leftover = lease.leftover;
     if (leftover) {
       await withDeadline(
-        abandonLease(currentSql(deps.sql), lease.token, leftover === 'unknown' ? undefined : leftover),
+        abandonLease(currentSql(deps.sql), lease.token, leftover),
         'hand back lease',
         STATEMENT_DEADLINE_MS,
       ).catch(() => {});
     }
     throw error;
   }
+}
+
+/** The dead-lettering of an event started more often than allowed, none of them with an outcome. */
+function exhaustedFailure(event: ClaimedEvent, maxAttempts: number): Failure {
+  return {
+    id: event.id,
+    error: `AttemptsExhausted: claimed ${event.attempts} times (max ${maxAttempts}) without a recorded outcome; the relay crashed or lost its lease on each attempt`,
+    deadLetter: true,
+    retryInMs: 0,
+  };
 }
 
 function aggregateKey(event: ClaimedEvent): string {
