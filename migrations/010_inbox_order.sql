@@ -18,8 +18,8 @@ alter table outbox add column type_sequence bigint;
 -- this migration (NULL until its first one).
 alter table outbox_aggregate add column type_counts jsonb;
 
--- Checks one event as enqueue() does; the same function as in migration 007 but for the bound on
--- the metadata's size, which now includes "typeSequence".
+-- Checks one event as enqueue() does; the same function as in migration 009 but for the bound on
+-- the metadata's size, which now includes "typeSequence" (as large as the sequence, 19 digits).
 create or replace function outbox_enqueue_check(
   event_type text, source text, aggregate_type text, aggregate_id text, payload jsonb,
   idempotency_key text, trace_header text, max_entry_bytes integer, event_index integer)
@@ -66,7 +66,7 @@ begin
     perform outbox_enqueue_reject('payload', 'nests deeper than 1000 levels', event_index);
   end if;
   metadata_bytes := octet_length(format(
-    '{"metadata":{"eventId":"00000000-0000-0000-0000-000000000000","aggregateType":%s,"aggregateId":%s,"sequence":9007199254740991,"typeSequence":9007199254740991,"occurredAt":"2000-01-01T00:00:00.000Z"},"data":}',
+    '{"metadata":{"eventId":"00000000-0000-0000-0000-000000000000","aggregateType":%s,"aggregateId":%s,"sequence":9223372036854775807,"typeSequence":9223372036854775807,"occurredAt":"2000-01-01T00:00:00.000Z"},"data":}',
     to_json(aggregate_type)::text, to_json(aggregate_id)::text));
   upper_bound := 14 + octet_length(source) + octet_length(event_type) + metadata_bytes + octet_length(payload::text);
   if upper_bound > max_entry_bytes then

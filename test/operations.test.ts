@@ -363,7 +363,7 @@ describe('dead-letter operations', () => {
     await runRelay({ sql: h.db.sql, client: testClient(h.bus.url), settings, once: true });
     h.bus.setFaults({});
     const [dead] = await listDeadLetters(h.db.sql);
-    expect(dead?.sequence).toBe(1);
+    expect(dead?.sequence).toBe('1');
     // Blocked: #2 waits behind the dead letter.
     await runRelay({ sql: h.db.sql, client: testClient(h.bus.url), settings, once: true });
     expect(h.bus.events).toHaveLength(0);

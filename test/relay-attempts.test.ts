@@ -70,10 +70,10 @@ describe('attempts', () => {
     const token = crypto.randomUUID();
     const claimed = await claimBatch(h.db.sql, claimOptions(token));
     expect(claimed.map((e) => [e.aggregateId, e.sequence, e.isHead, e.attempts])).toEqual([
-      ['a', 1, true, 1],
-      ['a', 2, false, 0],
-      ['a', 3, false, 0],
-      ['b', 1, true, 1],
+      ['a', '1', true, 1],
+      ['a', '2', false, 0],
+      ['a', '3', false, 0],
+      ['b', '1', true, 1],
     ]);
     const a2 = claimed[1]?.id as string;
     const started = await startRound(h.db.sql, token, [a2]);

@@ -50,7 +50,8 @@ async function settledOrWaitingOnLock(work: Promise<unknown>): Promise<'settled'
   }
 }
 
-const bySequence = (events: readonly ClaimedEvent[]) => events.map((e) => e.sequence).sort((a, b) => a - b);
+const bySequence = (events: readonly ClaimedEvent[]) =>
+  events.map((e) => Number(e.sequence)).sort((a, b) => a - b);
 
 describe('claim races', () => {
   it('a replay racing an uncommitted claim never lets a second claim take the rows that claim holds', async () => {
@@ -114,7 +115,7 @@ describe('claim races', () => {
     // Before A unparks, relay B claims 3 (and 4), and 3 fails: a 60 s backoff, 4 waits behind it.
     const claimedByB = await claimBatch(h.db.sql, claimOptions(tokenB, { perAggregateLimit: 2 }));
     expect(bySequence(claimedByB)).toEqual([3, 4]);
-    const [three, four] = [...claimedByB].sort((a, b) => a.sequence - b.sequence);
+    const [three, four] = [...claimedByB].sort((a, b) => Number(a.sequence) - Number(b.sequence));
     await recordFailures(h.db.sql, tokenB, [
       { id: three?.id as string, error: 'InternalFailure: x', deadLetter: false, retryInMs: 60_000 },
     ]);

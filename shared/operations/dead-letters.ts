@@ -3,7 +3,7 @@
  * list, show, replay (back to pending), discard (kept for audit, never published).
  */
 import type { Queryable } from '../platform/index.ts';
-import { OutboxValidationError } from '../platform/index.ts';
+import { compactJsonb, OutboxValidationError } from '../platform/index.ts';
 
 /** Which dead letters an operation applies to. Every field narrows the selection. */
 export interface DeadLetterFilter {
@@ -30,7 +30,8 @@ export interface DeadLetter {
   source: string;
   aggregateType: string;
   aggregateId: string;
-  sequence: number;
+  /** Per-aggregate sequence (int8 as a string, exact at any size). */
+  sequence: string;
   attempts: number;
   lastError: string | null;
   createdAt: Date;
@@ -40,7 +41,12 @@ export interface DeadLetter {
 
 /** A dead letter with its payload and trace header, as `show` prints it. */
 export interface DeadLetterDetail extends DeadLetter {
-  payload: Record<string, unknown>;
+  /**
+   * The payload as compact JSON text, every number as stored (what the relay sends as `data`).
+   * `JSON.parse` it for a plain object, knowing that it rounds numbers beyond a double's precision;
+   * `parseExactJson` keeps them for re-serialising.
+   */
+  payloadJson: string;
   traceHeader: string | null;
 }
 
@@ -57,7 +63,8 @@ interface DbDeadLetter {
   created_at: Date;
   dead_lettered_at: Date;
   discarded_at: Date | null;
-  payload?: Record<string, unknown>;
+  /** jsonb's text form (`payload::text`), never parsed into numbers. */
+  payload?: string;
   trace_header?: string | null;
 }
 
@@ -69,7 +76,7 @@ function toDeadLetter(r: DbDeadLetter): DeadLetter {
     source: r.source,
     aggregateType: r.aggregate_type,
     aggregateId: r.aggregate_id,
-    sequence: Number(r.sequence),
+    sequence: r.sequence,
     attempts: r.attempts,
     lastError: r.last_error,
     createdAt: r.created_at,
@@ -166,12 +173,16 @@ export async function showDeadLetter(sql: Queryable, ref: string): Promise<DeadL
   const eventId = 'eventId' in key ? key.eventId : null;
   const [row] = await sql<DbDeadLetter[]>`
     select id, event_id, event_type, source, aggregate_type, aggregate_id, sequence, attempts, last_error,
-           created_at, dead_lettered_at, discarded_at, payload, trace_header
+           created_at, dead_lettered_at, discarded_at, payload::text as payload, trace_header
     from outbox
     where dead_lettered_at is not null and published_at is null
       and (id = ${rowId}::int8 or event_id = ${eventId}::uuid)`;
   if (!row) return undefined;
-  return { ...toDeadLetter(row), payload: row.payload ?? {}, traceHeader: row.trace_header ?? null };
+  return {
+    ...toDeadLetter(row),
+    payloadJson: compactJsonb(row.payload ?? '{}'),
+    traceHeader: row.trace_header ?? null,
+  };
 }
 
 /** Resolves operator ids (row ids or event ids) to the row ids of dead letters. */

@@ -107,11 +107,25 @@ export function redactError<E>(error: E, passwords: readonly string[]): E {
   let current: unknown = error;
   for (let depth = 0; depth < 5 && current instanceof Error; depth++) {
     const e = current as Error & { input?: unknown };
-    if (passwords.length > 0) {
-      e.message = redactPasswords(e.message, passwords);
-      if (e.stack) e.stack = redactPasswords(e.stack, passwords);
+    for (const key of ['message', 'stack'] as const) {
+      const text = e[key];
+      if (typeof text !== 'string') continue;
+      const redacted = redactPasswords(text, passwords);
+      if (redacted === text) continue;
+      try {
+        // Some drivers' errors make these read-only; defineProperty still works on them.
+        Object.defineProperty(e, key, { value: redacted, writable: true, configurable: true });
+      } catch {
+        // not configurable: left as it is
+      }
     }
-    if ('input' in e) delete e.input;
+    if ('input' in e) {
+      try {
+        delete e.input;
+      } catch {
+        // not configurable: left as it is
+      }
+    }
     current = e.cause;
   }
   return error;

@@ -36,7 +36,7 @@ const dbEnvSchema = z.object({
     z.coerce.number().check(z.int(), z.minimum(100), z.maximum(600_000)),
     15_000,
   ),
-  /** `true`: authenticate with an IAM token (RDS Proxy / RDS IAM auth), over verified TLS. */
+  /** `true`: authenticate with an IAM token (RDS Proxy, or an RDS instance or Aurora cluster directly), over verified TLS. */
   OUTBOX_DB_IAM_AUTH: z._default(z.enum(['true', 'false']), 'false'),
   /**
    * `transaction`: the database is reached through a transaction pooler (RDS Proxy, PgBouncer in
@@ -125,14 +125,17 @@ export function connect(options: ConnectOptions = {}): Sql {
 }
 
 /**
- * Settings for RDS Proxy with IAM authentication:
+ * Settings for IAM authentication, to RDS Proxy or straight to an RDS instance or Aurora cluster:
  * - the password is a fresh IAM token (15 minutes valid) from `@aws-sdk/rds-signer` for every new
  *   connection, signed with the function's role — no secret in the environment;
- * - TLS with certificate verification (the proxy's certificate chains to Amazon's public roots,
- *   which Node trusts);
+ * - TLS with certificate verification: the proxy's certificate chains to Amazon's public roots,
+ *   which Node trusts; an instance's or a cluster's to the Amazon RDS CAs, which Lambda's CA bundle
+ *   holds (`NODE_EXTRA_CA_CERTS=/var/runtime/ca-cert.pem`, set by the construct);
  * - TLS verified with servername for SNI (never an IP address, which SNI does not allow);
- * - the pooler settings of {@link connect} (no prepared statements, no startup settings but the
- *   application name, one statement per connection).
+ * - through the proxy (`OUTBOX_DB_POOLER=transaction`, the default with IAM), the pooler settings of
+ *   {@link connect} (no prepared statements, no startup settings but the application name, one
+ *   statement per connection); straight to the database (`OUTBOX_DB_POOLER=none`), a session of
+ *   its own.
  */
 function rdsProxySettings(
   env: NodeJS.ProcessEnv,

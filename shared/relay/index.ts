@@ -25,6 +25,7 @@ export {
   UnreturnedLeases,
 } from './loop.ts';
 export {
+  type PassCheckpoint,
   type PassOptions,
   type RelayDeps,
   type RelayFailure,

@@ -16,6 +16,7 @@
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import {
   type ConnectionPool,
+  compareInt8,
   currentSql,
   OutboxDeadlineError,
   type RelaySettings,
@@ -29,6 +30,7 @@ import { type EntryOutcome, mapWithConcurrency, packRequests, putEntries, toEntr
 import type { Semaphore } from './semaphore.ts';
 import {
   abandonLease,
+  type ClaimOptions,
   claimBatch,
   type Failure,
   markPublished,
@@ -75,7 +77,26 @@ export interface PassOptions {
    * this were their attempt `streak + 1` (their own attempt count does not grow).
    */
   backPressureStreak?: number;
+  /**
+   * Runs the claim statement instead of the pass (default: `claimBatch` on `deps.sql`). The
+   * model-based test runs it inside a transaction it commits later, so that other claims overlap
+   * an uncommitted one in Postgres.
+   */
+  claim?: (options: ClaimOptions) => Promise<ClaimedEvent[]>;
+  /**
+   * Awaited at each step of the pass (see {@link PassCheckpoint}), with no statement or call in
+   * flight; a rejection ends the pass there, leaving its rows leased as a crash would. For the
+   * model-based test, which interleaves passes step by step; not bounded by the pass's deadlines.
+   */
+  checkpoint?: (at: PassCheckpoint) => Promise<void>;
 }
+
+/**
+ * The steps at which a pass awaits {@link PassOptions.checkpoint}: the claim answered; a round is
+ * about to start (its successors' attempts not spent yet, nothing sent); a round's PutEvents calls
+ * answered (nothing marked yet); the pass is about to hand back what is left and unpark.
+ */
+export type PassCheckpoint = 'claimed' | 'round' | 'sent' | 'finishing';
 
 /** The longest any relay statement may take, ms; within a pass, the watchdog's time left bounds it sooner. */
 export const STATEMENT_DEADLINE_MS = 10_000;
@@ -208,16 +229,17 @@ export async function relayPass(
   try {
     lease.claimSending(settings.ordering);
     watchdog.arm();
+    const claimOptions: ClaimOptions = {
+      leaseToken: token,
+      leaseSeconds: lease.seconds,
+      batchSize: settings.batchSize,
+      perAggregateLimit: settings.perAggregateLimit,
+      ordering: settings.ordering,
+      deadLetterPolicy: settings.deadLetterPolicy,
+    };
     const events = await watchdog.statement(
       'claim',
-      claimBatch(sql(), {
-        leaseToken: token,
-        leaseSeconds: lease.seconds,
-        batchSize: settings.batchSize,
-        perAggregateLimit: settings.perAggregateLimit,
-        ordering: settings.ordering,
-        deadLetterPolicy: settings.deadLetterPolicy,
-      }),
+      options.claim ? options.claim(claimOptions) : claimBatch(sql(), claimOptions),
     );
     lease.claimed(
       events.map((e) => e.id),
@@ -225,6 +247,8 @@ export async function relayPass(
     );
     counts.claimed = events.length;
     if (events.length === 0) return counts;
+    const checkpoint = options.checkpoint ?? (async () => {});
+    await checkpoint('claimed');
 
     /** Aggregates that must send nothing more this pass → ms before their next event may go. */
     const stopped = new Map<string, number>();
@@ -232,7 +256,7 @@ export async function relayPass(
     // event is a queue of its own, so everything goes in the first round.
     const queues = new Map<string, ClaimedEvent[]>();
     const keyOf = (event: ClaimedEvent) => (settings.ordering === 'none' ? event.id : aggregateKey(event));
-    for (const event of [...events].sort((a, b) => a.sequence - b.sequence)) {
+    for (const event of [...events].sort((a, b) => compareInt8(a.sequence, b.sequence))) {
       const queue = queues.get(keyOf(event));
       if (queue) queue.push(event);
       else queues.set(keyOf(event), [event]);
@@ -323,6 +347,7 @@ export async function relayPass(
         for (const key of [...queues.keys()]) stop(key, 0);
         break;
       }
+      await checkpoint('round');
       let round: ClaimedEvent[] = [];
       for (const queue of queues.values()) round.push(queue.shift() as ClaimedEvent);
       for (const [key, queue] of queues) if (queue.length === 0) queues.delete(key);
@@ -393,6 +418,7 @@ export async function relayPass(
       // The lease is about to run out (a statement or the bus held the pass up): whatever this
       // round sent is unknown, so the pass fails and the caller hands its rows back.
       if (watchdog.signal.aborted) throw watchdog.signal.reason;
+      await checkpoint('sent');
 
       const publishedIds: string[] = [];
       const failures: Failure[] = roundFailures;
@@ -453,6 +479,7 @@ export async function relayPass(
         counts.retried = Math.max(0, counts.retried - (failures.length - failed));
       }
     }
+    await checkpoint('finishing');
     await release();
     if (settings.ordering === 'aggregate') {
       // Aggregates whose claimed events are all settled (published, or dead-lettered and so out of

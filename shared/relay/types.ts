@@ -10,11 +10,13 @@ export interface ClaimedEvent {
   eventId: string;
   aggregateType: string;
   aggregateId: string;
-  sequence: number;
-  /** Rank among its aggregate's events of the same type; undefined before migration 010. */
-  typeSequence?: number;
+  /** Per-aggregate sequence (int8, as decimal text, exact beyond 2^53). */
+  sequence: string;
+  /** Rank among its aggregate's events of the same type (int8, as decimal text); undefined before migration 010. */
+  typeSequence?: string;
   type: string;
   source: string;
+  /** The payload's compact JSON text, every number as stored. */
   payloadJson: string;
   traceHeader: string | null;
   createdAt: Date;

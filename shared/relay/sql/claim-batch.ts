@@ -15,7 +15,7 @@
  * event of the same aggregate. With a head, up to `perAggregateLimit − 1` of its successors are
  * claimed too; the publisher sends them one after the other.
  */
-import type { Queryable } from '../../platform/index.ts';
+import { compactJsonb, type Queryable } from '../../platform/index.ts';
 import type { ClaimedEvent } from '../types.ts';
 import { pendingRow, unpublishedRow } from './conditions.ts';
 
@@ -40,13 +40,14 @@ export interface DbClaimedRow {
   event_id: string;
   aggregate_type: string;
   aggregate_id: string;
+  /** int8, as decimal text. */
   sequence: string;
   /** NULL for rows enqueued before migration 010. */
   type_sequence: string | null;
   event_type: string;
   source: string;
-  /** jsonb, parsed by the driver. */
-  payload: Record<string, unknown>;
+  /** jsonb's text form (`payload::text`): parsing it would round its numbers to doubles. */
+  payload: string;
   trace_header: string | null;
   created_at: Date;
   attempts: number;
@@ -61,13 +62,13 @@ export function toClaimedEvent(row: DbClaimedRow): ClaimedEvent {
     eventId: row.event_id,
     aggregateType: row.aggregate_type,
     aggregateId: row.aggregate_id,
-    sequence: Number(row.sequence),
-    typeSequence: row.type_sequence === null ? undefined : Number(row.type_sequence),
+    sequence: row.sequence,
+    typeSequence: row.type_sequence ?? undefined,
     type: row.event_type,
     source: row.source,
-    // Compact JSON, as enqueue measured it: jsonb's own text form adds spaces and spells out
-    // numbers (5e-324 as 325 digits), which would make the entry larger than validated.
-    payloadJson: JSON.stringify(row.payload),
+    // jsonb's text without the spaces it adds: every number exactly as stored, and exactly the
+    // bytes enqueue measured (outbox_json_bytes) when it checked the entry's size.
+    payloadJson: compactJsonb(row.payload),
     traceHeader: row.trace_header,
     createdAt: row.created_at,
     attempts: row.attempts,
@@ -104,7 +105,7 @@ function claimUnordered(sql: Queryable, o: ClaimOptions) {
         attempts = o.attempts + 1
     where o.id = any(array(select id from picked))
     returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.type_sequence, o.event_type, o.source,
-              o.payload, o.trace_header, o.created_at, o.attempts, true as is_head
+              o.payload::text as payload, o.trace_header, o.created_at, o.attempts, true as is_head
   `;
 }
 
@@ -219,7 +220,7 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
       and ${pendingRow(sql)}
       and (o.lease_expires_at is null or o.lease_expires_at <= now())
     returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.type_sequence, o.event_type, o.source,
-              o.payload, o.trace_header, o.created_at, o.attempts,
+              o.payload::text as payload, o.trace_header, o.created_at, o.attempts,
               o.id = any(array(select id from heads)) as is_head
   `;
 }

@@ -1,5 +1,5 @@
 /** Whether any row is still to publish, and how many wait behind dead letters under `block`. */
-import type { Queryable, Sql } from '../../platform/index.ts';
+import { countFromDatabase, type Queryable, type Sql } from '../../platform/index.ts';
 import { pendingRow } from './conditions.ts';
 
 /** The settings that decide whether a dead letter holds back the rest of its aggregate. */
@@ -46,7 +46,10 @@ export async function countHeldBack(sql: Queryable, policy: HoldBackPolicy): Pro
     from outbox o
     where ${pendingRow(sql)} and ${behindDeadLetter(sql)}
   `;
-  return { events: countOf(row?.events), aggregates: countOf(row?.aggregates) };
+  return {
+    events: countFromDatabase(row?.events, 'held-back events'),
+    aggregates: countFromDatabase(row?.aggregates, 'held-back aggregates'),
+  };
 }
 
 function holdsBack(policy: HoldBackPolicy | undefined): boolean {
@@ -61,9 +64,4 @@ function behindDeadLetter(sql: Queryable) {
       and d.sequence < o.sequence and d.published_at is null
       and d.dead_lettered_at is not null and d.discarded_at is null
   )`;
-}
-
-/** A `count(*)` (int8, as text): a number of rows, far below 2^53 in any Postgres table. */
-function countOf(text: string | undefined): number {
-  return Number(text ?? 0);
 }
