@@ -409,6 +409,24 @@ describe('order mode × situation (the README table)', () => {
     );
   });
 
+  it('an upgrade from before migration 010: wait-for-gap adopts the position recorded without a source', async () => {
+    await row(
+      {
+        none: ['unordered', 'unordered'],
+        // a fresh chain per source: #6 is ahead of a gap, and applied; another source's #1 too
+        'ignore-stale': ['ahead', 'next'],
+        process: ['next', 'late'],
+        park: ['next', 'late'],
+      },
+      async ({ deliver }, _mode, name) => {
+        // The order state as migration 005's inbox left it: no source, no chain.
+        await db.sql`insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, last_sequence)
+                     values (${name}, 'order', 'o-1', 5)`;
+        return [await deliver(outboxEvent(6)), await deliver(outboxEvent(1, { source: 'shop.other' }))];
+      },
+    );
+  });
+
   it('a business key sees the whole event: two types of one order are two keys', async () => {
     const { deliver } = consumer('keyed', { key: ({ type, data }) => `${type}:${String(data.orderId)}` });
     const placed = outboxEvent(1, { type: 'OrderPlaced', data: { orderId: 'A' } });

@@ -111,7 +111,9 @@ export async function decide<T>(
   if (position === undefined) return otherRoute ? { skip: 'duplicate' } : { apply: 'unordered' };
 
   // 2. The chain's state, locked until this transaction ends.
-  const last = await lockChain(tx, s.consumer, d, chain);
+  // A wait-for-gap chain adopts the position recorded before migration 010 (without a source), so
+  // that an upgrade does not make every known aggregate wait for its #1 again.
+  const last = await lockChain(tx, s.consumer, d, chain, s.order === 'wait-for-gap' && chain === '');
   const chainKey = chainWhere(tx, s.consumer, d, chain);
   const clearGap = async () => {
     if (s.order === 'wait-for-gap')
@@ -178,10 +180,17 @@ function chainWhere(tx: Tx, consumer: string, d: Delivery<unknown>, chain: strin
 
 /**
  * Locks the chain's state row and returns its position, creating the row at 0 (nothing taken yet)
- * when the chain is new. A row written before migration 010 (source '') is adopted by the first
- * source that comes, for the whole-aggregate chain.
+ * when the chain is new, or, with `adopt`, at the position of the row written before migration 010
+ * for the aggregate (source ''), if there is one. Another source's events may then be taken as late
+ * (applied) once; not adopting would make each known aggregate wait out a gap for its #1.
  */
-async function lockChain(tx: Tx, consumer: string, d: Delivery<unknown>, chain: string): Promise<bigint> {
+async function lockChain(
+  tx: Tx,
+  consumer: string,
+  d: Delivery<unknown>,
+  chain: string,
+  adopt: boolean,
+): Promise<bigint> {
   const where = chainWhere(tx, consumer, d, chain);
   // Two rounds at most: the insert meets a row another transaction created meanwhile only once.
   for (let round = 0; round < 2; round++) {
@@ -194,7 +203,7 @@ async function lockChain(tx: Tx, consumer: string, d: Delivery<unknown>, chain: 
         select l.last_sequence from inbox_aggregate l
         where l.consumer = ${consumer} and l.aggregate_type = ${d.metadata.aggregateType}
           and l.aggregate_id = ${d.metadata.aggregateId} and l.source = '' and l.chain = ''
-          and ${chain} = ''), 0))
+          and ${adopt}::boolean), 0))
       on conflict do nothing
       returning last_sequence`;
     if (created) return BigInt(created.last_sequence);
