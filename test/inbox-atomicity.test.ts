@@ -375,18 +375,16 @@ describe("inbox: the deadline bounds the inbox's own statements", () => {
     // Another transaction holds the lock the inbox's order bookkeeping needs.
     const blocker = postgres(db.url, { max: 1, onnotice: () => {} });
     const release = Promise.withResolvers<void>();
+    const inserted = Promise.withResolvers<void>();
     const held = blocker.begin(async (tx) => {
       await tx`insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence)
                values ('billing', 'order', 'o-1', 'shop.orders', '', 0)`;
+      inserted.resolve();
       await release.promise;
     });
     try {
-      await until(
-        async () =>
-          (await admin`select 1 from pg_locks where locktype = 'transactionid' and granted`).length > 0,
-        5_000,
-        'blocker holds its lock',
-      );
+      // The row is written, uncommitted: the inbox's insert of the same row waits for this transaction.
+      await within(5_000, inserted.promise, 'blocker holds its lock');
       const c = consumer(db.sql, applyEffect, { order: 'ignore-stale' });
       const started = Date.now();
       const error = await failure(
