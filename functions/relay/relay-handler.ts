@@ -13,6 +13,7 @@ import { addRelayMetrics, createMetrics } from '../../shared/operations/index.ts
 import type { ConnectionPool, RelaySettings, Sql } from '../../shared/platform/index.ts';
 import { ServiceName } from '../../shared/platform/index.ts';
 import {
+  AnswerTimeout,
   checkEventBridgeClient,
   type RelayCounts,
   runRelay,
@@ -52,6 +53,8 @@ export function createRelayHandler(deps: RelayHandlerDeps) {
   const metrics = deps.metrics ?? createMetrics(ServiceName.relay, deps.settings.metricNamespace);
   let clientChecked: Promise<void> | undefined;
   const unreturned = new UnreturnedLeases();
+  // Kept across warm invocations: a slow bus is learned once, not again every minute.
+  const answerTimeout = new AnswerTimeout();
   return middy<unknown, RelayInvocationSummary, Error, Context>()
     .use(injectLambdaContext(logger))
     .use(logMetrics(metrics))
@@ -65,6 +68,7 @@ export function createRelayHandler(deps: RelayHandlerDeps) {
         settings: deps.settings,
         remainingMs: () => context.getRemainingTimeInMillis(),
         unreturned,
+        answerTimeout,
         onTransientError: (error, consecutive) =>
           logger.warn('database unavailable, retrying', { error, consecutive }),
       });

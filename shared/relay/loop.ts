@@ -12,6 +12,7 @@ import {
   type Sql,
   withDeadline,
 } from '../platform/index.ts';
+import { AnswerTimeout } from './answer-timeout.ts';
 import { addCounts, emptyCounts, type RelayCounts } from './counts.ts';
 import { Lease } from './lease.ts';
 import { type RelayDeps, relayPass, STATEMENT_DEADLINE_MS } from './pass.ts';
@@ -126,8 +127,10 @@ export async function runRelay(
   const lanes = options.once ? 1 : Math.max(1, options.settings.pipelineDepth);
   const publishSlots = options.publishSlots ?? new Semaphore(options.settings.publishConcurrency);
   const unreturned = options.unreturned ?? new UnreturnedLeases();
+  // One learned answer timeout for all lanes: they talk to the same bus.
+  const answerTimeout = options.answerTimeout ?? new AnswerTimeout();
   const results = await Promise.all(
-    Array.from({ length: lanes }, () => runLane({ ...options, publishSlots, unreturned })),
+    Array.from({ length: lanes }, () => runLane({ ...options, publishSlots, unreturned, answerTimeout })),
   );
   const totals = emptyCounts();
   for (const r of results) addCounts(totals, r);
