@@ -6,4 +6,5 @@ export * from './dead-letters.ts';
 export * from './metrics.ts';
 export * from './prune.ts';
 export * from './roles.ts';
+export * from './scale-out.ts';
 export * from './status.ts';

@@ -9,6 +9,7 @@ import {
   currentSql,
   isConnectionFailure,
   isTransientDatabaseError,
+  RELAY_INVOCATION_END,
   type Sql,
   withDeadline,
 } from '../platform/index.ts';
@@ -103,9 +104,9 @@ export interface RunRelayOptions extends RelayDeps {
 export type StopReason = 'once' | 'empty' | 'deadline' | 'aborted';
 
 /** Shortest lease worth claiming with, seconds. */
-const MIN_LEASE_SECONDS = 5;
+const MIN_LEASE_SECONDS = RELAY_INVOCATION_END.minLeaseSeconds;
 /** Time kept back at the end of an invocation for the final marks and the summary, ms. */
-const DEADLINE_MARGIN_MS = 3_000;
+const DEADLINE_MARGIN_MS = RELAY_INVOCATION_END.marginMs;
 
 /**
  * Relays until stopped: by `signal`, after one pass (`once`), when the outbox is drained
