@@ -38,6 +38,7 @@ import {
   setUpPgTransactionalOutbox,
 } from './pg-transactional-outbox.ts';
 import { type DeployedBenchContext, lambdaLag } from './sections/lambda-lag.ts';
+import { lambdaScale } from './sections/lambda-scale.ts';
 import { bundleComposition, findLambdaAsset, type LambdaAsset } from './support/bundle.ts';
 import { lineChart } from './support/chart.ts';
 import { type CpuProfile, type ProfileRow, summariseProfile } from './support/cpu-profile.ts';
@@ -106,6 +107,13 @@ const P = {
       ? { schedulerJitterMs: 0, coldStartExtraMs: 0 }
       : { schedulerJitterMs: 2_000, lateInvocation: { k: 2, ms: 15_000 }, coldStartExtraMs: 1_000 }),
     seed: 19,
+  },
+  lambdaScale: {
+    rows: 100_000,
+    relays: [1, 2, 4],
+    busLatencyMs: 20,
+    coldStartExtraMs: 1_000,
+    drainTimeoutMs: 300_000,
   },
 };
 const log = (line: string) => process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
@@ -1036,6 +1044,7 @@ const deployedContext = (): DeployedBenchContext => ({
   report,
 });
 if (want('lambda-lag')) results.lambdaLag = await lambdaLag(deployedContext(), P.lambdaLag);
+if (want('lambda-scale')) results.lambdaScale = await lambdaScale(deployedContext(), P.lambdaScale);
 
 const m = results.machine as Record<string, unknown>;
 m.loadPerCoreAtEnd = load();

@@ -106,6 +106,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
   );
   const scheduler = runSchedule(service, periodMs, schedule.input, delay, (e) => errors.push(e));
   let figures: LambdaLagFigures;
+  let stoppedAt = Number.POSITIVE_INFINITY;
   try {
     // The producer starts once the first invocation has had time to start (cold), and runs across
     // the boundaries, into the invocation after the last one.
@@ -147,6 +148,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
       invocations: [],
     };
   } finally {
+    stoppedAt = Date.now();
     scheduler.stop();
     await connections.stop();
     // The invocations still running are not waited for (up to a timeout each): Lambda would
@@ -161,7 +163,8 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
     endedAtS: s(r.endedAt),
     coldStart: r.coldStart,
     environment: r.environment,
-    outcome: r.outcome.type,
+    // Still running when the run ended (its process was ended then), or how it ended.
+    outcome: r.endedAt >= stoppedAt && r.outcome.type !== 'result' ? 'running at the end' : r.outcome.type,
   }));
   const f = figures;
   ctx.report(
