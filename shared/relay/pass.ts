@@ -305,9 +305,9 @@ export async function relayPass(
     }
 
     /**
-     * Renews the lease when a quarter of it has gone by, then says whether a round still fits
-     * before the watchdog fires. Rows the renewal found taken (the lease had run out, which the
-     * watchdog should have prevented) stop their aggregates.
+     * Renews the lease when a quarter of it has gone by (or sooner for a slow bus, below), then
+     * says whether a round still fits before the watchdog fires. Rows the renewal found taken (the
+     * lease had run out, which the watchdog should have prevented) stop their aggregates.
      */
     const roundFits = async (): Promise<boolean> => {
       // Renewed when a quarter of the lease has gone by, or sooner when what it leaves cannot hold
