@@ -13,8 +13,8 @@
  *
  * Options: `--full` (more rows and repeats, the peer tuning grid), `--scheduler-delay none` (the
  * lambda-lag section without its model of Scheduler's delays and cold starts), `--only a,b` or `--only a --only b` (run only these
- * sections: relay, peers, profile, grid, lag, claim, producer, bundle, lambda, scale, lambda-lag,
- * lambda-scale).
+ * sections: relay, rounds, peers, profile, grid, lag, claim, producer, bundle, lambda, scale,
+ * lambda-lag, lambda-scale).
  * Prints markdown tables as they are measured; writes JSON, markdown and an SVG chart to
  * bench/results/.
  */
@@ -163,11 +163,15 @@ async function reset() {
   await sql`truncate outbox, outbox_aggregate`;
   await bus.reset();
 }
-/** Inserts `n` pending events, one per aggregate, in bulk (not through enqueue: this is setup). */
-async function seed(n: number, prefix = '') {
+/**
+ * Inserts `n` pending events, `perAggregate` per aggregate (sequences 1, 2, …), in bulk (not
+ * through enqueue: this is setup).
+ */
+async function seed(n: number, prefix = '', perAggregate = 1) {
   await sql`
     insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload)
-    select 'order', ${prefix} || g::text, 1, 'OrderPlaced', 'bench.orders', jsonb_build_object('orderId', g, 'total', g * 3)
+    select 'order', ${prefix} || ((g - 1) / ${perAggregate})::text, (g - 1) % ${perAggregate} + 1,
+           'OrderPlaced', 'bench.orders', jsonb_build_object('orderId', g, 'total', g * 3)
     from generate_series(1, ${n}) g`;
   await sql`vacuum analyze outbox`;
 }
@@ -263,6 +267,7 @@ async function measureRelay(
   rows: number,
   repeats: number,
   among: Checkout[] = checkouts.slice(0, 1),
+  perAggregate = 1,
 ): Promise<RelayFigures[]> {
   await bus.setFaults({ latencyMs: latency });
   const runs = new Map<string, RelayRun[]>(among.map((c) => [c.dir, []]));
@@ -270,8 +275,10 @@ async function measureRelay(
   for (let i = 0; i < repeats; i++) {
     for (const c of among) {
       await reset();
-      await seed(rows);
-      log(`relay (${c.label}): ${rows} rows at ${latency} ms, run ${i + 1} of ${repeats}`);
+      await seed(rows, '', perAggregate);
+      log(
+        `relay (${c.label}): ${rows} rows (${perAggregate} per aggregate) at ${latency} ms, run ${i + 1} of ${repeats}`,
+      );
       const r = await runRelayProcess({}, [], ['--until-empty'], c.dir);
       const accepted = (await bus.stats()).accepted;
       if (r.published !== rows || accepted < rows) {
@@ -301,8 +308,8 @@ async function measureRelay(
   });
 }
 
-if (want('relay') || want('peers') || want('profile') || want('grid')) {
-  for (const c of want('relay') ? checkouts : checkouts.slice(0, 1)) {
+if (want('relay') || want('rounds') || want('peers') || want('profile') || want('grid')) {
+  for (const c of want('relay') || want('rounds') ? checkouts : checkouts.slice(0, 1)) {
     log(`relay (${c.label}): CPU of a run over an empty outbox (start-up, one claim, exit)`);
     relayFixedUs.set(c.dir, await relayFixedCpuUs(c.dir));
   }
@@ -334,6 +341,34 @@ if (want('relay')) {
 ${rows.join('\n')}
 
 CPU per event is the relay process's \`process.cpuUsage()\` minus that of the same command over an empty outbox (${checkouts.map((c) => `${Math.round((relayFixedUs.get(c.dir) ?? 0) / 1000)} ms`).join(' and ')}: Node start-up, loading the CLI from TypeScript sources, one claim, exit), divided by the events; "whole process" divides it all. Events/s is the relay's own run time. The CLI runs from TypeScript sources, so its RSS includes Node's type stripper (about 17 MB) and the whole CLI; the Lambda bundle's memory is measured below.${checkouts.length > 1 ? ' The checkouts ran alternately, each over a freshly seeded outbox.' : ''}`,
+  );
+}
+
+// 1b. Aggregates with several events: a pass sends them in rounds, and before each round after
+// the first the relay spends the successors' attempts (one statement per round).
+if (want('rounds')) {
+  const perAggregate = defaults.perAggregateLimit;
+  const rows: string[] = [];
+  const all: RelayFigures[] = [];
+  for (const latency of [0, 20]) {
+    const figures = await measureRelay(latency, P.rows, P.repeats, checkouts, perAggregate);
+    all.push(...figures);
+    for (const f of figures) {
+      rows.push(
+        `| ${latency} ms${checkouts.length > 1 ? ` | ${f.checkout}` : ''} | ${f.eventsPerSecond} | ${f.cpuPerEventUs} µs | ${f.processCpuPerEventUs} µs | ${f.loadPerCore} |`,
+      );
+    }
+  }
+  results.rounds = { perAggregate, byLatency: all };
+  const checkoutColumn = checkouts.length > 1 ? ' | checkout' : '';
+  report(
+    `### Rounds: \`outbox relay --until-empty\`, ${P.rows} events, ${perAggregate} per aggregate, default settings, median of ${P.repeats}
+
+| bus latency${checkoutColumn} | events/s | CPU per event (user + sys) | whole process per event | load per core |
+|---|${checkouts.length > 1 ? '---|' : ''}---|---|---|---|
+${rows.join('\n')}
+
+Each pass claims ${defaults.batchSize} aggregates with ${perAggregate} events each and sends them in ${perAggregate} rounds, one event per aggregate per round; rounds 2 to ${perAggregate} start with one statement that spends the successors' attempts.${checkouts.length > 1 ? ' The checkouts ran alternately, each over a freshly seeded outbox.' : ''}`,
   );
 }
 

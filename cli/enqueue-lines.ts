@@ -6,7 +6,7 @@
 import { createInterface } from 'node:readline';
 import { Readable } from 'node:stream';
 import type { Sql } from '../shared/platform/index.ts';
-import { OutboxValidationError } from '../shared/platform/index.ts';
+import { OutboxValidationError, parseExactJson } from '../shared/platform/index.ts';
 import { enqueueMany, type OutboxEvent, validateEvent } from '../shared/producer/index.ts';
 
 const FIELDS = new Set([
@@ -110,5 +110,10 @@ function parseLine(text: string): OutboxEvent {
       );
     }
   }
-  return value as OutboxEvent;
+  const event = value as OutboxEvent;
+  // The payload again, with every number kept as written (1234567890123456789 would otherwise
+  // be enqueued as 1234567890123456800): it is written to the database digit for digit.
+  if ('payload' in event)
+    event.payload = (parseExactJson(text) as { payload: OutboxEvent['payload'] }).payload;
+  return event;
 }

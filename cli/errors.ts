@@ -8,6 +8,7 @@ import {
   isConnectFailure,
   OutboxConfigError,
   OutboxError,
+  OutboxSchemaError,
 } from '../shared/platform/index.ts';
 
 /** Exit statuses of the `outbox` command. */
@@ -31,7 +32,10 @@ export const LOCAL_DATABASE_HINT =
 const SCHEMA_BEHIND = new Set(['42P01', '42703', '42883']);
 
 /** The message (possibly several lines, without the `error: ` prefix) and exit status for `error`. */
-export function explainError(error: unknown, env: NodeJS.ProcessEnv): { message: string; exitCode: number } {
+export function explainError(thrown: unknown, env: NodeJS.ProcessEnv): { message: string; exitCode: number } {
+  // The library's schema error (from enqueue) is explained below like the driver's own, with the
+  // database the command used.
+  const error = thrown instanceof OutboxSchemaError ? thrown.cause : thrown;
   if (error instanceof OutboxConfigError) return { message: error.message, exitCode: EXIT.usage };
   if (error instanceof OutboxError) return { message: error.message, exitCode: EXIT.failure };
   const e = error as Error & { code?: string };

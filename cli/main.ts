@@ -16,6 +16,7 @@ import { getStatus, migrateWithRoles } from '../shared/operations/index.ts';
 import {
   connect,
   DEFAULT_ROLES,
+  databasePasswords,
   databaseUrlFromEnv,
   describeConnectionFailure,
   ignoreTransientDriverRejections,
@@ -23,9 +24,18 @@ import {
   loadRelaySettings,
   migrate,
   openPool,
+  redactPasswords,
   type Sql,
+  withDeadline,
 } from '../shared/platform/index.ts';
-import { checkEventBridgeClient, createEventBridgeClient, runRelay } from '../shared/relay/index.ts';
+import {
+  checkEventBridgeClient,
+  countHeldBack,
+  createEventBridgeClient,
+  type HeldBack,
+  runRelay,
+  STATEMENT_DEADLINE_MS,
+} from '../shared/relay/index.ts';
 import { type EnqueueProgress, enqueueFromLines } from './enqueue-lines.ts';
 import { EXIT, explainError, LOCAL_DATABASE_HINT } from './errors.ts';
 import { registerOperations } from './operations.ts';
@@ -102,7 +112,15 @@ function packageVersion(): string {
  * @param argv `process.argv` shape (node, script, …args)
  * @returns the exit code: 0 ok, 1 failure, 2 usage or configuration error
  */
-export async function main(argv: string[], io: CliIo = defaultIo()): Promise<number> {
+export async function main(argv: string[], cliIo: CliIo = defaultIo()): Promise<number> {
+  // The last line of defence: no line printed, whatever produced it (a driver's message included),
+  // carries a database password. Messages built here never hold one (maskDatabaseUrl).
+  const passwords = databasePasswords(cliIo.env);
+  const io: CliIo = {
+    ...cliIo,
+    out: (line) => cliIo.out(redactPasswords(line, passwords)),
+    err: (line) => cliIo.err(redactPasswords(line, passwords)),
+  };
   let code: number = EXIT.ok;
   const json = (value: unknown) => io.out(JSON.stringify(value));
   const withDb = async (fn: (sql: Sql) => Promise<void>) => {
@@ -164,7 +182,10 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
     .addOption(
       new Option('--once', 'run a single claim-publish-mark pass, then exit').conflicts('untilEmpty'),
     )
-    .option('--until-empty', 'exit once no pending row is left')
+    .option(
+      '--until-empty',
+      'exit once no pending row is left that a relay can claim (exit 1 if events wait behind dead letters under OUTBOX_DEAD_LETTER_POLICY=block)',
+    )
     .option('--quiet', 'print only the final summary')
     .option('--json', 'print the final summary as one JSON document')
     .action(async (opts: { once?: boolean; untilEmpty?: boolean; quiet?: boolean; json?: boolean }) => {
@@ -235,8 +256,18 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
               }
             },
           });
+          // Drained of everything claimable: under `block`, events may still wait behind dead
+          // letters, which only an operator can release; say so rather than report an empty outbox.
+          let heldBack: HeldBack | undefined;
+          if (opts.untilEmpty && result.stopReason === 'empty') {
+            heldBack = await withDeadline(
+              countHeldBack(pool.sql, settings),
+              'count held-back events',
+              STATEMENT_DEADLINE_MS,
+            );
+          }
           const seconds = (performance.now() - started) / 1000;
-          const stopReason = gaveUp ? 'gave up' : result.stopReason;
+          const stopReason = gaveUp ? 'gave up' : heldBack?.events ? 'held back' : result.stopReason;
           const failures = report.failures();
           if (opts.json) {
             json({
@@ -248,6 +279,7 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
               leaseLost: result.leaseLost,
               eventsPerSecond: Math.round(result.published / Math.max(seconds, 0.001)),
               failures,
+              ...(heldBack ? { heldBack } : {}),
             });
           } else {
             io.out(
@@ -274,6 +306,14 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
             // --until-empty promises an empty outbox; giving up with events still pending is not that.
             io.err(
               'error: the outbox is not empty: events still pending failed on every attempt (the reasons are above).',
+            );
+            code = EXIT.failure;
+          }
+          if (heldBack?.events) {
+            io.err(
+              `error: ${heldBack.events} event(s) of ${heldBack.aggregates} aggregate(s) wait behind dead letters ` +
+                '(OUTBOX_DEAD_LETTER_POLICY=block): nothing else is left to claim, and they go only once their ' +
+                'dead letters are replayed or discarded: `outbox dead-letters list`.',
             );
             code = EXIT.failure;
           }

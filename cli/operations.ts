@@ -15,7 +15,7 @@ import {
   showDeadLetter,
 } from '../shared/operations/index.ts';
 import type { Sql } from '../shared/platform/index.ts';
-import { loadMonitorSettings } from '../shared/platform/index.ts';
+import { loadMonitorSettings, parseExactJson, rawJson } from '../shared/platform/index.ts';
 import { EXIT } from './errors.ts';
 import { eventRef, eventRefs, parseSince, positiveInteger } from './parsers.ts';
 
@@ -35,7 +35,7 @@ export interface OperationsContext {
 interface FilterOptions {
   type?: string;
   aggregate?: string;
-  since?: Date;
+  since?: Date | { secondsAgo: number };
   all?: boolean;
   yes?: boolean;
   json?: boolean;
@@ -48,7 +48,8 @@ const toFilter = (o: FilterOptions): DeadLetterFilter => ({
   since: o.since,
 });
 
-const SINCE_HELP = 'dead-lettered since an ISO date/time or a duration back from now (90m, 36h, 7d)';
+const SINCE_HELP =
+  'dead-lettered since an ISO date (UTC) or date-time with its zone (2026-11-30T09:00Z), or a duration back from the database clock (90m, 36h, 7d)';
 
 /** Adds `dead-letters list|show|replay|discard` and `prune` to the program. */
 export function registerOperations(program: Command, ctx: OperationsContext): void {
@@ -65,7 +66,7 @@ export function registerOperations(program: Command, ctx: OperationsContext): vo
       await ctx.withDb(async (sql) => {
         const rows = await listDeadLetters(sql, toFilter(o), o.limit);
         if (o.json) {
-          ctx.json(rows);
+          ctx.json(rows.map(forJson));
           return;
         }
         if (rows.length === 0) {
@@ -105,8 +106,10 @@ export function registerOperations(program: Command, ctx: OperationsContext): vo
           ctx.setExitCode(EXIT.failure);
           return;
         }
-        if (o.json) ctx.json(d);
-        else for (const line of formatDeadLetter(d)) ctx.out(line);
+        if (o.json) {
+          const { payloadJson, traceHeader, ...rest } = d;
+          ctx.json({ ...forJson(rest), payload: parseExactJson(payloadJson), traceHeader });
+        } else for (const line of formatDeadLetter(d)) ctx.out(line);
       });
     });
 
@@ -227,6 +230,14 @@ export function registerOperations(program: Command, ctx: OperationsContext): vo
     });
 }
 
+/**
+ * A dead letter for `--json`: as the library returns it, but with `sequence` a JSON number literal
+ * (as in the event's Detail), written digit for digit from its decimal text.
+ */
+function forJson<T extends { sequence: string }>(d: T): Omit<T, 'sequence'> & { sequence: unknown } {
+  return { ...d, sequence: rawJson(d.sequence) };
+}
+
 /** A dead letter for a terminal: the facts first, then the error, then the payload. */
 function formatDeadLetter(d: DeadLetterDetail): string[] {
   return [
@@ -241,7 +252,7 @@ function formatDeadLetter(d: DeadLetterDetail): string[] {
     ...(d.traceHeader ? [`trace header:     ${d.traceHeader}`] : []),
     `error:            ${d.lastError ?? '-'}`,
     'payload:',
-    ...JSON.stringify(d.payload, null, 2)
+    ...JSON.stringify(parseExactJson(d.payloadJson), null, 2)
       .split('\n')
       .map((l) => `  ${l}`),
   ];

@@ -8,7 +8,9 @@ import { type AcceptedEvent, startLocalBus } from '../test/support/local-bus.ts'
 const bus = await startLocalBus({ port: Number(process.env.LOCAL_BUS_PORT ?? 4010) });
 process.stdout.write(
   `local EventBridge endpoint listening on ${bus.url}\n` +
-    `  export AWS_ENDPOINT_URL_EVENTBRIDGE=${bus.url} AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local\n`,
+    // Everything `outbox relay` needs besides DATABASE_URL: the bus name is required (the local bus
+    // takes any name and prints it with each event).
+    `  export EVENT_BUS_NAME=demo AWS_ENDPOINT_URL_EVENTBRIDGE=${bus.url} AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local\n`,
 );
 bus.emitter.on('accepted', (e: AcceptedEvent) => {
   process.stdout.write(

@@ -13,9 +13,11 @@ import { getStatus } from '../shared/operations/index.ts';
 import {
   checkDatabaseUrl,
   connect,
+  databasePasswords,
   loadRelaySettings,
   maskDatabaseUrl,
   migrate,
+  redactPasswords,
   type Sql,
 } from '../shared/platform/index.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
@@ -26,7 +28,10 @@ import { type AcceptedEvent, startLocalBus } from '../test/support/local-bus.ts'
 /** Thrown inside a demo transaction to roll it back. */
 class RollBack extends Error {}
 
-const log = (line: string) => process.stdout.write(`${new Date().toISOString().slice(11, 23)}  ${line}\n`);
+/** The database's password, kept out of everything the demo prints (a driver's message included). */
+const passwords = databasePasswords(process.env);
+const log = (line: string) =>
+  process.stdout.write(`${new Date().toISOString().slice(11, 23)}  ${redactPasswords(line, passwords)}\n`);
 
 const abort = new AbortController();
 // Ctrl-C stops everything in order and exits 0; pressed again (later than npm's forwarded copy of
@@ -55,7 +60,7 @@ try {
 } catch (error) {
   await embedded?.stop();
   const { message, exitCode } = explainError(error, { ...process.env, DATABASE_URL: url });
-  process.stderr.write(`error: ${message}\n`);
+  process.stderr.write(`error: ${redactPasswords(message, passwords)}\n`);
   process.exit(exitCode);
 }
 

@@ -2,7 +2,8 @@
  * The demo stack: a complete, working system with defaults — a VPC with private subnets and an
  * EventBridge interface endpoint (no NAT), RDS for PostgreSQL, RDS Proxy with end-to-end IAM
  * authentication and TLS required, a custom event bus, and the OutboxRelay construct with
- * deploy-time migrations.
+ * deploy-time migrations. With `databaseAccess: 'direct'` (`cdk deploy -c databaseAccess=direct`)
+ * there is no proxy: the functions log in to the instance itself with IAM, over verified TLS.
  */
 import { Duration, RemovalPolicy, Stack, type StackProps, Validations } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
@@ -26,13 +27,21 @@ export interface OutboxDemoStackProps extends StackProps {
    * @default t4g.micro
    */
   readonly instanceType?: ec2.InstanceType;
+  /**
+   * How the relay, the monitor and the example consumer reach the database: `proxy` through RDS
+   * Proxy, `direct` to the instance with IAM authentication (no proxy: about $22 a month less; see
+   * the README's "Without a proxy" for the trade-offs).
+   * @default 'proxy'
+   */
+  readonly databaseAccess?: 'proxy' | 'direct';
 }
 
 /** The complete demo system; `infra/app.ts` synthesises it. */
 export class OutboxDemoStack extends Stack {
   public readonly vpc: ec2.Vpc;
   public readonly database: rds.DatabaseInstance;
-  public readonly proxy: rds.DatabaseProxy;
+  /** The proxy; undefined with `databaseAccess: 'direct'`. */
+  public readonly proxy: rds.DatabaseProxy | undefined;
   public readonly outbox: OutboxRelay;
   /** The example consumer: a rule on the bus, the billing Lambda with its inbox, and its failure queues. */
   public readonly billing: BillingConsumer;
@@ -40,6 +49,7 @@ export class OutboxDemoStack extends Stack {
   constructor(scope: Construct, id: string, props: OutboxDemoStackProps = {}) {
     super(scope, id, props);
     const databaseName = props.databaseName ?? 'app';
+    const direct = props.databaseAccess === 'direct';
 
     this.vpc = new ec2.Vpc(this, 'Vpc', {
       maxAzs: 2,
@@ -59,7 +69,8 @@ export class OutboxDemoStack extends Stack {
     });
     // One security group per kind of client, so each reaches only what it uses: the relay and the
     // monitor the proxy (and EventBridge), the migrate function the instance itself (and Secrets
-    // Manager). Nothing but the proxy and the migrate function reaches the instance.
+    // Manager). Nothing but the proxy and the migrate function reaches the instance. Without a
+    // proxy, the relay, the monitor and the consumer reach the instance instead.
     const functionsSg = new ec2.SecurityGroup(this, 'FunctionsSg', {
       vpc: this.vpc,
       description: 'Outbox relay and monitor functions',
@@ -101,23 +112,29 @@ export class OutboxDemoStack extends Stack {
       description: 'Outbox database',
       allowAllOutbound: false,
     });
-    const proxySg = new ec2.SecurityGroup(this, 'ProxySg', {
-      vpc: this.vpc,
-      description: 'RDS Proxy',
-      allowAllOutbound: false,
-    });
+    // Where the relay, the monitor and the consumer connect: the proxy, or the instance itself.
+    const proxySg = direct
+      ? undefined
+      : new ec2.SecurityGroup(this, 'ProxySg', {
+          vpc: this.vpc,
+          description: 'RDS Proxy',
+          allowAllOutbound: false,
+        });
+    const entrySg = proxySg ?? dbSg;
+    const entryName = proxySg ? 'RDS Proxy' : 'the database';
     // The proxy-to-instance rules (both directions) come from addProxy below; declaring them here as
     // well would make two identical rules, and removing one later deletes the shared rule.
-    proxySg.addIngressRule(functionsSg, ec2.Port.tcp(5432), 'Postgres from the relay and the monitor');
-    functionsSg.addEgressRule(proxySg, ec2.Port.tcp(5432), 'Postgres to RDS Proxy');
-    // The example consumer reaches only the proxy (Lambda itself delivers to its failure queue).
+    entrySg.addIngressRule(functionsSg, ec2.Port.tcp(5432), 'Postgres from the relay and the monitor');
+    functionsSg.addEgressRule(entrySg, ec2.Port.tcp(5432), `Postgres to ${entryName}`);
+    // The example consumer reaches only the proxy, or the instance (Lambda itself delivers to its
+    // failure queue).
     const consumerSg = new ec2.SecurityGroup(this, 'ConsumerSg', {
       vpc: this.vpc,
       description: 'Example billing consumer',
       allowAllOutbound: false,
     });
-    proxySg.addIngressRule(consumerSg, ec2.Port.tcp(5432), 'Postgres from the example consumer');
-    consumerSg.addEgressRule(proxySg, ec2.Port.tcp(5432), 'Postgres to RDS Proxy');
+    entrySg.addIngressRule(consumerSg, ec2.Port.tcp(5432), 'Postgres from the example consumer');
+    consumerSg.addEgressRule(entrySg, ec2.Port.tcp(5432), `Postgres to ${entryName}`);
     dbSg.addIngressRule(migrateSg, ec2.Port.tcp(5432), 'Postgres from the migrate function');
     migrateSg.addEgressRule(dbSg, ec2.Port.tcp(5432), 'Postgres to the database (migrations)');
 
@@ -184,24 +201,29 @@ export class OutboxDemoStack extends Stack {
     // own token for the instance as that same user. No user needs a Secrets Manager secret, and the
     // proxy cannot log in as the admin: its role may connect as the deployment's roles only (granted
     // below, once the construct has said which users the relay and the monitor are).
-    const proxyRole = new iam.Role(this, 'ProxyRole', {
-      assumedBy: new iam.ServicePrincipal('rds.amazonaws.com'),
-      description: 'RDS Proxy: log in to the outbox database with IAM as the outbox roles',
-    });
-    this.proxy = this.database.addProxy('Proxy', {
-      defaultAuthScheme: rds.DefaultAuthScheme.IAM_AUTH,
-      role: proxyRole,
-      vpc: this.vpc,
-      vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
-      securityGroups: [proxySg],
-      requireTLS: true,
-    });
+    const proxyRole = direct
+      ? undefined
+      : new iam.Role(this, 'ProxyRole', {
+          assumedBy: new iam.ServicePrincipal('rds.amazonaws.com'),
+          description: 'RDS Proxy: log in to the outbox database with IAM as the outbox roles',
+        });
+    this.proxy =
+      proxyRole &&
+      this.database.addProxy('Proxy', {
+        defaultAuthScheme: rds.DefaultAuthScheme.IAM_AUTH,
+        role: proxyRole,
+        vpc: this.vpc,
+        vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
+        securityGroups: [proxySg as ec2.SecurityGroup],
+        requireTLS: true,
+      });
+    const target = this.proxy ? { proxy: this.proxy } : { instance: this.database };
 
     this.outbox = new OutboxRelay(this, 'Outbox', {
       vpc: this.vpc,
       vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
       securityGroups: [functionsSg],
-      database: { proxy: this.proxy, databaseName },
+      database: { ...target, databaseName },
       migration: {
         adminSecret: this.database.secret as NonNullable<typeof this.database.secret>,
         host: this.database.dbInstanceEndpointAddress,
@@ -211,13 +233,11 @@ export class OutboxDemoStack extends Stack {
         // what they use: the proxy, its role's policy, their security group rules.
         executeAfter: [
           this.database,
-          this.proxy,
-          proxyRole,
+          ...(this.proxy && proxyRole && proxySg ? [this.proxy, proxyRole, proxySg] : []),
           secretsEndpoint,
           dbSg,
           migrateSg,
           secretsEndpointSg,
-          proxySg,
           functionsSg,
           eventBridgeEndpointSg,
         ],
@@ -225,9 +245,11 @@ export class OutboxDemoStack extends Stack {
     });
     // The producer and consumer roles are created by the same migration for the application's own
     // services, which reach the database through this proxy too.
-    const { relay, monitor } = this.outbox.databaseUsers;
-    for (const user of new Set([relay, monitor, DEFAULT_ROLES.producer, DEFAULT_ROLES.consumer])) {
-      this.database.grantConnect(proxyRole, user);
+    if (proxyRole) {
+      const { relay, monitor } = this.outbox.databaseUsers;
+      for (const user of new Set([relay, monitor, DEFAULT_ROLES.producer, DEFAULT_ROLES.consumer])) {
+        this.database.grantConnect(proxyRole, user);
+      }
     }
 
     this.billing = new BillingConsumer(this, 'Billing', {
@@ -235,7 +257,7 @@ export class OutboxDemoStack extends Stack {
       vpc: this.vpc,
       vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
       securityGroups: [consumerSg],
-      proxy: this.proxy,
+      ...target,
       databaseName,
       alarmTopic: this.outbox.alarmTopic,
     });

@@ -5,8 +5,11 @@
  */
 export {
   DEFAULT_RELAY_MEMORY_MB,
+  type OutboxDatabaseConnection,
   type OutboxDatabaseProps,
+  type OutboxDatabaseTarget,
   type OutboxMigrationProps,
   OutboxRelay,
   type OutboxRelayProps,
+  outboxDatabaseConnection,
 } from './outbox-relay.ts';

@@ -1,12 +1,13 @@
 /**
- * `OutboxRelay`: everything the relay needs next to an existing Postgres reached through RDS Proxy —
- * the relay and monitor Lambdas on EventBridge Scheduler schedules, the event bus, optional
+ * `OutboxRelay`: everything the relay needs next to an existing Postgres — reached through RDS
+ * Proxy, or directly on an RDS instance or Aurora cluster, with IAM authentication either way — the
+ * relay and monitor Lambdas on EventBridge Scheduler schedules, the event bus, optional
  * deploy-time migrations, alarms wired to an SNS topic, and a dashboard.
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Annotations, ArnFormat, Duration, Names, Stack, Validations } from 'aws-cdk-lib';
+import { Annotations, ArnFormat, Duration, Names, Stack, Tokenization, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
@@ -132,15 +133,48 @@ export function schedulePeriodSeconds(expression: string): number | undefined {
   return Number(m[1]) * unit[m[2] as keyof typeof unit];
 }
 
-/** How the functions reach Postgres: RDS Proxy with IAM authentication. */
-export interface OutboxDatabaseProps {
+/**
+ * Where functions connect to Postgres, with IAM authentication and verified TLS: exactly one of
+ * `proxy`, `instance` or `cluster`.
+ *
+ * - **`proxy`** (RDS Proxy): connections are pooled by the proxy across invocations and functions,
+ *   so the database sees the proxy's connections, not one per Lambda container. It costs about
+ *   $22 a month at the minimum (2 vCPUs billed), and the client runs in transaction-pooler mode (no
+ *   named prepared statements, one statement in flight per connection).
+ * - **`instance`** or **`cluster`** (direct): each warm Lambda container keeps its own connections
+ *   (the relay up to OUTBOX_PUBLISH_CONCURRENCY + 1, 5 by default; the monitor 2) for up to 5 idle
+ *   minutes and 10 to 13 minutes in all, so the database's `max_connections` must cover every
+ *   container at the peak; every new connection signs an IAM token, which RDS and Aurora throttle at
+ *   200 new IAM-authenticated connections per second (README, Deploy, "Without a proxy").
+ */
+export interface OutboxDatabaseTarget {
   /**
-   * The proxy; it must require IAM authentication and TLS, and be able to log in to the database as
+   * RDS Proxy. It must require IAM authentication and TLS, and be able to log in to the database as
    * the relay's and the monitor's users: with end-to-end IAM authentication (`DefaultAuthScheme:
    * IAM_AUTH`), its role needs `rds-db:connect` on the instance for {@link OutboxRelay.databaseUsers};
    * otherwise it needs a Secrets Manager secret for each of them.
+   * @default none: give `instance` or `cluster` instead
    */
-  readonly proxy: rds.IDatabaseProxy;
+  readonly proxy?: rds.IDatabaseProxy;
+  /**
+   * An RDS for PostgreSQL instance, reached directly (no proxy) with IAM authentication, which must
+   * be on (`iamAuthentication: true`; an instance of the same app gets it from the construct's grant).
+   * An imported instance needs `instanceEndpointAddress`, `port` and `instanceResourceId` (the
+   * `rds-db:connect` ARN names it: `dbuser:db-…/<user>`).
+   * @default none
+   */
+  readonly instance?: rds.IDatabaseInstance;
+  /**
+   * An Aurora PostgreSQL cluster, reached directly at its writer (cluster) endpoint with IAM
+   * authentication, which must be on (`iamAuthentication: true`). An imported cluster needs
+   * `clusterEndpointAddress`, `port` and `clusterResourceIdentifier` (`dbuser:cluster-…/<user>`).
+   * @default none
+   */
+  readonly cluster?: rds.IDatabaseCluster;
+}
+
+/** How the functions reach Postgres: see {@link OutboxDatabaseTarget}. */
+export interface OutboxDatabaseProps extends OutboxDatabaseTarget {
   /** Database name. */
   readonly databaseName: string;
   /**
@@ -155,6 +189,70 @@ export interface OutboxDatabaseProps {
   readonly monitorUser?: string;
 }
 
+/** How a function reaches Postgres, resolved from an {@link OutboxDatabaseTarget}. */
+export interface OutboxDatabaseConnection {
+  /** `proxy` through RDS Proxy, `direct` to an instance or a cluster. */
+  readonly shape: 'proxy' | 'direct';
+  /** Host name the functions connect to (and sign their IAM tokens for). */
+  readonly host: string;
+  /** Its port, as a string (a token until deploy time for an instance or a cluster of the app). */
+  readonly port: string;
+  /**
+   * The variables a function needs to log in as `user`: `PGHOST`, `PGPORT`, `PGUSER`,
+   * `OUTBOX_DB_IAM_AUTH=true`, `OUTBOX_DB_POOLER` (`transaction` behind the proxy, `none` direct) and
+   * `NODE_EXTRA_CA_CERTS` (Lambda's CA bundle, which holds the Amazon RDS CAs).
+   */
+  environment(user: string): Record<string, string>;
+  /** Grants `rds-db:connect` as `user`, on the proxy's id or the instance's or cluster's resource id. */
+  grantConnect(grantee: iam.IGrantable, user: string): void;
+}
+
+/**
+ * Resolves where functions connect and how they are allowed to; shared by {@link OutboxRelay} and
+ * any function of your own that logs in the same way (the example consumer does).
+ * @throws when the target names none or several of `proxy`, `instance` and `cluster`
+ */
+export function outboxDatabaseConnection(target: OutboxDatabaseTarget): OutboxDatabaseConnection {
+  const given = (['proxy', 'instance', 'cluster'] as const).filter((k) => target[k] !== undefined);
+  if (given.length !== 1) {
+    throw new Error(
+      `OutboxRelay: database must name exactly one of proxy, instance or cluster (got ${given.length === 0 ? 'none' : given.join(' and ')})`,
+    );
+  }
+  const { proxy, instance, cluster } = target;
+  const [host, port, grantConnect]: [string, string, OutboxDatabaseConnection['grantConnect']] = proxy
+    ? // RDS Proxy listens on the engine's default port, 5432 for Postgres.
+      [proxy.endpoint, '5432', (grantee, user) => proxy.grantConnect(grantee, user)]
+    : instance
+      ? [
+          instance.dbInstanceEndpointAddress,
+          instance.dbInstanceEndpointPort,
+          (grantee, user) => instance.grantConnect(grantee, user),
+        ]
+      : [
+          (cluster as rds.IDatabaseCluster).clusterEndpoint.hostname,
+          Tokenization.stringifyNumber((cluster as rds.IDatabaseCluster).clusterEndpoint.port),
+          (grantee, user) => (cluster as rds.IDatabaseCluster).grantConnect(grantee, user),
+        ];
+  const shape = proxy ? 'proxy' : 'direct';
+  return {
+    shape,
+    host,
+    port,
+    environment: (user) => ({
+      [EnvVar.pgHost]: host,
+      [EnvVar.pgPort]: port,
+      [EnvVar.pgUser]: user,
+      [EnvVar.iamAuth]: 'true',
+      // Behind the proxy, no session state (it would pin); direct, a session of our own: named
+      // prepared statements and the statement timeout as a startup setting.
+      [EnvVar.dbPooler]: shape === 'proxy' ? 'transaction' : 'none',
+      [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
+    }),
+    grantConnect,
+  };
+}
+
 /**
  * Deploy-time migrations: applied by a CDK Trigger before the relay and monitor functions and their
  * schedules are created or updated. Each migration must work with the code already deployed
@@ -163,8 +261,12 @@ export interface OutboxDatabaseProps {
 export interface OutboxMigrationProps {
   /** Admin credentials (`username`, `password`, `port`) of the database, e.g. `instance.secret`. */
   readonly adminSecret: secretsmanager.ISecret;
-  /** Host of the database instance (migrations connect directly, not through the IAM-only proxy). */
-  readonly host: string;
+  /**
+   * Host of the database instance or the cluster's writer (migrations connect directly with the
+   * admin secret, not through the IAM-only proxy).
+   * @default the endpoint of `database.instance` or `database.cluster`; required with a proxy
+   */
+  readonly host?: string;
   /**
    * Security groups of the migrate function. The instance must accept them on its port, and they
    * must not be the relay's and monitor's groups: those reach the proxy only, and the migrate
@@ -183,14 +285,20 @@ export interface OutboxMigrationProps {
 
 /** Props of {@link OutboxRelay}. */
 export interface OutboxRelayProps {
-  /** VPC of the functions: they must reach the proxy and EventBridge (an interface endpoint, or NAT). */
+  /**
+   * VPC of the functions: they must reach the database (the proxy, or the instance or cluster) and
+   * EventBridge (an interface endpoint, or NAT).
+   */
   readonly vpc: ec2.IVpc;
   /**
    * Subnets of the functions.
    * @default the VPC's private subnets (isolated ones when there are no others)
    */
   readonly vpcSubnets?: ec2.SubnetSelection;
-  /** Security groups of the relay and the monitor; the proxy must accept them on its port. */
+  /**
+   * Security groups of the relay and the monitor; the proxy (or, without one, the instance or the
+   * cluster) must accept them on its port.
+   */
   readonly securityGroups: ec2.ISecurityGroup[];
   readonly database: OutboxDatabaseProps;
   /**
@@ -319,9 +427,12 @@ export class OutboxRelay extends Construct {
     readonly relayErrors: cloudwatch.Alarm;
     readonly relayThrottles: cloudwatch.Alarm;
     readonly monitorErrors: cloudwatch.Alarm;
-    readonly proxyPinnedSessions: cloudwatch.Alarm;
+    /** Only with a proxy (`database.proxy`). */
+    readonly proxyPinnedSessions?: cloudwatch.Alarm;
   };
   public readonly dashboard: cloudwatch.Dashboard;
+  /** How the functions reach the database: through the proxy, or directly (see {@link OutboxDatabaseTarget}). */
+  public readonly databaseConnection: OutboxDatabaseConnection;
   /**
    * The database users the relay and the monitor log in as. With RDS Proxy's end-to-end IAM
    * authentication, the proxy's role must be allowed `rds-db:connect` to the instance as these users.
@@ -339,7 +450,10 @@ export class OutboxRelay extends Construct {
   constructor(scope: Construct, id: string, props: OutboxRelayProps) {
     super(scope, id);
     validate(props);
-    warnOnProxyAuth(this, props.database.proxy);
+    const database = outboxDatabaseConnection(props.database);
+    this.databaseConnection = database;
+    if (props.database.proxy) warnOnProxyAuth(this, props.database.proxy);
+    if (props.database.cluster) warnOnClusterAuth(this, props.database.cluster);
     const relayScheduleExpression =
       props.relaySchedule ?? scheduler.ScheduleExpression.rate(Duration.minutes(1));
     const monitorScheduleExpression =
@@ -356,13 +470,9 @@ export class OutboxRelay extends Construct {
     this.eventBus = props.eventBus ?? new events.EventBus(this, 'Bus');
 
     const dbEnvironment = (user: string) => ({
-      [EnvVar.pgHost]: props.database.proxy.endpoint,
-      [EnvVar.pgPort]: '5432',
+      ...database.environment(user),
       [EnvVar.pgDatabase]: props.database.databaseName,
-      [EnvVar.pgUser]: user,
-      [EnvVar.iamAuth]: 'true',
       [EnvVar.metricNamespace]: namespace,
-      [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
     });
     // EventBridge Scheduler invokes asynchronously. Lambda's defaults would retry a failed invocation
     // twice and keep a throttled one for up to 6 hours; the next schedule is a minute away, so a
@@ -420,7 +530,7 @@ export class OutboxRelay extends Construct {
       description: 'Outbox relay: claims leased outbox rows and publishes them with PutEvents',
     });
     this.eventBus.grantPutEventsTo(this.relayFunction);
-    props.database.proxy.grantConnect(this.relayFunction, relayUser);
+    database.grantConnect(this.relayFunction, relayUser);
 
     // Extra relays poll at most the monitor's period less some slack, so that one minute's
     // extras have returned before the next minute's are started.
@@ -448,7 +558,7 @@ export class OutboxRelay extends Construct {
       },
       description: 'Outbox monitor: prunes old rows and emits lag and backlog metrics',
     });
-    props.database.proxy.grantConnect(this.monitorFunction, monitorUser);
+    database.grantConnect(this.monitorFunction, monitorUser);
     if (this.maxRelays > 1) {
       this.relayFunction.grantInvoke(this.monitorFunction);
       if (this.monitorFunction.role) {
@@ -500,7 +610,7 @@ export class OutboxRelay extends Construct {
           timeout: Duration.minutes(5),
           environment: {
             [EnvVar.adminSecretArn]: props.migration.adminSecret.secretArn,
-            [EnvVar.adminHost]: props.migration.host,
+            [EnvVar.adminHost]: props.migration.host ?? database.host,
             [EnvVar.adminDatabase]: props.database.databaseName,
             [EnvVar.relayRole]: relayUser,
             [EnvVar.monitorRole]: monitorUser,
@@ -607,19 +717,22 @@ export class OutboxRelay extends Construct {
         evaluationPeriods: 1,
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
-      proxyPinnedSessions: alarm('ProxyPinnedSessionsAlarm', {
-        alarmDescription: 'RDS Proxy connections are pinned: some client sets session state.',
-        metric: new cloudwatch.Metric({
-          namespace: 'AWS/RDS',
-          metricName: 'DatabaseConnectionsCurrentlySessionPinned',
-          dimensionsMap: { ProxyName: props.database.proxy.dbProxyName },
-          statistic: 'Maximum',
-          period: Duration.minutes(5),
+      // Pinning is RDS Proxy's: a direct connection is a session of its own anyway.
+      ...(props.database.proxy && {
+        proxyPinnedSessions: alarm('ProxyPinnedSessionsAlarm', {
+          alarmDescription: 'RDS Proxy connections are pinned: some client sets session state.',
+          metric: new cloudwatch.Metric({
+            namespace: 'AWS/RDS',
+            metricName: 'DatabaseConnectionsCurrentlySessionPinned',
+            dimensionsMap: { ProxyName: props.database.proxy.dbProxyName },
+            statistic: 'Maximum',
+            period: Duration.minutes(5),
+          }),
+          threshold: 0,
+          comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+          evaluationPeriods: 3,
+          treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
         }),
-        threshold: 0,
-        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-        evaluationPeriods: 3,
-        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
     };
 
@@ -824,13 +937,31 @@ function scaleOutBounds(
   return { maxRelays, connectionsAtPeak };
 }
 
+/**
+ * Without a proxy the functions log in to the cluster itself with IAM tokens, which it refuses
+ * unless IAM database authentication is on. A cluster defined in this app without
+ * `iamAuthentication: true` gets a warning at synth (an imported one cannot be inspected; an
+ * instance of the app is switched on by the construct's `grantConnect`).
+ */
+function warnOnClusterAuth(scope: Construct, cluster: rds.IDatabaseCluster): void {
+  const cfn = cluster.node.defaultChild;
+  if (!(cfn instanceof rds.CfnDBCluster) || cfn.enableIamDatabaseAuthentication === true) return;
+  Annotations.of(scope).addWarningV2(
+    'outbox-relay:cluster-iam-auth',
+    `The cluster ${cluster.node.path} does not have IAM database authentication on, so it refuses the relay's and ` +
+      'the monitor\'s IAM logins. Set iamAuthentication: true on it (README, Deploy, "Without a proxy").',
+  );
+}
+
 function validate(props: OutboxRelayProps): void {
   const timeout = props.relayTimeout?.toSeconds() ?? 90;
   if (timeout < 15 || timeout > 900) {
     throw new Error(`OutboxRelay: relayTimeout must be between 15 seconds and 15 minutes (got ${timeout} s)`);
   }
   if (props.securityGroups.length === 0) {
-    throw new Error('OutboxRelay: securityGroups must name at least one security group the proxy accepts');
+    throw new Error(
+      'OutboxRelay: securityGroups must name at least one security group the database (or its proxy) accepts',
+    );
   }
   if (props.migration) {
     if (props.migration.securityGroups.length === 0) {
@@ -841,9 +972,16 @@ function validate(props: OutboxRelayProps): void {
     const shared = props.migration.securityGroups.filter((g) => props.securityGroups.includes(g));
     if (shared.length > 0) {
       throw new Error(
-        "OutboxRelay: migration.securityGroups must not include the relay's and monitor's securityGroups (they would reach the instance directly, bypassing the proxy)",
+        props.database.proxy
+          ? "OutboxRelay: migration.securityGroups must not include the relay's and monitor's securityGroups (they would reach the instance directly, bypassing the proxy)"
+          : "OutboxRelay: migration.securityGroups must not include the relay's and monitor's securityGroups (they would reach the admin secret's endpoint, which only the migrate function needs)",
       );
     }
+  }
+  if (props.migration && props.migration.host === undefined && props.database.proxy) {
+    throw new Error(
+      'OutboxRelay: migration.host is required with a proxy: the migrate function connects to the instance itself, with the admin secret',
+    );
   }
   if (!/^[A-Za-z_][A-Za-z0-9_$]{0,62}$/.test(props.database.databaseName)) {
     throw new Error(

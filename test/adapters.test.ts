@@ -1,33 +1,55 @@
 /**
- * The driver and ORM adapters (`outbox-relay-aws/pg`, `outbox-relay-aws/drizzle`) against real
- * Postgres: a committed event is published by the relay, a rolled-back one never is, a repeated
+ * The driver and ORM adapters (`outbox-relay-aws/pg`, `outbox-relay-aws/drizzle`,
+ * `outbox-relay-aws/kysely`) against real Postgres: a committed event is published by the relay, a rolled-back one never is, a repeated
  * idempotency key is a no-op, and errors arrive typed.
  */
+
+import { randomBytes } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
+import { Kysely, PostgresDialect } from 'kysely';
+import { PostgresJSDialect } from 'kysely-postgres-js';
 import pg from 'pg';
 import postgres from 'postgres';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Envelope } from '../shared/platform/index.ts';
 import * as viaDrizzle from '../shared/producer/drizzle.ts';
-import { OutboxDeadlockError, type OutboxEvent, OutboxValidationError } from '../shared/producer/index.ts';
+import {
+  enqueue as enqueueWithPostgres,
+  OutboxDeadlockError,
+  type OutboxEvent,
+  OutboxSchemaError,
+  OutboxValidationError,
+} from '../shared/producer/index.ts';
+import * as viaKysely from '../shared/producer/kysely.ts';
 import * as viaPg from '../shared/producer/pg.ts';
 import { translateEnqueueError } from '../shared/producer/sql-errors.ts';
 import { runRelay } from '../shared/relay/index.ts';
+import { withDatabase } from './support/db.ts';
 import { useHarness } from './support/harness.ts';
 import { testClient, testSettings } from './support/relay.ts';
 
 const h = useHarness();
 let pool: pg.Pool;
 let porsager: postgres.Sql;
+let kyselyPg: Kysely<unknown>;
+let kyselyPostgresJs: Kysely<unknown>;
 beforeAll(() => {
   pool = new pg.Pool({ connectionString: h.db.url, max: 4 });
   porsager = postgres(h.db.url, { max: 2, onnotice: () => {} });
+  kyselyPg = new Kysely({
+    dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: h.db.url, max: 2 }) }),
+  });
+  kyselyPostgresJs = new Kysely({
+    dialect: new PostgresJSDialect({ postgres: postgres(h.db.url, { max: 2, onnotice: () => {} }) }),
+  });
 });
 afterAll(async () => {
   await pool?.end();
   await porsager?.end({ timeout: 1 });
+  await kyselyPg?.destroy();
+  await kyselyPostgresJs?.destroy();
 });
 
 const event = (aggregateId: string, extra: Partial<OutboxEvent> = {}): OutboxEvent => ({
@@ -56,7 +78,7 @@ class RollBack extends Error {}
 /** A transaction per adapter: `work` gets what that adapter's `enqueue` takes. */
 interface Adapter {
   name: string;
-  enqueue: typeof viaPg.enqueue | typeof viaDrizzle.enqueue;
+  enqueue: typeof viaPg.enqueue | typeof viaDrizzle.enqueue | typeof viaKysely.enqueue;
   transaction<T>(work: (tx: never) => Promise<T>): Promise<T>;
 }
 
@@ -89,6 +111,16 @@ const adapters: Adapter[] = [
     enqueue: viaDrizzle.enqueue,
     transaction: (work) => drizzlePostgresJs(porsager).transaction((tx) => work(tx as never)),
   },
+  {
+    name: 'Kysely on node-postgres',
+    enqueue: viaKysely.enqueue,
+    transaction: (work) => kyselyPg.transaction().execute((trx) => work(trx as never)),
+  },
+  {
+    name: 'Kysely on postgres.js',
+    enqueue: viaKysely.enqueue,
+    transaction: (work) => kyselyPostgresJs.transaction().execute((trx) => work(trx as never)),
+  },
 ];
 
 describe.each(adapters)('enqueue through $name', (adapter) => {
@@ -96,7 +128,7 @@ describe.each(adapters)('enqueue through $name', (adapter) => {
 
   it('publishes a committed event', async () => {
     const result = await adapter.transaction((tx) => enqueue(tx, event('c-1')));
-    expect(result).toMatchObject({ aggregateId: 'c-1', sequence: 1, duplicate: false });
+    expect(result).toMatchObject({ aggregateId: 'c-1', sequence: '1', duplicate: false });
     const published = await relayed();
     expect(published.map((d) => d.metadata.eventId)).toEqual([result.eventId]);
     expect(published[0]?.data).toEqual({ aggregateId: 'c-1' });
@@ -190,5 +222,75 @@ describe('adapter errors from the database', () => {
       expect((typed as Error).cause).toBe(raw);
     }
     expect(await count()).toBe(0);
+  });
+});
+
+describe('enqueue on a database without the outbox schema', () => {
+  // A database as a service has it before anyone ran `outbox migrate`: the tables and the
+  // function do not exist, so Postgres answers 42883 (undefined_function) for outbox_enqueue_many.
+  const name = `outbox_test_empty_${randomBytes(6).toString('hex')}`;
+  const serverUrl = inject('databaseUrl');
+  const url = withDatabase(serverUrl, name);
+  const clients: { end(): Promise<unknown> }[] = [];
+  beforeAll(async () => {
+    const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
+    await admin.unsafe(`create database ${name}`);
+    await admin.end();
+  });
+  afterAll(async () => {
+    for (const c of clients) await c.end().catch(() => {});
+    const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
+    await admin.unsafe(`drop database if exists ${name} with (force)`);
+    await admin.end();
+  });
+
+  const paths: { name: string; enqueue(): Promise<unknown> }[] = [
+    {
+      name: 'postgres (the main entry point)',
+      enqueue: () => {
+        const sql = postgres(url, { max: 1, onnotice: () => {} });
+        clients.push({ end: () => sql.end({ timeout: 1 }) });
+        return sql.begin((tx) => enqueueWithPostgres(tx, event('s-1')));
+      },
+    },
+    {
+      name: 'node-postgres',
+      enqueue: async () => {
+        const client = new pg.Client({ connectionString: url });
+        clients.push(client);
+        await client.connect();
+        return viaPg.enqueue(client, event('s-1'));
+      },
+    },
+    {
+      name: 'Drizzle',
+      enqueue: () => {
+        const p = new pg.Pool({ connectionString: url, max: 1 });
+        clients.push(p);
+        return drizzlePg(p).transaction((tx) => viaDrizzle.enqueue(tx, event('s-1')));
+      },
+    },
+    {
+      name: 'Kysely',
+      enqueue: () => {
+        const db = new Kysely<unknown>({
+          dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 1 }) }),
+        });
+        clients.push({ end: () => db.destroy() });
+        return db.transaction().execute((trx) => viaKysely.enqueue(trx, event('s-1')));
+      },
+    },
+  ];
+
+  it.each(paths)('says to run `outbox migrate`, with a typed error, through $name', async (path) => {
+    const error = await path.enqueue().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OutboxSchemaError);
+    expect((error as OutboxSchemaError).sqlState).toBe('42883');
+    expect((error as Error).message).toMatch(/run `npx outbox migrate`/);
+    expect((error as Error).message).toMatch(/outbox_enqueue_many/);
+    // The driver's error stays reachable (Drizzle's wraps it once more).
+    let cause = (error as Error).cause as { code?: string; cause?: unknown } | undefined;
+    if (cause && cause.code === undefined) cause = cause.cause as typeof cause;
+    expect(cause?.code).toBe('42883');
   });
 });

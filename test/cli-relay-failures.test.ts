@@ -99,3 +99,51 @@ describe('outbox relay: failures are visible', () => {
     expect(r.stdout).toMatch(/^ {2}\d+ failed \(\d+ retried.*\): InternalFailure: /m);
   });
 });
+
+describe('outbox relay --until-empty under the block policy', () => {
+  it('returns once nothing claimable is left, says how many events wait behind dead letters, and exits 1', async () => {
+    await h.db.sql.begin((tx) =>
+      enqueueMany(tx, [
+        { type: 'T', source: 's', aggregateType: 'x', aggregateId: 'stuck', payload: { id: 'poison' } },
+        { type: 'T', source: 's', aggregateType: 'x', aggregateId: 'stuck', payload: { id: 'behind-1' } },
+        { type: 'T', source: 's', aggregateType: 'x', aggregateId: 'stuck', payload: { id: 'behind-2' } },
+        { type: 'T', source: 's', aggregateType: 'x', aggregateId: 'free', payload: { id: 'free-1' } },
+        { type: 'T', source: 's', aggregateType: 'x', aggregateId: 'free', payload: { id: 'free-2' } },
+      ]),
+    );
+    h.bus.setFaults({ poisonMarker: '"id":"poison"', poisonCode: 'InvalidArgument' });
+    const started = Date.now();
+    const r = await runCli(['relay', '--until-empty', '--json'], {
+      env: env({ OUTBOX_DEAD_LETTER_POLICY: 'block' }),
+    });
+    expect(r.signal).toBeNull();
+    expect(Date.now() - started).toBeLessThan(30_000);
+    expect(JSON.parse(r.stdout)).toMatchObject({
+      stopReason: 'held back',
+      published: 2,
+      deadLettered: 1,
+      heldBack: { events: 2, aggregates: 1 },
+    });
+    expect(r.stderr).toMatch(
+      /^error: 2 event\(s\) of 1 aggregate\(s\) wait behind dead letters \(OUTBOX_DEAD_LETTER_POLICY=block\)/m,
+    );
+    expect(r.code).toBe(1);
+    expect(h.bus.events.map((e) => (e.detail as { data: { id: string } }).data.id).sort()).toEqual([
+      'free-1',
+      'free-2',
+    ]);
+
+    // Without --json: the summary line says the same.
+    const again = await runCli(['relay', '--until-empty'], {
+      env: env({ OUTBOX_DEAD_LETTER_POLICY: 'block' }),
+    });
+    expect(again.stdout).toMatch(/^relay stopped \(held back\) /m);
+    expect(again.code).toBe(1);
+
+    // Under `continue` the same backlog is claimable: nothing is held back.
+    h.bus.setFaults({});
+    const cont = await runCli(['relay', '--until-empty', '--json'], { env: env() });
+    expect(JSON.parse(cont.stdout)).toMatchObject({ stopReason: 'empty', published: 2 });
+    expect(cont.code).toBe(0);
+  }, 60_000);
+});

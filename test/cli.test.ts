@@ -33,9 +33,9 @@ describe('outbox CLI', () => {
     expect(r.code).toBe(0);
     const rows = await h.db.sql<{ role: string; claims: boolean; prunes: boolean; enqueues: boolean }[]>`
       select r as role,
-             has_table_privilege(r, 'outbox', 'update') as claims,
+             has_column_privilege(r, 'outbox', 'lease_token', 'update') as claims,
              has_table_privilege(r, 'outbox', 'delete') as prunes,
-             has_table_privilege(r, 'outbox', 'insert') as enqueues
+             has_function_privilege(r, 'outbox_enqueue_many(text[], text[], text[], text[], jsonb[], text[], text[], integer)', 'execute') as enqueues
       from unnest(array['outbox_relay', 'outbox_monitor', 'outbox_producer']) as r order by r`;
     expect(rows).toEqual([
       { role: 'outbox_monitor', claims: false, prunes: true, enqueues: false },

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { collect, waitForOutput } from './support/cli.ts';
+import { collect, runCli, waitForOutput } from './support/cli.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
@@ -137,5 +137,34 @@ describe('npm run bus', () => {
     ctrlC(child);
     const r = await run;
     expect({ code: r.code, signal: r.signal }).toEqual({ code: 0, signal: null });
+  }, 60_000);
+
+  it('prints an export line that is all the CLI relay needs beside DATABASE_URL', async () => {
+    const db = await createTestDatabase({ max: 1 });
+    try {
+      const child = npmRun('bus', { LOCAL_BUS_PORT: '0' });
+      running.push(child);
+      const run = collect(child);
+      await waitForOutput(() => run.output().stdout, /^\s*export .*$/m);
+      const line = /^\s*export (.*)$/m.exec(run.output().stdout)?.[1] ?? '';
+      // What `export A=1 B=2` sets in a shell: the line has no quoting, so split on spaces.
+      const exported = Object.fromEntries(
+        line
+          .split(/\s+/)
+          .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
+      );
+      await db.sql`select * from outbox_enqueue(event_type => 'BusTried', source => 'dev.test',
+        aggregate_type => 'try', aggregate_id => '1', payload => '{}'::jsonb)`;
+      const relayed = await runCli(['relay', '--until-empty'], {
+        env: { HOME: process.env.HOME, AWS_EC2_METADATA_DISABLED: 'true', DATABASE_URL: db.url, ...exported },
+      });
+      expect(relayed.stderr).toBe('');
+      expect(relayed.code).toBe(0);
+      await waitForOutput(() => run.output().stdout, /BusTried/);
+      ctrlC(child);
+      await run;
+    } finally {
+      await db.drop();
+    }
   }, 60_000);
 });

@@ -79,7 +79,7 @@ describe('idempotency window', () => {
     const again = await h.db.sql.begin((tx) => enqueue(tx, event('refund-R')));
     expect(again.duplicate).toBe(false);
     expect(again.eventId).not.toBe(first.eventId);
-    expect(again.sequence).toBe(first.sequence + 1);
+    expect(again.sequence).toBe(String(BigInt(first.sequence) + 1n));
     expect(await outboxRows()).toBe(1);
   });
 

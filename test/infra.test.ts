@@ -156,7 +156,9 @@ describe('demo stack (synthesised)', () => {
     expect(relay?.Properties.Environment.Variables).toMatchObject({
       PGUSER: 'outbox_relay',
       PGDATABASE: 'app',
+      PGPORT: '5432',
       OUTBOX_DB_IAM_AUTH: 'true',
+      OUTBOX_DB_POOLER: 'transaction',
       NODE_OPTIONS: '--enable-source-maps',
     });
     // Lambda's Node runtimes load the RDS CA bundle only when this points at it (issue 11, item 2).
@@ -169,6 +171,7 @@ describe('demo stack (synthesised)', () => {
         'NODE_EXTRA_CA_CERTS',
         'NODE_OPTIONS',
         'OUTBOX_DB_IAM_AUTH',
+        'OUTBOX_DB_POOLER',
         'OUTBOX_METRIC_NAMESPACE',
         'PGDATABASE',
         'PGHOST',
@@ -892,5 +895,385 @@ describe('OutboxRelay with a proxy of the same app', () => {
   it('warns at synth when the proxy authenticates with secrets (it would refuse the relay and the monitor)', () => {
     expect(build('secrets')).toHaveLength(1);
     expect(build('iam')).toHaveLength(0);
+  });
+});
+
+/** Statements of the policies attached to the role of the function whose Description starts with `description`. */
+function functionStatements(t: Template, description: string): Statement[] {
+  const fn = Object.values(
+    t.findResources('AWS::Lambda::Function', {
+      Properties: { Description: Match.stringLikeRegexp(`^${description}`) },
+    }),
+  )[0] as { Properties: { Role: { 'Fn::GetAtt': [string, string] } } } | undefined;
+  expect(fn, `a function described "${description}…"`).toBeDefined();
+  const roleId = fn?.Properties.Role['Fn::GetAtt'][0];
+  return Object.values(t.findResources('AWS::IAM::Policy'))
+    .filter((p) =>
+      JSON.stringify((p as { Properties: { Roles: unknown } }).Properties.Roles).includes(`"${roleId}"`),
+    )
+    .flatMap(
+      (p) =>
+        (p as { Properties: { PolicyDocument: { Statement: Statement[] } } }).Properties.PolicyDocument
+          .Statement,
+    );
+}
+
+/** The Environment.Variables of the function whose Description starts with `description`. */
+function functionEnvironment(t: Template, description: string): Record<string, unknown> {
+  const fn = Object.values(
+    t.findResources('AWS::Lambda::Function', {
+      Properties: { Description: Match.stringLikeRegexp(`^${description}`) },
+    }),
+  )[0] as { Properties: { Environment: { Variables: Record<string, unknown> } } };
+  return fn.Properties.Environment.Variables;
+}
+
+describe('demo stack without a proxy (databaseAccess=direct, synthesised)', () => {
+  let direct: Template;
+  let directError: unknown;
+  beforeAll(() => {
+    // Bundling is skipped: the template's shape does not depend on the code (the rehearsal runs the
+    // bundles of this shape).
+    const app = newApp({
+      context: { ...cdkContext, databaseAccess: 'direct', 'aws:cdk:bundling-stacks': [] },
+    });
+    Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+    const { stack } = buildApp(app);
+    try {
+      app.synth();
+    } catch (error) {
+      directError = error;
+    }
+    direct = Template.fromStack(stack);
+  }, 120_000);
+
+  const instanceId = expect.stringMatching(/^Database[A-Z0-9]{8}$/);
+  /** `rds-db:connect` on the instance's resource id, as `user`. */
+  const onInstance = (user: string) => rdsDbUser({ 'Fn::GetAtt': [instanceId, 'DbiResourceId'] }, user);
+
+  it('passes cdk-nag AwsSolutions, has no proxy, and five alarms of the relay beside the consumer’s two', () => {
+    expect(directError).toBeUndefined();
+    direct.resourceCountIs('AWS::RDS::DBProxy', 0);
+    direct.resourceCountIs('AWS::RDS::DBInstance', 1);
+    direct.hasResourceProperties('AWS::RDS::DBInstance', { EnableIAMDatabaseAuthentication: true });
+    direct.resourceCountIs('AWS::CloudWatch::Alarm', 7);
+    expect(JSON.stringify(direct.toJSON())).not.toContain('DatabaseConnectionsCurrentlySessionPinned');
+  });
+
+  it('points every function at the instance’s endpoint, with IAM, verified TLS and a session of its own', () => {
+    for (const [description, user] of [
+      ['Outbox relay:', 'outbox_relay'],
+      ['Outbox monitor:', 'outbox_monitor'],
+    ] as const) {
+      expect(functionEnvironment(direct, description)).toMatchObject({
+        PGHOST: { 'Fn::GetAtt': [instanceId, 'Endpoint.Address'] },
+        PGPORT: { 'Fn::GetAtt': [instanceId, 'Endpoint.Port'] },
+        PGUSER: user,
+        OUTBOX_DB_IAM_AUTH: 'true',
+        OUTBOX_DB_POOLER: 'none',
+        NODE_EXTRA_CA_CERTS: '/var/runtime/ca-cert.pem',
+      });
+    }
+    const billing = Object.values(
+      direct.findResources('AWS::Lambda::Function', {
+        Properties: { Environment: { Variables: Match.objectLike({ PGUSER: 'outbox_consumer' }) } },
+      }),
+    ) as { Properties: { Environment: { Variables: Record<string, unknown> } } }[];
+    expect(billing).toHaveLength(1);
+    expect(billing[0]?.Properties.Environment.Variables).toMatchObject({
+      PGHOST: { 'Fn::GetAtt': [instanceId, 'Endpoint.Address'] },
+      OUTBOX_DB_POOLER: 'none',
+      NODE_EXTRA_CA_CERTS: '/var/runtime/ca-cert.pem',
+    });
+    // The migrate function connects to the same instance with the admin secret.
+    expect(functionEnvironment(direct, 'Outbox migrations:').DB_HOST).toEqual({
+      'Fn::GetAtt': [instanceId, 'Endpoint.Address'],
+    });
+  });
+
+  it('grants each function rds-db:connect as its own user on the instance’s resource id, and nothing wider', () => {
+    expect(functionStatements(direct, 'Outbox relay:')).toEqual([
+      {
+        Action: 'events:PutEvents',
+        Effect: 'Allow',
+        Resource: { 'Fn::GetAtt': [expect.stringMatching(/^OutboxBus/), 'Arn'] },
+      },
+      { Action: 'rds-db:connect', Effect: 'Allow', Resource: onInstance('outbox_relay') },
+    ]);
+    const relayArn = { 'Fn::GetAtt': [expect.stringMatching(/^OutboxRelayFunction/), 'Arn'] };
+    expect(functionStatements(direct, 'Outbox monitor:')).toEqual([
+      { Action: 'rds-db:connect', Effect: 'Allow', Resource: onInstance('outbox_monitor') },
+      // Scale-out: the monitor starts extra relays of the relay function, and invokes nothing else.
+      {
+        Action: 'lambda:InvokeFunction',
+        Effect: 'Allow',
+        Resource: [relayArn, { 'Fn::Join': ['', [relayArn, ':*']] }],
+      },
+    ]);
+    const everyConnect = Object.values(direct.findResources('AWS::IAM::Policy'))
+      .flatMap(
+        (p) =>
+          (p as { Properties: { PolicyDocument: { Statement: Statement[] } } }).Properties.PolicyDocument
+            .Statement,
+      )
+      .filter((x) => [x.Action].flat().includes('rds-db:connect'));
+    // relay, monitor, consumer: one user each, never the admin, never a wildcard.
+    expect(everyConnect.map((x) => x.Resource)).toEqual(
+      expect.arrayContaining(['outbox_relay', 'outbox_monitor', 'outbox_consumer'].map(onInstance)),
+    );
+    expect(everyConnect).toHaveLength(3);
+    expect(JSON.stringify(everyConnect)).not.toMatch(/\*|outbox_admin/);
+  });
+
+  it('agrees with the README: the picture, the prose and the cost table count what the templates have', () => {
+    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+    const deploy = readme.slice(readme.indexOf('\n## Deploy'), readme.indexOf('\n## Tear down'));
+    // Logical ids start with the construct's path: Outbox… for the relay's, Billing… for the consumer's.
+    const alarmsUnder = (t: Template, part: string) =>
+      Object.keys(t.findResources('AWS::CloudWatch::Alarm')).filter((id) => id.startsWith(part)).length;
+    const counts = {
+      relay: alarmsUnder(template, 'Outbox'),
+      consumer: alarmsUnder(template, 'Billing'),
+      directRelay: alarmsUnder(direct, 'Outbox'),
+      all: Object.keys(template.findResources('AWS::CloudWatch::Alarm')).length,
+      directAll: Object.keys(direct.findResources('AWS::CloudWatch::Alarm')).length,
+    };
+    const number = (pattern: RegExp) => {
+      const found = pattern.exec(deploy)?.[1];
+      const words: Record<string, number> = { five: 5, six: 6, seven: 7, eight: 8, nine: 9 };
+      return found === undefined ? undefined : (words[found] ?? Number(found));
+    };
+    expect({
+      relay: number(/CloudWatch metrics: (\d+) alarms/),
+      consumer: number(/\(\+(\d+) on the consumer's queues\)/),
+      directRelay: number(/the construct makes (\d+) alarms/),
+      all: number(/\| CloudWatch: (\d+) alarms/),
+      directAll: number(/`-c databaseAccess=direct`: (\d+) alarms/),
+    }).toEqual(counts);
+    expect(number(/with IAM\), (\w+) alarms/)).toBe(counts.relay);
+    // Every resource that is billed by the month has its line in the cost table.
+    const table = deploy.slice(deploy.indexOf('### Rough monthly cost'));
+    for (const [type, line] of [
+      ['AWS::RDS::DBInstance', /\| RDS db\./],
+      ['AWS::RDS::DBProxy', /\| RDS Proxy/],
+      ['AWS::EC2::VPCEndpoint', /\| \d+ interface endpoints/],
+      ['AWS::KMS::Key', /\| KMS key/],
+      ['AWS::CloudWatch::Dashboard', /dashboard/],
+    ] as const) {
+      expect(Object.keys(template.findResources(type)).length, type).toBeGreaterThan(0);
+      expect(table, `${type} in the cost table`).toMatch(line);
+    }
+  });
+
+  it('lets the relay, the monitor, the consumer and the migrate function reach the instance on 5432, and nothing else', () => {
+    type Rule = { Type: string; Properties: Record<string, unknown> };
+    const groupOf = (ref: unknown) => (ref as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
+    const instance = Object.values(direct.findResources('AWS::RDS::DBInstance'))[0] as {
+      Properties: { VPCSecurityGroups: unknown[] };
+    };
+    const dbSgs = instance.Properties.VPCSecurityGroups.map(groupOf);
+    const intoDb = Object.values(direct.toJSON().Resources as Record<string, Rule>)
+      .filter(
+        (r) => r.Type === 'AWS::EC2::SecurityGroupIngress' && dbSgs.includes(groupOf(r.Properties.GroupId)),
+      )
+      .map((r) => ({ peer: groupOf(r.Properties.SourceSecurityGroupId), port: r.Properties.FromPort }));
+    const sgsOf = (description: string) =>
+      (
+        Object.values(
+          direct.findResources('AWS::Lambda::Function', {
+            Properties: { Description: Match.stringLikeRegexp(`^${description}`) },
+          }),
+        )[0] as { Properties: { VpcConfig: { SecurityGroupIds: unknown[] } } }
+      ).Properties.VpcConfig.SecurityGroupIds.map(groupOf);
+    const consumerSg = Object.keys(direct.findResources('AWS::EC2::SecurityGroup')).find((id) =>
+      id.startsWith('ConsumerSg'),
+    );
+    const expected = [...new Set([...sgsOf('Outbox relay:'), ...sgsOf('Outbox migrations:'), consumerSg])];
+    expect(sgsOf('Outbox monitor:')).toEqual(sgsOf('Outbox relay:'));
+    expect(intoDb.map((r) => r.peer).sort()).toEqual(expected.sort());
+    for (const r of intoDb) expect(r.port).toBe(5432);
+  });
+});
+
+describe('OutboxRelay on an existing instance or Aurora cluster, without a proxy', () => {
+  // Bundling is skipped: these tests read the template only.
+  const noBundling = { 'aws:cdk:bundling-stacks': [] };
+  const existing = () => {
+    const app = newApp({ context: noBundling });
+    const stack = new Stack(app, 'Direct', { env: { account: '123456789012', region: 'eu-west-1' } });
+    const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
+      vpcId: 'vpc-12345678',
+      availabilityZones: ['eu-west-1a', 'eu-west-1b'],
+      privateSubnetIds: ['subnet-11111111', 'subnet-22222222'],
+    });
+    const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
+    return { stack, vpc, sg };
+  };
+
+  it.each([
+    [
+      'an RDS instance',
+      (stack: Stack) => ({
+        instance: rds.DatabaseInstance.fromDatabaseInstanceAttributes(stack, 'Db', {
+          instanceIdentifier: 'orders',
+          instanceEndpointAddress: 'orders.abc.eu-west-1.rds.amazonaws.com',
+          port: 5432,
+          instanceResourceId: 'db-ABCDEFGHIJKLMNOP',
+          securityGroups: [],
+        }),
+      }),
+      'orders.abc.eu-west-1.rds.amazonaws.com',
+      'db-ABCDEFGHIJKLMNOP',
+    ],
+    [
+      'an Aurora cluster',
+      (stack: Stack) => ({
+        cluster: rds.DatabaseCluster.fromDatabaseClusterAttributes(stack, 'Db', {
+          clusterIdentifier: 'orders',
+          clusterEndpointAddress: 'orders.cluster-abc.eu-west-1.rds.amazonaws.com',
+          port: 5433,
+          clusterResourceIdentifier: 'cluster-ABCDEFGHIJKLMNOP',
+        }),
+      }),
+      'orders.cluster-abc.eu-west-1.rds.amazonaws.com',
+      'cluster-ABCDEFGHIJKLMNOP',
+    ],
+  ])('connects to %s with IAM as its own users, on that resource id only', (_, target, host, resourceId) => {
+    const { stack, vpc, sg } = existing();
+    const outbox = new OutboxRelay(stack, 'Outbox', {
+      vpc,
+      securityGroups: [sg],
+      database: { ...target(stack), databaseName: 'orders' },
+    });
+    const t = Template.fromStack(stack);
+    const port = resourceId.startsWith('cluster-') ? '5433' : '5432';
+    for (const [description, user] of [
+      ['Outbox relay:', 'outbox_relay'],
+      ['Outbox monitor:', 'outbox_monitor'],
+    ] as const) {
+      expect(functionEnvironment(t, description)).toMatchObject({
+        PGHOST: host,
+        PGPORT: port,
+        PGUSER: user,
+        OUTBOX_DB_IAM_AUTH: 'true',
+        OUTBOX_DB_POOLER: 'none',
+        NODE_EXTRA_CA_CERTS: '/var/runtime/ca-cert.pem',
+      });
+      const connect = functionStatements(t, description).filter((x) => x.Action === 'rds-db:connect');
+      expect(connect).toEqual([
+        {
+          Action: 'rds-db:connect',
+          Effect: 'Allow',
+          Resource: {
+            'Fn::Join': [
+              '',
+              [
+                'arn:',
+                { Ref: 'AWS::Partition' },
+                `:rds-db:eu-west-1:123456789012:dbuser:${resourceId}/${user}`,
+              ],
+            ],
+          },
+        },
+      ]);
+    }
+    // No proxy, no pinning alarm: five alarms.
+    expect(outbox.alarms.proxyPinnedSessions).toBeUndefined();
+    t.resourceCountIs('AWS::CloudWatch::Alarm', 5);
+    expect(outbox.databaseConnection.shape).toBe('direct');
+  });
+
+  it('defaults the migrate function’s host to the instance’s endpoint', () => {
+    const { stack, vpc, sg } = existing();
+    const instance = rds.DatabaseInstance.fromDatabaseInstanceAttributes(stack, 'Db', {
+      instanceIdentifier: 'orders',
+      instanceEndpointAddress: 'orders.abc.eu-west-1.rds.amazonaws.com',
+      port: 5432,
+      instanceResourceId: 'db-ABCDEFGHIJKLMNOP',
+      securityGroups: [],
+    });
+    const migrateSg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'MigrateSg', 'sg-87654321');
+    new OutboxRelay(stack, 'Outbox', {
+      vpc,
+      securityGroups: [sg],
+      database: { instance, databaseName: 'orders' },
+      migration: {
+        adminSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'Admin', 'admin'),
+        securityGroups: [migrateSg],
+      },
+    });
+    expect(functionEnvironment(Template.fromStack(stack), 'Outbox migrations:').DB_HOST).toBe(
+      'orders.abc.eu-west-1.rds.amazonaws.com',
+    );
+  });
+
+  it('refuses none or several of proxy, instance and cluster, and a proxy with migrations but no host', () => {
+    const { stack, vpc, sg } = existing();
+    const instance = rds.DatabaseInstance.fromDatabaseInstanceAttributes(stack, 'Db', {
+      instanceIdentifier: 'orders',
+      instanceEndpointAddress: 'orders.abc.eu-west-1.rds.amazonaws.com',
+      port: 5432,
+      instanceResourceId: 'db-ABCDEFGHIJKLMNOP',
+      securityGroups: [],
+    });
+    const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
+      dbProxyName: 'p',
+      dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
+      endpoint: 'p.proxy.eu-west-1.rds.amazonaws.com',
+      securityGroups: [],
+    });
+    expect(
+      () =>
+        new OutboxRelay(stack, 'None', { vpc, securityGroups: [sg], database: { databaseName: 'orders' } }),
+    ).toThrow(/exactly one of proxy, instance or cluster \(got none\)/);
+    expect(
+      () =>
+        new OutboxRelay(stack, 'Both', {
+          vpc,
+          securityGroups: [sg],
+          database: { proxy, instance, databaseName: 'orders' },
+        }),
+    ).toThrow(/exactly one of proxy, instance or cluster \(got proxy and instance\)/);
+    expect(
+      () =>
+        new OutboxRelay(stack, 'NoHost', {
+          vpc,
+          securityGroups: [sg],
+          database: { proxy, databaseName: 'orders' },
+          migration: {
+            adminSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'Admin', 'admin'),
+            securityGroups: [ec2.SecurityGroup.fromSecurityGroupId(stack, 'M', 'sg-87654321')],
+          },
+        }),
+    ).toThrow(/migration.host is required with a proxy/);
+  });
+
+  it('warns at synth about an Aurora cluster of the app without IAM authentication', () => {
+    const warnings = (iamAuthentication: boolean) => {
+      const app = newApp({ context: noBundling });
+      const stack = new Stack(app, `Aurora${iamAuthentication}`, {
+        env: { account: '123456789012', region: 'eu-west-1' },
+      });
+      const vpc = new ec2.Vpc(stack, 'Vpc', { maxAzs: 2 });
+      const cluster = new rds.DatabaseCluster(stack, 'Cluster', {
+        engine: rds.DatabaseClusterEngine.auroraPostgres({
+          version: rds.AuroraPostgresEngineVersion.VER_16_6,
+        }),
+        writer: rds.ClusterInstance.serverlessV2('Writer'),
+        vpc,
+        iamAuthentication,
+      });
+      new OutboxRelay(stack, 'Outbox', {
+        vpc,
+        securityGroups: [new ec2.SecurityGroup(stack, 'Sg', { vpc })],
+        database: { cluster, databaseName: 'orders' },
+      });
+      return Annotations.fromStack(stack).findWarning(
+        '*',
+        Match.stringLikeRegexp('IAM database authentication on'),
+      );
+    };
+    expect(warnings(false)).toHaveLength(1);
+    expect(warnings(true)).toHaveLength(0);
   });
 });

@@ -122,6 +122,53 @@ describe('prune', () => {
     expect(n?.n).toBe(2);
   });
 
+  it('keeps a dead letter that holds back later events of its aggregate, so `block` still waits for an operator', async () => {
+    const events = (aggregateId: string, n: number) =>
+      Array.from({ length: n }, (_, i) => ({
+        type: 'OrderChanged',
+        source: 'shop.orders',
+        aggregateType: 'order',
+        aggregateId,
+        payload: { n: i + 1 },
+      }));
+    // `held`: 1 dead-lettered 40 days ago, 2 and 3 waiting behind it. `alone`: an old dead letter
+    // with nothing behind it. `discarded`: an old discarded dead letter, which holds nothing back.
+    await h.db.sql.begin((tx) =>
+      enqueueMany(tx, [...events('held', 3), ...events('alone', 1), ...events('discarded', 2)]),
+    );
+    await h.db.sql`
+      update outbox set dead_lettered_at = now() - interval '40 days', last_error = 'InvalidArgument: x'
+      where sequence = 1`;
+    await h.db
+      .sql`update outbox set discarded_at = now() - interval '39 days' where aggregate_id = 'discarded' and sequence = 1`;
+    const options = {
+      publishedRetentionSeconds: 7 * DAY,
+      deadLetterRetentionSeconds: 30 * DAY,
+      batchSize: 10,
+      timeBudgetMs: 10_000,
+    };
+    expect(await prune(h.db.sql, { ...options, dryRun: true })).toMatchObject({ deadLettersDeleted: 2 });
+    expect(await prune(h.db.sql, options)).toMatchObject({ deadLettersDeleted: 2, publishedDeleted: 0 });
+    const left = await h.db.sql<{ aggregate_id: string; sequence: string; dead: boolean }[]>`
+      select aggregate_id, sequence, dead_lettered_at is not null as dead from outbox order by aggregate_id, sequence`;
+    expect(left.map((r) => `${r.aggregate_id}/${r.sequence}${r.dead ? ' dead' : ''}`)).toEqual([
+      'discarded/2',
+      'held/1 dead',
+      'held/2',
+      'held/3',
+    ]);
+    // Under `block` the aggregate still waits for the operator: nothing of it is published.
+    await runRelay({
+      sql: h.db.sql,
+      client: testClient(h.bus.url),
+      settings: testSettings({ deadLetterPolicy: 'block' }),
+      once: true,
+    });
+    expect(h.bus.events.map((e) => (e.detail as unknown as Envelope).metadata.aggregateId)).toEqual([
+      'discarded',
+    ]);
+  });
+
   it('runs alongside a relay without blocking it or losing a row', async () => {
     await seed(Array.from({ length: 3_000 }, (_, i) => `old-${i}`));
     await h.db.sql`update outbox set published_at = now() - interval '10 days'`;
@@ -309,7 +356,7 @@ describe('dead-letter operations', () => {
     await runRelay({ sql: h.db.sql, client: testClient(h.bus.url), settings, once: true });
     h.bus.setFaults({});
     const [dead] = await listDeadLetters(h.db.sql);
-    expect(dead?.sequence).toBe(1);
+    expect(dead?.sequence).toBe('1');
     // Blocked: #2 waits behind the dead letter.
     await runRelay({ sql: h.db.sql, client: testClient(h.bus.url), settings, once: true });
     expect(h.bus.events).toHaveLength(0);

@@ -136,6 +136,7 @@ beforeAll(async () => {
       'postgres',
       'pg',
       'drizzle-orm',
+      'kysely',
       'zod',
       'typescript',
       '@types/node',
@@ -167,7 +168,17 @@ describe('the packed package, installed in a fresh project', () => {
     for (const script of ['preinstall', 'install', 'postinstall'])
       expect(manifest.scripts?.[script]).toBeUndefined();
     expect(Object.keys(manifest.exports).sort()).toEqual(
-      ['.', './cdk', './consumer', './drizzle', './operations', './package.json', './pg', './relay'].sort(),
+      [
+        '.',
+        './cdk',
+        './consumer',
+        './drizzle',
+        './kysely',
+        './operations',
+        './package.json',
+        './pg',
+        './relay',
+      ].sort(),
     );
     expect(manifest.peerDependencies).toMatchObject({
       'aws-cdk-lib': expect.any(String),
@@ -216,8 +227,9 @@ describe('the packed package, installed in a fresh project', () => {
         ['postgres', false],
         ['pg', false],
         ['drizzle', false],
+        ['kysely', false],
       ]);
-      expect(report.published).toBe(3);
+      expect(report.published).toBe(4);
 
       const sql = postgres(databaseUrl, { max: 1, onnotice: () => {} });
       try {
@@ -226,6 +238,7 @@ describe('the packed package, installed in a fresh project', () => {
         where aggregate_type = ${`node-${report.node}`} order by aggregate_id`;
         expect(rows).toEqual([
           { aggregate_id: 'drizzle', published: true },
+          { aggregate_id: 'kysely', published: true },
           { aggregate_id: 'pg', published: true },
           { aggregate_id: 'postgres', published: true },
         ]);
@@ -233,6 +246,7 @@ describe('the packed package, installed in a fresh project', () => {
         await sql.end();
       }
       expect(bus.events.map((e) => e.detailType)).toEqual([
+        'PackageTested',
         'PackageTested',
         'PackageTested',
         'PackageTested',

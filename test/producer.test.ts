@@ -63,9 +63,9 @@ describe('enqueue', () => {
       ]),
     );
     expect(results.map((r) => [r.aggregateId, r.sequence])).toEqual([
-      ['a', 2],
-      ['b', 1],
-      ['a', 3],
+      ['a', '2'],
+      ['b', '1'],
+      ['a', '3'],
     ]);
     const stored = await db.sql<{ aggregate_id: string; sequence: string }[]>`
       select aggregate_id, sequence from outbox order by aggregate_id, sequence`;
@@ -82,7 +82,7 @@ describe('enqueue', () => {
     expect(await count()).toBe(1);
     // No gap: the next event of the aggregate gets sequence 2.
     const next = await db.sql.begin((tx) => enqueue(tx, event()));
-    expect(next.sequence).toBe(2);
+    expect(next.sequence).toBe('2');
   });
 
   it('treats a key repeated inside one call as a duplicate of its first occurrence', async () => {
@@ -90,9 +90,9 @@ describe('enqueue', () => {
       enqueueMany(tx, [event({ idempotencyKey: 'k' }), event({ idempotencyKey: 'k' }), event()]),
     );
     expect(results.map((r) => [r.sequence, r.duplicate])).toEqual([
-      [1, false],
-      [1, true],
-      [2, false],
+      ['1', false],
+      ['1', true],
+      ['2', false],
     ]);
     expect(results[1]?.eventId).toBe(results[0]?.eventId);
     expect(await count()).toBe(2);
@@ -111,7 +111,7 @@ describe('enqueue', () => {
     expect(results.map((r) => r.duplicate).sort()).toEqual([false, true]);
     expect(await count()).toBe(1);
     const next = await db.sql.begin((tx) => enqueue(tx, event()));
-    expect(next.sequence).toBe(2);
+    expect(next.sequence).toBe('2');
   });
 
   it('gives two concurrent producers of one aggregate sequences in commit order', async () => {
@@ -121,7 +121,7 @@ describe('enqueue', () => {
     const firstMayCommit = new Promise<void>((r) => {
       releaseFirst = r;
     });
-    const commits: number[] = [];
+    const commits: string[] = [];
     let firstEnqueued: () => void = () => {};
     const firstHasSequence = new Promise<void>((r) => {
       firstEnqueued = r;
@@ -154,7 +154,7 @@ describe('enqueue', () => {
     expect(commits).toEqual([]); // the second producer is waiting on the first
     releaseFirst();
     await Promise.all([first, second]);
-    expect(commits).toEqual([1, 2]);
+    expect(commits).toEqual(['1', '2']);
   });
 
   it('treats concurrent enqueues with one idempotency key on a plain pool as duplicates too', async () => {
@@ -248,7 +248,7 @@ describe('enqueue locks', () => {
     const retried = await db.sql.begin((tx) =>
       enqueueMany(tx, [event({ aggregateId: '1' }), event({ aggregateId: '2' })]),
     );
-    expect(retried.map((r) => r.sequence)).toEqual([2, 2]);
+    expect(retried.map((r) => r.sequence)).toEqual(['2', '2']);
   });
 });
 

@@ -19,7 +19,8 @@
  * failed, which a plain dead-letter queue does not. The cost is Lambda's fixed retry window
  * (about 3 minutes), which bounds `wait-for-gap` (the inbox's `retryWindowSeconds`).
  *
- * The function logs in to RDS Proxy with IAM as the consumer's own database role,
+ * The function logs in with IAM (through RDS Proxy, or directly to the instance or cluster) as the
+ * consumer's own database role,
  * `DEFAULT_ROLES.consumer` (created and granted the inbox tables by the migrate function, like the
  * relay's and the monitor's; the application grants it its own tables, see `createBillingSchema`).
  */
@@ -33,12 +34,15 @@ import * as eventTargets from 'aws-cdk-lib/aws-events-targets';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as destinations from 'aws-cdk-lib/aws-lambda-destinations';
 import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
-import type * as rds from 'aws-cdk-lib/aws-rds';
 import type * as sns from 'aws-cdk-lib/aws-sns';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { OUTBOX_BUNDLING } from '../../infra/outbox-relay.ts';
-import { DEFAULT_ROLES, EnvVar, LAMBDA_CA_BUNDLE } from '../../shared/platform/names.ts';
+import {
+  OUTBOX_BUNDLING,
+  type OutboxDatabaseTarget,
+  outboxDatabaseConnection,
+} from '../../infra/outbox-relay.ts';
+import { DEFAULT_ROLES, EnvVar } from '../../shared/platform/names.ts';
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -49,8 +53,11 @@ const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
  */
 export const BILLING_RETRY_ATTEMPTS = 2;
 
-/** Props of {@link BillingConsumer}. */
-export interface BillingConsumerProps {
+/**
+ * Props of {@link BillingConsumer}; where it connects is one of `proxy`, `instance` or `cluster`,
+ * as for the relay (IAM authentication either way).
+ */
+export interface BillingConsumerProps extends OutboxDatabaseTarget {
   /** The bus the outbox relay publishes to. */
   readonly bus: events.IEventBus;
   readonly vpc: ec2.IVpc;
@@ -59,10 +66,8 @@ export interface BillingConsumerProps {
    * @default the VPC's private subnets
    */
   readonly vpcSubnets?: ec2.SubnetSelection;
-  /** Security groups of the function; the proxy must accept them on its port. */
+  /** Security groups of the function; the proxy (or the instance or cluster) must accept them on its port. */
   readonly securityGroups: ec2.ISecurityGroup[];
-  /** RDS Proxy with IAM authentication, as for the relay. */
-  readonly proxy: rds.IDatabaseProxy;
   readonly databaseName: string;
   /**
    * Database user the function logs in as.
@@ -89,6 +94,7 @@ export class BillingConsumer extends Construct {
   constructor(scope: Construct, id: string, props: BillingConsumerProps) {
     super(scope, id);
     const user = props.databaseUser ?? DEFAULT_ROLES.consumer;
+    const database = outboxDatabaseConnection(props);
     const queue = (name: string) =>
       new sqs.Queue(this, name, {
         encryption: sqs.QueueEncryption.SQS_MANAGED,
@@ -108,21 +114,14 @@ export class BillingConsumer extends Construct {
       vpc: props.vpc,
       vpcSubnets: props.vpcSubnets,
       securityGroups: props.securityGroups,
-      environment: {
-        [EnvVar.pgHost]: props.proxy.endpoint,
-        [EnvVar.pgPort]: '5432',
-        [EnvVar.pgDatabase]: props.databaseName,
-        [EnvVar.pgUser]: user,
-        [EnvVar.iamAuth]: 'true',
-        [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
-      },
+      environment: { ...database.environment(user), [EnvVar.pgDatabase]: props.databaseName },
       bundling: OUTBOX_BUNDLING,
       retryAttempts: BILLING_RETRY_ATTEMPTS,
       // How long an event may wait in Lambda's queue (throttling), Lambda's default, set explicitly.
       maxEventAge: Duration.hours(6),
       onFailure: new destinations.SqsDestination(this.failedEventsQueue),
     });
-    props.proxy.grantConnect(this.function, user);
+    database.grantConnect(this.function, user);
     // cdk-nag (AwsSolutions), acknowledged with reasons rather than silenced.
     for (const policy of ['AWSLambdaBasicExecutionRole', 'AWSLambdaVPCAccessExecutionRole']) {
       if (!this.function.role) break;

@@ -3,7 +3,7 @@
  * list, show, replay (back to pending), discard (kept for audit, never published).
  */
 import type { Queryable } from '../platform/index.ts';
-import { OutboxValidationError } from '../platform/index.ts';
+import { compactJsonb, OutboxValidationError } from '../platform/index.ts';
 
 /** Which dead letters an operation applies to. Every field narrows the selection. */
 export interface DeadLetterFilter {
@@ -11,8 +11,12 @@ export interface DeadLetterFilter {
   type?: string;
   /** `aggregateType` or `aggregateType/aggregateId`. */
   aggregate?: string;
-  /** Dead-lettered at or after this time. */
-  since?: Date;
+  /**
+   * Dead-lettered at or after this instant (a `Date`), or within the last `secondsAgo` seconds
+   * counted back from the database's `now()`. `dead_lettered_at` is written with the database's
+   * clock, so a duration is measured on it too, never on the caller's clock (which may be off).
+   */
+  since?: Date | { secondsAgo: number };
   /** Include discarded dead letters (default false). */
   includeDiscarded?: boolean;
 }
@@ -26,7 +30,8 @@ export interface DeadLetter {
   source: string;
   aggregateType: string;
   aggregateId: string;
-  sequence: number;
+  /** Per-aggregate sequence (int8 as a string, exact at any size). */
+  sequence: string;
   attempts: number;
   lastError: string | null;
   createdAt: Date;
@@ -36,7 +41,12 @@ export interface DeadLetter {
 
 /** A dead letter with its payload and trace header, as `show` prints it. */
 export interface DeadLetterDetail extends DeadLetter {
-  payload: Record<string, unknown>;
+  /**
+   * The payload as compact JSON text, every number as stored (what the relay sends as `data`).
+   * `JSON.parse` it for a plain object, knowing that it rounds numbers beyond a double's precision;
+   * `parseExactJson` keeps them for re-serialising.
+   */
+  payloadJson: string;
   traceHeader: string | null;
 }
 
@@ -53,7 +63,8 @@ interface DbDeadLetter {
   created_at: Date;
   dead_lettered_at: Date;
   discarded_at: Date | null;
-  payload?: Record<string, unknown>;
+  /** jsonb's text form (`payload::text`), never parsed into numbers. */
+  payload?: string;
   trace_header?: string | null;
 }
 
@@ -65,7 +76,7 @@ function toDeadLetter(r: DbDeadLetter): DeadLetter {
     source: r.source,
     aggregateType: r.aggregate_type,
     aggregateId: r.aggregate_id,
-    sequence: Number(r.sequence),
+    sequence: r.sequence,
     attempts: r.attempts,
     lastError: r.last_error,
     createdAt: r.created_at,
@@ -93,9 +104,31 @@ function splitAggregate(aggregate: string | undefined): { type: string | null; i
     : { type: aggregate.slice(0, slash), id: aggregate.slice(slash + 1) };
 }
 
+/**
+ * The two forms of {@link DeadLetterFilter.since} as statement parameters: an instant, or seconds
+ * before the database's `now()`.
+ * @throws {OutboxValidationError} naming `since` for an invalid date or a negative or non-finite duration
+ */
+function sinceParameters(since: DeadLetterFilter['since']): { at: Date | null; secondsAgo: number | null } {
+  if (since === undefined) return { at: null, secondsAgo: null };
+  if (since instanceof Date) {
+    if (Number.isNaN(since.getTime())) throw new OutboxValidationError('since', 'is an invalid date');
+    return { at: since, secondsAgo: null };
+  }
+  const seconds = since?.secondsAgo;
+  if (typeof seconds !== 'number' || !Number.isFinite(seconds) || seconds < 0) {
+    throw new OutboxValidationError(
+      'since',
+      `must be a Date or { secondsAgo: n } with n a number of seconds, 0 or more (got ${String(seconds)})`,
+    );
+  }
+  return { at: null, secondsAgo: seconds };
+}
+
 /** Row ids of the dead letters matching `filter`, oldest first. */
 async function selectIds(sql: Queryable, filter: DeadLetterFilter, limit: number): Promise<string[]> {
   const agg = splitAggregate(filter.aggregate);
+  const since = sinceParameters(filter.since);
   const rows = await sql<{ id: string }[]>`
     select id from outbox
     where dead_lettered_at is not null and published_at is null
@@ -103,7 +136,9 @@ async function selectIds(sql: Queryable, filter: DeadLetterFilter, limit: number
       and (${filter.type ?? null}::text is null or event_type = ${filter.type ?? null})
       and (${agg.type}::text is null or aggregate_type = ${agg.type})
       and (${agg.id}::text is null or aggregate_id = ${agg.id})
-      and (${filter.since ?? null}::timestamptz is null or dead_lettered_at >= ${filter.since ?? null})
+      and (${since.at}::timestamptz is null or dead_lettered_at >= ${since.at}::timestamptz)
+      and (${since.secondsAgo}::float8 is null
+           or dead_lettered_at >= now() - make_interval(secs => ${since.secondsAgo}::float8))
     order by dead_lettered_at, id
     limit ${limit}`;
   return rows.map((r) => r.id);
@@ -138,12 +173,16 @@ export async function showDeadLetter(sql: Queryable, ref: string): Promise<DeadL
   const eventId = 'eventId' in key ? key.eventId : null;
   const [row] = await sql<DbDeadLetter[]>`
     select id, event_id, event_type, source, aggregate_type, aggregate_id, sequence, attempts, last_error,
-           created_at, dead_lettered_at, discarded_at, payload, trace_header
+           created_at, dead_lettered_at, discarded_at, payload::text as payload, trace_header
     from outbox
     where dead_lettered_at is not null and published_at is null
       and (id = ${rowId}::int8 or event_id = ${eventId}::uuid)`;
   if (!row) return undefined;
-  return { ...toDeadLetter(row), payload: row.payload ?? {}, traceHeader: row.trace_header ?? null };
+  return {
+    ...toDeadLetter(row),
+    payloadJson: compactJsonb(row.payload ?? '{}'),
+    traceHeader: row.trace_header ?? null,
+  };
 }
 
 /** Resolves operator ids (row ids or event ids) to the row ids of dead letters. */

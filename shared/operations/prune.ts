@@ -10,6 +10,24 @@
  */
 import type { Queryable } from '../platform/index.ts';
 
+/**
+ * A dead letter past its retention that may go: neither published nor holding anything back. A
+ * dead letter that is not discarded and has a later event of its aggregate still to publish is
+ * kept: under `block` that event waits for an operator to replay or discard it, and deleting it
+ * would let the claim publish the event and leave nothing to replay. Prune does not know the
+ * relay's policy, so it keeps such a dead letter under `continue` too, where the later events go
+ * on and it becomes prunable once they are published (or dead-lettered themselves). The check
+ * reads `outbox_unfinished_by_aggregate_idx`. `d` is the dead letter's alias.
+ */
+function expiredDeadLetter(sql: Queryable, retentionSeconds: number) {
+  return sql`d.dead_lettered_at < now() - make_interval(secs => ${retentionSeconds})
+    and d.published_at is null
+    and (d.discarded_at is not null or not exists (
+      select from outbox n
+      where n.aggregate_type = d.aggregate_type and n.aggregate_id = d.aggregate_id
+        and n.sequence > d.sequence and n.published_at is null and n.dead_lettered_at is null))`;
+}
+
 /** Options of {@link prune}. */
 export interface PruneOptions {
   /** Published rows older than this (by `published_at`) are deleted. Seconds. */
@@ -70,8 +88,7 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
     const [row] = await sql<{ published: string; dead: string }[]>`
       select
         (select count(*) from outbox where published_at < now() - make_interval(secs => ${o.publishedRetentionSeconds})) as published,
-        (select count(*) from outbox where dead_lettered_at < now() - make_interval(secs => ${o.deadLetterRetentionSeconds})
-                                       and published_at is null) as dead`;
+        (select count(*) from outbox d where ${expiredDeadLetter(sql, o.deadLetterRetentionSeconds)}) as dead`;
     result.publishedDeleted = Number(row?.published ?? 0);
     result.deadLettersDeleted = Number(row?.dead ?? 0);
     if (o.idempotencyKeyRetentionSeconds !== undefined) {
@@ -82,8 +99,8 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
           and not exists (
             select from outbox o where o.event_id = k.event_id
               and not coalesce(o.published_at < now() - make_interval(secs => ${o.publishedRetentionSeconds}), false)
-              and not coalesce(o.dead_lettered_at < now() - make_interval(secs => ${o.deadLetterRetentionSeconds})
-                               and o.published_at is null, false))`;
+              and not exists (
+                select from outbox d where d.id = o.id and ${expiredDeadLetter(sql, o.deadLetterRetentionSeconds)}))`;
       result.idempotencyKeysDeleted = Number(keys?.n ?? 0);
     }
     result.durationMs = Math.round(performance.now() - started);
@@ -146,16 +163,14 @@ async function deletePublished(sql: Queryable, o: PruneOptions): Promise<number>
 
 async function deleteDeadLetters(sql: Queryable, o: PruneOptions): Promise<number> {
   const r = await sql`
-    delete from outbox
-    where id = any(array(
-        select id from outbox
-        where dead_lettered_at < now() - make_interval(secs => ${o.deadLetterRetentionSeconds})
-          and published_at is null
-        order by dead_lettered_at, id
+    delete from outbox d
+    where d.id = any(array(
+        select d.id from outbox d
+        where ${expiredDeadLetter(sql, o.deadLetterRetentionSeconds)}
+        order by d.dead_lettered_at, d.id
         limit ${o.batchSize}
       ))
-      and dead_lettered_at < now() - make_interval(secs => ${o.deadLetterRetentionSeconds})
-      and published_at is null`;
+      and ${expiredDeadLetter(sql, o.deadLetterRetentionSeconds)}`;
   return r.count;
 }
 

@@ -1,16 +1,62 @@
 /**
  * Least-privilege database roles for a deployment, created by the migrate function after the
- * schema migrations (roles are cluster-wide, so they are not part of the numbered migrations):
- * - relay: reads and updates `outbox`, nothing else;
- * - monitor: reads `outbox` and deletes expired rows;
- * - producer: inserts events (and bumps the per-aggregate sequence counter, and remembers
- *   idempotency keys), directly or through `outbox_enqueue`;
+ * schema migrations (roles are cluster-wide, so they are not part of the numbered migrations).
+ * Each can do exactly its work, also where PUBLIC's default privileges were revoked (`revoke
+ * execute on all functions in schema public from public`, `revoke all on schema public from
+ * public`), and reads nothing its work does not need:
+ * - relay: reads `outbox` and writes only the columns of a row's delivery state (lease, attempts,
+ *   backoff, outcome); it cannot change an event;
+ * - monitor: reads `outbox` without the events' payloads and trace headers, deletes expired rows,
+ *   inbox records and idempotency keys;
+ * - producer: executes `outbox_enqueue` and `outbox_enqueue_many` (which run with their owner's
+ *   rights, migration 009) and has no privilege on any table: it writes events only through them,
+ *   and reads no other service's events;
  * - consumer: the inbox tables.
  * Each logs in through RDS Proxy with IAM (`rds_iam`, granted where it exists, i.e. on RDS), and
  * gets its statement timeout as a role default, so clients need no `SET` (which would pin).
+ * Grants are revoked first where older versions gave more, so a redeploy takes them away.
  */
 import type { Queryable } from '../platform/index.ts';
-import { connect, DEFAULT_ROLES, migrate, type OutboxRoles } from '../platform/index.ts';
+import {
+  connect,
+  DEFAULT_ROLES,
+  databasePasswords,
+  migrate,
+  type OutboxRoles,
+  redactError,
+} from '../platform/index.ts';
+
+/** The columns of `outbox` the relay writes: a row's delivery state, never the event. */
+export const RELAY_WRITES = [
+  'available_at',
+  'published_at',
+  'attempts',
+  'lease_token',
+  'lease_expires_at',
+  'last_error',
+  'dead_lettered_at',
+] as const;
+
+/** The columns of `outbox` the monitor reads (to prune and count): all but the event's data. */
+export const MONITOR_READS = [
+  'id',
+  'event_id',
+  'aggregate_type',
+  'aggregate_id',
+  'sequence',
+  'event_type',
+  'source',
+  'idempotency_key',
+  'created_at',
+  'available_at',
+  'published_at',
+  'attempts',
+  'lease_token',
+  'lease_expires_at',
+  'last_error',
+  'dead_lettered_at',
+  'discarded_at',
+] as const;
 
 /**
  * Creates the roles if missing and (re)applies their grants; safe to run on every deploy.
@@ -22,11 +68,19 @@ export async function ensureRoles(
   statementTimeoutMs = 15_000,
 ): Promise<void> {
   const grants: [string, string[]][] = [
-    [roles.relay, ['grant select, update on outbox to %I']],
+    [
+      roles.relay,
+      [
+        'revoke all on outbox, outbox_aggregate, outbox_idempotency_key from %I',
+        'grant select on outbox to %I',
+        `grant update (${RELAY_WRITES.join(', ')}) on outbox to %I`,
+      ],
+    ],
     [
       roles.monitor,
       [
-        'grant select, delete on outbox to %I',
+        'revoke all on outbox from %I',
+        `grant select (${MONITOR_READS.join(', ')}), delete on outbox to %I`,
         'grant select, delete on inbox_message to %I',
         'grant select, delete on outbox_idempotency_key to %I',
       ],
@@ -34,12 +88,10 @@ export async function ensureRoles(
     [
       roles.producer,
       [
-        'grant select, insert on outbox to %I',
-        'grant select, insert, update on outbox_aggregate to %I',
-        'grant select, insert on outbox_idempotency_key to %I',
-        // outbox_enqueue runs with the caller's rights (security invoker): the grants above are
-        // what it needs; EXECUTE is named so a database that revoked it from PUBLIC still works.
-        'grant execute on function outbox_enqueue, outbox_enqueue_many, outbox_enqueue_check, outbox_enqueue_reject, outbox_json_bytes to %I',
+        // Older versions let the producer write (and read) the tables itself.
+        'revoke all on outbox, outbox_aggregate, outbox_idempotency_key from %I',
+        'revoke execute on function outbox_enqueue_check, outbox_enqueue_reject, outbox_json_bytes from %I',
+        'grant execute on function outbox_enqueue, outbox_enqueue_many to %I',
       ],
     ],
     [
@@ -73,6 +125,9 @@ export async function migrateWithRoles(
   const sql = connect({ ...(url ? { url } : {}), max: 1, env: url ? {} : process.env });
   try {
     await ensureRoles(sql, options.roles ?? DEFAULT_ROLES, options.statementTimeoutMs);
+  } catch (error) {
+    // The deploy-time function logs what it throws; the admin password must not be in it.
+    throw redactError(error, databasePasswords(process.env, url));
   } finally {
     await sql.end({ timeout: 5 });
   }

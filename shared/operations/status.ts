@@ -1,5 +1,5 @@
 /** Backlog figures for `outbox status`, `npm start` and the monitor's metrics. */
-import type { Queryable } from '../platform/index.ts';
+import { countFromDatabase, type Queryable } from '../platform/index.ts';
 
 /** The outbox's state, counted with the database clock. */
 export interface OutboxStatus {
@@ -42,10 +42,10 @@ export async function getStatus(
     ) p
   `;
   return {
-    pending: Number(row?.pending ?? 0),
+    pending: countFromDatabase(row?.pending, 'pending'),
     oldestPendingAgeSeconds: Math.max(0, row?.oldest ?? 0),
-    inFlight: Number(row?.in_flight ?? 0),
-    deadLettered: Number(row?.dead ?? 0),
-    published: row?.published == null ? -1 : Number(row.published),
+    inFlight: countFromDatabase(row?.in_flight, 'in flight'),
+    deadLettered: countFromDatabase(row?.dead, 'dead-lettered'),
+    published: row?.published == null ? -1 : countFromDatabase(row.published, 'published'),
   };
 }

@@ -10,15 +10,133 @@ import { OutboxConfigError } from './errors.ts';
 /** What a valid value looks like, for messages. */
 const EXAMPLE_URL = 'postgres://user:password@localhost:5432/database';
 
-/** The URL with its password replaced by `***`, for messages and logs. */
+const SCHEME = /^[a-z][a-z0-9+.-]*:\/\//i;
+
+/**
+ * A connection string split where a password cannot hide: the user info runs to the *last* `@`
+ * (a password may hold `@ : / ? #` when it was not percent-encoded, and no host name holds `@`), the
+ * hosts from there to the next `/`, `?` or `#`.
+ */
+interface UrlParts {
+  /** `postgres://`, or '' when the value has no scheme. */
+  scheme: string;
+  /** Everything before the last `@`, or undefined when there is none. */
+  userinfo: string | undefined;
+  /** Everything after the user info and its `@`. */
+  rest: string;
+  /** The host list: `host:port`, or several separated by commas. */
+  hosts: string;
+}
+
+function splitUrl(url: string): UrlParts {
+  const scheme = SCHEME.exec(url)?.[0] ?? '';
+  const afterScheme = url.slice(scheme.length);
+  const at = afterScheme.lastIndexOf('@');
+  const rest = at < 0 ? afterScheme : afterScheme.slice(at + 1);
+  return {
+    scheme,
+    userinfo: at < 0 ? undefined : afterScheme.slice(0, at),
+    rest,
+    hosts: rest.split(/[/?#]/)[0] ?? '',
+  };
+}
+
+/**
+ * The connection string with every password in it replaced by `***`, for messages and logs: the
+ * one in the user info, however it is spelled (all of it up to the last `@`, so a password holding
+ * `@ / ? #` is hidden whole), a `password=` query parameter, and a libpq `password=` keyword.
+ */
 export function maskDatabaseUrl(url: string): string {
-  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:@/]*:)[^@/]*@/i, '$1***@');
+  const parts = splitUrl(url);
+  let user = parts.userinfo;
+  if (user !== undefined) {
+    const colon = user.indexOf(':');
+    if (colon >= 0) user = `${user.slice(0, colon)}:***`;
+  }
+  const shown = `${parts.scheme}${user === undefined ? '' : `${user}@`}${parts.rest}`;
+  return shown
+    .replace(/([?&]password=)[^&#]*/gi, '$1***')
+    .replace(/(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'?|\S*)/gi, '$1***');
+}
+
+/**
+ * The passwords a connection made from `env` could carry, in every spelling they may take in a
+ * message (as written and percent-decoded): DATABASE_URL's user-info password and `password=`
+ * parameter, and PGPASSWORD. For {@link redactPasswords}.
+ */
+export function databasePasswords(env: NodeJS.ProcessEnv = process.env, url = env.DATABASE_URL): string[] {
+  const found = new Set<string>();
+  const add = (value: string | undefined) => {
+    if (!value) return;
+    found.add(value);
+    try {
+      found.add(decodeURIComponent(value));
+    } catch {
+      // not percent-encoding: the value as written is the password
+    }
+  };
+  if (url) {
+    const { userinfo } = splitUrl(url);
+    const colon = userinfo?.indexOf(':') ?? -1;
+    if (userinfo !== undefined && colon >= 0) add(userinfo.slice(colon + 1));
+    for (const m of url.matchAll(/[?&]password=([^&#]*)/gi)) add(m[1]);
+    for (const m of url.matchAll(/\bpassword\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)/gi))
+      add(m[1]?.replace(/^'|'$/g, ''));
+  }
+  add(env.PGPASSWORD);
+  // Longest first, so that a password containing another is replaced whole.
+  return [...found].filter((p) => p.length > 0).sort((a, b) => b.length - a.length);
+}
+
+/**
+ * `text` with every occurrence of `passwords` replaced by `***`: the last line of defence for text
+ * that reaches an output (a driver's message, a log line) and might quote a connection string.
+ * Messages built here never hold a password in the first place ({@link maskDatabaseUrl}).
+ */
+export function redactPasswords(text: string, passwords: readonly string[]): string {
+  let out = text;
+  for (const p of passwords) if (out.includes(p)) out = out.split(p).join('***');
+  return out;
+}
+
+/**
+ * Removes `passwords` from an error's message and stack (and its causes'), and drops Node's
+ * `input` property, which holds the whole string a `new URL()` refused. Returns the same error.
+ */
+export function redactError<E>(error: E, passwords: readonly string[]): E {
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && current instanceof Error; depth++) {
+    const e = current as Error & { input?: unknown };
+    for (const key of ['message', 'stack'] as const) {
+      const text = e[key];
+      if (typeof text !== 'string') continue;
+      const redacted = redactPasswords(text, passwords);
+      if (redacted === text) continue;
+      try {
+        // Some drivers' errors make these read-only; defineProperty still works on them.
+        Object.defineProperty(e, key, { value: redacted, writable: true, configurable: true });
+      } catch {
+        // not configurable: left as it is
+      }
+    }
+    if ('input' in e) {
+      try {
+        delete e.input;
+      } catch {
+        // not configurable: left as it is
+      }
+    }
+    current = e.cause;
+  }
+  return error;
 }
 
 /**
  * Refuses a connection string the driver would misread. Without this check a value such as
  * `localhost:5432` is not a URL to the driver, which then silently connects to its defaults and
- * fails later on something unrelated.
+ * fails later on something unrelated; and a password holding an unencoded `/`, `?` or `#` ends the
+ * host part early (`app:s3cr/et9@host` reads as host `app`, port `s3cr`), so the driver would
+ * connect somewhere else and name a piece of the password as the host in its error.
  * @param variable the variable it came from, for the message
  * @throws {OutboxConfigError} naming `variable`, with the reason and what a valid value looks like
  */
@@ -30,18 +148,22 @@ export function checkDatabaseUrl(url: string, variable = 'DATABASE_URL'): void {
       `must be a postgres:// or postgresql:// URL, like ${EXAMPLE_URL} (got ${shown})`,
     );
   }
-  const authority = url.slice(url.indexOf('//') + 2).split(/[/?#]/)[0] ?? '';
-  // Several hosts (`h1:5432,h2:5432`, which the driver supports) are not a WHATWG URL: take them as given.
-  if (authority.includes(',')) return;
+  const unencoded = `a user name or password with @ : / ? # , or % in it must be percent-encoded (%40 for @, %2F for /), like ${EXAMPLE_URL} (got ${shown})`;
+  const parts = splitUrl(url);
+  // porsager reads the hosts after the *first* `@`: a user info holding `@` and `,` would read as several hosts.
+  if (parts.userinfo !== undefined && (/[/?#]/.test(parts.userinfo) || /@.*,|,.*@/.test(parts.userinfo))) {
+    throw new OutboxConfigError(variable, `is ambiguous: ${unencoded}`);
+  }
+  // Several hosts (`h1:5432,h2:5432`, which the driver supports) are not a WHATWG URL: check the
+  // rest with one placeholder host.
+  const single = parts.hosts.includes(',')
+    ? `${parts.scheme}${parts.userinfo === undefined ? '' : `${parts.userinfo}@`}multiple-hosts${parts.rest.slice(parts.hosts.length)}`
+    : url;
   let parsed: URL;
   try {
-    parsed = new URL(url);
+    parsed = new URL(single);
   } catch {
-    throw new OutboxConfigError(
-      variable,
-      `is an invalid URL: the port must be a number, and a user name or password with ` +
-        `@ : / ? # or % in it must be percent-encoded (%40 for @), like ${EXAMPLE_URL} (got ${shown})`,
-    );
+    throw new OutboxConfigError(variable, `is an invalid URL: the port must be a number, and ${unencoded}`);
   }
   try {
     decodeURIComponent(parsed.username);
@@ -84,13 +206,15 @@ export function databaseTarget(env: NodeJS.ProcessEnv = process.env, url = env.D
       from: 'PG variables',
     };
   }
-  const authority = url.slice(url.indexOf('//') + 2).split(/[/?#]/)[0] ?? '';
-  const hosts = authority.slice(authority.lastIndexOf('@') + 1);
+  const { hosts } = splitUrl(url);
   let user = defaults.user;
   let database = '';
   let host = '';
   let port = '';
   try {
+    // A URL the check refuses is described from its parts alone: a URL parser would take a piece
+    // of an unencoded password for the host or the port.
+    checkDatabaseUrl(url);
     const parsed = new URL(hosts.includes(',') ? url.replace(hosts, 'multiple-hosts') : url);
     user = decodeURIComponent(parsed.username) || defaults.user;
     database = decodeURIComponent(parsed.pathname.slice(1));
@@ -98,6 +222,11 @@ export function databaseTarget(env: NodeJS.ProcessEnv = process.env, url = env.D
     port = parsed.port;
   } catch {
     // checkDatabaseUrl explains a malformed URL; here it is only described.
+    const { userinfo } = splitUrl(url);
+    if (userinfo) user = userinfo.split(':')[0] || defaults.user;
+    const m = /^(.*?)(?::(\d+))?$/.exec(hosts);
+    host = m?.[1] ?? '';
+    port = m?.[2] ?? '';
   }
   return {
     address: hosts.includes(',') ? hosts : `${host || defaults.host}:${port || defaults.port}`,

@@ -8,7 +8,7 @@ import postgres from 'postgres';
 import * as z from 'zod/mini';
 import { parseEnv } from './config.ts';
 import { isTransientDatabaseError } from './connection-errors.ts';
-import { checkDatabaseUrl } from './database-target.ts';
+import { checkDatabaseUrl, databasePasswords, redactError } from './database-target.ts';
 import { OutboxConfigError, OutboxDeadlineError } from './errors.ts';
 import { oneStatementPerConnection } from './pooler.ts';
 
@@ -36,7 +36,7 @@ const dbEnvSchema = z.object({
     z.coerce.number().check(z.int(), z.minimum(100), z.maximum(600_000)),
     15_000,
   ),
-  /** `true`: authenticate with an IAM token (RDS Proxy / RDS IAM auth), over verified TLS. */
+  /** `true`: authenticate with an IAM token (RDS Proxy, or an RDS instance or Aurora cluster directly), over verified TLS. */
   OUTBOX_DB_IAM_AUTH: z._default(z.enum(['true', 'false']), 'false'),
   /**
    * `transaction`: the database is reached through a transaction pooler (RDS Proxy, PgBouncer in
@@ -113,19 +113,29 @@ export function connect(options: ConnectOptions = {}): Sql {
     prepare: !pooled,
   };
   if (iam) Object.assign(settings, rdsProxySettings(processEnv));
-  const sql = url ? postgres(url, settings) : postgres(settings);
+  else if (!url) Object.assign(settings, libpqSettings(processEnv));
+  let sql: Sql;
+  try {
+    sql = url ? postgres(url, settings) : postgres(settings);
+  } catch (error) {
+    // The driver parses the URL itself; its TypeError carries the whole URL in `input`.
+    throw redactError(error, databasePasswords(processEnv, url));
+  }
   return pooled ? oneStatementPerConnection(sql, max) : sql;
 }
 
 /**
- * Settings for RDS Proxy with IAM authentication:
+ * Settings for IAM authentication, to RDS Proxy or straight to an RDS instance or Aurora cluster:
  * - the password is a fresh IAM token (15 minutes valid) from `@aws-sdk/rds-signer` for every new
  *   connection, signed with the function's role — no secret in the environment;
- * - TLS with certificate verification (the proxy's certificate chains to Amazon's public roots,
- *   which Node trusts);
+ * - TLS with certificate verification: the proxy's certificate chains to Amazon's public roots,
+ *   which Node trusts; an instance's or a cluster's to the Amazon RDS CAs, which Lambda's CA bundle
+ *   holds (`NODE_EXTRA_CA_CERTS=/var/runtime/ca-cert.pem`, set by the construct);
  * - TLS verified with servername for SNI (never an IP address, which SNI does not allow);
- * - the pooler settings of {@link connect} (no prepared statements, no startup settings but the
- *   application name, one statement per connection).
+ * - through the proxy (`OUTBOX_DB_POOLER=transaction`, the default with IAM), the pooler settings of
+ *   {@link connect} (no prepared statements, no startup settings but the application name, one
+ *   statement per connection); straight to the database (`OUTBOX_DB_POOLER=none`), a session of
+ *   its own.
  */
 function rdsProxySettings(
   env: NodeJS.ProcessEnv,
@@ -145,6 +155,22 @@ function rdsProxySettings(
     password: () => signer.getAuthToken(),
     ssl: { rejectUnauthorized: true, ...(isIP(hostname) ? {} : { servername: hostname }) },
   };
+}
+
+/**
+ * libpq's variables from `env`, given to the driver explicitly: it would otherwise read them from
+ * `process.env`, which is not the environment the caller passed (the CLI's, in tests).
+ */
+function libpqSettings(
+  env: NodeJS.ProcessEnv,
+): Partial<postgres.Options<Record<string, postgres.PostgresType>>> {
+  const settings: Partial<postgres.Options<Record<string, postgres.PostgresType>>> = {};
+  if (env.PGHOST) settings.host = env.PGHOST;
+  if (env.PGPORT) settings.port = Number(env.PGPORT);
+  if (env.PGUSER) settings.username = env.PGUSER;
+  if (env.PGPASSWORD) settings.password = env.PGPASSWORD;
+  if (env.PGDATABASE) settings.database = env.PGDATABASE;
+  return settings;
 }
 
 /**

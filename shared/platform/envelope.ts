@@ -6,17 +6,28 @@
  * every PutEvents call and must not be used to deduplicate.
  */
 import type { PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
+import { OutboxError } from './errors.ts';
 
-/** Metadata carried in every event's Detail. */
+/** Metadata carried in every event's Detail, as a consumer reads it after `JSON.parse`. */
 export interface EnvelopeMetadata {
   /** uuid, the same on every re-publication: the consumer's idempotency key. */
   eventId: string;
   aggregateType: string;
   aggregateId: string;
-  /** 1, 2, 3… per aggregate, in commit order. */
+  /**
+   * 1, 2, 3… per aggregate, in commit order. The Detail carries it as a JSON number literal with
+   * the exact int8 value; `JSON.parse` (as Lambda's Node.js runtime applies to every event) reads it
+   * exactly up to 2^53 − 1 (9,007,199,254,740,991) and rounds it beyond.
+   */
   sequence: number;
   /** ISO-8601 UTC time the event was enqueued. */
   occurredAt: string;
+}
+
+/** The metadata as the relay writes it: the sequence as the decimal text the database returned. */
+export interface DetailMetadata extends Omit<EnvelopeMetadata, 'sequence'> {
+  /** The int8 sequence in decimal, written into the Detail as a number literal, digit for digit. */
+  sequence: string;
 }
 
 /** The Detail object: metadata plus the producer's payload. */
@@ -52,7 +63,18 @@ export function entrySize(entry: PutEventsRequestEntry): number {
   return size;
 }
 
-/** Serialises the Detail of an event. `payloadJson` is the payload's JSON text, as stored. */
-export function detailJson(metadata: EnvelopeMetadata, payloadJson: string): string {
-  return `{"metadata":${JSON.stringify(metadata)},"data":${payloadJson}}`;
+const INT8_TEXT = /^-?\d{1,19}$/;
+
+/**
+ * Serialises the Detail of an event: `{"metadata":{…},"data":<payload>}`, the members in the order
+ * of {@link EnvelopeMetadata}. The sequence and the payload are spliced in as text, so no number in
+ * them passes through a JavaScript double.
+ * @param payloadJson the payload's compact JSON text, as stored (see `compactJsonb`)
+ * @throws {OutboxError} when `metadata.sequence` is not an int8's decimal text
+ */
+export function detailJson(metadata: DetailMetadata, payloadJson: string): string {
+  if (!INT8_TEXT.test(metadata.sequence)) {
+    throw new OutboxError(`sequence: ${JSON.stringify(metadata.sequence)} is not an int8 in decimal`);
+  }
+  return `{"metadata":{"eventId":${JSON.stringify(metadata.eventId)},"aggregateType":${JSON.stringify(metadata.aggregateType)},"aggregateId":${JSON.stringify(metadata.aggregateId)},"sequence":${metadata.sequence},"occurredAt":${JSON.stringify(metadata.occurredAt)}},"data":${payloadJson}}`;
 }

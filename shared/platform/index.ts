@@ -8,6 +8,7 @@ export * from './database-target.ts';
 export * from './db.ts';
 export * from './envelope.ts';
 export * from './errors.ts';
+export * from './exact-json.ts';
 export * from './migrate.ts';
 export * from './names.ts';
 export { oneStatementPerConnection } from './pooler.ts';

@@ -5,6 +5,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { runner } from 'node-pg-migrate';
+import { databasePasswords, redactError, redactPasswords } from './database-target.ts';
 
 /**
  * The folder holding the SQL migrations: `OUTBOX_MIGRATIONS_DIR` when set (the migrate Lambda's
@@ -26,15 +27,24 @@ export async function migrate(
   databaseUrl: string | undefined,
   options: { log?: (line: string) => void } = {},
 ): Promise<string[]> {
-  const applied = await runner({
-    databaseUrl: databaseUrl ?? {},
-    dir: MIGRATIONS_DIR,
-    migrationsTable: MIGRATIONS_TABLE,
-    direction: 'up',
-    singleTransaction: true,
-    checkOrder: true,
-    advisoryLockMode: 'wait',
-    log: options.log ?? (() => {}),
-  });
+  // node-pg-migrate logs a failed connection with the driver's error inspected whole; neither
+  // its lines nor its errors may carry the password.
+  const passwords = databasePasswords(process.env, databaseUrl);
+  const log = options.log ?? (() => {});
+  let applied: Awaited<ReturnType<typeof runner>>;
+  try {
+    applied = await runner({
+      databaseUrl: databaseUrl ?? {},
+      dir: MIGRATIONS_DIR,
+      migrationsTable: MIGRATIONS_TABLE,
+      direction: 'up',
+      singleTransaction: true,
+      checkOrder: true,
+      advisoryLockMode: 'wait',
+      log: (line) => log(redactPasswords(String(line), passwords)),
+    });
+  } catch (error) {
+    throw redactError(error, passwords);
+  }
   return applied.map((m) => m.name);
 }

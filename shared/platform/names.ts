@@ -127,6 +127,8 @@ export const EnvVar = {
   pgDatabase: 'PGDATABASE',
   pgUser: 'PGUSER',
   iamAuth: 'OUTBOX_DB_IAM_AUTH',
+  /** `transaction` behind a pooler (RDS Proxy), `none` for a direct connection. */
+  dbPooler: 'OUTBOX_DB_POOLER',
   eventBusName: 'EVENT_BUS_NAME',
   metricNamespace: 'OUTBOX_METRIC_NAMESPACE',
   powertoolsServiceName: 'POWERTOOLS_SERVICE_NAME',

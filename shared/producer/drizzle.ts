@@ -23,6 +23,7 @@ export {
   OutboxConflictError,
   OutboxDeadlockError,
   OutboxError,
+  OutboxSchemaError,
   OutboxValidationError,
 } from '../platform/errors.ts';
 export type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
@@ -37,7 +38,8 @@ export interface DrizzleExecutor {
 
 const producer = producerFor<DrizzleExecutor>(async (tx, p) => {
   // sql.param keeps each array one bound parameter (a bare array would expand into a list).
-  const result = await tx.execute(sql`select ord, event_id, aggregate_type, aggregate_id, sequence, duplicate
+  const result =
+    await tx.execute(sql`select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
     from outbox_enqueue_many(
       ${sql.param(p.eventTypes)}::text[], ${sql.param(p.sources)}::text[],
       ${sql.param(p.aggregateTypes)}::text[], ${sql.param(p.aggregateIds)}::text[],
@@ -52,6 +54,7 @@ const producer = producerFor<DrizzleExecutor>(async (tx, p) => {
  * @throws {OutboxValidationError} naming the bad field; nothing was sent to the database
  * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock: retry the whole transaction
  * @throws {OutboxConflictError} under REPEATABLE READ or SERIALIZABLE, when a concurrent transaction committed one of its idempotency keys after this one's snapshot: retry the whole transaction
+ * @throws {OutboxSchemaError} when the database has no outbox schema, or an older one (SQLSTATE 42883 for `outbox_enqueue_many`): run `outbox migrate`
  * @throws Drizzle's error otherwise
  */
 export const enqueue: (

@@ -37,7 +37,7 @@ function run(tx: Queryable, p: EnqueueParameters): Promise<readonly EnqueuedRow[
 
 function statement(tx: Queryable, p: EnqueueParameters): Promise<readonly EnqueuedRow[]> {
   return tx<EnqueuedRow[]>`
-    select ord, event_id, aggregate_type, aggregate_id, sequence, duplicate
+    select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
     from outbox_enqueue_many(
       ${p.eventTypes}::text[], ${p.sources}::text[], ${p.aggregateTypes}::text[], ${p.aggregateIds}::text[],
       ${p.payloads}::text[]::jsonb[], ${p.idempotencyKeys}::text[], ${p.traceHeaders}::text[],
@@ -53,6 +53,7 @@ const producer = producerFor(run);
  * @throws {OutboxValidationError} naming the bad field
  * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock (retry the transaction)
  * @throws {OutboxConflictError} under REPEATABLE READ or SERIALIZABLE, when a concurrent transaction committed one of its idempotency keys after this one's snapshot: retry the whole transaction
+ * @throws {OutboxSchemaError} when the database has no outbox schema, or an older one (SQLSTATE 42883 for `outbox_enqueue_many`): run `outbox migrate`
  * @throws the database's error (e.g. the caller's transaction was aborted)
  */
 export const enqueue: (

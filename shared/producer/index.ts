@@ -7,6 +7,7 @@ export {
   OutboxConflictError,
   OutboxDeadlockError,
   OutboxError,
+  OutboxSchemaError,
   OutboxValidationError,
 } from '../platform/errors.ts';
 export { enqueue, enqueueMany } from './enqueue.ts';

@@ -29,6 +29,7 @@ export {
   OutboxConflictError,
   OutboxDeadlockError,
   OutboxError,
+  OutboxSchemaError,
   OutboxValidationError,
 } from '../platform/errors.ts';
 export type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
@@ -51,6 +52,7 @@ const producer = producerFor<PgQueryable>(
  * @throws {OutboxValidationError} naming the bad field; nothing was sent to the database
  * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock: roll back and retry the whole transaction
  * @throws {OutboxConflictError} under REPEATABLE READ or SERIALIZABLE, when a concurrent transaction committed one of its idempotency keys after this one's snapshot: retry the whole transaction
+ * @throws {OutboxSchemaError} when the database has no outbox schema, or an older one (SQLSTATE 42883 for `outbox_enqueue_many`): run `outbox migrate`
  * @throws the driver's error otherwise (e.g. the transaction was already aborted)
  */
 export const enqueue: (

@@ -2,7 +2,12 @@
  * Turns the database errors of an enqueue into the package's typed errors, for every producer
  * path (the porsager API, the `pg` and Drizzle adapters). Matched on SQLSTATE, never on text.
  */
-import { OutboxConflictError, OutboxDeadlockError, OutboxValidationError } from '../platform/index.ts';
+import {
+  OutboxConflictError,
+  OutboxDeadlockError,
+  OutboxSchemaError,
+  OutboxValidationError,
+} from '../platform/index.ts';
 
 /** SQLSTATE of `outbox_enqueue`'s validation errors (invalid_parameter_value); COLUMN names the field. */
 export const ENQUEUE_INVALID_SQLSTATE = '22023';
@@ -10,12 +15,18 @@ export const ENQUEUE_INVALID_SQLSTATE = '22023';
 export const DEADLOCK_SQLSTATE = '40P01';
 /** SQLSTATE of a snapshot that missed a concurrent commit (serialization_failure). */
 export const SERIALIZATION_SQLSTATE = '40001';
+/**
+ * SQLSTATEs of a schema that is missing or older than this code: undefined_function (42883, e.g.
+ * `outbox_enqueue_many` before `outbox migrate`), undefined_table (42P01), undefined_column (42703).
+ */
+const SCHEMA_SQLSTATES = new Set(['42883', '42P01', '42703'] as const);
 
 /**
  * Maps a failed enqueue statement's error: 40P01 → {@link OutboxDeadlockError}; 40001 →
  * {@link OutboxConflictError} (a key committed after the snapshot; retry); 22023 with a
  * column (raised by `outbox_enqueue`) → {@link OutboxValidationError} naming that parameter;
- * anything else is returned unchanged.
+ * 42883, 42P01 or 42703 → {@link OutboxSchemaError} (run `outbox migrate`); anything else is
+ * returned unchanged.
  * @param events what the call was enqueueing (their aggregates are named in a deadlock error)
  */
 export function translateEnqueueError(
@@ -39,6 +50,10 @@ export function translateEnqueueError(
       `enqueue could not serialise (SQLSTATE 40001): ${text}. Nothing of this transaction was written: retry the whole transaction.`,
       { cause: error },
     );
+  }
+  if (typeof e?.code === 'string' && SCHEMA_SQLSTATES.has(e.code as '42883')) {
+    const text = typeof e.message === 'string' ? e.message : 'undefined object';
+    return new OutboxSchemaError(e.code as '42883' | '42P01' | '42703', text, { cause: error });
   }
   // porsager names the field `column_name`, node-postgres `column`.
   const column = typeof e?.column_name === 'string' ? e.column_name : e?.column;

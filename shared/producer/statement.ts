@@ -14,8 +14,8 @@ export interface EnqueuedRow {
   event_id: string;
   aggregate_type: string;
   aggregate_id: string;
-  /** int8 arrives as a string from every Node driver. */
-  sequence: string | number;
+  /** int8, selected as text (`sequence::text`) so that no driver's int8 parser can round it. */
+  sequence: string;
   duplicate: boolean;
 }
 
@@ -61,7 +61,7 @@ export function positional(p: EnqueueParameters): unknown[] {
 }
 
 /** The statement with `$1`…`$8` placeholders (node-postgres and other positional drivers). */
-export const ENQUEUE_MANY_SQL = `select ord, event_id, aggregate_type, aggregate_id, sequence, duplicate
+export const ENQUEUE_MANY_SQL = `select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
 from outbox_enqueue_many($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]::jsonb[], $6::text[], $7::text[], $8::integer)`;
 
 /** Maps the rows (in any order) to results in input order. */
@@ -72,7 +72,7 @@ export function toResults(rows: readonly EnqueuedRow[]): EnqueueResult[] {
       eventId: r.event_id,
       aggregateType: r.aggregate_type,
       aggregateId: r.aggregate_id,
-      sequence: Number(r.sequence),
+      sequence: String(r.sequence),
       duplicate: r.duplicate,
     }));
 }

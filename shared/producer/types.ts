@@ -10,7 +10,10 @@ export interface OutboxEvent {
   aggregateType: string;
   /** The entity's id. Events of one (aggregateType, aggregateId) are published in sequence order. */
   aggregateId: string | number;
-  /** A JSON object; becomes `data` in the Detail. */
+  /**
+   * A JSON object; becomes `data` in the Detail, every number as Postgres stores it (jsonb keeps
+   * any number of digits). For a number a double cannot hold, give its digits: `JSON.rawJSON('1234567890123456789')`.
+   */
   payload: Record<string, unknown>;
   /** When set, a second enqueue with the same key is a no-op (`duplicate: true`). 1–512 characters. */
   idempotencyKey?: string;
@@ -32,8 +35,11 @@ export interface EnqueueResult {
   eventId: string;
   aggregateType: string;
   aggregateId: string;
-  /** Per-aggregate sequence (1, 2, 3…); for a duplicate, the earlier event's. */
-  sequence: number;
+  /**
+   * Per-aggregate sequence (1, 2, 3…); for a duplicate, the earlier event's. The int8 in decimal,
+   * exact at any size (compare two with `BigInt(a) < BigInt(b)`, not as strings).
+   */
+  sequence: string;
   /** True when an event with the same idempotency key already existed and nothing was written. */
   duplicate: boolean;
 }

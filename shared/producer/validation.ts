@@ -7,8 +7,11 @@ import {
   DEFAULT_MAX_REQUEST_BYTES,
   detailJson,
   entrySize,
+  JsonNumberText,
   MAX_DETAIL_TYPE_LENGTH,
   OutboxValidationError,
+  outsideInt64,
+  parseJsonNumbersAsText,
 } from '../platform/index.ts';
 import type { EnqueueOptions, OutboxEvent } from './types.ts';
 
@@ -27,8 +30,11 @@ export interface ValidEvent {
 const MAX_KEY_LENGTH = 512;
 const MAX_AGGREGATE_LENGTH = 512;
 const MAX_TRACE_HEADER_LENGTH = 500;
-/** Worst case of the metadata the relay adds to Detail: a 16-digit sequence, a full ISO timestamp. */
-const PLACEHOLDER_SEQUENCE = Number.MAX_SAFE_INTEGER;
+/**
+ * Worst case of the metadata the relay adds to Detail: the largest int8 as the sequence (19
+ * digits), a full ISO timestamp. outbox_enqueue measures with the same placeholder (migration 009).
+ */
+const PLACEHOLDER_SEQUENCE = '9223372036854775807';
 
 /**
  * Checks one event and returns it normalised.
@@ -76,7 +82,9 @@ export function validateEvent(event: OutboxEvent, options: EnqueueOptions, index
   } catch (cause) {
     fail('payload', `cannot be serialised as JSON: ${(cause as Error).message}`, cause);
   }
-  const serialised: unknown = JSON.parse(payloadJson);
+  // Numbers as their exact text: a JSON.rawJSON value (or a toJSON() result) may hold digits a
+  // double would round, and the int64 check must see the number the database will store.
+  const serialised: unknown = parseJsonNumbersAsText(payloadJson);
   if (!isPlainObject(serialised))
     fail('payload', 'must serialise to a JSON object (a toJSON() returned something else)');
   checkSerialised(serialised, 'payload', 0, fail);
@@ -88,6 +96,9 @@ export function validateEvent(event: OutboxEvent, options: EnqueueOptions, index
       `must be a whole number of bytes from 1 to ${DEFAULT_MAX_REQUEST_BYTES} (the largest entry EventBridge accepts); got ${maxEntryBytes}`,
     );
   }
+  // A lower bound of what the relay will send: Postgres spells some numbers longer than
+  // JSON.stringify does (1e-7 as 0.0000001), and the relay sends Postgres's spelling. The database
+  // function measures that spelling exactly (outbox_json_bytes) and refuses the event if it is over.
   const size = entrySize({
     Source: source,
     DetailType: type,
@@ -132,8 +143,8 @@ function checkString(value: string, field: string, fail: (field: string, message
 
 /** EventBridge processes JSON nested up to 1100 levels; the envelope adds two. */
 const MAX_DEPTH = 1_000;
-/** PutEvents accepts JSON integers within int64 (see the PutEvents API reference). */
-const TWO_POW_63 = 2 ** 63;
+
+const isRawJson = (JSON as unknown as { isRawJSON(value: unknown): boolean }).isRawJSON;
 
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
@@ -167,6 +178,9 @@ function checkJsonValue(
       return;
     case 'object': {
       if (value === null) return;
+      // JSON.rawJSON('1234567890123456789'): a number written out digit for digit (checked after
+      // serialisation), the way to enqueue one a double cannot hold from TypeScript.
+      if (isRawJson(value)) return;
       if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return; // checked after serialisation
       if (value instanceof Map || value instanceof Set)
         fail(path, `is a ${value.constructor.name}, which JSON serialises as {}`);
@@ -194,11 +208,11 @@ function checkSerialised(
   if (depth > MAX_DEPTH) fail(path, `nests deeper than ${MAX_DEPTH} levels`);
   if (typeof value === 'string') {
     checkString(value, path, fail);
-  } else if (typeof value === 'number') {
-    if (Number.isInteger(value) && (value >= TWO_POW_63 || value < -TWO_POW_63)) {
+  } else if (value instanceof JsonNumberText) {
+    if (outsideInt64(value.text)) {
       fail(
         path,
-        `is an integer outside the int64 range EventBridge accepts (got ${value}); send it as a string`,
+        `is a number outside the int64 range EventBridge accepts (got ${value.text}); send it as a string`,
       );
     }
   } else if (Array.isArray(value)) {

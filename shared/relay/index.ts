@@ -17,7 +17,7 @@ export {
 export { AnswerTimeout, type AnswerTimeoutOptions } from './answer-timeout.ts';
 export { backoffDelayMs } from './backoff.ts';
 export { emptyCounts, type RelayCounts } from './counts.ts';
-export { Lease } from './lease.ts';
+export { Lease, type LeaseLeftover } from './lease.ts';
 export {
   type PassReport,
   type RunRelayOptions,
@@ -26,6 +26,7 @@ export {
   UnreturnedLeases,
 } from './loop.ts';
 export {
+  type PassCheckpoint,
   type PassOptions,
   type RelayDeps,
   type RelayFailure,
@@ -42,5 +43,12 @@ export {
   PutEventsTimeoutError,
 } from './publish.ts';
 export { Semaphore } from './semaphore.ts';
-export { type ClaimOptions, claimBatch, hasPending } from './sql/index.ts';
+export {
+  type ClaimOptions,
+  claimBatch,
+  countHeldBack,
+  type HeldBack,
+  type HoldBackPolicy,
+  hasPending,
+} from './sql/index.ts';
 export type { ClaimedEvent } from './types.ts';

@@ -7,6 +7,15 @@
  */
 import { randomUUID } from 'node:crypto';
 
+/**
+ * What a failed pass leaves to hand back (see {@link Lease.leftover}): the rows it still holds and
+ * those of them whose attempt it spent (a head at claim, a successor when its round started); or,
+ * when the claim was sent but its answer never came, only the claim's ordering.
+ */
+export type LeaseLeftover =
+  | { held: readonly string[]; spent: readonly string[] }
+  | { ordering: 'aggregate' | 'none' };
+
 /** A pass's lease: its token, the rows it holds, and how long they are certainly its own. */
 export class Lease {
   /** Random uuid stamped on the claimed rows; every later write presents it. */
@@ -15,7 +24,9 @@ export class Lease {
   readonly seconds: number;
   /** Rows claimed under this lease and not settled yet (int8 ids as strings). */
   readonly held = new Set<string>();
-  #claimSent = false;
+  /** Held rows whose attempt this lease spent: heads at claim, successors when their round started. */
+  readonly spent = new Set<string>();
+  #claimSent: 'aggregate' | 'none' | undefined;
   #claimAnswered = false;
   #heldUntil = Number.NEGATIVE_INFINITY;
 
@@ -43,16 +54,22 @@ export class Lease {
     return this.#heldUntil - now;
   }
 
-  /** Call just before the claim is sent. */
-  claimSending(): void {
-    this.#claimSent = true;
+  /** Call just before the claim is sent, with the claim's ordering. */
+  claimSending(ordering: 'aggregate' | 'none'): void {
+    this.#claimSent = ordering;
     this.#heldUntil = performance.now() + this.ms;
   }
 
-  /** Call with the claim's answer. */
-  claimed(ids: readonly string[]): void {
+  /** Call with the claim's answer: every claimed row, and the heads (which spent an attempt). */
+  claimed(ids: readonly string[], heads: readonly string[]): void {
     this.#claimAnswered = true;
     for (const id of ids) this.held.add(id);
+    for (const id of heads) this.spent.add(id);
+  }
+
+  /** Successors whose round started: their attempt is spent. */
+  started(ids: Iterable<string>): void {
+    for (const id of ids) if (this.held.has(id)) this.spent.add(id);
   }
 
   /** Call just before a renewal is sent; call what it returns once the renewal succeeded. */
@@ -65,17 +82,20 @@ export class Lease {
 
   /** Rows settled (published, failed, released, or lost to another relay): no longer held. */
   settled(ids: Iterable<string>): void {
-    for (const id of ids) this.held.delete(id);
+    for (const id of ids) {
+      this.held.delete(id);
+      this.spent.delete(id);
+    }
   }
 
   /**
    * What a failed pass leaves to hand back: `undefined` when nothing can be leased under this
-   * token; the held ids when the claim answered; `'unknown'` when the claim was sent but its
-   * answer never came (it may still have run, late).
+   * token; the held and spent ids when the claim answered; the claim's ordering when the claim was
+   * sent but its answer never came (it may still have run, late).
    */
-  get leftover(): readonly string[] | 'unknown' | undefined {
+  get leftover(): LeaseLeftover | undefined {
     if (!this.#claimSent) return undefined;
-    if (!this.#claimAnswered) return 'unknown';
-    return this.held.size > 0 ? [...this.held] : undefined;
+    if (!this.#claimAnswered) return { ordering: this.#claimSent };
+    return this.held.size > 0 ? { held: [...this.held], spent: [...this.spent] } : undefined;
   }
 }

@@ -15,7 +15,7 @@ import {
 } from '../platform/index.ts';
 import { AnswerTimeout } from './answer-timeout.ts';
 import { addCounts, emptyCounts, type RelayCounts } from './counts.ts';
-import { Lease } from './lease.ts';
+import { Lease, type LeaseLeftover } from './lease.ts';
 import { type RelayDeps, relayPass, STATEMENT_DEADLINE_MS } from './pass.ts';
 import { Semaphore } from './semaphore.ts';
 import { abandonLease, hasPending } from './sql/index.ts';
@@ -43,13 +43,13 @@ export interface PassReport {
 export class UnreturnedLeases {
   /** Most leases kept; beyond it the oldest are dropped (their rows come back when the lease expires). */
   static readonly MAX = 1_000;
-  readonly #leases = new Map<string, readonly string[] | undefined>();
+  readonly #leases = new Map<string, LeaseLeftover>();
 
   /** Remembers what `lease` may still hold (nothing to do when it holds nothing). */
   add(lease: Lease): void {
     const leftover = lease.leftover;
     if (!leftover) return;
-    this.#leases.set(lease.token, leftover === 'unknown' ? undefined : leftover);
+    this.#leases.set(lease.token, leftover);
     if (this.#leases.size > UnreturnedLeases.MAX) {
       const oldest = this.#leases.keys().next().value;
       if (oldest !== undefined) this.#leases.delete(oldest);
@@ -66,8 +66,8 @@ export class UnreturnedLeases {
    */
   async handBack(sql: Sql, deadlineMs = STATEMENT_DEADLINE_MS): Promise<number> {
     let rows = 0;
-    for (const [token, ids] of [...this.#leases]) {
-      rows += await withDeadline(abandonLease(sql, token, ids), 'hand back lease', deadlineMs);
+    for (const [token, leftover] of [...this.#leases]) {
+      rows += await withDeadline(abandonLease(sql, token, leftover), 'hand back lease', deadlineMs);
       this.#leases.delete(token);
     }
     return rows;
@@ -80,7 +80,10 @@ export interface RunRelayOptions extends RelayDeps {
   signal?: AbortSignal;
   /** One pass, then return. */
   once?: boolean;
-  /** Return once no unpublished, not-dead-lettered row is left. */
+  /**
+   * Return once no row is left that a relay can claim, now or after its backoff or lease (under
+   * `block`, rows waiting behind a dead letter do not count: see `countHeldBack`).
+   */
   untilEmpty?: boolean;
   /**
    * Milliseconds left before the caller must return (a Lambda's `getRemainingTimeInMillis`). Each
@@ -223,7 +226,7 @@ async function runLane(
     if (counts.claimed > 0) continue;
     if (options.untilEmpty) {
       const pending = await withDeadline(
-        hasPending(currentSql(options.sql)),
+        hasPending(currentSql(options.sql), settings),
         'pending check',
         STATEMENT_DEADLINE_MS,
       ).catch((error: unknown) => {

@@ -16,6 +16,7 @@
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import {
   type ConnectionPool,
+  compareInt8,
   currentSql,
   OutboxDeadlineError,
   type RelaySettings,
@@ -37,12 +38,15 @@ import {
 import type { Semaphore } from './semaphore.ts';
 import {
   abandonLease,
+  type ClaimOptions,
   claimBatch,
   type Failure,
   markPublished,
   recordFailures,
   releaseUnsent,
   renewLease,
+  startRound,
+  type UnsentRow,
   unparkNextEvents,
 } from './sql/index.ts';
 import type { ClaimedEvent } from './types.ts';
@@ -86,7 +90,26 @@ export interface PassOptions {
    * this were their attempt `streak + 1` (their own attempt count does not grow).
    */
   backPressureStreak?: number;
+  /**
+   * Runs the claim statement instead of the pass (default: `claimBatch` on `deps.sql`). The
+   * model-based test runs it inside a transaction it commits later, so that other claims overlap
+   * an uncommitted one in Postgres.
+   */
+  claim?: (options: ClaimOptions) => Promise<ClaimedEvent[]>;
+  /**
+   * Awaited at each step of the pass (see {@link PassCheckpoint}), with no statement or call in
+   * flight; a rejection ends the pass there, leaving its rows leased as a crash would. For the
+   * model-based test, which interleaves passes step by step; not bounded by the pass's deadlines.
+   */
+  checkpoint?: (at: PassCheckpoint) => Promise<void>;
 }
+
+/**
+ * The steps at which a pass awaits {@link PassOptions.checkpoint}: the claim answered; a round is
+ * about to start (its successors' attempts not spent yet, nothing sent); a round's PutEvents calls
+ * answered (nothing marked yet); the pass is about to hand back what is left and unpark.
+ */
+export type PassCheckpoint = 'claimed' | 'round' | 'sent' | 'finishing';
 
 /** The longest any relay statement may take, ms; within a pass, the watchdog's time left bounds it sooner. */
 export const STATEMENT_DEADLINE_MS = 10_000;
@@ -220,22 +243,28 @@ export async function relayPass(
   const endBy = options.endBy ?? Number.POSITIVE_INFINITY;
   const watchdog = new Watchdog(lease, endBy);
   try {
-    lease.claimSending();
+    lease.claimSending(settings.ordering);
     watchdog.arm();
+    const claimOptions: ClaimOptions = {
+      leaseToken: token,
+      leaseSeconds: lease.seconds,
+      batchSize: settings.batchSize,
+      perAggregateLimit: settings.perAggregateLimit,
+      ordering: settings.ordering,
+      deadLetterPolicy: settings.deadLetterPolicy,
+    };
     const events = await watchdog.statement(
       'claim',
-      claimBatch(sql(), {
-        leaseToken: token,
-        leaseSeconds: lease.seconds,
-        batchSize: settings.batchSize,
-        perAggregateLimit: settings.perAggregateLimit,
-        ordering: settings.ordering,
-        deadLetterPolicy: settings.deadLetterPolicy,
-      }),
+      options.claim ? options.claim(claimOptions) : claimBatch(sql(), claimOptions),
     );
-    lease.claimed(events.map((e) => e.id));
+    lease.claimed(
+      events.map((e) => e.id),
+      events.filter((e) => e.isHead).map((e) => e.id),
+    );
     counts.claimed = events.length;
     if (events.length === 0) return counts;
+    const checkpoint = options.checkpoint ?? (async () => {});
+    await checkpoint('claimed');
 
     /** Aggregates that must send nothing more this pass → ms before their next event may go. */
     const stopped = new Map<string, number>();
@@ -243,17 +272,21 @@ export async function relayPass(
     // event is a queue of its own, so everything goes in the first round.
     const queues = new Map<string, ClaimedEvent[]>();
     const keyOf = (event: ClaimedEvent) => (settings.ordering === 'none' ? event.id : aggregateKey(event));
-    for (const event of [...events].sort((a, b) => a.sequence - b.sequence)) {
+    for (const event of [...events].sort((a, b) => compareInt8(a.sequence, b.sequence))) {
       const queue = queues.get(keyOf(event));
       if (queue) queue.push(event);
       else queues.set(keyOf(event), [event]);
     }
-    const toRelease: { id: string; notBeforeMs: number }[] = [];
-    /** Stops an aggregate: its unsent events are handed back, to go no earlier than `notBeforeMs`. */
+    const toRelease: UnsentRow[] = [];
+    /**
+     * Stops an aggregate: its unsent events are handed back, to go no earlier than `notBeforeMs`,
+     * with the attempt returned where one was spent (a head; a successor spent none).
+     */
     const stop = (key: string, notBeforeMs: number) => {
       stopped.set(key, notBeforeMs);
       for (const e of queues.get(key) ?? [])
-        if (lease.held.has(e.id)) toRelease.push({ id: e.id, notBeforeMs });
+        if (lease.held.has(e.id))
+          toRelease.push({ id: e.id, notBeforeMs, giveBackAttempt: lease.spent.has(e.id) });
       queues.delete(key);
     };
     const release = async () => {
@@ -279,12 +312,7 @@ export async function relayPass(
     for (const [key, queue] of queues) {
       const head = queue[0];
       if (head && head.attempts > settings.maxAttempts) {
-        exhausted.push({
-          id: head.id,
-          error: `AttemptsExhausted: claimed ${head.attempts} times (max ${settings.maxAttempts}) without a recorded outcome; the relay crashed or lost its lease on each attempt`,
-          deadLetter: true,
-          retryInMs: 0,
-        });
+        exhausted.push(exhaustedFailure(head, settings.maxAttempts));
         queue.shift();
         stop(key, 0);
         deps.onFailure?.({
@@ -340,9 +368,49 @@ export async function relayPass(
         for (const key of [...queues.keys()]) stop(key, 0);
         break;
       }
-      const round: ClaimedEvent[] = [];
+      await checkpoint('round');
+      let round: ClaimedEvent[] = [];
       for (const queue of queues.values()) round.push(queue.shift() as ClaimedEvent);
       for (const [key, queue] of queues) if (queue.length === 0) queues.delete(key);
+
+      // Successors start their publication now, and spend their attempt now: not at claim, where a
+      // relay that died while sending the head would have charged them for it. A successor this
+      // lease no longer owns is not sent; one over its attempts (started that often, each ending
+      // without an outcome) is dead-lettered instead of sent, as an exhausted head is.
+      const successors = round.filter((e) => !e.isHead);
+      const roundFailures: Failure[] = [];
+      if (successors.length > 0) {
+        const started = await watchdog.statement(
+          'start round',
+          startRound(
+            sql(),
+            token,
+            successors.map((e) => e.id),
+          ),
+        );
+        lease.started(started.keys());
+        const skip = new Set<string>();
+        for (const event of successors) {
+          const attempts = started.get(event.id);
+          if (attempts === undefined) {
+            lease.settled([event.id]);
+            counts.leaseLost++;
+            skip.add(event.id);
+            stop(keyOf(event), 0);
+            continue;
+          }
+          event.attempts = attempts;
+          if (attempts > settings.maxAttempts) {
+            const failure = exhaustedFailure(event, settings.maxAttempts);
+            roundFailures.push(failure);
+            counts.deadLettered++;
+            deps.onFailure?.({ eventId: event.eventId, reason: failure.error, deadLettered: true });
+            skip.add(event.id);
+            stop(keyOf(event), 0);
+          }
+        }
+        if (skip.size > 0) round = round.filter((e) => !skip.has(e.id));
+      }
 
       const items = round.map((event) => ({ event, entry: toEntry(event, settings.eventBusName) }));
       const requests = packRequests(items, settings.maxRequestBytes);
@@ -383,9 +451,10 @@ export async function relayPass(
       // The lease is about to run out (a statement or the bus held the pass up): whatever this
       // round sent is unknown, so the pass fails and the caller hands its rows back.
       if (watchdog.signal.aborted) throw watchdog.signal.reason;
+      await checkpoint('sent');
 
       const publishedIds: string[] = [];
-      const failures: Failure[] = [];
+      const failures: Failure[] = roundFailures;
       for (const { event, outcome } of outcomes.flat()) {
         if (outcome.ok) {
           publishedIds.push(event.id);
@@ -443,6 +512,7 @@ export async function relayPass(
         counts.retried = Math.max(0, counts.retried - (failures.length - failed));
       }
     }
+    await checkpoint('finishing');
     await release();
     if (settings.ordering === 'aggregate') {
       // Aggregates whose claimed events are all settled (published, or dead-lettered and so out of
@@ -479,13 +549,23 @@ export async function relayOnce(
     const leftover = lease.leftover;
     if (leftover) {
       await withDeadline(
-        abandonLease(currentSql(deps.sql), lease.token, leftover === 'unknown' ? undefined : leftover),
+        abandonLease(currentSql(deps.sql), lease.token, leftover),
         'hand back lease',
         STATEMENT_DEADLINE_MS,
       ).catch(() => {});
     }
     throw error;
   }
+}
+
+/** The dead-lettering of an event started more often than allowed, none of them with an outcome. */
+function exhaustedFailure(event: ClaimedEvent, maxAttempts: number): Failure {
+  return {
+    id: event.id,
+    error: `AttemptsExhausted: claimed ${event.attempts} times (max ${maxAttempts}) without a recorded outcome; the relay crashed or lost its lease on each attempt`,
+    deadLetter: true,
+    retryInMs: 0,
+  };
 }
 
 function aggregateKey(event: ClaimedEvent): string {

@@ -10,9 +10,11 @@ export interface ClaimedEvent {
   eventId: string;
   aggregateType: string;
   aggregateId: string;
-  sequence: number;
+  /** Per-aggregate sequence (int8, as decimal text, exact beyond 2^53). */
+  sequence: string;
   type: string;
   source: string;
+  /** The payload's compact JSON text, every number as stored. */
   payloadJson: string;
   traceHeader: string | null;
   createdAt: Date;

@@ -4,6 +4,7 @@ import { type App, Stack } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import { drizzle } from 'drizzle-orm/node-postgres';
+import type { Kysely } from 'kysely';
 import {
   defineEvent,
   type EnqueueResult,
@@ -11,11 +12,13 @@ import {
   enqueueMany,
   OutboxDeadlockError,
   type OutboxEvent,
+  OutboxSchemaError,
   OutboxValidationError,
 } from 'outbox-relay-aws';
 import { OutboxRelay, type OutboxRelayProps } from 'outbox-relay-aws/cdk';
 import { type Envelope, type InboxContext, inbox } from 'outbox-relay-aws/consumer';
 import * as viaDrizzle from 'outbox-relay-aws/drizzle';
+import * as viaKysely from 'outbox-relay-aws/kysely';
 import { getStatus, type OutboxStatus, prune } from 'outbox-relay-aws/operations';
 import * as viaPg from 'outbox-relay-aws/pg';
 import {
@@ -43,7 +46,15 @@ export const OrderPlaced = defineEvent({
   schema: z.object({ orderId: z.string(), total: z.number() }),
 });
 
-export async function produce(sql: postgres.Sql, pool: pg.Pool): Promise<EnqueueResult[]> {
+interface ShopDatabase {
+  orders: { id: string; total: number };
+}
+
+export async function produce(
+  sql: postgres.Sql,
+  pool: pg.Pool,
+  db: Kysely<ShopDatabase>,
+): Promise<EnqueueResult[]> {
   const one: EnqueueResult = await sql.begin((tx) => enqueue(tx, event));
   const many = await sql.begin((tx) => enqueueMany(tx, [event, { ...event, idempotencyKey: 'k' }]));
   const typed = await sql.begin((tx) =>
@@ -66,9 +77,15 @@ export async function produce(sql: postgres.Sql, pool: pg.Pool): Promise<Enqueue
   const viaOrm: EnqueueResult[] = await drizzle(pool).transaction((tx) =>
     viaDrizzle.enqueueMany(tx, [event]),
   );
+  const viaBuilder: EnqueueResult = await db.transaction().execute(async (trx) => {
+    await trx.insertInto('orders').values({ id: '8842', total: 120 }).execute();
+    return viaKysely.enqueue(trx, event);
+  });
   // @ts-expect-error a porsager transaction is not a pg client
   await sql.begin((tx) => viaPg.enqueue(tx, event));
-  return [one, ...many, typed, viaClient, ...viaOrm];
+  // @ts-expect-error a porsager transaction is not a Kysely executor
+  await sql.begin((tx) => viaKysely.enqueue(tx, event));
+  return [one, ...many, typed, viaClient, ...viaOrm, viaBuilder];
 }
 
 export async function operate(sql: postgres.Sql): Promise<OutboxStatus> {
@@ -92,6 +109,7 @@ export async function operate(sql: postgres.Sql): Promise<OutboxStatus> {
 export function describeError(error: unknown): string {
   if (error instanceof OutboxValidationError) return `bad ${error.field}`;
   if (error instanceof OutboxDeadlockError) return error.retryable ? 'retry' : 'give up';
+  if (error instanceof OutboxSchemaError) return `run outbox migrate (${error.sqlState})`;
   return 'other';
 }
 

@@ -1,11 +1,13 @@
 // Run in a fresh project that installed the packed tarball, on each supported Node (by its type
 // stripping, outside node_modules): imports every entry point, enqueues through the main API and
-// both adapters, and relays them with the relay core. Prints one JSON line for the test.
+// every adapter, and relays them with the relay core. Prints one JSON line for the test.
 import { drizzle } from 'drizzle-orm/node-postgres';
+import { Kysely, PostgresDialect } from 'kysely';
 import { enqueue } from 'outbox-relay-aws';
 import * as cdk from 'outbox-relay-aws/cdk';
 import * as consumer from 'outbox-relay-aws/consumer';
 import * as viaDrizzle from 'outbox-relay-aws/drizzle';
+import * as viaKysely from 'outbox-relay-aws/kysely';
 import * as operations from 'outbox-relay-aws/operations';
 import * as viaPg from 'outbox-relay-aws/pg';
 import { connect, createEventBridgeClient, loadRelaySettings, runRelay } from 'outbox-relay-aws/relay';
@@ -35,6 +37,13 @@ try {
     client.release();
   }
   const viaOrm = await drizzle(pool).transaction((tx) => viaDrizzle.enqueue(tx, event('drizzle')));
+  const db = new Kysely<unknown>({
+    dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 1 }) }),
+  });
+  const viaBuilder = await db
+    .transaction()
+    .execute((trx) => viaKysely.enqueue(trx, event('kysely')))
+    .finally(() => db.destroy());
   const relayed = await runRelay({
     sql,
     client: createEventBridgeClient({
@@ -48,7 +57,7 @@ try {
   console.log(
     JSON.stringify({
       node: process.versions.node,
-      enqueued: [main, viaClient, viaOrm],
+      enqueued: [main, viaClient, viaOrm, viaBuilder],
       published: relayed.published,
       entryPoints: {
         consumer: typeof consumer.inbox,

@@ -4,12 +4,17 @@
  * the proxy's multiplexing. It speaks just enough of the Postgres protocol for that: SSLRequest,
  * StartupMessage, a cleartext password request, and CancelRequest.
  *
+ * It also stands in for an RDS instance's own IAM login (the `rds_iam` check that RDS runs inside
+ * the server): with `upstream.tls`, the session goes on over TLS to Postgres itself, which then
+ * serves it as a session of its own (no pooler).
+ *
  * The token is checked for what our code controls: it is an `rds-db` connect token for this host,
  * port, user and region, signed recently with a 15-minute expiry. Its signature is not verified
  * (the signer uses dummy credentials here); only a real account proves that part.
  */
+import { once } from 'node:events';
 import { connect, createServer, type Server, type Socket } from 'node:net';
-import { TLSSocket } from 'node:tls';
+import { TLSSocket, connect as tlsConnect } from 'node:tls';
 
 const SSL_REQUEST = 80877103;
 const CANCEL_REQUEST = 80877102;
@@ -22,8 +27,11 @@ export interface IamProxyOptions {
   /** TLS certificate and key (PEM text). */
   cert: string;
   key: string;
-  /** Where sessions are handed on (PgBouncer). */
-  upstream: { host: string; port: number };
+  /**
+   * Where sessions are handed on: PgBouncer, or Postgres itself. With `tls`, over TLS verified
+   * against that CA (PEM text) and server name.
+   */
+  upstream: { host: string; port: number; tls?: { ca: string; servername: string } };
   /** Region the tokens must be signed for. */
   region: string;
 }
@@ -33,6 +41,8 @@ export interface LoginRecord {
   user: string;
   accepted: boolean;
   reason?: string;
+  /** The client's startup parameters (user, database, application_name, statement_timeout…). */
+  parameters: Record<string, string>;
 }
 
 /** A running proxy stand-in. */
@@ -74,12 +84,17 @@ export async function startIamProxy(o: IamProxyOptions): Promise<IamProxy> {
     const password = await secure.typed();
     const token = password.body.subarray(0, password.body.length - 1).toString('utf8');
     const problem = checkToken(token, { host: o.host, port: o.port, user, region: o.region });
-    logins.push({ user, accepted: problem === undefined, ...(problem ? { reason: problem } : {}) });
+    logins.push({
+      user,
+      accepted: problem === undefined,
+      ...(problem ? { reason: problem } : {}),
+      parameters: params,
+    });
     if (problem) {
       tls.end(errorResponse('28P01', `IAM authentication failed for user "${user}": ${problem}`));
       return;
     }
-    const upstream = connect(o.upstream.port, o.upstream.host);
+    const upstream = await openUpstream();
     sockets.add(upstream);
     upstream.on('close', () => {
       sockets.delete(upstream);
@@ -92,6 +107,20 @@ export async function startIamProxy(o: IamProxyOptions): Promise<IamProxy> {
     if (rest.length > 0) upstream.write(rest);
     tls.pipe(upstream);
     upstream.pipe(tls);
+  }
+
+  /** A connection to the upstream, TLS already negotiated when `upstream.tls` asks for it. */
+  async function openUpstream(): Promise<Socket> {
+    const plain = connect(o.upstream.port, o.upstream.host);
+    await once(plain, 'connect');
+    const tlsOptions = o.upstream.tls;
+    if (!tlsOptions) return plain;
+    plain.write(frameUntyped(Buffer.from([0x04, 0xd2, 0x16, 0x2f]))); // SSLRequest 80877103
+    const [answer] = (await once(plain, 'data')) as [Buffer];
+    if (answer.toString('latin1', 0, 1) !== 'S') throw new Error('the upstream refused TLS');
+    const secure = tlsConnect({ socket: plain, ca: tlsOptions.ca, servername: tlsOptions.servername });
+    await once(secure, 'secureConnect');
+    return secure;
   }
 
   function forwardCancel(message: Buffer, from: Socket): void {

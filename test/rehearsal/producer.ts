@@ -19,7 +19,7 @@ const { values } = parseArgs({
 const events = Number(values.events);
 const aggregates = Number(values.aggregates);
 const sql = connect({ max: 2 });
-const committed: { eventId: string; aggregateId: string; sequence: number }[] = [];
+const committed: { eventId: string; aggregateId: string; sequence: string }[] = [];
 try {
   for (let i = 0; i < events; i++) {
     const aggregateId = `rehearsal-${values.batch}-${i % aggregates}`;

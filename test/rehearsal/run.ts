@@ -5,10 +5,13 @@
  * through a transaction pooler behind an IAM/TLS proxy stand-in, with verified TLS everywhere.
  * Prints one line per check and `rehearsal: N passed, N failed`; exits 1 when a check failed.
  *
+ * Then the second shape, the demo without RDS Proxy (`-c databaseAccess=direct`): its relay,
+ * monitor and consumer log in to the instance itself with IAM over TLS (test/rehearsal/direct.ts).
+ *
  * Options: `--scale 0.25` (function timeouts and schedule gaps are multiplied by it),
- * `--cdk-out DIR` (use an existing synthesis instead of synthesising), `--lag` (also run the relay
- * on its schedule at the template's real timings across 3 invocation boundaries, about 4 minutes
- * more, and check the lag: p99 ≤ 1 s, max ≤ 3 s).
+ * `--cdk-out DIR` and `--cdk-out-direct DIR` (use existing syntheses of the two shapes instead of
+ * synthesising), `--lag` (also run the relay on its schedule at the template's real timings across
+ * 3 invocation boundaries, about 4 minutes more, and check the lag: p99 ≤ 1 s, max ≤ 3 s).
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -33,6 +36,7 @@ import { delivery } from '../support/events.ts';
 import { type AcceptedEvent, startLocalBus } from '../support/local-bus.ts';
 import { startLocalLambda } from '../support/local-lambda.ts';
 import { freePort } from '../support/net.ts';
+import { rehearseDirect } from './direct.ts';
 import { startIamProxy } from './iam-proxy.ts';
 import { type InvocationOutcome, type RunningFunction, startFunction } from './lambda-process.ts';
 import { type InvocationRecord, LambdaService } from './lambda-service.ts';
@@ -47,6 +51,7 @@ const { values } = parseArgs({
     scale: { type: 'string', default: '0.25' },
     lag: { type: 'boolean', default: false },
     'cdk-out': { type: 'string' },
+    'cdk-out-direct': { type: 'string' },
     'stack-name': { type: 'string', default: 'OutboxRelayDemo' },
   },
 });
@@ -56,6 +61,8 @@ const REGION = 'us-east-1';
 const ACCOUNT = '123456789012';
 /** Where the proxy stand-in listens: a loopback address of its own, so it can take the template's port. */
 const PROXY_HOST = '127.0.0.2';
+/** Where the instance's endpoint stands in the direct shape (no proxy). */
+const INSTANCE_HOST = '127.0.0.3';
 
 const results: { ok: boolean; line: string }[] = [];
 function check(ok: boolean, name: string, detail = ''): boolean {
@@ -93,7 +100,14 @@ async function rehearse(): Promise<void> {
       stdio: ['ignore', 'ignore', 'pipe'],
     });
   }
-  const certs = await makeCertificates(work, ['localhost', '127.0.0.1', PROXY_HOST]);
+  // The direct shape synthesises in the background while the first shape runs (mostly waiting on
+  // the relay's invocations), so it adds little to the rehearsal's time.
+  const cdkOutDirect = values['cdk-out-direct'] ?? join(work, 'cdk.out.direct');
+  const directSynth: Promise<unknown> = values['cdk-out-direct']
+    ? Promise.resolve()
+    : synthesise(['-c', 'databaseAccess=direct', '--output', cdkOutDirect]);
+  directSynth.catch(() => {}); // awaited (and reported) before the direct shape runs
+  const certs = await makeCertificates(work, ['localhost', '127.0.0.1', PROXY_HOST, INSTANCE_HOST]);
   const adminPassword = randomUUID();
 
   const serverLog: string[] = [];
@@ -297,12 +311,12 @@ async function rehearse(): Promise<void> {
     [EnvVar.iamAuth]: 'true',
     NODE_EXTRA_CA_CERTS: certs.ca,
   };
-  const produce = async (batch: number) => {
-    const out = await runNode(
-      [join(root, 'test/rehearsal/producer.ts'), '--batch', String(batch)],
-      producerEnv,
-    );
-    return (JSON.parse(out) as { committed: { eventId: string; aggregateId: string; sequence: number }[] })
+  const produce = async (batch: number, overrides: Record<string, string> = {}) => {
+    const out = await runNode([join(root, 'test/rehearsal/producer.ts'), '--batch', String(batch)], {
+      ...producerEnv,
+      ...overrides,
+    });
+    return (JSON.parse(out) as { committed: { eventId: string; aggregateId: string; sequence: string }[] })
       .committed;
   };
   const stress = JSON.parse(await runNode([join(root, 'test/rehearsal/pooler-stress.ts')], producerEnv)) as {
@@ -631,6 +645,60 @@ async function rehearse(): Promise<void> {
     'every login through the proxy presented a valid IAM token for its user',
     `${proxy.logins.length} logins${refused[0] ? `; refused ${refused[0].user}: ${refused[0].reason}` : ''}`,
   );
+
+  // 12. The second shape: no proxy, IAM straight to the instance (its statements are not part of
+  // the pooler check above, which has run).
+  const synthesised = await directSynth.then(
+    () => undefined,
+    (error: unknown) => String((error as Error)?.message ?? error),
+  );
+  if (
+    !check(synthesised === undefined, 'the direct shape (-c databaseAccess=direct) synthesises', synthesised)
+  )
+    return;
+  for (const fn of running) await fn.stop();
+  await rehearseDirect({
+    cdkOut: cdkOutDirect,
+    stackName,
+    region: REGION,
+    account: ACCOUNT,
+    instanceHost: INSTANCE_HOST,
+    postgres: { host: 'localhost', port: pg.port },
+    certs,
+    caPem: await readFile(certs.ca, 'utf8'),
+    certPem: await readFile(certs.cert, 'utf8'),
+    keyPem: await readFile(certs.key, 'utf8'),
+    db,
+    bus,
+    scale,
+    runtimeEnv,
+    check,
+    info,
+    start,
+    invoke,
+    describe,
+    produce: (env, batch) => produce(batch, env),
+    asDelivery,
+    cleanups,
+  });
+}
+
+/** Runs `cdk synth --quiet` with `args` in the background; rejects with its error output. */
+function synthesise(args: string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(join(root, 'node_modules', '.bin', 'cdk'), ['synth', '--quiet', ...args], {
+      cwd: root,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let err = '';
+    child.stderr.on('data', (c: Buffer) => {
+      err += c.toString();
+    });
+    child.on('error', reject);
+    child.on('exit', (code) =>
+      code === 0 ? resolve() : reject(new Error(`cdk synth exited ${code}: ${err}`)),
+    );
+  });
 }
 
 /** The function's construct path without the stack and `Resource`, e.g. `Outbox/RelayFunction`. */

@@ -52,7 +52,10 @@ export interface AcceptedEvent {
   eventBusName: string | undefined;
   source: string;
   detailType: string;
+  /** `Detail` parsed (with JSON.parse: numbers beyond a double's precision are rounded here). */
   detail: Record<string, unknown>;
+  /** `Detail` exactly as the bus received it. */
+  detailText: string;
   time: string | undefined;
   traceHeader: string | undefined;
   /** Wall-clock time the bus accepted it, ms since the epoch. */
@@ -97,7 +100,11 @@ export interface LocalBus {
   /** Accepted events in arrival order. */
   readonly events: AcceptedEvent[];
   readonly stats: BusStats;
-  /** Emits `'accepted'` with each {@link AcceptedEvent}. */
+  /**
+   * Emits `'accepted'` with each {@link AcceptedEvent}, and `'received'` with the entries
+   * (`{ eventBusName, detail }`, Detail parsed) of every well-formed PutEvents request as it
+   * arrives, before any fault is applied.
+   */
   readonly emitter: EventEmitter;
   setFaults(faults: Faults): void;
   reset(): void;
@@ -201,6 +208,12 @@ export async function startLocalBus(options: LocalBusOptions = {}): Promise<Loca
       );
     }
 
+    // Every entry that reached the bus, whatever the faults do with it next (the model-based test
+    // counts started publications from these).
+    emitter.emit(
+      'received',
+      entries.map((e) => ({ eventBusName: e.EventBusName, detail: JSON.parse(String(e.Detail)) })),
+    );
     await delay(faults, random);
     if (chance(faults.throttleRate)) {
       stats.throttled++;
@@ -230,6 +243,7 @@ export async function startLocalBus(options: LocalBusOptions = {}): Promise<Loca
         source: entry.Source as string,
         detailType: entry.DetailType as string,
         detail: JSON.parse(entry.Detail as string),
+        detailText: entry.Detail as string,
         time: typeof entry.Time === 'number' ? new Date(entry.Time * 1000).toISOString() : undefined,
         traceHeader: entry.TraceHeader as string | undefined,
         receivedAt: Date.now(),

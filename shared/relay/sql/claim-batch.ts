@@ -15,7 +15,7 @@
  * event of the same aggregate. With a head, up to `perAggregateLimit − 1` of its successors are
  * claimed too; the publisher sends them one after the other.
  */
-import type { Sql } from '../../platform/index.ts';
+import { compactJsonb, type Queryable } from '../../platform/index.ts';
 import type { ClaimedEvent } from '../types.ts';
 import { pendingRow, unpublishedRow } from './conditions.ts';
 
@@ -40,11 +40,12 @@ export interface DbClaimedRow {
   event_id: string;
   aggregate_type: string;
   aggregate_id: string;
+  /** int8, as decimal text. */
   sequence: string;
   event_type: string;
   source: string;
-  /** jsonb, parsed by the driver. */
-  payload: Record<string, unknown>;
+  /** jsonb's text form (`payload::text`): parsing it would round its numbers to doubles. */
+  payload: string;
   trace_header: string | null;
   created_at: Date;
   attempts: number;
@@ -59,12 +60,12 @@ export function toClaimedEvent(row: DbClaimedRow): ClaimedEvent {
     eventId: row.event_id,
     aggregateType: row.aggregate_type,
     aggregateId: row.aggregate_id,
-    sequence: Number(row.sequence),
+    sequence: row.sequence,
     type: row.event_type,
     source: row.source,
-    // Compact JSON, as enqueue measured it: jsonb's own text form adds spaces and spells out
-    // numbers (5e-324 as 325 digits), which would make the entry larger than validated.
-    payloadJson: JSON.stringify(row.payload),
+    // jsonb's text without the spaces it adds: every number exactly as stored, and exactly the
+    // bytes enqueue measured (outbox_json_bytes) when it checked the entry's size.
+    payloadJson: compactJsonb(row.payload),
     traceHeader: row.trace_header,
     createdAt: row.created_at,
     attempts: row.attempts,
@@ -73,16 +74,18 @@ export function toClaimedEvent(row: DbClaimedRow): ClaimedEvent {
 }
 
 /**
- * Claims up to `batchSize` heads (and their successors), incrementing `attempts` at claim time so
- * that a row which crashes the relay every time still runs out of attempts.
+ * Claims up to `batchSize` heads (and their successors). A head's `attempts` is incremented at
+ * claim time, so that a row which crashes the relay every time still runs out of attempts; a
+ * successor spends nothing here, only when its own round starts (`startRound`): a relay that
+ * dies while sending the head has not started the successors' publication.
  * @returns the claimed events, ordered by aggregate then sequence
  */
-export async function claimBatch(sql: Sql, o: ClaimOptions): Promise<ClaimedEvent[]> {
+export async function claimBatch(sql: Queryable, o: ClaimOptions): Promise<ClaimedEvent[]> {
   const rows = o.ordering === 'none' ? await claimUnordered(sql, o) : await claimOrdered(sql, o);
   return rows.map(toClaimedEvent);
 }
 
-function claimUnordered(sql: Sql, o: ClaimOptions) {
+function claimUnordered(sql: Queryable, o: ClaimOptions) {
   return sql<DbClaimedRow[]>`
     with picked as (
       select id from outbox
@@ -99,11 +102,11 @@ function claimUnordered(sql: Sql, o: ClaimOptions) {
         attempts = o.attempts + 1
     where o.id = any(array(select id from picked))
     returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.source,
-              o.payload, o.trace_header, o.created_at, o.attempts, true as is_head
+              o.payload::text as payload, o.trace_header, o.created_at, o.attempts, true as is_head
   `;
 }
 
-function claimOrdered(sql: Sql, o: ClaimOptions) {
+function claimOrdered(sql: Queryable, o: ClaimOptions) {
   const block = o.deadLetterPolicy === 'block';
   // Parking: when this claim takes an aggregate's head, that aggregate's events beyond the
   // claimed group and the next head (head + perAggregateLimit) get available_at pushed out by a
@@ -135,7 +138,10 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
     parked as (
       update outbox w
       set available_at = now() + make_interval(secs => ${o.leaseSeconds})
-      where w.id = any(array(
+      -- re-checked on the row's latest version when this waited for another claim's lock: a row
+      -- that claim leased meanwhile is its own, not ours to park
+      where (w.lease_expires_at is null or w.lease_expires_at <= now())
+        and w.id = any(array(
         select x.id
         from heads h
         cross join lateral (
@@ -149,11 +155,11 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
         ) x
       ))
     ),
-    successors as (
-      select s.id
+    candidates as (
+      select h.id as head_id, s.id, s.sequence
       from heads h
       cross join lateral (
-        select f.id from outbox f
+        select f.id, f.sequence from outbox f
         where f.aggregate_type = h.aggregate_type and f.aggregate_id = h.aggregate_id
           and f.sequence > h.sequence and ${pendingRow(sql)}
           -- contiguous: stop before any row still leased by another relay (a relay that stopped
@@ -175,16 +181,43 @@ function claimOrdered(sql: Sql, o: ClaimOptions) {
         limit ${o.perAggregateLimit - 1}
       ) s
     ),
+    -- The candidates were chosen from this statement's snapshot: another claim may hold them
+    -- (not committed yet) or have leased them since (committed after the snapshot). Lock them, and
+    -- a row whose latest version is leased or settled is re-checked out (FOR UPDATE re-evaluates
+    -- these conditions on the latest version); a row another claim has locked is skipped.
+    locked as materialized (
+      select l.id from outbox l
+      where l.id = any(array(select id from candidates))
+        and ${pendingRow(sql)}
+        and (l.lease_expires_at is null or l.lease_expires_at <= now())
+      for update skip locked
+    ),
+    -- Each head's successors are the longest run of its candidates, in sequence order, that this
+    -- claim locked: taking a row past one it could not lock would send it before that one.
+    -- (A running bool_and over each head's candidates in sequence order: one pass, one hash join.)
+    successors as (
+      select r.id from (
+        select c.id, bool_and(k.id is not null) over (partition by c.head_id order by c.sequence) as run
+        from candidates c left join locked k on k.id = c.id
+      ) r
+      where r.run
+    ),
     claimed as (
       select id from heads union all select id from successors
     )
     update outbox o
     set lease_token = ${o.leaseToken}::uuid,
         lease_expires_at = now() + make_interval(secs => ${o.leaseSeconds}),
-        attempts = o.attempts + 1
+        -- only the head starts its publication now; a successor's attempt is spent when its round
+        -- starts (startRound), so a relay that dies while sending the head costs them nothing
+        attempts = o.attempts + case when o.id = any(array(select id from heads)) then 1 else 0 end
     where o.id = any(array(select id from claimed))
+      -- every claimed row is locked by this statement; if its latest version is newer than the
+      -- snapshot, these are re-evaluated on it, so a row leased meanwhile is never taken over
+      and ${pendingRow(sql)}
+      and (o.lease_expires_at is null or o.lease_expires_at <= now())
     returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.source,
-              o.payload, o.trace_header, o.created_at, o.attempts,
-              exists (select 1 from heads where heads.id = o.id) as is_head
+              o.payload::text as payload, o.trace_header, o.created_at, o.attempts,
+              o.id = any(array(select id from heads)) as is_head
   `;
 }

@@ -5,9 +5,10 @@
 export { abandonLease } from './abandon-lease.ts';
 export { type ClaimOptions, claimBatch, type DbClaimedRow, toClaimedEvent } from './claim-batch.ts';
 export { pendingRow, unpublishedRow } from './conditions.ts';
-export { hasPending } from './has-pending.ts';
+export { countHeldBack, type HeldBack, type HoldBackPolicy, hasPending } from './has-pending.ts';
 export { markPublished } from './mark-published.ts';
 export { type Failure, recordFailures } from './record-failures.ts';
-export { releaseUnsent } from './release-unsent.ts';
+export { releaseUnsent, type UnsentRow } from './release-unsent.ts';
 export { renewLease } from './renew-lease.ts';
+export { startRound } from './start-round.ts';
 export { unparkNextEvents } from './unpark-next-events.ts';
