@@ -2,6 +2,9 @@
  * Operations: what keeps a deployment healthy — pruning, backlog status, dead-letter handling,
  * the least-privilege database roles and the CloudWatch metrics.
  */
+
+// Reads `showDeadLetter`'s exact payload text (numbers kept digit for digit) for re-serialising.
+export { parseExactJson } from '../platform/index.ts';
 export * from './dead-letters.ts';
 export * from './metrics.ts';
 export * from './prune.ts';
