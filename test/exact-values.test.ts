@@ -118,12 +118,11 @@ describe('numbers in payloads reach the bus exactly as committed', () => {
     const payload =
       '{"tiny": 1e-300, "big": 1e18, "x": [1.0, 2.00, 3.000], "s": "  spaced  out  : ,  ", "nested": {"deep": [0.5e-10]}}';
     // The smallest limit outbox_enqueue accepts for this event is the size it validated.
-    const fits = async (limit: number) =>
+    const passes = (limit: number) =>
       h.db.sql
         .begin(
-          (tx) => tx`select * from outbox_enqueue(event_type => 'Sized', source => 'shop.sizes',
-            aggregate_type => 'order', aggregate_id => 'sized', payload => ${payload}::text::jsonb,
-            max_entry_bytes => ${limit}::integer)`,
+          (tx) =>
+            tx`select outbox_enqueue_check('Sized', 'shop.sizes', 'order', 'sized', ${payload}::text::jsonb, null, null, ${limit}::integer, null)`,
         )
         .then(
           () => true,
@@ -133,21 +132,17 @@ describe('numbers in payloads reach the bus exactly as committed', () => {
     let high = 4_096;
     while (low < high) {
       const mid = Math.floor((low + high) / 2);
-      if (
-        await h.db.sql
-          .begin(
-            (tx) =>
-              tx`select outbox_enqueue_check('Sized', 'shop.sizes', 'order', 'sized', ${payload}::text::jsonb, null, null, ${mid}::integer, null)`,
-          )
-          .then(
-            () => true,
-            () => false,
-          )
-      )
-        high = mid;
+      if (await passes(mid)) high = mid;
       else low = mid + 1;
     }
-    expect(await fits(low)).toBe(true);
+    const fits = (limit: number) =>
+      h.db.sql.begin(
+        (tx) => tx`select * from outbox_enqueue(event_type => 'Sized', source => 'shop.sizes',
+          aggregate_type => 'order', aggregate_id => 'sized', payload => ${payload}::text::jsonb,
+          max_entry_bytes => ${limit}::integer)`,
+      );
+    await expect(fits(low - 1)).rejects.toMatchObject({ code: '22023', column_name: 'payload' });
+    await fits(low);
     await relayAll({ maxRequestBytes: low });
     expect(h.bus.events).toHaveLength(1);
     const accepted = h.bus.events[0];

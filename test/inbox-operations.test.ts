@@ -46,8 +46,15 @@ beforeAll(async () => {
       return { invoiced: i.metadata.sequence };
     },
   );
+  // The consumer's function, as Lambda runs it when invoked (the real client, over HTTP).
   lambda = await startLocalLambda({
-    'billing-fn': (event, context) => handler(event as EventBridgeEvent<string, unknown>, context),
+    onInvoke: (invocation) => {
+      if (invocation.functionName !== 'billing-fn') throw new Error(`no function ${invocation.functionName}`);
+      return handler(
+        invocation.payload as EventBridgeEvent<string, unknown>,
+        lambdaContext(30_000, 'billing-fn'),
+      );
+    },
   });
 });
 afterAll(async () => {

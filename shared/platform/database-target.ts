@@ -60,9 +60,18 @@ export function maskDatabaseUrl(url: string): string {
 }
 
 /**
+ * Shortest secret {@link databasePasswords} returns. A shorter password is too likely to be an
+ * ordinary word of the output as well (the embedded Postgres's is `outbox`; `postgres` is common),
+ * and removing it would garble every message; messages never hold a password in the first place
+ * (the masking above), so the scrub is only a second line of defence.
+ */
+const MIN_SCRUBBED_LENGTH = 8;
+
+/**
  * The passwords a connection made from `env` could carry, in every spelling they may take in a
- * message (as written and percent-decoded): DATABASE_URL's user-info password and `password=`
- * parameter, and PGPASSWORD. For {@link redactPasswords}.
+ * message (as written and percent-decoded): DATABASE_URL's user info (`user:password`) and its
+ * password, its `password=` parameter, and PGPASSWORD; those of at least 8 characters. For
+ * {@link redactPasswords}.
  */
 export function databasePasswords(env: NodeJS.ProcessEnv = process.env, url = env.DATABASE_URL): string[] {
   const found = new Set<string>();
@@ -78,14 +87,17 @@ export function databasePasswords(env: NodeJS.ProcessEnv = process.env, url = en
   if (url) {
     const { userinfo } = splitUrl(url);
     const colon = userinfo?.indexOf(':') ?? -1;
-    if (userinfo !== undefined && colon >= 0) add(userinfo.slice(colon + 1));
+    if (userinfo !== undefined && colon >= 0) {
+      add(userinfo);
+      add(userinfo.slice(colon + 1));
+    }
     for (const m of url.matchAll(/[?&]password=([^&#]*)/gi)) add(m[1]);
     for (const m of url.matchAll(/\bpassword\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)/gi))
       add(m[1]?.replace(/^'|'$/g, ''));
   }
   add(env.PGPASSWORD);
   // Longest first, so that a password containing another is replaced whole.
-  return [...found].filter((p) => p.length > 0).sort((a, b) => b.length - a.length);
+  return [...found].filter((p) => p.length >= MIN_SCRUBBED_LENGTH).sort((a, b) => b.length - a.length);
 }
 
 /**

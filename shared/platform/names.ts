@@ -20,6 +20,30 @@ export const ServiceName = {
 /** One of {@link ServiceName}'s values. */
 export type ServiceName = (typeof ServiceName)[keyof typeof ServiceName];
 
+/**
+ * When a relay invocation stops: it claims nothing once its remaining time cannot hold the
+ * shortest useful lease (`minLeaseSeconds`) plus the time kept for its last marks and its summary
+ * (`marginMs`): it polls until 8 s before its timeout (shared/relay/loop.ts). The construct sizes
+ * the relay's timeout from it, so that each invocation is still polling when the next one starts.
+ */
+export const RELAY_INVOCATION_END = { minLeaseSeconds: 5, marginMs: 3_000 } as const;
+
+/** ms before its timeout at which a relay invocation stops polling (see {@link RELAY_INVOCATION_END}). */
+export const RELAY_STOPS_POLLING_BEFORE_TIMEOUT_MS =
+  RELAY_INVOCATION_END.minLeaseSeconds * 1000 + RELAY_INVOCATION_END.marginMs;
+
+/**
+ * Database connections of one relay invocation's pool: one per PutEvents call in flight, for
+ * claims and marks overlapping them, plus one (functions/relay/handler.ts). The construct counts
+ * the connections at the peak with it.
+ */
+export function relayPoolSize(publishConcurrency: number): number {
+  return publishConcurrency + 1;
+}
+
+/** Database connections of the monitor's pool (functions/monitor/handler.ts). */
+export const MONITOR_POOL_SIZE = 2;
+
 /** The one dimension on every custom metric; its value is the emitting {@link ServiceName}. */
 export const METRIC_DIMENSION = 'service';
 
@@ -36,6 +60,7 @@ export const MetricName = {
   PrunedRows: 'PrunedRows',
   PruneDuration: 'PruneDuration',
   InboxParked: 'InboxParkedCount',
+  ExtraRelays: 'ExtraRelaysStarted',
   // relay
   Published: 'Published',
   Retried: 'Retried',
@@ -58,6 +83,7 @@ export const METRIC_SERVICE: Readonly<Record<MetricName, ServiceName>> = {
   PrunedRows: ServiceName.monitor,
   PruneDuration: ServiceName.monitor,
   InboxParkedCount: ServiceName.monitor,
+  ExtraRelaysStarted: ServiceName.monitor,
   Published: ServiceName.relay,
   Retried: ServiceName.relay,
   DeadLettered: ServiceName.relay,
@@ -143,4 +169,12 @@ export const EnvVar = {
   monitorRole: 'OUTBOX_MONITOR_ROLE',
   producerRole: 'OUTBOX_PRODUCER_ROLE',
   consumerRole: 'OUTBOX_CONSUMER_ROLE',
+  /** The monitor: the relay function it invokes to scale out (unset: no scale-out). */
+  relayFunctionName: 'OUTBOX_RELAY_FUNCTION_NAME',
+  /** The monitor: most relays at once, the scheduled one included. */
+  maxRelays: 'OUTBOX_MAX_RELAYS',
+  /** The monitor: pending events per relay it wants running. */
+  backlogPerRelay: 'OUTBOX_BACKLOG_PER_RELAY',
+  /** The monitor: how long an extra relay it starts polls at most, seconds. */
+  scaleOutSeconds: 'OUTBOX_SCALE_OUT_SECONDS',
 } as const;

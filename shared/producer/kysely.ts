@@ -39,7 +39,7 @@ export type KyselyExecutor = Pick<Kysely<unknown>, 'getExecutor'>;
 const producer = producerFor<KyselyExecutor>(async (db, p) => {
   // Kysely's sql tag binds each interpolated value as one parameter, arrays included.
   const result =
-    await sql<EnqueuedRow>`select ord, event_id, aggregate_type, aggregate_id, sequence, duplicate
+    await sql<EnqueuedRow>`select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
     from outbox_enqueue_many(
       ${p.eventTypes}::text[], ${p.sources}::text[], ${p.aggregateTypes}::text[], ${p.aggregateIds}::text[],
       ${p.payloads}::text[]::jsonb[], ${p.idempotencyKeys}::text[], ${p.traceHeaders}::text[],
