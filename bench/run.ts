@@ -11,8 +11,10 @@
  * the Lambda figures come from the bundle `cdk synth` writes, run by a host that imports and
  * invokes it as Lambda's Node.js runtime does, with the heap limits the runtime sets.
  *
- * Options: `--full` (more rows and repeats, the peer tuning grid), `--only a,b` or `--only a --only b` (run only these
- * sections: relay, rounds, peers, profile, grid, lag, claim, producer, bundle, lambda, scale).
+ * Options: `--full` (more rows and repeats, the peer tuning grid), `--scheduler-delay none` (the
+ * lambda-lag section without its model of Scheduler's delays and cold starts), `--only a,b` or `--only a --only b` (run only these
+ * sections: relay, rounds, peers, profile, grid, lag, claim, producer, bundle, lambda, scale,
+ * lambda-lag, lambda-scale).
  * Prints markdown tables as they are measured; writes JSON, markdown and an SVG chart to
  * bench/results/.
  */
@@ -35,6 +37,8 @@ import {
   seedPgTransactionalOutbox,
   setUpPgTransactionalOutbox,
 } from './pg-transactional-outbox.ts';
+import { type DeployedBenchContext, lambdaLag } from './sections/lambda-lag.ts';
+import { lambdaScale } from './sections/lambda-scale.ts';
 import { bundleComposition, findLambdaAsset, type LambdaAsset } from './support/bundle.ts';
 import { lineChart } from './support/chart.ts';
 import { type CpuProfile, type ProfileRow, summariseProfile } from './support/cpu-profile.ts';
@@ -55,6 +59,8 @@ const { values } = parseArgs({
     full: { type: 'boolean', default: false },
     only: { type: 'string', multiple: true },
     baseline: { type: 'string' },
+    /** `lambda-lag`: `model` (Scheduler 0–2 s late, one invocation 15 s late, 1 s sandbox) or `none`. */
+    'scheduler-delay': { type: 'string', default: 'model' },
   },
 });
 const full = values.full;
@@ -93,6 +99,22 @@ const P = {
   initRepeats: full ? 9 : 5,
   scaleRows: 100_000,
   scaleRelays: [1, 2, 4],
+  lambdaLag: {
+    ratePerSecond: 100,
+    boundaries: full ? 5 : 3,
+    busLatencyMs: 20,
+    ...(values['scheduler-delay'] === 'none'
+      ? { schedulerJitterMs: 0, coldStartExtraMs: 0 }
+      : { schedulerJitterMs: 2_000, lateInvocation: { k: 2, ms: 15_000 }, coldStartExtraMs: 1_000 }),
+    seed: 19,
+  },
+  lambdaScale: {
+    rows: 100_000,
+    relays: [1, 2, 4],
+    busLatencyMs: 20,
+    coldStartExtraMs: 1_000,
+    drainTimeoutMs: 300_000,
+  },
 };
 const log = (line: string) => process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
 /** 1-minute load average per core: above 1, other work competed with the bench for the CPU. */
@@ -713,7 +735,9 @@ if (want('producer')) {
 
 /** The relay asset of each checkout, by checkout directory. */
 const assets = new Map<string, LambdaAsset>();
-if (want('bundle') || want('lambda')) {
+/** The `cdk synth` output folder of each checkout, by checkout directory. */
+const cdkOuts = new Map<string, string>();
+if (want('bundle') || want('lambda') || want('lambda-lag') || want('lambda-scale')) {
   for (const c of checkouts) {
     log(`bundle (${c.label}): cdk synth`);
     const cdkOut = mkdtempSync(join(tmpdir(), 'outbox-cdk-'));
@@ -722,6 +746,7 @@ if (want('bundle') || want('lambda')) {
       stdio: ['ignore', 'ignore', 'inherit'],
     });
     assets.set(c.dir, findLambdaAsset(cdkOut, 'OutboxRelayDemo', 'Outbox relay:'));
+    cdkOuts.set(c.dir, cdkOut);
     process.once('exit', () => rmSync(cdkOut, { recursive: true, force: true }));
   }
 }
@@ -1041,6 +1066,20 @@ ${out
 Events/s from the start of the first relay to the end of the last (start-up included). Machine CPU busy is all ${cpus().length} cores from /proc/stat over the run: the relays, the local bus, Postgres and whatever else runs on the machine.`,
   );
 }
+
+// 12–13. The relay as deployed: lag across invocation boundaries, and draining a backlog with
+// 1, 2 and 4 relays (bench/sections/).
+const deployedContext = (): DeployedBenchContext => ({
+  cdkOut: cdkOuts.get(root) as string,
+  databaseUrl: dbUrl,
+  database: dbName,
+  sql,
+  bus,
+  log,
+  report,
+});
+if (want('lambda-lag')) results.lambdaLag = await lambdaLag(deployedContext(), P.lambdaLag);
+if (want('lambda-scale')) results.lambdaScale = await lambdaScale(deployedContext(), P.lambdaScale);
 
 const m = results.machine as Record<string, unknown>;
 m.loadPerCoreAtEnd = load();

@@ -38,7 +38,8 @@ import {
 } from '../shared/relay/index.ts';
 import { type EnqueueProgress, enqueueFromLines } from './enqueue-lines.ts';
 import { EXIT, explainError, LOCAL_DATABASE_HINT } from './errors.ts';
-import { registerOperations } from './operations.ts';
+import { registerInbox } from './inbox.ts';
+import { type OperationsContext, registerOperations } from './operations.ts';
 import { positiveInteger } from './parsers.ts';
 import { type FailureReason, REPORT_EVERY_MS, RelayReport } from './relay-report.ts';
 import { onInterrupt } from './signals.ts';
@@ -369,7 +370,9 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
 
   program
     .command('status')
-    .description('show the backlog: pending, oldest pending age, in flight, dead-lettered, published')
+    .description(
+      'show the backlog: pending, oldest pending age, in flight, dead-lettered, published, parked inbox events',
+    )
     .option('--json', 'print one JSON document')
     .action(async (opts: { json?: boolean }) => {
       await withDb(async (sql) => {
@@ -383,10 +386,11 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
         io.out(`in flight:           ${s.inFlight}`);
         io.out(`dead-lettered:       ${s.deadLettered}`);
         io.out(`published:           ${s.published}`);
+        io.out(`inbox parked:        ${s.inboxParked}`);
       });
     });
 
-  registerOperations(program, {
+  const operations: OperationsContext = {
     out: io.out,
     err: io.err,
     json,
@@ -396,7 +400,9 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
     setExitCode: (c) => {
       code = c;
     },
-  });
+  };
+  registerOperations(program, operations);
+  registerInbox(program, operations);
 
   try {
     await program.parseAsync(argv);

@@ -32,6 +32,9 @@ import {
   METRIC_DIMENSION,
   METRIC_SERVICE,
   MetricName,
+  MONITOR_POOL_SIZE,
+  RELAY_STOPS_POLLING_BEFORE_TIMEOUT_MS,
+  relayPoolSize,
   ServiceName,
 } from '../shared/platform/names.ts';
 
@@ -98,6 +101,37 @@ export const OUTBOX_BUNDLING: nodejs.BundlingOptions = {
  * us-east-1) against $8.64 at 256 MB; per event, both about $0.003 per million.
  */
 export const DEFAULT_RELAY_MEMORY_MB = 512;
+
+/**
+ * How much longer than its schedule's period the relay's timeout is by default, s. An invocation
+ * polls until 8 s before its timeout (RELAY_STOPS_POLLING_BEFORE_TIMEOUT_MS), so with
+ * `rate(1 minute)` and 90 s each one is still polling 22 s after its successor was due: the
+ * successor may be that late (Scheduler's delay, a cold start) before anything stops polling.
+ * Measured as deployed (`npm run bench -- --only lambda-lag`, README "Performance"). The price:
+ * two relays poll at once for up to 22 s a minute, so the relay runs about 82 s of Lambda time a
+ * minute instead of 52 s, and opens two pools of connections at the peak.
+ */
+export const RELAY_TIMEOUT_OVERLAP_SECONDS = 30;
+/** Below this much overlap, s, the construct warns: a late or cold successor leaves a gap. */
+const MIN_OVERLAP_SECONDS = 15;
+/** Default of {@link OutboxRelayProps.maxRelays}. */
+export const DEFAULT_MAX_RELAYS = 4;
+/** Default of {@link OutboxRelayProps.backlogPerRelay}. */
+export const DEFAULT_BACKLOG_PER_RELAY = 30_000;
+/** Default of {@link OutboxRelayProps.databaseConnectionBudget}. */
+export const DEFAULT_DATABASE_CONNECTION_BUDGET = 40;
+/** The relay's OUTBOX_PUBLISH_CONCURRENCY default (shared/platform/config.ts). */
+const DEFAULT_PUBLISH_CONCURRENCY = 4;
+/** An extra relay the monitor starts polls at most this much less than the monitor's period, s. */
+const SCALE_OUT_SLACK_SECONDS = 10;
+
+/** Seconds between invocations of a `rate(...)` schedule expression; undefined for cron and at. */
+export function schedulePeriodSeconds(expression: string): number | undefined {
+  const m = /^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$/.exec(expression);
+  if (!m) return undefined;
+  const unit = { minute: 60, minutes: 60, hour: 3_600, hours: 3_600, day: 86_400, days: 86_400 };
+  return Number(m[1]) * unit[m[2] as keyof typeof unit];
+}
 
 /**
  * Where functions connect to Postgres, with IAM authentication and verified TLS: exactly one of
@@ -283,8 +317,13 @@ export interface OutboxRelayProps {
    */
   readonly relaySchedule?: scheduler.ScheduleExpression;
   /**
-   * Relay Lambda timeout (15 s – 15 min). Equal to the schedule rate keeps one relay polling at all times.
-   * @default 1 minute
+   * Relay Lambda timeout (15 s – 15 min). Each invocation polls until 8 s before it, so it must
+   * exceed the schedule's period by more than that, or nothing polls for part of every period;
+   * the default exceeds it by 30 s, so that consecutive invocations overlap and a successor
+   * that Scheduler or a cold start makes late still finds its predecessor polling (see
+   * {@link RELAY_TIMEOUT_OVERLAP_SECONDS}). Synthesis fails on a timeout that leaves a gap, and
+   * warns when the overlap is under 15 s.
+   * @default the schedule's period + 30 s (90 s for rate(1 minute)); 90 s for a cron schedule
    */
   readonly relayTimeout?: Duration;
   /**
@@ -302,6 +341,31 @@ export interface OutboxRelayProps {
    * @default none: the relay uses the account's unreserved concurrency
    */
   readonly relayReservedConcurrency?: number;
+  /**
+   * Most relays polling at once, the scheduled one included. The monitor measures the backlog
+   * every minute and invokes the relay function `ceil(pending / backlogPerRelay) - 1` more times
+   * (at most `maxRelays - 1`), 500 ms apart; each extra relay returns once nothing is pending, and
+   * within the monitor's period. 1 turns scale-out off. Bounded by `databaseConnectionBudget`
+   * (checked at synth) and by `relayReservedConcurrency` when set.
+   * @default 4 (or `relayReservedConcurrency - 1` when that is lower)
+   */
+  readonly maxRelays?: number;
+  /**
+   * Pending events per relay: the monitor wants `ceil(pending / backlogPerRelay)` relays. A relay
+   * at the default 512 MB moves about 2,000 events/s at 20 ms bus latency (README, sizing), so the
+   * default starts a second relay when one would need more than about 15 s for the backlog.
+   * @default 30,000
+   */
+  readonly backlogPerRelay?: number;
+  /**
+   * Database connections the relays and the monitor may open at once, together: with RDS Proxy,
+   * its client connections; without it, the database's own. At the peak `maxRelays + 1` relays
+   * run (the scheduled relay's successor starts while it still polls), each with a pool of
+   * OUTBOX_PUBLISH_CONCURRENCY + 1 connections, plus the monitor's 2; synthesis fails when that
+   * is more than this budget (see {@link OutboxRelay.databaseConnectionsAtPeak}).
+   * @default 40
+   */
+  readonly databaseConnectionBudget?: number;
   /**
    * How often the monitor prunes and emits the lag metrics.
    * @default rate(1 minute)
@@ -365,6 +429,8 @@ export class OutboxRelay extends Construct {
     readonly monitorErrors: cloudwatch.Alarm;
     /** Only with a proxy (`database.proxy`). */
     readonly proxyPinnedSessions?: cloudwatch.Alarm;
+    /** Inbox events parked (wait-for-gap, `onGapTimeout: 'park'`) and awaiting an operator. */
+    readonly inboxParked: cloudwatch.Alarm;
   };
   public readonly dashboard: cloudwatch.Dashboard;
   /** How the functions reach the database: through the proxy, or directly (see {@link OutboxDatabaseTarget}). */
@@ -374,6 +440,14 @@ export class OutboxRelay extends Construct {
    * authentication, the proxy's role must be allowed `rds-db:connect` to the instance as these users.
    */
   public readonly databaseUsers: { readonly relay: string; readonly monitor: string };
+  /** Most relays polling at once, the scheduled one included ({@link OutboxRelayProps.maxRelays}). */
+  public readonly maxRelays: number;
+  /**
+   * Database connections the relays and the monitor open at most, together: `(maxRelays + 1) ×
+   * (OUTBOX_PUBLISH_CONCURRENCY + 1) + 2` (the `+ 1` relay: the scheduled relay's successor starts
+   * while it still polls). Within {@link OutboxRelayProps.databaseConnectionBudget}.
+   */
+  public readonly databaseConnectionsAtPeak: number;
 
   constructor(scope: Construct, id: string, props: OutboxRelayProps) {
     super(scope, id);
@@ -382,7 +456,14 @@ export class OutboxRelay extends Construct {
     this.databaseConnection = database;
     if (props.database.proxy) warnOnProxyAuth(this, props.database.proxy);
     if (props.database.cluster) warnOnClusterAuth(this, props.database.cluster);
-    const timeout = props.relayTimeout ?? Duration.minutes(1);
+    const relayScheduleExpression =
+      props.relaySchedule ?? scheduler.ScheduleExpression.rate(Duration.minutes(1));
+    const monitorScheduleExpression =
+      props.monitorSchedule ?? scheduler.ScheduleExpression.rate(Duration.minutes(1));
+    const timeout = relayTimeoutFor(this, relayScheduleExpression, props.relayTimeout);
+    const scale = scaleOutBounds(this, props);
+    this.maxRelays = scale.maxRelays;
+    this.databaseConnectionsAtPeak = scale.connectionsAtPeak;
     const namespace = props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE;
     const relayUser = props.database.relayUser ?? DEFAULT_ROLES.relay;
     const monitorUser = props.database.monitorUser ?? DEFAULT_ROLES.monitor;
@@ -453,11 +534,26 @@ export class OutboxRelay extends Construct {
     this.eventBus.grantPutEventsTo(this.relayFunction);
     database.grantConnect(this.relayFunction, relayUser);
 
+    // Extra relays poll at most the monitor's period less some slack, so that one minute's
+    // extras have returned before the next minute's are started.
+    const monitorPeriod = schedulePeriodSeconds(monitorScheduleExpression.expressionString) ?? 60;
+    const scaleOutSeconds = Math.max(
+      10,
+      Math.min(monitorPeriod - SCALE_OUT_SLACK_SECONDS, timeout.toSeconds() - 10),
+    );
     this.monitorFunction = fn('MonitorFunction', 'monitor', {
       timeout: Duration.minutes(1),
       ...scheduledInvoke,
       environment: {
         ...props.monitorEnvironment,
+        ...(this.maxRelays > 1
+          ? {
+              [EnvVar.relayFunctionName]: this.relayFunction.functionName,
+              [EnvVar.maxRelays]: String(this.maxRelays),
+              [EnvVar.backlogPerRelay]: String(props.backlogPerRelay ?? DEFAULT_BACKLOG_PER_RELAY),
+              [EnvVar.scaleOutSeconds]: String(scaleOutSeconds),
+            }
+          : {}),
         ...dbEnvironment(monitorUser),
         [EnvVar.powertoolsServiceName]: ServiceName.monitor,
         NODE_OPTIONS: '--enable-source-maps',
@@ -465,6 +561,19 @@ export class OutboxRelay extends Construct {
       description: 'Outbox monitor: prunes old rows and emits lag and backlog metrics',
     });
     database.grantConnect(this.monitorFunction, monitorUser);
+    if (this.maxRelays > 1) {
+      this.relayFunction.grantInvoke(this.monitorFunction);
+      if (this.monitorFunction.role) {
+        const relayId = Stack.of(this).getLogicalId(
+          this.relayFunction.node.defaultChild as lambda.CfnFunction,
+        );
+        Validations.of(this.monitorFunction.role).acknowledge({
+          id: `AwsSolutions::AwsSolutions-IAM5[Resource::<${relayId}.Arn>:*]`,
+          reason:
+            'grantInvoke allows the relay function and its versions (function:*) so the monitor can start extra relays; it is still this one function',
+        });
+      }
+    }
 
     // One role for both schedules; each target grants it invoke on its own function.
     const schedulerRole = new iam.Role(this, 'SchedulerRole', {
@@ -480,12 +589,12 @@ export class OutboxRelay extends Construct {
       });
     }
     this.relaySchedule = new scheduler.Schedule(this, 'RelaySchedule', {
-      schedule: props.relaySchedule ?? scheduler.ScheduleExpression.rate(Duration.minutes(1)),
+      schedule: relayScheduleExpression,
       target: new targets.LambdaInvoke(this.relayFunction, { retryAttempts: 0, role: schedulerRole }),
       description: 'Invokes the outbox relay; each invocation polls until close to its timeout',
     });
     this.monitorSchedule = new scheduler.Schedule(this, 'MonitorSchedule', {
-      schedule: props.monitorSchedule ?? scheduler.ScheduleExpression.rate(Duration.minutes(1)),
+      schedule: monitorScheduleExpression,
       target: new targets.LambdaInvoke(this.monitorFunction, { retryAttempts: 0, role: schedulerRole }),
       description: 'Invokes the outbox monitor: pruning and lag metrics',
     });
@@ -627,6 +736,17 @@ export class OutboxRelay extends Construct {
           treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
         }),
       }),
+      // The monitor counts parked inbox records of every consumer whose inbox lives in this
+      // database; it stays in alarm until each is replayed or discarded.
+      inboxParked: alarm('InboxParkedAlarm', {
+        alarmDescription:
+          'Inbox events are parked, waiting for an operator. Run: outbox inbox parked list --consumer <name>',
+        metric: metric(MetricName.InboxParked, 'Maximum', Duration.minutes(5)),
+        threshold: 0,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluationPeriods: 1,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      }),
     };
 
     this.dashboard = new cloudwatch.Dashboard(this, 'Dashboard', {
@@ -650,7 +770,11 @@ export class OutboxRelay extends Construct {
           new cloudwatch.GraphWidget({
             title: 'Backlog',
             left: [metric(MetricName.Pending, 'Maximum'), metric(MetricName.InFlight, 'Maximum')],
-            right: [metric(MetricName.DeadLettered, 'Maximum')],
+            right: [
+              metric(MetricName.DeadLettered, 'Maximum'),
+              metric(MetricName.InboxParked, 'Maximum'),
+              metric(MetricName.ExtraRelays, 'Sum'),
+            ],
             width: 12,
           }),
           new cloudwatch.GraphWidget({
@@ -742,6 +866,95 @@ function warnOnProxyAuth(scope: Construct, proxy: rds.IDatabaseProxy): void {
 }
 
 /**
+ * The relay's timeout: as given, or the schedule's period plus {@link RELAY_TIMEOUT_OVERLAP_SECONDS}.
+ * @throws when the timeout leaves a gap in every period (nothing polls between an invocation's
+ *   last poll and its successor's first)
+ */
+function relayTimeoutFor(
+  scope: Construct,
+  schedule: scheduler.ScheduleExpression,
+  given: Duration | undefined,
+): Duration {
+  const period = schedulePeriodSeconds(schedule.expressionString);
+  const stopsBefore = RELAY_STOPS_POLLING_BEFORE_TIMEOUT_MS / 1000;
+  if (period === undefined) {
+    Annotations.of(scope).addWarningV2(
+      'outbox-relay:relay-schedule-overlap',
+      `The relay schedule ${schedule.expressionString} is not a rate: the construct cannot check that each relay invocation is still polling when the next one starts (its timeout, less ${stopsBefore} s, must exceed the time between invocations).`,
+    );
+    return given ?? Duration.seconds(90);
+  }
+  const timeout = given ?? Duration.seconds(Math.min(900, period + RELAY_TIMEOUT_OVERLAP_SECONDS));
+  const overlap = timeout.toSeconds() - stopsBefore - period;
+  if (overlap <= 0) {
+    throw new Error(
+      `OutboxRelay: relayTimeout ${timeout.toSeconds()} s leaves a gap of ${-overlap} s every ${period} s: an invocation stops polling ${stopsBefore} s before its timeout, and the next one starts ${period} s after it (${schedule.expressionString}). Make relayTimeout at least ${period + stopsBefore + MIN_OVERLAP_SECONDS} s, or leave it unset (${period + RELAY_TIMEOUT_OVERLAP_SECONDS} s)`,
+    );
+  }
+  if (overlap < MIN_OVERLAP_SECONDS) {
+    Annotations.of(scope).addWarningV2(
+      'outbox-relay:relay-schedule-overlap',
+      `relayTimeout ${timeout.toSeconds()} s overlaps consecutive relay invocations by only ${overlap} s: an invocation that Scheduler or a cold start delays by more leaves a time in which nothing polls. The default, ${period + RELAY_TIMEOUT_OVERLAP_SECONDS} s, overlaps them by ${RELAY_TIMEOUT_OVERLAP_SECONDS - stopsBefore} s.`,
+    );
+  }
+  return timeout;
+}
+
+/**
+ * How far the relays scale out, and the connections that makes at the peak.
+ * @throws when they exceed the connection budget or the reserved concurrency, naming the props
+ */
+function scaleOutBounds(
+  scope: Construct,
+  props: OutboxRelayProps,
+): { maxRelays: number; connectionsAtPeak: number } {
+  const reserved = props.relayReservedConcurrency;
+  const budget = props.databaseConnectionBudget ?? DEFAULT_DATABASE_CONNECTION_BUDGET;
+  if (!Number.isInteger(budget) || budget < 1) {
+    throw new Error(
+      `OutboxRelay: databaseConnectionBudget must be a whole number of at least 1 (got ${budget})`,
+    );
+  }
+  const given = props.maxRelays;
+  if (given !== undefined && (!Number.isInteger(given) || given < 1 || given > 100)) {
+    throw new Error(`OutboxRelay: maxRelays must be a whole number from 1 to 100 (got ${given})`);
+  }
+  const perRelay = props.backlogPerRelay;
+  if (perRelay !== undefined && (!Number.isInteger(perRelay) || perRelay < 1)) {
+    throw new Error(`OutboxRelay: backlogPerRelay must be a whole number of at least 1 (got ${perRelay})`);
+  }
+  // With reserved concurrency, the scheduled relay's successor and the extras share it: one
+  // execution is kept for the successor, or it would be throttled while its predecessor polls.
+  if (reserved !== undefined && given !== undefined && given + 1 > reserved) {
+    throw new Error(
+      `OutboxRelay: maxRelays ${given} needs relayReservedConcurrency of at least ${given + 1} (the scheduled relay's successor starts while it still polls); got ${reserved}`,
+    );
+  }
+  if (reserved === 1) {
+    Annotations.of(scope).addWarningV2(
+      'outbox-relay:reserved-concurrency-gap',
+      'relayReservedConcurrency 1 throttles each scheduled relay invocation until its predecessor has returned: nothing polls in between. Reserve at least 2.',
+    );
+  }
+  const maxRelays =
+    given ?? Math.max(1, Math.min(DEFAULT_MAX_RELAYS, (reserved ?? Number.POSITIVE_INFINITY) - 1));
+  const raw = props.relayEnvironment?.OUTBOX_PUBLISH_CONCURRENCY;
+  const concurrency = raw === undefined ? DEFAULT_PUBLISH_CONCURRENCY : Number(raw);
+  if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 64) {
+    throw new Error(
+      `OutboxRelay: relayEnvironment.OUTBOX_PUBLISH_CONCURRENCY must be a whole number from 1 to 64 (got ${JSON.stringify(raw)})`,
+    );
+  }
+  const connectionsAtPeak = (maxRelays + 1) * relayPoolSize(concurrency) + MONITOR_POOL_SIZE;
+  if (connectionsAtPeak > budget) {
+    throw new Error(
+      `OutboxRelay: at the peak ${maxRelays + 1} relays (maxRelays ${maxRelays}, plus the scheduled relay's successor) × ${relayPoolSize(concurrency)} connections (OUTBOX_PUBLISH_CONCURRENCY ${concurrency} + 1) + ${MONITOR_POOL_SIZE} for the monitor = ${connectionsAtPeak} database connections, over databaseConnectionBudget ${budget}: lower maxRelays or raise the budget`,
+    );
+  }
+  return { maxRelays, connectionsAtPeak };
+}
+
+/**
  * Without a proxy the functions log in to the cluster itself with IAM tokens, which it refuses
  * unless IAM database authentication is on. A cluster defined in this app without
  * `iamAuthentication: true` gets a warning at synth (an imported one cannot be inspected; an
@@ -758,7 +971,7 @@ function warnOnClusterAuth(scope: Construct, cluster: rds.IDatabaseCluster): voi
 }
 
 function validate(props: OutboxRelayProps): void {
-  const timeout = props.relayTimeout?.toSeconds() ?? 60;
+  const timeout = props.relayTimeout?.toSeconds() ?? 90;
   if (timeout < 15 || timeout > 900) {
     throw new Error(`OutboxRelay: relayTimeout must be between 15 seconds and 15 minutes (got ${timeout} s)`);
   }

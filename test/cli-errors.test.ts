@@ -114,7 +114,7 @@ describe('every number and enum setting', () => {
     ...['OUTBOX_DB_POOL_SIZE', 'OUTBOX_DB_CONNECT_TIMEOUT_SECONDS', 'OUTBOX_DB_STATEMENT_TIMEOUT_MS'].map(
       (v) => [v, (env: NodeJS.ProcessEnv) => connect({ env })] as const,
     ),
-  ].filter(([v]) => !['EVENT_BUS_NAME', 'OUTBOX_METRIC_NAMESPACE'].includes(v));
+  ].filter(([v]) => !['EVENT_BUS_NAME', 'OUTBOX_METRIC_NAMESPACE', 'OUTBOX_RELAY_FUNCTION_NAME'].includes(v));
 
   it.each(settings)('%s names what it accepts: the range and unit, or the choices', (variable, load) => {
     let caught: unknown;

@@ -78,17 +78,17 @@ function delivery(eventId = randomUUID(), sequence = 1): EventBridgeEvent<string
 
 type Handler = (ctx: InboxContext) => Promise<unknown>;
 
-/** A middy consumer with the inbox; `body` is the handler, given the invocation's context. */
+/** A consumer with the inbox; `body` is the handler, given the invocation's context. */
 function consumer(
   sql: Sql | ConnectionPool,
   body: Handler,
   options: Partial<InboxOptions<Record<string, unknown>>> = {},
 ) {
-  const handler = middy<EventBridgeEvent<string, unknown>, unknown, Error, InboxContext>()
-    .use(inbox({ sql, consumer: 'billing', ...options }))
-    .handler(async (_event, ctx) => body(ctx));
+  const handler = inbox({ sql, consumer: 'billing', metrics: false, ...options }, async (_event, ctx) =>
+    body(ctx),
+  );
   return (event: EventBridgeEvent<string, unknown>, context: Context = lambdaContext(10_000)) =>
-    handler(event, context as InboxContext);
+    handler(event, context);
 }
 
 /** Writes the effect of an event: one row keyed by its event id. */
@@ -163,9 +163,8 @@ describe('inbox: an invocation is all or nothing', () => {
       slow(delivery(eventId), lambdaContext(1_000)),
       'abandoned invocation',
     );
-    // middy's own early timeout (5 ms before the deadline) or the middleware's, whichever the
-    // handler's return meets first; the middleware rolled back 500 ms before the deadline.
-    expect(['TimeoutError', 'InboxAbortedError']).toContain(abandoned.name);
+    // The inbox gave up 500 ms before the deadline, rolled back, and failed the invocation.
+    expect(abandoned).toMatchObject({ name: 'InboxAbortedError', reason: 'deadline' });
     await within(5_000, settled, 'abandoned handler');
     expect(outcomes).toEqual(['InboxAbortedError', 'InboxAbortedError']);
     expect(await committed(eventId)).toEqual({ effects: 0, records: 0 });
@@ -317,4 +316,100 @@ describe('inbox: an invocation is all or nothing', () => {
       }
     });
   }
+});
+
+describe('inbox: it owns its transaction, whatever the rest of the chain does', () => {
+  const idleInTransaction = () =>
+    admin<{ state: string }[]>`
+      select state from pg_stat_activity
+      where datname = current_database() and pid <> pg_backend_pid() and state like 'idle in transaction%'`;
+
+  it('commits before a middy middleware whose `after` returns a value (a response shaper) ends the chain', async () => {
+    // With the inbox as a middy middleware, the shaper's early return skipped the inbox's `after`:
+    // the invocation succeeded with no effect and no record, its transaction idle in transaction.
+    const handler = middy<EventBridgeEvent<string, unknown>, unknown>()
+      .use({ after: async () => ({ statusCode: 200 }) })
+      .handler(
+        inbox({ sql: db.sql, consumer: 'billing', metrics: false }, async (_e, ctx) => applyEffect(ctx)),
+      );
+    const eventId = randomUUID();
+    expect(await within(5_000, handler(delivery(eventId), lambdaContext(10_000)), 'invocation')).toEqual({
+      statusCode: 200,
+    });
+    expect(await committed(eventId)).toEqual({ effects: 1, records: 1 });
+    expect(await idleInTransaction()).toEqual([]);
+  });
+
+  it('has rolled back before a middy `onError` that returns a value handles the error, and holds no lock after', async () => {
+    // Before, the handled error skipped the inbox's `onError`: the transaction stayed open holding
+    // the aggregate's lock, and the next event of the aggregate waited for it until its deadline.
+    const handler = middy<EventBridgeEvent<string, unknown>, unknown>()
+      .use({ onError: async () => ({ handled: true }) })
+      .handler(
+        inbox(
+          { sql: db.sql, consumer: 'billing', order: 'ignore-stale', metrics: false },
+          async (_e, ctx) => {
+            await applyEffect(ctx);
+            throw new Error('handler failed');
+          },
+        ),
+      );
+    const first = randomUUID();
+    expect(await within(5_000, handler(delivery(first, 1), lambdaContext(10_000)), 'invocation')).toEqual({
+      handled: true,
+    });
+    expect(await committed(first)).toEqual({ effects: 0, records: 0 });
+    expect(await idleInTransaction()).toEqual([]);
+    const second = randomUUID();
+    await within(
+      2_000,
+      consumer(db.sql, applyEffect, { order: 'ignore-stale' })(delivery(second, 2)),
+      'next event',
+    );
+    expect(await committed(second)).toEqual({ effects: 1, records: 1 });
+  });
+});
+
+describe("inbox: the deadline bounds the inbox's own statements", () => {
+  it('cancels a bookkeeping statement blocked by another transaction and fails deadlineMarginMs before the Lambda deadline', async () => {
+    // Another transaction holds the lock the inbox's order bookkeeping needs.
+    const blocker = postgres(db.url, { max: 1, onnotice: () => {} });
+    const release = Promise.withResolvers<void>();
+    const inserted = Promise.withResolvers<void>();
+    const held = blocker.begin(async (tx) => {
+      await tx`insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence)
+               values ('billing', 'order', 'o-1', 'shop.orders', '', 0)`;
+      inserted.resolve();
+      await release.promise;
+    });
+    try {
+      // The row is written, uncommitted: the inbox's insert of the same row waits for this transaction.
+      await within(5_000, inserted.promise, 'blocker holds its lock');
+      const c = consumer(db.sql, applyEffect, { order: 'ignore-stale' });
+      const started = Date.now();
+      const error = await failure(
+        5_000,
+        c(delivery(randomUUID(), 1), lambdaContext(2_000)),
+        'blocked invocation',
+      );
+      const took = Date.now() - started;
+      expect(error).toMatchObject({ name: 'InboxAbortedError', reason: 'deadline' });
+      // It gave up at 2 000 − 500 ms, not at the Lambda deadline (2 000 ms): 300 ms of slack for a loaded machine.
+      expect(took).toBeLessThan(1_800);
+      // And its statement no longer waits: it was cancelled, not left queued behind the lock.
+      await until(
+        async () =>
+          (
+            await admin`select 1 from pg_stat_activity
+                        where datname = current_database() and wait_event_type = 'Lock'`
+          ).length === 0,
+        1_000,
+        'no statement waits for the lock',
+      );
+    } finally {
+      release.resolve();
+      await held.catch(() => undefined);
+      await blocker.end({ timeout: 5 });
+    }
+  });
 });

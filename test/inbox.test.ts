@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import middy from '@middy/core';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -8,8 +7,9 @@ import {
   InboxGapError,
   type InboxOptions,
   InboxOptionsError,
+  InboxPayloadError,
   inbox,
-} from '../shared/consumer/inbox.ts';
+} from '../shared/consumer/index.ts';
 import { connect, type Sql } from '../shared/platform/db.ts';
 import { OutboxValidationError } from '../shared/platform/errors.ts';
 import { defineEvent } from '../shared/producer/typed-events.ts';
@@ -60,15 +60,13 @@ function consumer(
   sql: Sql = db.sql,
 ) {
   let calls = 0;
-  const handler = middy<EventBridgeEvent<string, unknown>, unknown, Error, InboxContext>()
-    .use(inbox({ sql, consumer: name, ...options }))
-    .handler(async (_event, ctx) => {
-      calls++;
-      const { tx, metadata, data } = ctx.inbox;
-      await tx`insert into applied (consumer, aggregate_id, sequence, note) values (${name}, ${metadata.aggregateId}, ${metadata.sequence}, ${String(data.note ?? '')})`;
-      if (data.fail) throw new Error('handler failed');
-      await new Promise((r) => setTimeout(r, Number(data.delayMs ?? 0)));
-    });
+  const handler = inbox({ sql, consumer: name, metrics: false, ...options }, async (_event, ctx) => {
+    calls++;
+    const { tx, metadata, data } = ctx.inbox;
+    await tx`insert into applied (consumer, aggregate_id, sequence, note) values (${name}, ${metadata.aggregateId}, ${metadata.sequence}, ${String(data.note ?? '')})`;
+    if (data.fail) throw new Error('handler failed');
+    await new Promise((r) => setTimeout(r, Number(data.delayMs ?? 0)));
+  });
   return { handler: (e: EventBridgeEvent<string, unknown>) => handler(e, context), calls: () => calls };
 }
 const applied = () =>
@@ -139,8 +137,8 @@ describe('inbox middleware', () => {
       { sequence: string; outcome: string }[]
     >`select sequence, outcome from inbox_message order by sequence`;
     expect(outcomes.map((o) => [o.sequence, o.outcome])).toEqual([
-      ['1', 'skipped'],
-      ['2', 'skipped'],
+      ['1', 'stale'],
+      ['2', 'stale'],
       ['3', 'processed'],
     ]);
   });
@@ -191,7 +189,7 @@ describe('inbox middleware', () => {
   it('rejects a gap wait that does not fit the retry window, and other bad options, naming the option', () => {
     const attempt = (options: Partial<InboxOptions<Record<string, unknown>>>) => {
       try {
-        inbox({ sql: db.sql, consumer: 'x', ...options });
+        inbox({ sql: db.sql, consumer: 'x', ...options }, async () => {});
         return 'accepted';
       } catch (error) {
         expect(error).toBeInstanceOf(InboxOptionsError);
@@ -276,19 +274,21 @@ describe('typed events', () => {
 
   it('gives the consumer validated data, and fails the invocation on data that does not match', async () => {
     let seen: unknown;
-    const handler = middy<
-      EventBridgeEvent<string, unknown>,
-      unknown,
-      Error,
-      InboxContext<z.output<typeof OrderPlaced.schema>>
-    >()
-      .use(inbox({ sql: db.sql, consumer: 'typed', schema: OrderPlaced.schema }))
-      .handler(async (_e, ctx) => {
+    const handler = inbox(
+      { sql: db.sql, consumer: 'typed', schema: OrderPlaced.schema, metrics: false },
+      async (_e, ctx: InboxContext<z.output<typeof OrderPlaced.schema>>) => {
         seen = ctx.inbox.data.total;
-      });
+      },
+    );
     await handler(eventFor(1, 'o-9', randomUUID(), { orderId: 'o-9', total: 7 }), context);
     expect(seen).toBe(7);
-    await expect(handler(eventFor(2, 'o-9', randomUUID(), { orderId: 'o-9' }), context)).rejects.toThrow();
+    // A typed error naming the field, not the schema library's raw error.
+    const refused = await handler(eventFor(2, 'o-9', randomUUID(), { orderId: 'o-9' }), context).catch(
+      (e: unknown) => e,
+    );
+    expect(refused).toBeInstanceOf(InboxPayloadError);
+    expect(refused).toMatchObject({ name: 'InboxPayloadError', field: 'detail.data.total' });
+    expect((refused as Error).message).toMatch(/^detail\.data\.total: /);
     expect(await db.sql`select * from inbox_message where consumer = 'typed'`).toHaveLength(1);
   });
 });

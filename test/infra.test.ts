@@ -1,11 +1,12 @@
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { App, type AppProps, Stack, Validations } from 'aws-cdk-lib';
+import { App, type AppProps, Duration, Stack, Validations } from 'aws-cdk-lib';
 import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as rds from 'aws-cdk-lib/aws-rds';
+import * as scheduler from 'aws-cdk-lib/aws-scheduler';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { CURRENTLY_RECOMMENDED_FLAGS } from 'aws-cdk-lib/cx-api';
 import { AwsSolutionsChecks } from 'cdk-nag';
@@ -107,8 +108,8 @@ describe('demo stack (synthesised)', () => {
       ['AWS::RDS::DBProxy', 1],
       ['AWS::Events::EventBus', 1],
       ['AWS::Scheduler::Schedule', 2],
-      // six of the relay's, two of the example consumer's failure queues
-      ['AWS::CloudWatch::Alarm', 8],
+      // seven of the relay's; the example consumer's two failure queues and its parked events
+      ['AWS::CloudWatch::Alarm', 10],
       ['AWS::Events::Rule', 1],
       ['AWS::SQS::Queue', 2],
       ['AWS::CloudWatch::Dashboard', 1],
@@ -147,7 +148,8 @@ describe('demo stack (synthesised)', () => {
     const monitor = byDescription('Outbox monitor');
     const migrate = byDescription('Outbox migrations');
     expect(relay?.Properties.Architectures).toEqual(['arm64']);
-    expect(relay?.Properties).toMatchObject({ Timeout: 60, MemorySize: 512 });
+    // 90 s on a one-minute schedule: each invocation still polls when the next one starts (issue 19).
+    expect(relay?.Properties).toMatchObject({ Timeout: 90, MemorySize: 512 });
     expect(relay?.Properties.Environment.Variables.EVENT_BUS_NAME).toEqual({
       Ref: expect.stringMatching(/^OutboxBus/),
     });
@@ -212,13 +214,22 @@ describe('demo stack (synthesised)', () => {
         ]),
       },
     });
+    // The monitor starts extra relays (scale-out): it may invoke the relay function, and no other.
+    const relayArn = { 'Fn::GetAtt': [expect.stringMatching(/^OutboxRelayFunction/), 'Arn'] };
     expect(statementsOf('OutboxMonitorFunctionServiceRoleDefaultPolicy')).toEqual([
       { Action: 'rds-db:connect', Effect: 'Allow', Resource: expect.anything() },
+      {
+        Action: 'lambda:InvokeFunction',
+        Effect: 'Allow',
+        Resource: [relayArn, { 'Fn::Join': ['', [relayArn, ':*']] }],
+      },
     ]);
     template.hasResourceProperties('AWS::IAM::Policy', {
       PolicyName: Match.stringLikeRegexp('^OutboxMonitorFunction'),
       PolicyDocument: {
-        Statement: [{ Action: 'rds-db:connect', Effect: 'Allow', Resource: dbUserArn('outbox_monitor') }],
+        Statement: Match.arrayWith([
+          { Action: 'rds-db:connect', Effect: 'Allow', Resource: dbUserArn('outbox_monitor') },
+        ]),
       },
     });
     expect(statementsOf('OutboxMigrateFunctionServiceRoleDefaultPolicy')).toEqual([
@@ -460,7 +471,7 @@ describe('demo stack (synthesised)', () => {
     });
   });
 
-  it('alarms on lag (missing data breaches), dead letters, relay errors and throttles, monitor errors and pinned proxy sessions', () => {
+  it('alarms on lag (missing data breaches), dead letters, relay errors and throttles, monitor errors, pinned proxy sessions and parked inbox events', () => {
     const alarms = Object.values(template.findResources('AWS::CloudWatch::Alarm')) as {
       Properties: {
         MetricName?: string;
@@ -503,6 +514,20 @@ describe('demo stack (synthesised)', () => {
     for (const e of find('AWS/Lambda', 'Errors'))
       expect(e).toMatchObject({ Threshold: 1, ComparisonOperator: 'GreaterThanOrEqualToThreshold' });
     expect(find('AWS/RDS', 'DatabaseConnectionsCurrentlySessionPinned')[0]).toMatchObject({ Threshold: 0 });
+    // Parked inbox events: the monitor's count, and the example consumer's own metric.
+    expect(find('Outbox', 'InboxParkedCount')[0]).toMatchObject({
+      Threshold: 0,
+      TreatMissingData: 'notBreaching',
+      ComparisonOperator: 'GreaterThanThreshold',
+      Statistic: 'Maximum',
+      Dimensions: [{ Name: 'service', Value: 'outbox-monitor' }],
+    });
+    expect(find('Outbox', 'InboxParked')[0]).toMatchObject({
+      Threshold: 0,
+      ComparisonOperator: 'GreaterThanThreshold',
+      Statistic: 'Sum',
+      Dimensions: [{ Name: 'consumer', Value: 'billing' }],
+    });
     for (const a of alarms)
       expect(a.Properties.AlarmActions).toEqual([{ Ref: expect.stringMatching(/AlarmTopic/) }]);
   });
@@ -657,6 +682,107 @@ describe('OutboxRelay in an existing stack', () => {
           migration: { adminSecret, host: 'db.example', securityGroups: [sg] },
         }),
     ).toThrow(/migration.securityGroups must not include/);
+  });
+});
+
+describe('OutboxRelay: no gap between relay invocations, and relays that scale with the backlog', () => {
+  /** An OutboxRelay in a stack of its own, on imported resources; returns it with its template and warnings. */
+  function relayWith(props: Partial<ConstructorParameters<typeof OutboxRelay>[2]>) {
+    const stack = new Stack(newApp(), 'Scale', { env: { account: '123456789012', region: 'eu-west-1' } });
+    const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
+      vpcId: 'vpc-1',
+      availabilityZones: ['eu-west-1a'],
+      privateSubnetIds: ['subnet-1'],
+    });
+    const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
+      dbProxyName: 'p',
+      dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
+      endpoint: 'p.proxy-1.eu-west-1.rds.amazonaws.com',
+      securityGroups: [],
+    });
+    const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
+    const outbox = new OutboxRelay(stack, 'Outbox', {
+      vpc,
+      securityGroups: [sg],
+      database: { proxy, databaseName: 'orders' },
+      eventBus: events.EventBus.fromEventBusName(stack, 'Bus', 'orders'),
+      ...props,
+    });
+    return { outbox, stack };
+  }
+  const warnings = (stack: Stack) =>
+    Annotations.fromStack(stack)
+      .findWarning('*', Match.anyValue())
+      .map((w) => String(w.entry.data));
+  const monitorEnvironment = (stack: Stack) =>
+    (
+      Object.values(
+        Template.fromStack(stack).findResources('AWS::Lambda::Function', {
+          Properties: { Description: Match.stringLikeRegexp('^Outbox monitor:') },
+        }),
+      )[0] as { Properties: { Environment: { Variables: Record<string, unknown> } } }
+    ).Properties.Environment.Variables;
+
+  it("sizes the relay's timeout so that each invocation still polls when the next one starts", () => {
+    const { stack } = relayWith({ relaySchedule: scheduler.ScheduleExpression.rate(Duration.minutes(5)) });
+    Template.fromStack(stack).hasResourceProperties('AWS::Lambda::Function', {
+      Description: Match.stringLikeRegexp('^Outbox relay:'),
+      Timeout: 330,
+    });
+    expect(warnings(stack).filter((w) => w.includes('relay-schedule-overlap'))).toEqual([]);
+  });
+
+  it('refuses a relay timeout that leaves a gap, and warns about a thin overlap', () => {
+    expect(() => relayWith({ relayTimeout: Duration.seconds(60) })).toThrow(
+      /relayTimeout 60 s leaves a gap of 8 s every 60 s.*at least 83 s/,
+    );
+    const { stack } = relayWith({ relayTimeout: Duration.seconds(75) });
+    expect(warnings(stack).join('\n')).toMatch(/overlaps consecutive relay invocations by only 7 s/);
+  });
+
+  it('lets the monitor start up to maxRelays − 1 extra relays, and counts the connections at the peak', () => {
+    const { outbox, stack } = relayWith({ backlogPerRelay: 5_000 });
+    expect(outbox.maxRelays).toBe(4);
+    // (4 relays + the scheduled relay's successor) × (4 PutEvents in flight + 1) + the monitor's 2.
+    expect(outbox.databaseConnectionsAtPeak).toBe(27);
+    expect(monitorEnvironment(stack)).toMatchObject({
+      OUTBOX_RELAY_FUNCTION_NAME: { Ref: expect.stringMatching(/^OutboxRelayFunction/) },
+      OUTBOX_MAX_RELAYS: '4',
+      OUTBOX_BACKLOG_PER_RELAY: '5000',
+      OUTBOX_SCALE_OUT_SECONDS: '50',
+    });
+  });
+
+  it('refuses more relays than the database connection budget holds, naming the props', () => {
+    expect(() => relayWith({ maxRelays: 8 })).toThrow(
+      /9 relays .* × 5 connections .* \+ 2 for the monitor = 47 database connections, over databaseConnectionBudget 40/,
+    );
+    expect(() => relayWith({ maxRelays: 4, relayEnvironment: { OUTBOX_PUBLISH_CONCURRENCY: '16' } })).toThrow(
+      /= 87 database connections, over databaseConnectionBudget 40/,
+    );
+    expect(relayWith({ maxRelays: 8, databaseConnectionBudget: 50 }).outbox.databaseConnectionsAtPeak).toBe(
+      47,
+    );
+    expect(() => relayWith({ relayEnvironment: { OUTBOX_PUBLISH_CONCURRENCY: 'many' } })).toThrow(
+      /relayEnvironment.OUTBOX_PUBLISH_CONCURRENCY must be a whole number/,
+    );
+  });
+
+  it('keeps scale-out within the reserved concurrency, and turns it off with maxRelays 1', () => {
+    expect(() => relayWith({ maxRelays: 4, relayReservedConcurrency: 4 })).toThrow(
+      /maxRelays 4 needs relayReservedConcurrency of at least 5/,
+    );
+    expect(relayWith({ relayReservedConcurrency: 3 }).outbox.maxRelays).toBe(2);
+    const off = relayWith({ maxRelays: 1 });
+    expect(off.outbox.databaseConnectionsAtPeak).toBe(12);
+    expect(monitorEnvironment(off.stack).OUTBOX_RELAY_FUNCTION_NAME).toBeUndefined();
+    const monitorPolicy = Object.entries(
+      Template.fromStack(off.stack).findResources('AWS::IAM::Policy'),
+    ).find(([id]) => id.startsWith('OutboxMonitorFunction'))?.[1];
+    expect(JSON.stringify(monitorPolicy)).not.toContain('lambda:InvokeFunction');
+    expect(warnings(relayWith({ relayReservedConcurrency: 1 }).stack).join('\n')).toMatch(
+      /relayReservedConcurrency 1 throttles each scheduled relay invocation/,
+    );
   });
 });
 
@@ -839,12 +965,12 @@ describe('demo stack without a proxy (databaseAccess=direct, synthesised)', () =
   /** `rds-db:connect` on the instance's resource id, as `user`. */
   const onInstance = (user: string) => rdsDbUser({ 'Fn::GetAtt': [instanceId, 'DbiResourceId'] }, user);
 
-  it('passes cdk-nag AwsSolutions, has no proxy, and five alarms of the relay beside the consumer’s two', () => {
+  it('passes cdk-nag AwsSolutions, has no proxy, and six alarms of the relay beside the consumer’s three', () => {
     expect(directError).toBeUndefined();
     direct.resourceCountIs('AWS::RDS::DBProxy', 0);
     direct.resourceCountIs('AWS::RDS::DBInstance', 1);
     direct.hasResourceProperties('AWS::RDS::DBInstance', { EnableIAMDatabaseAuthentication: true });
-    direct.resourceCountIs('AWS::CloudWatch::Alarm', 7);
+    direct.resourceCountIs('AWS::CloudWatch::Alarm', 9);
     expect(JSON.stringify(direct.toJSON())).not.toContain('DatabaseConnectionsCurrentlySessionPinned');
   });
 
@@ -888,8 +1014,15 @@ describe('demo stack without a proxy (databaseAccess=direct, synthesised)', () =
       },
       { Action: 'rds-db:connect', Effect: 'Allow', Resource: onInstance('outbox_relay') },
     ]);
+    const relayArn = { 'Fn::GetAtt': [expect.stringMatching(/^OutboxRelayFunction/), 'Arn'] };
     expect(functionStatements(direct, 'Outbox monitor:')).toEqual([
       { Action: 'rds-db:connect', Effect: 'Allow', Resource: onInstance('outbox_monitor') },
+      // Scale-out: the monitor starts extra relays of the relay function, and invokes nothing else.
+      {
+        Action: 'lambda:InvokeFunction',
+        Effect: 'Allow',
+        Resource: [relayArn, { 'Fn::Join': ['', [relayArn, ':*']] }],
+      },
     ]);
     const everyConnect = Object.values(direct.findResources('AWS::IAM::Policy'))
       .flatMap(
@@ -926,7 +1059,7 @@ describe('demo stack without a proxy (databaseAccess=direct, synthesised)', () =
     };
     expect({
       relay: number(/CloudWatch metrics: (\d+) alarms/),
-      consumer: number(/\(\+(\d+) on the consumer's queues\)/),
+      consumer: number(/\(\+(\d+) on the consumer's queues and parked events\)/),
       directRelay: number(/the construct makes (\d+) alarms/),
       all: number(/\| CloudWatch: (\d+) alarms/),
       directAll: number(/`-c databaseAccess=direct`: (\d+) alarms/),
@@ -1058,9 +1191,9 @@ describe('OutboxRelay on an existing instance or Aurora cluster, without a proxy
         },
       ]);
     }
-    // No proxy, no pinning alarm: five alarms.
+    // No proxy, no pinning alarm: six alarms.
     expect(outbox.alarms.proxyPinnedSessions).toBeUndefined();
-    t.resourceCountIs('AWS::CloudWatch::Alarm', 5);
+    t.resourceCountIs('AWS::CloudWatch::Alarm', 6);
     expect(outbox.databaseConnection.shape).toBe('direct');
   });
 

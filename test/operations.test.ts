@@ -222,6 +222,11 @@ describe('monitor Lambda', () => {
     await h.db
       .sql`update outbox set created_at = now() - interval '42 seconds' where aggregate_id = 'waiting'`;
     await h.db.sql`update outbox set dead_lettered_at = now() where aggregate_id = 'dead'`;
+    // Parked inbox events awaiting an operator, however old: counted, and kept by the pruning.
+    await h.db.sql`truncate inbox_message`;
+    await h.db.sql`insert into inbox_message (consumer, message_key, outcome, processed_at)
+                   values ('billing', 'p-1', 'parked', now() - interval '90 days'), ('billing', 'p-2', 'replaying', now()),
+                          ('billing', 'done', 'processed', now())`;
     const handler = createMonitorHandler({
       sql: h.db.sql,
       settings: {
@@ -262,8 +267,10 @@ describe('monitor Lambda', () => {
         { Name: 'DeadLetteredCount', Unit: 'Count' },
         { Name: 'PrunedRows', Unit: 'Count' },
         { Name: 'PruneDuration', Unit: 'Milliseconds' },
+        { Name: 'InboxParkedCount', Unit: 'Count' },
       ]),
     );
+    expect(doc.InboxParkedCount).toBe(2);
     expect(doc.PendingCount).toBe(1);
     expect(doc.DeadLetteredCount).toBe(1);
     expect(doc.PrunedRows).toBe(1);

@@ -188,7 +188,7 @@ describe('outbox_enqueue (SQL)', () => {
       14 + // Time
       'shop.orders'.length +
       'OrderPlaced'.length +
-      '{"metadata":{"eventId":"00000000-0000-0000-0000-000000000000","aggregateType":"order","aggregateId":"1","sequence":9223372036854775807,"occurredAt":"2000-01-01T00:00:00.000Z"},"data":}'
+      '{"metadata":{"eventId":"00000000-0000-0000-0000-000000000000","aggregateType":"order","aggregateId":"1","sequence":9223372036854775807,"typeSequence":9223372036854775807,"occurredAt":"2000-01-01T00:00:00.000Z"},"data":}'
         .length;
     // Two-byte characters (é) fill the payload, one ASCII letter makes up an odd remainder.
     const payloadOf = (bytes: number) => {

@@ -110,7 +110,8 @@ describe('relay Lambda connections', () => {
     const sql = connect({ url: db.url, max: 3, env: {}, applicationName: 'relay-warm' });
     const sessions = () =>
       db.sql<{ pid: number; started: Date }[]>`
-        select pid, backend_start as started from pg_stat_activity where application_name = 'relay-warm'`;
+        select pid, backend_start as started from pg_stat_activity
+        where application_name = 'relay-warm' and datname = current_database()`;
     try {
       const handler = createRelayHandler({ sql, client: testClient(bus.url), settings: testSettings() });
       const enqueue = (id: string) =>

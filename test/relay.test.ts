@@ -77,6 +77,7 @@ describe('relay', () => {
         aggregateType: 'order',
         aggregateId: '8842',
         sequence: 1,
+        typeSequence: 1,
         occurredAt: stored?.created_at.toISOString(),
       },
       data: { total: 12.5, note: 'naïve ☕' },

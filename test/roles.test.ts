@@ -6,12 +6,11 @@
  * with what `ensureRoles` grants it and nothing else; each is refused what its work does not need.
  */
 import { randomUUID } from 'node:crypto';
-import middy from '@middy/core';
 import type { EventBridgeEvent } from 'aws-lambda';
 import pg from 'pg';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type InboxContext, inbox } from '../shared/consumer/index.ts';
+import { inbox } from '../shared/consumer/index.ts';
 import { getStatus, prune } from '../shared/operations/index.ts';
 import type { OutboxRoles, Sql } from '../shared/platform/index.ts';
 import { enqueue, enqueueMany } from '../shared/producer/index.ts';
@@ -107,8 +106,8 @@ describe('database roles, each doing its real work as itself', () => {
     expect(row?.n).toBe(4);
   });
 
-  it('lets the monitor prune expired outbox rows, inbox records and idempotency keys, and count the backlog', async () => {
-    await db.sql`truncate outbox, outbox_aggregate, inbox_message, outbox_idempotency_key`;
+  it("lets the monitor prune expired outbox rows, inbox records, the inbox's order state and idempotency keys, and count the backlog", async () => {
+    await db.sql`truncate outbox, outbox_aggregate, inbox_message, inbox_aggregate, inbox_gap, outbox_idempotency_key`;
     await db.sql.begin((tx) =>
       enqueueMany(tx, [{ ...event('p-1', 1), idempotencyKey: 'p-1-key' }, event('p-2', 1), event('p-3', 1)]),
     );
@@ -121,6 +120,18 @@ describe('database roles, each doing its real work as itself', () => {
     await db.sql`
       insert into inbox_message (consumer, message_key, processed_at)
       values ('billing', 'old', now() - interval '60 days'), ('billing', 'new', now())`;
+    // A parked event waits for an operator however old it is: never pruned.
+    await db.sql`
+      insert into inbox_message (consumer, message_key, processed_at, outcome)
+      values ('billing', 'parked', now() - interval '60 days', 'parked')`;
+    await db.sql`
+      insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence, updated_at)
+      values ('billing', 'order', 'quiet', 's', '', 3, now() - interval '60 days'),
+             ('billing', 'order', 'busy', 's', '', 9, now())`;
+    await db.sql`
+      insert into inbox_gap (consumer, message_key, first_seen_at, last_seen_at)
+      values ('billing', 'gone', now() - interval '61 days', now() - interval '60 days'),
+             ('billing', 'waiting', now(), now())`;
 
     const monitor = as(roles.monitor);
     const pruned = await prune(monitor, {
@@ -134,44 +145,89 @@ describe('database roles, each doing its real work as itself', () => {
     expect(pruned).toMatchObject({
       publishedDeleted: 1,
       deadLettersDeleted: 1,
-      inboxDeleted: 1,
+      inboxDeleted: 3,
       idempotencyKeysDeleted: 1,
     });
     const status = await getStatus(monitor);
     expect(status).toMatchObject({ pending: 1, deadLettered: 0 });
     const left = await db.sql<{ aggregate_id: string }[]>`select aggregate_id from outbox`;
     expect(left.map((r) => r.aggregate_id)).toEqual(['p-3']);
-    const keys = await db.sql<{ message_key: string }[]>`select message_key from inbox_message`;
-    expect(keys.map((r) => r.message_key)).toEqual(['new']);
+    const keys = await db.sql<
+      { message_key: string }[]
+    >`select message_key from inbox_message order by message_key`;
+    expect(keys.map((r) => r.message_key)).toEqual(['new', 'parked']);
+    const chains = await db.sql<{ aggregate_id: string }[]>`select aggregate_id from inbox_aggregate`;
+    expect(chains.map((r) => r.aggregate_id)).toEqual(['busy']);
+    const gaps = await db.sql<{ message_key: string }[]>`select message_key from inbox_gap`;
+    expect(gaps.map((r) => r.message_key)).toEqual(['waiting']);
+    expect(status.inboxParked).toBe(1);
   });
 
-  it('lets the consumer run the inbox middleware', async () => {
+  it('lets the consumer run the inbox, in every order mode, and park an event', async () => {
     await db.sql`truncate inbox_message, inbox_aggregate, inbox_gap`;
     const consumer = as(roles.consumer);
-    const handler = middy<EventBridgeEvent<string, unknown>, unknown, Error, InboxContext>()
-      .use(inbox({ sql: consumer, consumer: 'billing', order: 'wait-for-gap' }))
-      .handler(async () => {});
-    const delivery = {
+    const outcomes: string[] = [];
+    const run = (order: 'none' | 'ignore-stale' | 'wait-for-gap', sequence: number) => {
+      const handler = inbox(
+        {
+          sql: consumer,
+          consumer: `billing-${order}`,
+          order,
+          gapWaitSeconds: 0,
+          onGapTimeout: 'park',
+          metrics: false,
+        },
+        async () => 'applied',
+      );
+      const delivery = {
+        id: randomUUID(),
+        'detail-type': 'RoleTested',
+        source: 'test.roles',
+        detail: {
+          metadata: {
+            eventId: `e-${sequence}`,
+            aggregateType: 'order',
+            aggregateId: 'c-1',
+            sequence,
+            occurredAt: '',
+          },
+          data: {},
+        },
+      } as unknown as EventBridgeEvent<string, unknown>;
+      return handler(delivery, lambdaContext(10_000)).then(
+        (r) => outcomes.push((r as { inbox?: string }).inbox ?? String(r)),
+        (e: Error) => outcomes.push(e.name),
+      );
+    };
+    for (const order of ['none', 'ignore-stale', 'wait-for-gap'] as const) {
+      for (const sequence of [1, 1, 3, 2]) await run(order, sequence);
+    }
+    expect(outcomes).toEqual([
+      ...['applied', 'duplicate', 'applied', 'applied'],
+      ...['applied', 'duplicate', 'applied', 'stale'],
+      ...['applied', 'duplicate', 'parked', 'applied'],
+    ]);
+    // A gap that waits: its row is written outside the transaction, and updated on the retry.
+    const waiting = inbox(
+      { sql: consumer, consumer: 'billing-wait', order: 'wait-for-gap', metrics: false },
+      async () => 'applied',
+    );
+    const ahead = {
       id: randomUUID(),
       'detail-type': 'RoleTested',
       source: 'test.roles',
       detail: {
-        metadata: {
-          eventId: randomUUID(),
-          aggregateType: 'order',
-          aggregateId: 'c-1',
-          sequence: 1,
-          occurredAt: '',
-        },
+        metadata: { eventId: 'w-2', aggregateType: 'order', aggregateId: 'w', sequence: 2, occurredAt: '' },
         data: {},
       },
     } as unknown as EventBridgeEvent<string, unknown>;
-    await handler(delivery, lambdaContext(10_000) as InboxContext);
-    await handler(delivery, lambdaContext(10_000) as InboxContext); // the duplicate is acknowledged
-    const [row] = await db.sql<
+    for (let i = 0; i < 2; i++) {
+      await expect(waiting(ahead, lambdaContext(10_000))).rejects.toMatchObject({ name: 'InboxGapError' });
+    }
+    const [gap] = await db.sql<
       { n: number }[]
-    >`select count(*)::int as n from inbox_message where consumer = 'billing'`;
-    expect(row?.n).toBe(1);
+    >`select count(*)::int as n from inbox_gap where consumer = 'billing-wait'`;
+    expect(gap?.n).toBe(1);
   });
 
   it('refuses each role what it does not need', async () => {

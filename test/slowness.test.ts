@@ -4,7 +4,7 @@
  * may be dead-lettered or lost.
  */
 import { describe, expect, it } from 'vitest';
-import { runSlowness } from './chaos/slowness.ts';
+import { runSlowBus, runSlowness } from './chaos/slowness.ts';
 import { useHarness } from './support/harness.ts';
 
 const h = useHarness({ max: 4 });
@@ -32,4 +32,22 @@ describe('slowness (bounded stalls)', () => {
     expect(report.backPressure).toBeGreaterThan(0);
     expect(report.invocations).toBeGreaterThan(2);
   }, 150_000);
+});
+
+describe('slowness (a slow bus that works)', () => {
+  it('publishes and marks every event on a bus that answers every request after 4 s, with at most 2 deliveries per event', async () => {
+    const report = await runSlowBus({
+      databaseUrl: h.db.url,
+      sql: h.db.sql,
+      bus: h.bus,
+      events: 20,
+      busLatencyMs: 4_000,
+      runForMs: 45_000,
+    });
+    console.log(JSON.stringify(report));
+    expect(report.published).toBe(20);
+    expect(report.allMarkedAfterMs).toBeLessThan(45_000);
+    expect(report.deliveries).toBeLessThanOrEqual(40);
+    expect(report.maxDeliveriesPerEvent).toBeLessThanOrEqual(2);
+  }, 90_000);
 });

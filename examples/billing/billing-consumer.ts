@@ -2,7 +2,8 @@
  * CDK wiring of the example consumer: an EventBridge rule matching `source: demo.shop` and
  * `detail-type: OrderPlaced` on the outbox's bus, with the billing Lambda as its target.
  *
- * Two different failures, two queues, one alarm each, so that nothing is dropped silently:
+ * Two different failures, two queues, one alarm each, so that nothing is dropped silently (and a
+ * third alarm on the events the inbox parked, see consumer.ts):
  * - **Delivery into Lambda** (EventBridge could not invoke the function: throttled Invoke API,
  *   missing permission, function deleted): the rule target's retry policy (24 hours, 185
  *   attempts) and then `deliveryDeadLetterQueue`, which receives the event itself.
@@ -42,7 +43,14 @@ import {
   type OutboxDatabaseTarget,
   outboxDatabaseConnection,
 } from '../../infra/outbox-relay.ts';
-import { DEFAULT_ROLES, EnvVar } from '../../shared/platform/names.ts';
+import {
+  DEFAULT_METRIC_NAMESPACE,
+  DEFAULT_ROLES,
+  EnvVar,
+  INBOX_METRIC_DIMENSION,
+  InboxMetricName,
+} from '../../shared/platform/names.ts';
+import { BILLING_CONSUMER } from './names.ts';
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -89,7 +97,12 @@ export class BillingConsumer extends Construct {
   /** Invocation records of events whose handler failed on every attempt (Lambda's on-failure destination). */
   public readonly failedEventsQueue: sqs.Queue;
   public readonly rule: events.Rule;
-  public readonly alarms: { readonly undelivered: cloudwatch.Alarm; readonly failed: cloudwatch.Alarm };
+  public readonly alarms: {
+    readonly undelivered: cloudwatch.Alarm;
+    readonly failed: cloudwatch.Alarm;
+    /** The inbox parked an OrderPlaced: an earlier one of its order was still missing after the wait. */
+    readonly parked: cloudwatch.Alarm;
+  };
 
   constructor(scope: Construct, id: string, props: BillingConsumerProps) {
     super(scope, id);
@@ -151,13 +164,10 @@ export class BillingConsumer extends Construct {
       }),
     );
 
-    const alarm = (name: string, q: sqs.Queue, description: string) => {
+    const alarm = (name: string, metric: cloudwatch.IMetric, description: string) => {
       const created = new cloudwatch.Alarm(this, name, {
         alarmDescription: description,
-        metric: q.metricApproximateNumberOfMessagesVisible({
-          period: Duration.minutes(5),
-          statistic: 'Maximum',
-        }),
+        metric,
         threshold: 0,
         comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         evaluationPeriods: 1,
@@ -166,16 +176,30 @@ export class BillingConsumer extends Construct {
       if (props.alarmTopic) created.addAlarmAction(new cwActions.SnsAction(props.alarmTopic));
       return created;
     };
+    const visible = (q: sqs.Queue) =>
+      q.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(5), statistic: 'Maximum' });
     this.alarms = {
       undelivered: alarm(
         'UndeliveredAlarm',
-        this.deliveryDeadLetterQueue,
+        visible(this.deliveryDeadLetterQueue),
         'EventBridge could not deliver OrderPlaced events to the billing function. Fix the cause, then send the queued events to the bus again.',
       ),
       failed: alarm(
         'FailedEventsAlarm',
-        this.failedEventsQueue,
+        visible(this.failedEventsQueue),
         'The billing handler failed on every attempt for some events. Each message holds the event and the error; fix the cause, then send the event (requestPayload) to the bus or the function again: the inbox applies it once.',
+      ),
+      // Emitted by the inbox in the function itself (an EMF line per parked event).
+      parked: alarm(
+        'ParkedAlarm',
+        new cloudwatch.Metric({
+          namespace: DEFAULT_METRIC_NAMESPACE,
+          metricName: InboxMetricName.Parked,
+          dimensionsMap: { [INBOX_METRIC_DIMENSION]: BILLING_CONSUMER },
+          statistic: 'Sum',
+          period: Duration.minutes(5),
+        }),
+        'The billing inbox parked OrderPlaced events: an earlier one of the same order was still missing after the gap wait. Run: outbox inbox parked list --consumer billing; then replay or discard each.',
       ),
     };
   }

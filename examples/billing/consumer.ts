@@ -4,12 +4,12 @@
  * Deployed with Lambda's retries and an on-failure destination (billing-consumer.ts, and the
  * README's "Consuming events"); `npm start` runs it locally against the local bus's deliveries.
  */
-import middy from '@middy/core';
 import type { EventBridgeEvent } from 'aws-lambda';
 import type { z } from 'zod';
 import { type InboxContext, inbox } from '../../shared/consumer/index.ts';
 import { type ConnectionPool, DEFAULT_ROLES, type Sql } from '../../shared/platform/index.ts';
 import { OrderPlaced } from './events.ts';
+import { BILLING_CONSUMER } from './names.ts';
 
 /**
  * The consumer's own table, created by its own migration in a real service, and granted to the
@@ -22,17 +22,29 @@ export async function createBillingSchema(sql: Sql, role: string = DEFAULT_ROLES
   if (exists) await sql`grant select, insert on billing_invoice to ${sql(role)}`;
 }
 
-/** Builds the billing handler on a connection pool. */
+/**
+ * Builds the billing handler on a connection pool. Its rule delivers OrderPlaced only, one type of
+ * the order's events, so it declares it (`types`): each order's OrderPlaced events are kept in
+ * order by their typeSequence, and it never waits for the order's other types. An OrderPlaced
+ * still missing after the gap wait parks the one behind it (counted as InboxParked, alarmed on in
+ * billing-consumer.ts) rather than invoicing out of order.
+ */
 export function createBillingHandler(sql: Sql | ConnectionPool) {
-  return middy<
-    EventBridgeEvent<string, unknown>,
-    unknown,
-    Error,
-    InboxContext<z.output<typeof OrderPlaced.schema>>
-  >()
-    .use(inbox({ sql, consumer: 'billing', order: 'ignore-stale', schema: OrderPlaced.schema }))
-    .handler(async (_event, { inbox: { tx, data } }) => {
+  return inbox(
+    {
+      sql,
+      consumer: BILLING_CONSUMER,
+      types: [OrderPlaced.type],
+      order: 'wait-for-gap',
+      onGapTimeout: 'park',
+      schema: OrderPlaced.schema,
+    },
+    async (
+      _event: EventBridgeEvent<string, unknown>,
+      { inbox: { tx, data } }: InboxContext<z.output<typeof OrderPlaced.schema>>,
+    ) => {
       await tx`insert into billing_invoice (order_id, total) values (${data.orderId}, ${data.total})`;
       return { invoiced: data.orderId };
-    });
+    },
+  );
 }

@@ -6,6 +6,7 @@ import {
   ignoreTransientDriverRejections,
   loadRelaySettings,
   openPool,
+  relayPoolSize,
   ServiceName,
 } from '../../shared/platform/index.ts';
 import { createEventBridgeClient } from '../../shared/relay/index.ts';
@@ -17,6 +18,6 @@ ignoreTransientDriverRejections((message) => console.warn(message));
 /** The relay Lambda's handler (see relay-handler.ts). */
 export const handler = createRelayHandler({
   settings,
-  sql: openPool({ applicationName: ServiceName.relay, max: settings.publishConcurrency + 1 }),
+  sql: openPool({ applicationName: ServiceName.relay, max: relayPoolSize(settings.publishConcurrency) }),
   client: createEventBridgeClient(),
 });

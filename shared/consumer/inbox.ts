@@ -1,33 +1,45 @@
 /**
- * The inbox: a middy middleware for Lambdas that are targets of EventBridge rules, so that each
+ * The inbox: wraps the handler of a Lambda that is the target of EventBridge rules, so that each
  * event is applied once per consumer although the outbox (and EventBridge) deliver at least once.
  *
- * Each invocation runs in one transaction (`sql.begin`, see invocation.ts): the middleware records
- * the event for this consumer (`inbox_message`, keyed by consumer and `metadata.eventId` or a
- * business key) and hands the handler that transaction as `context.inbox.tx`, so the handler's
- * writes commit together with the record, or not at all (README, Guarantees: a consumer invocation is all or nothing). A duplicate is
- * acknowledged without running the handler. Any failure rolls everything back and fails the
- * invocation: a handler error, a statement that failed even if the handler caught it, a lost
- * connection, or the deadline. Lambda's asynchronous invocation then retries it (twice by default,
- * 1 and 2 minutes later), and sends it to the function's on-failure destination after that.
+ * Each invocation runs in one transaction (`sql.begin`, see invocation.ts): the inbox records the
+ * event for this consumer (`inbox_message`, keyed by consumer and `metadata.eventId` or a business
+ * key), decides from its chain's order state whether the handler runs (order.ts), and hands the
+ * handler that transaction as `context.inbox.tx`, so the handler's writes commit together with the
+ * record, or not at all (README, Guarantees: a consumer invocation is all or nothing).
+ *
+ * The inbox wraps the handler itself rather than being a middy middleware: the transaction begins
+ * and ends inside the handler's call, so no other middleware can end the invocation with the
+ * transaction still open or skip its COMMIT or ROLLBACK (a middy middleware whose `after` or
+ * `onError` returns a value cuts the chain short, and the middlewares after it never run). Use it
+ * alone, or as the handler of a middy chain:
  *
  * ```ts
- * export const handler = middy<EventBridgeEvent<'OrderPlaced', unknown>, void, Error, InboxContext<OrderPlaced>>()
- *   .use(inbox({ sql, consumer: 'billing', order: 'ignore-stale', schema: OrderPlaced.schema }))
- *   .handler(async (_event, { inbox }) => {
+ * export const handler = inbox({ sql, consumer: 'billing', schema: OrderPlaced.schema },
+ *   async (_event, { inbox }) => {
  *     await inbox.tx`insert into invoices ${inbox.tx({ order_id: inbox.metadata.aggregateId })}`;
  *   });
  * ```
  */
-import type { MiddlewareObj } from '@middy/core';
 import type { Context, EventBridgeEvent } from 'aws-lambda';
 import type { z } from 'zod';
-import type { EnvelopeMetadata, Sql, Tx } from '../platform/index.ts';
-import { ConnectionPool, isConnectionFailure, OutboxError } from '../platform/index.ts';
+import { isConnectionFailure } from '../platform/connection-errors.ts';
+import { ConnectionPool, type Sql, type Tx } from '../platform/db.ts';
+import type { EnvelopeMetadata } from '../platform/envelope.ts';
+import { InboxMetricName } from '../platform/names.ts';
+import { type InboxEvent, readDelivery } from './delivery.ts';
+import { InboxGapError, InboxOptionsError } from './errors.ts';
 import { InboxAbortedError, InvocationTransaction, lambdaDeadline } from './invocation.ts';
-
-/** How an order-aware consumer treats an event that is not the next one of its aggregate. */
-export type InboxOrder = 'none' | 'ignore-stale' | 'wait-for-gap';
+import { type InboxMetricsOptions, inboxMetrics } from './metrics.ts';
+import {
+  type Decision,
+  decide,
+  type InboxArrival,
+  type InboxOrder,
+  type InboxSkip,
+  type OrderSettings,
+  rememberGap,
+} from './order.ts';
 
 /**
  * How long Lambda keeps retrying an asynchronous invocation that failed, seconds: by default it
@@ -50,20 +62,33 @@ export interface InboxOptions<T> {
   /** This consumer's name: each consumer processes each event once, independently of the others. */
   consumer: string;
   /**
-   * The deduplication key. Default: `metadata.eventId`. Key on a business identity instead when
-   * the same fact can arrive by two routes with two event ids.
+   * The deduplication key, from the whole event (its `type`, `source`, `metadata` and validated
+   * `data`). Default: `metadata.eventId`. Key on a business identity instead when the same fact can
+   * arrive by two routes with two event ids, and put the type in it when two types share the
+   * identity (`${type}:${data.orderId}`). A non-empty string of at most 512 characters.
    */
-  key?: (detail: { metadata: EnvelopeMetadata; data: T }) => string;
+  key?: (event: InboxEvent<T>) => string;
+  /**
+   * The event types (DetailTypes) this consumer's rule delivers, when it delivers only some of its
+   * aggregates' types. An order-aware consumer then keeps each type of an aggregate in order on its
+   * own, by `metadata.typeSequence` (1, 2, 3… per aggregate and type), and never waits for an event
+   * of a type it does not receive. An event of another type fails with {@link InboxEnvelopeError}
+   * (`detail-type`): the rule and the declaration disagree. Leave it out when the rule delivers every
+   * type of the aggregates (order is then kept across types, by `metadata.sequence`).
+   */
+  types?: readonly string[];
   /**
    * - `none` (default): any order.
-   * - `ignore-stale`: an event whose sequence is not newer than the last applied one of its
-   *   aggregate is acknowledged and skipped (the consumer keeps the latest state).
-   * - `wait-for-gap`: an event that skips a sequence fails the invocation with an
-   *   {@link InboxGapError}, so that Lambda retries it later, once the missing one has likely been
-   *   applied. From the first delivery on, for at most `gapWaitSeconds`; the first attempt after
-   *   that processes it anyway (the gap is accepted) or, with `onGapTimeout: 'park'`, acknowledges
-   *   it as `parked` (kept in `inbox_message`, the handler not run). An aggregate never seen
-   *   before expects sequence 1.
+   * - `ignore-stale`: for a consumer that keeps the latest state, where a later event of a chain
+   *   supersedes the earlier ones: an event not newer than the last one applied of its chain is
+   *   acknowledged as `stale` without running the handler (recorded with the reason, counted as
+   *   `InboxStale`); a newer one is applied, gaps or not.
+   * - `wait-for-gap`: an event that skips one of its chain fails with {@link InboxGapError}, so that
+   *   Lambda retries it later, for at most `gapWaitSeconds` from its first delivery; the first
+   *   attempt after that applies it (`onGapTimeout: 'process'`) or parks it (`'park'`), and the
+   *   chain moves on past the gap. A late event (the missing one, after all) is applied.
+   * A chain is an aggregate's events from one source, or with `types` one type of them. A chain
+   * never seen before expects its #1.
    */
   order?: InboxOrder;
   /**
@@ -73,25 +98,40 @@ export interface InboxOptions<T> {
    * less than `retryWindowSeconds`; 0 applies or parks at once.
    */
   gapWaitSeconds?: number;
-  /** wait-for-gap: what to do after the wait. Default `process`. */
+  /**
+   * wait-for-gap: what to do after the wait. `process` (default): apply it (`arrival: 'ahead'`).
+   * `park`: do not run the handler; keep the event whole in `inbox_message` (outcome `parked`),
+   * count it (`InboxParked`, and the monitor's `InboxParkedCount`, alarmed on) for an operator to
+   * re-apply (`outbox inbox parked replay`) or discard. Either way its chain goes on.
+   */
   onGapTimeout?: 'process' | 'park';
   /**
    * How long the invoker retries a failed invocation, seconds; bounds `gapWaitSeconds`. Default
    * {@link LAMBDA_ASYNC_RETRY_WINDOW_SECONDS} (180, Lambda's default asynchronous retries). Set it
-   * when the function's `MaximumRetryAttempts` is not 2 (0 retries: 0; 1 retry: 60).
+   * when the function's `MaximumRetryAttempts` is not 2 (0 retries: 0; 1 retry: 60). An event
+   * delivered again after a pause longer than this (a replay) waits for its gap anew.
    */
   retryWindowSeconds?: number;
   /**
-   * How long before the Lambda deadline the invocation gives up, ms: it rolls back, refuses the
-   * handler's further statements and fails. It must leave time for the ROLLBACK. Default 500. A
-   * context without `getRemainingTimeInMillis` (not Lambda) counts from 60 s.
+   * How long before the Lambda deadline the invocation gives up, ms: it cancels the statement
+   * running (the inbox's or the handler's), rolls back, refuses the handler's further statements
+   * and fails. It must leave time for the ROLLBACK. Default 500. A context without
+   * `getRemainingTimeInMillis` (not Lambda) counts from 60 s.
    */
   deadlineMarginMs?: number;
-  /** Validates `detail.data` (a zod schema, e.g. from `defineEvent`); a failure fails the invocation. */
+  /**
+   * Validates `detail.data` (a zod schema, e.g. from `defineEvent`); data that does not match fails
+   * the invocation with {@link InboxPayloadError} naming the field.
+   */
   schema?: z.ZodType<T>;
+  /**
+   * The inbox's metrics (`InboxParked`, `InboxStale`, `InboxLate`, `InboxAfterGap`, dimension
+   * `consumer`), as CloudWatch EMF lines on stdout. Default: on, namespace `Outbox`. `false`: off.
+   */
+  metrics?: InboxMetricsOptions | false;
 }
 
-/** What the middleware adds to the Lambda context. */
+/** What the inbox adds to the Lambda context the handler receives. */
 export interface InboxContext<T = Record<string, unknown>> extends Context {
   inbox: {
     /**
@@ -103,59 +143,22 @@ export interface InboxContext<T = Record<string, unknown>> extends Context {
     metadata: EnvelopeMetadata;
     /** The payload, validated when a schema was given. */
     data: T;
+    /** The DetailType. */
+    type: string;
+    /** The event's Source. */
+    source: string;
+    /** Where the event stood in its chain (see {@link InboxArrival}). */
+    arrival: InboxArrival;
   };
 }
 
-/** Why the handler did not run: the response of a skipped invocation. */
-export interface InboxSkip {
-  inbox: 'duplicate' | 'stale' | 'parked';
-  eventId: string;
-}
+/** The handler the inbox wraps. */
+export type InboxHandler<T, R> = (
+  event: EventBridgeEvent<string, unknown>,
+  context: InboxContext<T>,
+) => Promise<R>;
 
-/** An event arrived ahead of a missing one (`wait-for-gap`); thrown so that Lambda retries it. */
-export class InboxGapError extends OutboxError {
-  override name = 'InboxGapError';
-}
-
-/** The EventBridge event did not carry the outbox envelope. */
-export class InboxEnvelopeError extends OutboxError {
-  override name = 'InboxEnvelopeError';
-}
-
-/** An option of {@link inbox} is invalid; `field` names it, e.g. `gapWaitSeconds`. */
-export class InboxOptionsError extends OutboxError {
-  override name = 'InboxOptionsError';
-  readonly field: string;
-  constructor(field: string, message: string) {
-    super(`${field}: ${message}`);
-    this.field = field;
-  }
-}
-
-type Event = EventBridgeEvent<string, unknown>;
-const INVOCATION = Symbol('inboxInvocation');
-
-function readEnvelope(event: Event): { metadata: EnvelopeMetadata; data: unknown } {
-  const detail = event?.detail as { metadata?: EnvelopeMetadata; data?: unknown } | undefined;
-  const m = detail?.metadata;
-  if (
-    !m ||
-    typeof m.eventId !== 'string' ||
-    typeof m.aggregateType !== 'string' ||
-    typeof m.aggregateId !== 'string' ||
-    typeof m.sequence !== 'number'
-  ) {
-    throw new InboxEnvelopeError(
-      'detail.metadata: expected { eventId, aggregateType, aggregateId, sequence } from the outbox envelope',
-    );
-  }
-  return { metadata: m, data: detail?.data };
-}
-
-interface Settings {
-  order: InboxOrder;
-  gapWaitSeconds: number;
-  retryWindowSeconds: number;
+interface Settings extends OrderSettings {
   deadlineMarginMs: number;
 }
 
@@ -167,21 +170,34 @@ function settingsOf<T>(options: InboxOptions<T>): Settings {
     }
     return n;
   };
-  if (typeof options.consumer !== 'string' || options.consumer.length === 0) {
+  if (typeof options?.consumer !== 'string' || options.consumer.trim().length === 0) {
     throw new InboxOptionsError('consumer', 'expected a non-empty string naming this consumer');
   }
   if (!(options.sql instanceof ConnectionPool) && typeof options.sql?.begin !== 'function') {
-    throw new InboxOptionsError('sql', 'expected a porsager `postgres` pool');
+    throw new InboxOptionsError('sql', 'expected a porsager `postgres` pool or a ConnectionPool');
   }
   const order = options.order ?? 'none';
   if (!['none', 'ignore-stale', 'wait-for-gap'].includes(order)) {
     throw new InboxOptionsError('order', `expected none, ignore-stale or wait-for-gap, got ${String(order)}`);
   }
-  if (options.onGapTimeout !== undefined && !['process', 'park'].includes(options.onGapTimeout)) {
+  const onGapTimeout = options.onGapTimeout ?? 'process';
+  if (!['process', 'park'].includes(onGapTimeout)) {
+    throw new InboxOptionsError('onGapTimeout', `expected process or park, got ${String(onGapTimeout)}`);
+  }
+  const types = options.types;
+  if (
+    types !== undefined &&
+    (!Array.isArray(types) ||
+      types.length === 0 ||
+      types.some((t) => typeof t !== 'string' || t.trim() === '' || t.length > 128))
+  ) {
     throw new InboxOptionsError(
-      'onGapTimeout',
-      `expected process or park, got ${String(options.onGapTimeout)}`,
+      'types',
+      'expected a non-empty array of DetailTypes (non-empty strings of at most 128 characters)',
     );
+  }
+  if (options.key !== undefined && typeof options.key !== 'function') {
+    throw new InboxOptionsError('key', 'expected a function of the event returning its key');
   }
   const retryWindowSeconds = number(
     'retryWindowSeconds',
@@ -197,125 +213,133 @@ function settingsOf<T>(options: InboxOptions<T>): Settings {
     );
   }
   const deadlineMarginMs = number('deadlineMarginMs', options.deadlineMarginMs, 500, 0);
-  return { order, gapWaitSeconds, retryWindowSeconds, deadlineMarginMs };
+  return {
+    consumer: options.consumer,
+    order,
+    types,
+    gapWaitSeconds,
+    retryWindowSeconds,
+    onGapTimeout,
+    deadlineMarginMs,
+  };
 }
 
+/** The longest business key: the same bound as the outbox's idempotency keys. */
+const MAX_KEY_LENGTH = 512;
+
+const ARRIVAL_METRIC: Partial<Record<InboxArrival, InboxMetricName>> = {
+  late: InboxMetricName.Late,
+  ahead: InboxMetricName.AfterGap,
+};
+
 /**
- * The inbox middleware.
+ * Wraps a handler with the inbox. The result is a Lambda handler `(event, context)`, to export as
+ * it is or to give a middy chain as its handler (`middy().use(…).handler(inbox(options, fn))`).
+ * @returns what `handler` returned, or an {@link InboxSkip} when the handler did not run
  * @throws {InboxOptionsError} at once, when an option is invalid (it names the option)
+ * @throws {InboxEnvelopeError} when the event is not an outbox envelope, its sequence is not a
+ *   whole number from 1, or its type is not among `types` (it names the field)
+ * @throws {InboxPayloadError} when `detail.data` does not match `schema` (it names the field)
  * @throws {InboxGapError} (wait-for-gap) to make Lambda retry the event later
- * @throws {InboxEnvelopeError} when the event is not an outbox envelope
  * @throws {InboxAbortedError} when the deadline or a lost connection ended the transaction
  * @throws {InboxCommitError} when the transaction did not commit, e.g. a statement failed in it
  *   although the handler caught the error
- * @throws database errors, never swallowed: the invocation fails and nothing is recorded
+ * @throws the handler's error, and database errors, never swallowed: the invocation fails and
+ *   nothing is recorded
  */
-export function inbox<T = Record<string, unknown>>(
+export function inbox<T = Record<string, unknown>, R = unknown>(
   options: InboxOptions<T>,
-): MiddlewareObj<Event, unknown, Error, InboxContext<T>> {
-  const { order, gapWaitSeconds, deadlineMarginMs } = settingsOf(options);
-  const slot = (request: object) => request as Record<symbol, InvocationTransaction | undefined>;
+  handler: InboxHandler<T, R>,
+): (event: EventBridgeEvent<string, unknown>, context: Context) => Promise<R | InboxSkip> {
+  const settings = settingsOf(options);
+  if (typeof handler !== 'function') {
+    throw new InboxOptionsError('handler', 'expected the handler to wrap, a function (event, context)');
+  }
+  const metric = inboxMetrics(settings.consumer, options.metrics);
   const pool = options.sql instanceof ConnectionPool ? options.sql : undefined;
-  /** The pool of this invocation, and the generation to replace if its connection is lost. */
-  const used = new WeakMap<object, number>();
-  /** After an invocation that lost its connection, the next one starts on a fresh pool. */
-  const recover = (request: object, error: unknown) => {
-    const invocation = slot(request)[INVOCATION];
-    const generation = used.get(request);
-    if (pool && generation !== undefined && (invocation?.lost || isConnectionFailure(error)))
-      pool.replace(generation);
-  };
-  return {
-    before: async (request) => {
-      const deadline = lambdaDeadline(request.context);
-      if (deadline - deadlineMarginMs <= Date.now()) {
-        throw new InboxAbortedError(
-          'deadline',
-          `less than deadlineMarginMs (${deadlineMarginMs} ms) was left when the invocation started; nothing was run`,
-        );
-      }
-      const { metadata, data: raw } = readEnvelope(request.event);
-      const data = options.schema ? options.schema.parse(raw) : (raw as T);
-      const key = options.key ? options.key({ metadata, data }) : metadata.eventId;
-      const skip = (why: InboxSkip['inbox']): InboxSkip => ({ inbox: why, eventId: metadata.eventId });
-      const invocation = new InvocationTransaction(deadline, deadlineMarginMs);
-      slot(request)[INVOCATION] = invocation;
-      if (pool) used.set(request, pool.generation);
-      const sql = pool ? pool.sql : (options.sql as Sql);
 
-      if (order === 'wait-for-gap') {
-        // Remembered outside the transaction: a gap fails the invocation, which rolls it back.
-        await invocation.bounded(sql`
-          insert into inbox_gap (consumer, message_key) values (${options.consumer}, ${key})
-          on conflict do nothing`);
-      }
+  return async (event, context) => {
+    const deadline = lambdaDeadline(context);
+    if (deadline - settings.deadlineMarginMs <= Date.now()) {
+      throw new InboxAbortedError(
+        'deadline',
+        `less than deadlineMarginMs (${settings.deadlineMarginMs} ms) was left when the invocation started; nothing was run`,
+      );
+    }
+    const delivery = readDelivery(event, { types: settings.types, schema: options.schema });
+    const { type, source, metadata, data } = delivery;
+    const key = options.key ? options.key({ type, source, metadata, data }) : metadata.eventId;
+    if (typeof key !== 'string' || key.length === 0 || key.length > MAX_KEY_LENGTH) {
+      throw new InboxOptionsError(
+        'key',
+        `the key function returned ${JSON.stringify(key)} for event ${metadata.eventId}: expected a non-empty string of at most ${MAX_KEY_LENGTH} characters`,
+      );
+    }
 
-      const skipped = await invocation.open(sql, async (tx): Promise<InboxSkip | undefined> => {
-        // A concurrent delivery of the same event waits here for the first one's transaction, and
-        // then sees its row: only one of them runs the handler.
-        const inserted = await tx`
-          insert into inbox_message (consumer, message_key, aggregate_type, aggregate_id, sequence)
-          values (${options.consumer}, ${key}, ${metadata.aggregateType}, ${metadata.aggregateId}, ${metadata.sequence})
-          on conflict do nothing
-          returning 1`;
-        if (inserted.length === 0) {
-          if (order === 'wait-for-gap')
-            await tx`delete from inbox_gap where consumer = ${options.consumer} and message_key = ${key}`;
-          return skip('duplicate');
-        }
-        if (order === 'none') return undefined;
+    const invocation = new InvocationTransaction(deadline, settings.deadlineMarginMs);
+    const generation = pool?.generation;
+    const sql = pool ? pool.sql : (options.sql as Sql);
+    /** After an invocation that lost its connection, the next one starts on a fresh pool. */
+    const recover = (error: unknown) => {
+      if (pool && generation !== undefined && (invocation.lost || isConnectionFailure(error)))
+        pool.replace(generation);
+    };
 
-        const [last] = await tx<{ last_sequence: string }[]>`
-          insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, last_sequence)
-          values (${options.consumer}, ${metadata.aggregateType}, ${metadata.aggregateId}, 0)
-          on conflict (consumer, aggregate_type, aggregate_id) do update set updated_at = inbox_aggregate.updated_at
-          returning last_sequence`;
-        const lastSequence = Number(last?.last_sequence ?? 0);
-        if (metadata.sequence <= lastSequence) {
-          await tx`update inbox_message set outcome = 'skipped' where consumer = ${options.consumer} and message_key = ${key}`;
-          return skip('stale');
-        }
-        if (order === 'wait-for-gap' && metadata.sequence > lastSequence + 1) {
-          const [seen] = await tx<{ waited: number }[]>`
-            select extract(epoch from now() - first_seen_at)::float8 as waited
-            from inbox_gap where consumer = ${options.consumer} and message_key = ${key}`;
-          const waited = seen?.waited ?? 0;
-          if (waited < gapWaitSeconds) {
-            throw new InboxGapError(
-              `event ${metadata.eventId} is #${metadata.sequence} of ${metadata.aggregateType}/${metadata.aggregateId} but #${lastSequence + 1} was not applied yet (waited ${waited.toFixed(0)} of ${gapWaitSeconds} s); failing so that Lambda retries it`,
-            );
-          }
-          if (options.onGapTimeout === 'park') {
-            await tx`update inbox_message set outcome = 'parked' where consumer = ${options.consumer} and message_key = ${key}`;
-            await tx`delete from inbox_gap where consumer = ${options.consumer} and message_key = ${key}`;
-            return skip('parked');
-          }
-        }
-        await tx`
-          update inbox_aggregate set last_sequence = ${metadata.sequence}, updated_at = now()
-          where consumer = ${options.consumer} and aggregate_type = ${metadata.aggregateType} and aggregate_id = ${metadata.aggregateId}`;
-        if (order === 'wait-for-gap')
-          await tx`delete from inbox_gap where consumer = ${options.consumer} and message_key = ${key}`;
-        return undefined;
-      });
-      if (skipped) return skipped;
-      request.context.inbox = { tx: invocation.handle as Tx, metadata, data };
-      return undefined;
-    },
-    after: async (request) => {
-      try {
-        await slot(request)[INVOCATION]?.commit();
-      } catch (error) {
-        recover(request, error);
-        throw error;
+    let decision: Decision;
+    try {
+      decision = await invocation.open(
+        sql,
+        (tx) => decide(tx, settings, delivery, key, event),
+        (d) => 'apply' in d,
+      );
+    } catch (error) {
+      if (error instanceof InboxGapError) {
+        // Remembered outside the transaction, which the gap rolled back.
+        await invocation.outside(rememberGap(sql, settings, metadata.eventId)).catch((e: unknown) => {
+          recover(e);
+          throw e;
+        });
       }
-    },
-    onError: async (request) => {
-      try {
-        await slot(request)[INVOCATION]?.abandon(request.error);
-      } finally {
-        recover(request, request.error);
-      }
-    },
+      await invocation.abandon(error);
+      recover(error);
+      throw error;
+    }
+
+    if ('skip' in decision) {
+      invocation.settled();
+      if (decision.skip === 'stale') metric(InboxMetricName.Stale);
+      if (decision.skip === 'parked') metric(InboxMetricName.Parked);
+      return { inbox: decision.skip, eventId: metadata.eventId };
+    }
+
+    const inboxContext = Object.assign(Object.create(context) as Context, context, {
+      inbox: {
+        tx: invocation.handle as Tx,
+        metadata,
+        data,
+        type,
+        source,
+        arrival: decision.apply,
+      },
+    }) as InboxContext<T>;
+    let result: R;
+    try {
+      // The handler's return is awaited no longer than the deadline: past it the invocation rolls
+      // back and fails whether or not the handler ever returns.
+      result = await invocation.bounded(handler(event, inboxContext));
+    } catch (error) {
+      await invocation.abandon(error);
+      recover(error);
+      throw error;
+    }
+    try {
+      await invocation.commit();
+    } catch (error) {
+      recover(error);
+      throw error;
+    }
+    const counted = ARRIVAL_METRIC[decision.apply];
+    if (counted) metric(counted);
+    return result;
   };
 }

@@ -1,20 +1,18 @@
 /**
- * The consumer side: the inbox middleware that applies each event once per consumer, and typed
- * events shared with the producer.
+ * The consumer side: the inbox that applies each event once per consumer, in the order it asks
+ * for, and typed events shared with the producer.
  */
 export type { Envelope, EnvelopeMetadata } from '../platform/envelope.ts';
 export { OutboxError } from '../platform/errors.ts';
 // The pool an inbox consumer should pass: replaceable after a lost connection (see InboxOptions.sql).
 export { ConnectionPool, type ConnectOptions, connect } from '../platform/index.ts';
 export { defineEvent, type EventDefinition } from '../producer/typed-events.ts';
+export type { InboxEvent } from './delivery.ts';
+export { InboxEnvelopeError, InboxGapError, InboxOptionsError, InboxPayloadError } from './errors.ts';
 export {
   type InboxContext,
-  InboxEnvelopeError,
-  InboxGapError,
+  type InboxHandler,
   type InboxOptions,
-  InboxOptionsError,
-  type InboxOrder,
-  type InboxSkip,
   inbox,
   LAMBDA_ASYNC_RETRY_WINDOW_SECONDS,
 } from './inbox.ts';
@@ -23,3 +21,5 @@ export {
   type InboxAbortReason,
   InboxCommitError,
 } from './invocation.ts';
+export type { InboxMetricsOptions } from './metrics.ts';
+export type { InboxArrival, InboxOrder, InboxSkip } from './order.ts';

@@ -138,27 +138,29 @@ export class InvocationTransaction {
   }
 
   /**
-   * Begins the transaction and runs `record` in it. When `record` returns a value (the event is
-   * skipped), that is committed at once and returned; otherwise the transaction stays open for the
-   * handler and `open` resolves `undefined`.
+   * Begins the transaction and runs `record` in it: the inbox's own statements, each cancelled at
+   * the deadline like the handler's. When `keepOpen` says no (the event is skipped), the
+   * transaction is committed at once and `open` resolves once it has; otherwise it stays open for
+   * the handler ({@link handle}) and `open` resolves at once.
    * @throws {InboxAbortedError} `deadline` when the deadline came first (nothing is committed)
    * @throws whatever `record` or the database threw (the transaction is rolled back)
    */
-  async open<S>(sql: Sql, record: (tx: Tx) => Promise<S | undefined>): Promise<S | undefined> {
-    const ready = Promise.withResolvers<S | undefined>();
-    this.#begin = sql.begin(async (tx) => {
+  async open<R>(sql: Sql, record: (tx: Tx) => Promise<R>, keepOpen: (decided: R) => boolean): Promise<R> {
+    const ready = Promise.withResolvers<R>();
+    this.#begin = sql.begin(async (raw) => {
       try {
-        this.#tx = tx;
+        this.#tx = raw;
+        const tx = tracked(raw, this);
         if (this.#ended) throw this.#ended;
-        const skip = await record(tx);
+        const decided = await record(tx);
         // Given up meanwhile: not even a skip may commit after the invocation gave up.
         if (this.#ended) throw this.#ended;
-        if (skip !== undefined) return skip;
+        if (!keepOpen(decided)) return { decided };
         const [identity] = await tx<{ pid: number; xid: string | null }[]>`
           select pg_backend_pid() as pid, txid_current()::text as xid`;
         this.#identity = identity;
-        this.handle = guard(tx, this);
-        ready.resolve(undefined);
+        this.handle = guard(raw, this);
+        ready.resolve(decided);
         await this.#outcome.promise;
         return undefined;
       } catch (error) {
@@ -172,9 +174,11 @@ export class InvocationTransaction {
       }
     });
     this.#begin.then(
-      (skip) => {
+      (result) => {
         this.#end('finished', 'the invocation has finished');
-        ready.resolve(skip as S | undefined);
+        // A skip committed: its decision. (After a commit of the handler's work `ready` had
+        // resolved long before, and this changes nothing.)
+        if (result) ready.resolve((result as { decided: R }).decided);
       },
       (error: unknown) => {
         // The driver rejects a begin whose callback is still running only when the connection closed.
@@ -239,6 +243,11 @@ export class InvocationTransaction {
     }
   }
 
+  /** The transaction of a skipped event committed in {@link open}: nothing is left to wait for. */
+  settled(): void {
+    this.#finishTimer();
+  }
+
   /** Rolls back (the handler or a later middleware failed) and waits for it, within the deadline. */
   async abandon(reason: unknown): Promise<void> {
     this.#end('finished', 'the invocation has failed and was rolled back', reason);
@@ -275,7 +284,7 @@ export class InvocationTransaction {
 
   /** The session, transaction and its health are the ones the event was recorded in. */
   async #checkBeforeCommit(): Promise<void> {
-    const tx = this.#tx as Tx;
+    const tx = tracked(this.#tx as Tx, this);
     // Fails with 25P02 when a statement failed in the transaction (even one the handler caught).
     const [now] = await tx<{ pid: number; xid: string | null }[]>`
       select pg_backend_pid() as pid, txid_current_if_assigned()::text as xid`;
@@ -318,6 +327,25 @@ export class InvocationTransaction {
   /** `promise`, or {@link InboxAbortedError} `deadline` when the invocation gives up first. */
   bounded<T>(promise: Promise<T>): Promise<T> {
     return Promise.race([promise, this.#giveUp.promise]);
+  }
+
+  /**
+   * Runs one of the middleware's statements outside the transaction (on the pool): cancelled at
+   * the deadline like every other, and given up on then.
+   */
+  outside<T>(query: Promise<T>): Promise<T> {
+    if (isSendable(query)) {
+      const send = query.handler;
+      query.handler = Object.assign(
+        (q: SendableQuery) => {
+          const result = send(q);
+          this.sent(query);
+          return result;
+        },
+        { debug: send.debug },
+      );
+    }
+    return this.bounded(query);
   }
 
   #finishTimer(): void {
@@ -382,6 +410,30 @@ function guard(tx: Tx, run: InvocationTransaction): Tx {
         default:
           return Reflect.get(target, property, receiver);
       }
+    },
+  });
+}
+
+/**
+ * The middleware's own view of the transaction: every statement is registered when it is sent, so
+ * that the deadline cancels a bookkeeping statement that waits (a lock held by another
+ * transaction) as it does the handler's, instead of letting it run to the Lambda timeout.
+ */
+function tracked(tx: Tx, run: InvocationTransaction): Tx {
+  return new Proxy(tx, {
+    apply(target, thisArg, args) {
+      const query = Reflect.apply(target, thisArg, args);
+      if (!isSendable(query)) return query;
+      const send = query.handler;
+      query.handler = Object.assign(
+        (q: SendableQuery) => {
+          const result = send(q);
+          run.sent(query);
+          return result;
+        },
+        { debug: send.debug },
+      );
+      return query;
     },
   });
 }

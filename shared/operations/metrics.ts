@@ -7,6 +7,7 @@ import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { DEFAULT_METRIC_NAMESPACE, MetricName, type ServiceName } from '../platform/index.ts';
 import type { RelayCounts } from '../relay/index.ts';
 import type { PruneResult } from './prune.ts';
+import type { ScaleOutResult } from './scale-out.ts';
 import type { OutboxStatus } from './status.ts';
 
 /** A Powertools Metrics instance for one of our functions. */
@@ -35,8 +36,16 @@ export function addRelayMetrics(metrics: Metrics, c: RelayCounts): void {
   }
 }
 
-/** Adds the monitor's backlog and pruning figures. */
-export function addMonitorMetrics(metrics: Metrics, s: OutboxStatus, p: PruneResult | undefined): void {
+/**
+ * Adds the monitor's backlog and pruning figures, and the extra relays it started (when it scales
+ * the relays out).
+ */
+export function addMonitorMetrics(
+  metrics: Metrics,
+  s: OutboxStatus,
+  p: PruneResult | undefined,
+  scaleOut?: ScaleOutResult,
+): void {
   metrics.addMetric(
     MetricName.OldestPendingAge,
     MetricUnit.Seconds,
@@ -45,6 +54,7 @@ export function addMonitorMetrics(metrics: Metrics, s: OutboxStatus, p: PruneRes
   metrics.addMetric(MetricName.Pending, MetricUnit.Count, s.pending);
   metrics.addMetric(MetricName.InFlight, MetricUnit.Count, s.inFlight);
   metrics.addMetric(MetricName.DeadLettered, MetricUnit.Count, s.deadLettered);
+  metrics.addMetric(MetricName.InboxParked, MetricUnit.Count, s.inboxParked);
   if (p) {
     metrics.addMetric(
       MetricName.PrunedRows,
@@ -53,4 +63,5 @@ export function addMonitorMetrics(metrics: Metrics, s: OutboxStatus, p: PruneRes
     );
     metrics.addMetric(MetricName.PruneDuration, MetricUnit.Milliseconds, p.durationMs);
   }
+  if (scaleOut) metrics.addMetric(MetricName.ExtraRelays, MetricUnit.Count, scaleOut.started);
 }

@@ -10,6 +10,7 @@
  * its event has left the outbox, so the idempotency window never ends when a row is pruned.
  */
 import type { Queryable } from '../platform/index.ts';
+import { pruneInboxBatch } from './inbox.ts';
 
 /**
  * A dead letter past its retention that may go: neither published nor holding its aggregate back.
@@ -44,8 +45,10 @@ export interface PruneOptions {
   /** Dead-lettered rows older than this (by `dead_lettered_at`) are deleted. Seconds. */
   deadLetterRetentionSeconds: number;
   /**
-   * Inbox records (`inbox_message`) older than this are deleted. Seconds. Keep it well above
-   * EventBridge's retry window (24 hours): a duplicate arriving after its record is gone would be
+   * Inbox records (`inbox_message`, but parked events awaiting an operator) older than this are
+   * deleted, and with them the order state (`inbox_aggregate`, `inbox_gap`) untouched for as long
+   * (see pruneInboxBatch). Seconds. Keep it well above EventBridge's retry window (24 hours) and
+   * the on-failure destination's retention: a duplicate arriving after its record is gone would be
    * applied again. Default: not pruned.
    */
   inboxRetentionSeconds?: number;
@@ -66,6 +69,7 @@ export interface PruneOptions {
 export interface PruneResult {
   publishedDeleted: number;
   deadLettersDeleted: number;
+  /** Inbox records and order-state rows deleted. */
   inboxDeleted: number;
   /** Idempotency keys forgotten. */
   idempotencyKeysDeleted: number;
@@ -135,7 +139,7 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
           : kind === 'dead'
             ? await deleteDeadLetters(sql, o)
             : kind === 'inbox'
-              ? await deleteInbox(sql, o)
+              ? await pruneInboxBatch(sql, o.inboxRetentionSeconds ?? 0, o.batchSize)
               : await deleteIdempotencyKeys(sql, o);
       if (deleted === 0) break;
       result.batches.push(deleted);
@@ -180,20 +184,6 @@ async function deleteDeadLetters(sql: Queryable, o: PruneOptions): Promise<numbe
         limit ${o.batchSize}
       ))
       and ${expiredDeadLetter(sql, o.deadLetterRetentionSeconds)}`;
-  return r.count;
-}
-
-async function deleteInbox(sql: Queryable, o: PruneOptions): Promise<number> {
-  const r = await sql`
-    delete from inbox_message m
-    using (
-      select consumer, message_key from inbox_message
-      where processed_at < now() - make_interval(secs => ${o.inboxRetentionSeconds ?? 0})
-      order by processed_at
-      limit ${o.batchSize}
-    ) old
-    where m.consumer = old.consumer and m.message_key = old.message_key
-      and m.processed_at < now() - make_interval(secs => ${o.inboxRetentionSeconds ?? 0})`;
   return r.count;
 }
 

@@ -7,11 +7,13 @@
  * - relay: reads `outbox` and writes only the columns of a row's delivery state (lease, attempts,
  *   backoff, outcome); it cannot change an event;
  * - monitor: reads `outbox` without the events' payloads and trace headers, deletes expired rows,
- *   inbox records and idempotency keys;
+ *   inbox records (without reading a parked event's payload), the inbox's order state and
+ *   idempotency keys;
  * - producer: executes `outbox_enqueue` and `outbox_enqueue_many` (which run with their owner's
  *   rights, migration 009) and has no privilege on any table: it writes events only through them,
  *   and reads no other service's events;
- * - consumer: the inbox tables.
+ * - consumer: the inbox tables, and re-applying or discarding its parked events (an update of the
+ *   record's outcome);
  * Each logs in through RDS Proxy with IAM (`rds_iam`, granted where it exists, i.e. on RDS), and
  * gets its statement timeout as a role default, so clients need no `SET` (which would pin).
  * Grants are revoked first where older versions gave more, so a redeploy takes them away.
@@ -83,7 +85,11 @@ export async function ensureRoles(
         `grant select (${MONITOR_READS.join(', ')}), delete on outbox to %I`,
         // prune keeps a dead letter until its aggregate has moved past it (a later sequence)
         'grant select on outbox_aggregate to %I',
-        'grant select, delete on inbox_message to %I',
+        // inbox records: what pruning and the parked count read, not a parked event's `event`
+        'revoke all on inbox_message from %I',
+        'grant select (consumer, message_key, outcome, processed_at), delete on inbox_message to %I',
+        // the inbox's order state, pruned with its records (shared/operations/inbox.ts)
+        'grant select, delete on inbox_aggregate, inbox_gap to %I',
         'grant select, delete on outbox_idempotency_key to %I',
       ],
     ],
@@ -99,9 +105,11 @@ export async function ensureRoles(
     [
       roles.consumer,
       [
+        // The inbox, and the operator's `outbox inbox parked list|replay|discard` (an update of
+        // the record's outcome): nothing here deletes a record, which only the monitor prunes.
         'grant select, insert, update on inbox_message to %I',
         'grant select, insert, update on inbox_aggregate to %I',
-        'grant select, insert, delete on inbox_gap to %I',
+        'grant select, insert, update, delete on inbox_gap to %I',
       ],
     ],
   ];

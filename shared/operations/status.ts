@@ -13,6 +13,11 @@ export interface OutboxStatus {
   deadLettered: number;
   /** Rows published and not yet pruned; -1 when not counted (`includePublished: false`). */
   published: number;
+  /**
+   * Parked inbox events awaiting an operator (wait-for-gap, `onGapTimeout: 'park'`), all consumers
+   * of this database together, those being replayed included (`outbox inbox parked list`).
+   */
+  inboxParked: number;
 }
 
 /**
@@ -27,9 +32,18 @@ export async function getStatus(
 ): Promise<OutboxStatus> {
   const includePublished = options.includePublished ?? true;
   const [row] = await sql<
-    { pending: string; oldest: number | null; in_flight: string; dead: string; published: string | null }[]
+    {
+      pending: string;
+      oldest: number | null;
+      in_flight: string;
+      dead: string;
+      published: string | null;
+      inbox_parked: string;
+    }[]
   >`
     select p.pending, p.oldest, p.in_flight,
+      -- the partial index on parked records (migration 010): a few rows at most
+      (select count(*) from inbox_message where outcome in ('parked', 'replaying')) as inbox_parked,
       (select count(*) from outbox
        where dead_lettered_at is not null and published_at is null and discarded_at is null) as dead,
       case when ${includePublished}::boolean
@@ -47,5 +61,6 @@ export async function getStatus(
     inFlight: countFromDatabase(row?.in_flight, 'in flight'),
     deadLettered: countFromDatabase(row?.dead, 'dead-lettered'),
     published: row?.published == null ? -1 : countFromDatabase(row.published, 'published'),
+    inboxParked: countFromDatabase(row?.inbox_parked, 'inbox parked'),
   };
 }

@@ -237,6 +237,23 @@ export const monitorConfigSchema = z.object({
     z.string().check(z.minLength(1), z.maxLength(255)),
     DEFAULT_METRIC_NAMESPACE,
   ),
+  /** Name or ARN of the relay function the monitor invokes to scale out; unset: no scale-out. */
+  OUTBOX_RELAY_FUNCTION_NAME: z.optional(
+    z
+      .string()
+      .check(
+        z.regex(
+          /^(arn:aws[\w-]*:lambda:[\w-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,64}(:[\w$-]{1,128})?$/,
+          'must be a Lambda function name or ARN',
+        ),
+      ),
+  ),
+  /** Most relays at once, the scheduled one included; 1 turns scale-out off. */
+  OUTBOX_MAX_RELAYS: z._default(int(1, 100, 'relays'), 1),
+  /** Pending events per relay the monitor wants running. */
+  OUTBOX_BACKLOG_PER_RELAY: z._default(int(1, 100_000_000, 'pending events per relay'), 30_000),
+  /** Longest an extra relay polls, counted from the start of the monitor's invocation, seconds. */
+  OUTBOX_SCALE_OUT_SECONDS: z._default(int(10, 900), 50),
 });
 
 /** The monitor's settings in the shape the code takes. */
@@ -248,6 +265,13 @@ export interface MonitorSettings {
   pruneBatchSize: number;
   pruneTimeBudgetMs: number;
   metricNamespace: string;
+  /** Set when the monitor scales the relays out (a relay function is named and `maxRelays` > 1). */
+  scaleOut?: {
+    relayFunctionName: string;
+    maxRelays: number;
+    backlogPerRelay: number;
+    forSeconds: number;
+  };
 }
 
 /**
@@ -264,5 +288,15 @@ export function loadMonitorSettings(env: NodeJS.ProcessEnv = process.env): Monit
     pruneBatchSize: e.OUTBOX_PRUNE_BATCH_SIZE,
     pruneTimeBudgetMs: e.OUTBOX_PRUNE_TIME_BUDGET_MS,
     metricNamespace: e.OUTBOX_METRIC_NAMESPACE,
+    ...(e.OUTBOX_RELAY_FUNCTION_NAME && e.OUTBOX_MAX_RELAYS > 1
+      ? {
+          scaleOut: {
+            relayFunctionName: e.OUTBOX_RELAY_FUNCTION_NAME,
+            maxRelays: e.OUTBOX_MAX_RELAYS,
+            backlogPerRelay: e.OUTBOX_BACKLOG_PER_RELAY,
+            forSeconds: e.OUTBOX_SCALE_OUT_SECONDS,
+          },
+        }
+      : {}),
   };
 }

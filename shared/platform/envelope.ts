@@ -1,7 +1,7 @@
 /**
  * The event envelope on the bus and its size as EventBridge counts it.
  *
- * Detail = `{ metadata: { eventId, aggregateType, aggregateId, sequence, occurredAt }, data }`.
+ * Detail = `{ metadata: { eventId, aggregateType, aggregateId, sequence, typeSequence, occurredAt }, data }`.
  * `eventId` is ours and stable across re-publication; EventBridge's own event `id` changes on
  * every PutEvents call and must not be used to deduplicate.
  */
@@ -20,14 +20,22 @@ export interface EnvelopeMetadata {
    * exactly up to 2^53 − 1 (9,007,199,254,740,991) and rounds it beyond.
    */
   sequence: number;
+  /**
+   * 1, 2, 3… per aggregate *and event type* (DetailType), in commit order: what a consumer that
+   * receives only some of an aggregate's event types checks for gaps (the inbox's `types` option).
+   * Absent on events enqueued before migration 010.
+   */
+  typeSequence?: number;
   /** ISO-8601 UTC time the event was enqueued. */
   occurredAt: string;
 }
 
-/** The metadata as the relay writes it: the sequence as the decimal text the database returned. */
-export interface DetailMetadata extends Omit<EnvelopeMetadata, 'sequence'> {
+/** The metadata as the relay writes it: the sequences as the decimal text the database returned. */
+export interface DetailMetadata extends Omit<EnvelopeMetadata, 'sequence' | 'typeSequence'> {
   /** The int8 sequence in decimal, written into the Detail as a number literal, digit for digit. */
   sequence: string;
+  /** The int8 typeSequence in decimal, likewise; left out of the Detail when undefined. */
+  typeSequence?: string;
 }
 
 /** The Detail object: metadata plus the producer's payload. */
@@ -70,11 +78,16 @@ const INT8_TEXT = /^-?\d{1,19}$/;
  * of {@link EnvelopeMetadata}. The sequence and the payload are spliced in as text, so no number in
  * them passes through a JavaScript double.
  * @param payloadJson the payload's compact JSON text, as stored (see `compactJsonb`)
- * @throws {OutboxError} when `metadata.sequence` is not an int8's decimal text
+ * @throws {OutboxError} when `metadata.sequence` (or `typeSequence`) is not an int8's decimal text
  */
 export function detailJson(metadata: DetailMetadata, payloadJson: string): string {
   if (!INT8_TEXT.test(metadata.sequence)) {
     throw new OutboxError(`sequence: ${JSON.stringify(metadata.sequence)} is not an int8 in decimal`);
   }
-  return `{"metadata":{"eventId":${JSON.stringify(metadata.eventId)},"aggregateType":${JSON.stringify(metadata.aggregateType)},"aggregateId":${JSON.stringify(metadata.aggregateId)},"sequence":${metadata.sequence},"occurredAt":${JSON.stringify(metadata.occurredAt)}},"data":${payloadJson}}`;
+  const { typeSequence } = metadata;
+  if (typeSequence !== undefined && !INT8_TEXT.test(typeSequence)) {
+    throw new OutboxError(`typeSequence: ${JSON.stringify(typeSequence)} is not an int8 in decimal`);
+  }
+  const ofType = typeSequence === undefined ? '' : `,"typeSequence":${typeSequence}`;
+  return `{"metadata":{"eventId":${JSON.stringify(metadata.eventId)},"aggregateType":${JSON.stringify(metadata.aggregateType)},"aggregateId":${JSON.stringify(metadata.aggregateId)},"sequence":${metadata.sequence}${ofType},"occurredAt":${JSON.stringify(metadata.occurredAt)}},"data":${payloadJson}}`;
 }

@@ -20,6 +20,30 @@ export const ServiceName = {
 /** One of {@link ServiceName}'s values. */
 export type ServiceName = (typeof ServiceName)[keyof typeof ServiceName];
 
+/**
+ * When a relay invocation stops: it claims nothing once its remaining time cannot hold the
+ * shortest useful lease (`minLeaseSeconds`) plus the time kept for its last marks and its summary
+ * (`marginMs`): it polls until 8 s before its timeout (shared/relay/loop.ts). The construct sizes
+ * the relay's timeout from it, so that each invocation is still polling when the next one starts.
+ */
+export const RELAY_INVOCATION_END = { minLeaseSeconds: 5, marginMs: 3_000 } as const;
+
+/** ms before its timeout at which a relay invocation stops polling (see {@link RELAY_INVOCATION_END}). */
+export const RELAY_STOPS_POLLING_BEFORE_TIMEOUT_MS =
+  RELAY_INVOCATION_END.minLeaseSeconds * 1000 + RELAY_INVOCATION_END.marginMs;
+
+/**
+ * Database connections of one relay invocation's pool: one per PutEvents call in flight, for
+ * claims and marks overlapping them, plus one (functions/relay/handler.ts). The construct counts
+ * the connections at the peak with it.
+ */
+export function relayPoolSize(publishConcurrency: number): number {
+  return publishConcurrency + 1;
+}
+
+/** Database connections of the monitor's pool (functions/monitor/handler.ts). */
+export const MONITOR_POOL_SIZE = 2;
+
 /** The one dimension on every custom metric; its value is the emitting {@link ServiceName}. */
 export const METRIC_DIMENSION = 'service';
 
@@ -35,6 +59,8 @@ export const MetricName = {
   DeadLettered: 'DeadLetteredCount',
   PrunedRows: 'PrunedRows',
   PruneDuration: 'PruneDuration',
+  InboxParked: 'InboxParkedCount',
+  ExtraRelays: 'ExtraRelaysStarted',
   // relay
   Published: 'Published',
   Retried: 'Retried',
@@ -56,6 +82,8 @@ export const METRIC_SERVICE: Readonly<Record<MetricName, ServiceName>> = {
   DeadLetteredCount: ServiceName.monitor,
   PrunedRows: ServiceName.monitor,
   PruneDuration: ServiceName.monitor,
+  InboxParkedCount: ServiceName.monitor,
+  ExtraRelaysStarted: ServiceName.monitor,
   Published: ServiceName.relay,
   Retried: ServiceName.relay,
   DeadLettered: ServiceName.relay,
@@ -65,6 +93,27 @@ export const METRIC_SERVICE: Readonly<Record<MetricName, ServiceName>> = {
   LeaseRenewals: ServiceName.relay,
   PutEventsLatency: ServiceName.relay,
 };
+
+/**
+ * Metrics the inbox emits from the consumer's own function (CloudWatch Embedded Metric Format
+ * lines on stdout, in {@link DEFAULT_METRIC_NAMESPACE} unless the consumer names another), each
+ * with the one dimension {@link INBOX_METRIC_DIMENSION} = the consumer's name. Counts, one per event.
+ */
+export const InboxMetricName = {
+  /** wait-for-gap, `onGapTimeout: 'park'`: set aside for an operator after its wait. */
+  Parked: 'InboxParked',
+  /** ignore-stale: acknowledged without running the handler, superseded by a later event. */
+  Stale: 'InboxStale',
+  /** wait-for-gap: applied after a later event of its chain (it arrived late). */
+  Late: 'InboxLate',
+  /** Applied with earlier events of its chain still missing (after the gap wait, or ignore-stale). */
+  AfterGap: 'InboxAfterGap',
+} as const;
+/** One of {@link InboxMetricName}'s values. */
+export type InboxMetricName = (typeof InboxMetricName)[keyof typeof InboxMetricName];
+
+/** The dimension of the inbox's metrics: its value is the consumer's name. */
+export const INBOX_METRIC_DIMENSION = 'consumer';
 
 /** Database roles a deployment creates (see shared/operations/roles.ts for their grants). */
 export interface OutboxRoles {
@@ -120,4 +169,12 @@ export const EnvVar = {
   monitorRole: 'OUTBOX_MONITOR_ROLE',
   producerRole: 'OUTBOX_PRODUCER_ROLE',
   consumerRole: 'OUTBOX_CONSUMER_ROLE',
+  /** The monitor: the relay function it invokes to scale out (unset: no scale-out). */
+  relayFunctionName: 'OUTBOX_RELAY_FUNCTION_NAME',
+  /** The monitor: most relays at once, the scheduled one included. */
+  maxRelays: 'OUTBOX_MAX_RELAYS',
+  /** The monitor: pending events per relay it wants running. */
+  backlogPerRelay: 'OUTBOX_BACKLOG_PER_RELAY',
+  /** The monitor: how long an extra relay it starts polls at most, seconds. */
+  scaleOutSeconds: 'OUTBOX_SCALE_OUT_SECONDS',
 } as const;

@@ -109,6 +109,7 @@ export function validateEvent(event: OutboxEvent, options: EnqueueOptions, index
         aggregateType,
         aggregateId,
         sequence: PLACEHOLDER_SEQUENCE,
+        typeSequence: PLACEHOLDER_SEQUENCE,
         occurredAt: '2000-01-01T00:00:00.000Z',
       },
       payloadJson,

@@ -14,6 +14,7 @@ export {
   type RelaySettings,
   type Sql,
 } from '../platform/index.ts';
+export { AnswerTimeout, type AnswerTimeoutOptions } from './answer-timeout.ts';
 export { backoffDelayMs } from './backoff.ts';
 export { emptyCounts, type RelayCounts } from './counts.ts';
 export { Lease, type LeaseLeftover } from './lease.ts';
@@ -39,6 +40,7 @@ export {
   type EntryOutcome,
   PERMANENT_ENTRY_ERRORS,
   PUT_EVENTS_TIMEOUTS,
+  PutEventsTimeoutError,
 } from './publish.ts';
 export { Semaphore } from './semaphore.ts';
 export {

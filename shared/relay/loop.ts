@@ -9,9 +9,11 @@ import {
   currentSql,
   isConnectionFailure,
   isTransientDatabaseError,
+  RELAY_INVOCATION_END,
   type Sql,
   withDeadline,
 } from '../platform/index.ts';
+import { AnswerTimeout } from './answer-timeout.ts';
 import { addCounts, emptyCounts, type RelayCounts } from './counts.ts';
 import { Lease, type LeaseLeftover } from './lease.ts';
 import { type RelayDeps, relayPass, STATEMENT_DEADLINE_MS } from './pass.ts';
@@ -105,9 +107,9 @@ export interface RunRelayOptions extends RelayDeps {
 export type StopReason = 'once' | 'empty' | 'deadline' | 'aborted';
 
 /** Shortest lease worth claiming with, seconds. */
-const MIN_LEASE_SECONDS = 5;
+const MIN_LEASE_SECONDS = RELAY_INVOCATION_END.minLeaseSeconds;
 /** Time kept back at the end of an invocation for the final marks and the summary, ms. */
-const DEADLINE_MARGIN_MS = 3_000;
+const DEADLINE_MARGIN_MS = RELAY_INVOCATION_END.marginMs;
 
 /**
  * Relays until stopped: by `signal`, after one pass (`once`), when the outbox is drained
@@ -129,8 +131,10 @@ export async function runRelay(
   const lanes = options.once ? 1 : Math.max(1, options.settings.pipelineDepth);
   const publishSlots = options.publishSlots ?? new Semaphore(options.settings.publishConcurrency);
   const unreturned = options.unreturned ?? new UnreturnedLeases();
+  // One learned answer timeout for all lanes: they talk to the same bus.
+  const answerTimeout = options.answerTimeout ?? new AnswerTimeout();
   const results = await Promise.all(
-    Array.from({ length: lanes }, () => runLane({ ...options, publishSlots, unreturned })),
+    Array.from({ length: lanes }, () => runLane({ ...options, publishSlots, unreturned, answerTimeout })),
   );
   const totals = emptyCounts();
   for (const r of results) addCounts(totals, r);

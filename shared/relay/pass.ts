@@ -23,10 +23,18 @@ import {
   type Sql,
   withDeadline,
 } from '../platform/index.ts';
+import { AnswerTimeout } from './answer-timeout.ts';
 import { backoffDelayMs } from './backoff.ts';
 import { emptyCounts, type RelayCounts } from './counts.ts';
 import { Lease } from './lease.ts';
-import { type EntryOutcome, mapWithConcurrency, packRequests, putEntries, toEntry } from './publish.ts';
+import {
+  type EntryOutcome,
+  isNoAnswer,
+  mapWithConcurrency,
+  packRequests,
+  putEntries,
+  toEntry,
+} from './publish.ts';
 import type { Semaphore } from './semaphore.ts';
 import {
   abandonLease,
@@ -56,6 +64,11 @@ export interface RelayDeps {
   random?: () => number;
   /** Caps PutEvents calls in flight across concurrent passes; default: `publishConcurrency` per pass. */
   publishSlots?: Semaphore;
+  /**
+   * How long a PutEvents attempt waits for the answer, learned from the bus; share one across the
+   * passes of a relay (the loop does). Default: a new one per pass (3 s until it learns).
+   */
+  answerTimeout?: AnswerTimeout;
   /** Called for every event that failed in a pass, with the reason recorded in its `last_error`. */
   onFailure?: (failure: RelayFailure) => void;
 }
@@ -114,6 +127,8 @@ const MIN_CALL_MS = 1_000;
 const MAX_CALL_MS = 10_000;
 /** A pass renews its lease before a round once this share of the lease has gone by. */
 const RENEW_AFTER_SHARE = 0.25;
+/** A renewal for the sake of a slow call is made only if it extends the lease by at least this, ms. */
+const MIN_RENEWAL_GAIN_MS = 500;
 
 /** An abort signal for one call, and the function that disposes of it once the call is over. */
 export interface CallSignal {
@@ -222,6 +237,7 @@ export async function relayPass(
   const { client, settings } = deps;
   const sql = () => currentSql(deps.sql);
   const random = deps.random ?? Math.random;
+  const answerTimeout = deps.answerTimeout ?? new AnswerTimeout();
   const counts = emptyCounts();
   const token = lease.token;
   const endBy = options.endBy ?? Number.POSITIVE_INFINITY;
@@ -317,12 +333,17 @@ export async function relayPass(
     }
 
     /**
-     * Renews the lease when a quarter of it has gone by, then says whether a round still fits
-     * before the watchdog fires. Rows the renewal found taken (the lease had run out, which the
-     * watchdog should have prevented) stop their aggregates.
+     * Renews the lease when a quarter of it has gone by (or sooner for a slow bus, below), then
+     * says whether a round still fits before the watchdog fires. Rows the renewal found taken (the
+     * lease had run out, which the watchdog should have prevented) stop their aggregates.
      */
     const roundFits = async (): Promise<boolean> => {
-      const due = lease.leftMs() < lease.ms * (1 - RENEW_AFTER_SHARE);
+      // Renewed when a quarter of the lease has gone by, or sooner when what it leaves cannot hold
+      // the call the bus's recent answers ask for (and a renewal would give it more).
+      const callWants = answerTimeout.ms + MARK_RESERVE_MS + LEASE_SAFETY_MS;
+      const due =
+        lease.leftMs() < lease.ms * (1 - RENEW_AFTER_SHARE) ||
+        (lease.leftMs() < callWants && lease.leftMs() < lease.ms - MIN_RENEWAL_GAIN_MS);
       const worthIt = endBy - performance.now() > MARK_RESERVE_MS + MIN_CALL_MS;
       if (due && worthIt && lease.held.size > 0) {
         const secured = lease.renewalSending();
@@ -400,16 +421,28 @@ export async function relayPass(
           // retries included, ends while there is still time to mark its outcome.
           const budget = Math.min(MAX_CALL_MS, watchdog.leftMs() - MARK_RESERVE_MS);
           const call = watchdog.callSignal(Math.max(0, Math.floor(budget)));
+          // Each attempt waits what the bus's recent answers ask for, within the call's budget.
+          const attemptMs = answerTimeout.forCall(budget);
           const callStarted = performance.now();
+          let results: EntryOutcome[] | undefined;
           try {
-            return await putEntries(
+            results = await putEntries(
               client,
               request.map((i) => i.entry),
               call.signal,
+              attemptMs,
             );
+            return results;
           } finally {
             call.release();
-            counts.putEventsMs += performance.now() - callStarted;
+            const took = performance.now() - callStarted;
+            counts.putEventsMs += took;
+            const first = results?.[0];
+            if (first && isNoAnswer(first)) {
+              // Aborted by the watchdog, the pass is over; otherwise the attempt (or the call's
+              // budget) ran out before the bus answered: the next call may wait longer.
+              if (!watchdog.signal.aborted) answerTimeout.timedOut(took);
+            } else if (first) answerTimeout.answered(took);
           }
         };
         const results = deps.publishSlots ? await deps.publishSlots.run(send) : await send();

@@ -12,7 +12,13 @@ import {
   PutEventsCommand,
   type PutEventsRequestEntry,
 } from '@aws-sdk/client-eventbridge';
-import { detailJson, entrySize, MAX_ENTRIES_PER_REQUEST, OutboxConfigError } from '../platform/index.ts';
+import {
+  detailJson,
+  entrySize,
+  MAX_ENTRIES_PER_REQUEST,
+  OutboxConfigError,
+  OutboxError,
+} from '../platform/index.ts';
 import type { ClaimedEvent } from './types.ts';
 
 /** Per-entry error codes that no retry can fix: the row is dead-lettered at once. */
@@ -46,23 +52,33 @@ export type EntryOutcome =
  * Per-attempt timeouts of the EventBridge client, ms. `@smithy/node-http-handler` (4.x) only warns
  * when `requestTimeout` is exceeded unless `throwOnRequestTimeout` is set, and has no socket
  * timeout by default: without both, a bus that accepts the connection and never answers holds
- * the call forever. PutEvents answers in tens of milliseconds; 3 s per attempt leaves room for
- * a retry inside the few seconds a pass gives each call (the pass also bounds the whole call, SDK
- * retries and their backoff included, with an abort signal).
+ * the call forever. `requestTimeout` is the default for calls that name none: the relay gives
+ * every PutEvents call its own, learned from the bus's answers (`AnswerTimeout`,
+ * answer-timeout.ts), and the pass also bounds the whole call, SDK retries and their backoff
+ * included, with an abort signal.
  */
 export const PUT_EVENTS_TIMEOUTS = { connectionTimeout: 2_000, requestTimeout: 3_000 } as const;
 
 /**
- * Creates the EventBridge client. The endpoint comes from the SDK's own configuration
- * (`AWS_ENDPOINT_URL_EVENTBRIDGE` / `AWS_ENDPOINT_URL`), region and credentials from the default
- * chain. Each attempt is bounded by {@link PUT_EVENTS_TIMEOUTS} (a timeout throws, it does not
- * just warn); 3 attempts in the SDK's standard retry mode, which backs off on throttling.
+ * An attempt got no answer within its timeout. Not retried by the SDK inside the same call: the
+ * bus may well have accepted the entries and be answering late, and another attempt with the same
+ * timeout would only deliver them again (a bus answering after 4 s against 3 s attempts delivered
+ * each event three times per call and marked none). The pass gives the entries back and the next
+ * pass sends them with a longer timeout.
  *
- * The SDK's user-agent middleware is removed: it rebuilds and escapes the `x-amz-user-agent`
- * string (SDK, OS, Node and feature tokens) on every request, about 40 µs of CPU per PutEvents
- * call here (440 → 400 µs per 10-entry request against the local bus), a tenth of the SDK's cost,
- * for telemetry the service does not need. Requests then carry no user agent.
+ * No `cause`: the SDK's retry classification follows `cause` and would find the transient
+ * `TimeoutError` there; the original message is kept in this one's.
  */
+export class PutEventsTimeoutError extends OutboxError {
+  override name = 'PutEventsTimeoutError';
+  constructor(message: string) {
+    super(`no answer from the bus within the attempt's timeout (${message})`);
+  }
+}
+
+/** The name of the middleware that turns an attempt's timeout into {@link PutEventsTimeoutError}. */
+export const NO_RETRY_AFTER_TIMEOUT_MIDDLEWARE = 'outboxNoRetryAfterTimeout';
+
 export function createEventBridgeClient(config: EventBridgeClientConfig = {}): EventBridgeClient {
   const client = new EventBridgeClient({
     maxAttempts: 3,
@@ -70,6 +86,19 @@ export function createEventBridgeClient(config: EventBridgeClientConfig = {}): E
     ...config,
   });
   client.middlewareStack.remove(USER_AGENT_MIDDLEWARE);
+  // In the deserialize step, below the retry middleware (finalizeRequest): it sees each attempt.
+  client.middlewareStack.add(
+    (next) => async (args) => {
+      try {
+        return await next(args);
+      } catch (error) {
+        if ((error as Error)?.name === 'TimeoutError')
+          throw new PutEventsTimeoutError((error as Error).message);
+        throw error;
+      }
+    },
+    { step: 'deserialize', name: NO_RETRY_AFTER_TIMEOUT_MIDDLEWARE, priority: 'high' },
+  );
   return client;
 }
 
@@ -114,6 +143,7 @@ export function toEntry(event: ClaimedEvent, eventBusName: string): PutEventsReq
         aggregateType: event.aggregateType,
         aggregateId: event.aggregateId,
         sequence: event.sequence,
+        ...(event.typeSequence === undefined ? {} : { typeSequence: event.typeSequence }),
         occurredAt: event.createdAt.toISOString(),
       },
       event.payloadJson,
@@ -159,14 +189,20 @@ export function packRequests<T extends { entry: PutEventsRequestEntry }>(
  * split and its entries sent one by one, so one bad entry cannot hold back the others.
  * @param signal aborts the call, SDK retries and their backoff included (the entries then fail
  *   as back-pressure: `AbortError`)
+ * @param answerTimeoutMs how long each attempt waits for the answer, ms (default: the client's);
+ *   an attempt without one fails the call (`PutEventsTimeoutError`, see {@link isNoAnswer})
  */
 export async function putEntries(
   client: EventBridgeClient,
   entries: PutEventsRequestEntry[],
   signal?: AbortSignal,
+  answerTimeoutMs?: number,
 ): Promise<EntryOutcome[]> {
   try {
-    const out = await client.send(new PutEventsCommand({ Entries: entries }), { abortSignal: signal });
+    const out = await client.send(new PutEventsCommand({ Entries: entries }), {
+      abortSignal: signal,
+      ...(answerTimeoutMs === undefined ? {} : { requestTimeout: answerTimeoutMs }),
+    });
     const results = out.Entries ?? [];
     return entries.map((_, i) => {
       const r = results[i];
@@ -190,7 +226,7 @@ export async function putEntries(
     const refusedAsInvalid =
       status !== undefined && status >= 400 && status < 500 && code === 'ValidationException';
     if (refusedAsInvalid && entries.length > 1 && !signal?.aborted) {
-      const singles = await Promise.all(entries.map((e) => putEntries(client, [e], signal)));
+      const singles = await Promise.all(entries.map((e) => putEntries(client, [e], signal, answerTimeoutMs)));
       return singles.flat();
     }
     const throttled = code === 'ThrottlingException' || status === 429;
@@ -209,6 +245,14 @@ export async function putEntries(
       backPressure: throttled || status === undefined || status >= 500,
     }));
   }
+}
+
+/**
+ * Whether an outcome says the request got no answer in the time it was given (its attempt timed
+ * out, or the call's budget aborted it), as opposed to an answer, even a failed one.
+ */
+export function isNoAnswer(outcome: EntryOutcome): boolean {
+  return !outcome.ok && (outcome.code === 'PutEventsTimeoutError' || outcome.code === 'AbortError');
 }
 
 /** Runs `worker` over `items` with at most `limit` in flight. */

@@ -12,6 +12,8 @@ export interface ClaimedEvent {
   aggregateId: string;
   /** Per-aggregate sequence (int8, as decimal text, exact beyond 2^53). */
   sequence: string;
+  /** Rank among its aggregate's events of the same type (int8, as decimal text); undefined before migration 010. */
+  typeSequence?: string;
   type: string;
   source: string;
   /** The payload's compact JSON text, every number as stored. */

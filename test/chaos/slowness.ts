@@ -20,6 +20,7 @@ import {
 } from '../../shared/platform/index.ts';
 import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
 import { type PassReport, runRelay, UnreturnedLeases } from '../../shared/relay/index.ts';
+import { cliEnv, collect, startCli } from '../support/cli.ts';
 import type { LocalBus } from '../support/local-bus.ts';
 import { testClient } from '../support/relay.ts';
 import { startStallProxy } from '../support/stall-proxy.ts';
@@ -214,4 +215,100 @@ export async function runSlowness(o: SlownessOptions): Promise<SlownessReport> {
     await Promise.all(pools.map((p) => p.end(2)));
     await proxy.close();
   }
+}
+
+/** The DetailType of {@link runSlowBus}'s events. */
+const SLOW_BUS_EVENT = 'SlowBusEvent';
+
+/** Knobs of {@link runSlowBus}. */
+export interface SlowBusOptions {
+  /** A migrated database, reached directly (only the bus is slow). */
+  databaseUrl: string;
+  sql: Sql;
+  bus: LocalBus;
+  /** Events enqueued before the relay starts, one aggregate each. */
+  events: number;
+  /** Every PutEvents request is answered (correctly) after this long, ms. */
+  busLatencyMs: number;
+  /** The relay is stopped this long after it was started, ms, whatever it has done by then. */
+  runForMs: number;
+}
+
+/** What {@link runSlowBus} found. */
+export interface SlowBusReport {
+  events: number;
+  /** Rows marked published when the relay was stopped. */
+  published: number;
+  /** ms from starting `outbox relay` until every row was marked published (undefined: not all were). */
+  allMarkedAfterMs: number | undefined;
+  /** Entries the bus accepted, duplicates included. */
+  deliveries: number;
+  /** Most deliveries of one event. */
+  maxDeliveriesPerEvent: number;
+  /** The relay's own summary line. */
+  relaySummary: string;
+}
+
+/**
+ * A bus that is slow but works: every PutEvents request is accepted and answered correctly, but
+ * only after `busLatencyMs` (issue 19: 4 s against a fixed 3 s per-attempt timeout marked nothing
+ * and delivered each event about 10 times in 45 s). `outbox relay` runs as a user runs it, at the
+ * default settings, until every event is marked published or `runForMs` has passed.
+ */
+export async function runSlowBus(o: SlowBusOptions): Promise<SlowBusReport> {
+  await o.sql.begin((tx) =>
+    enqueueMany(
+      tx,
+      Array.from({ length: o.events }, (_, i) => ({
+        type: SLOW_BUS_EVENT,
+        source: 'slowness',
+        aggregateType: 'agg',
+        aggregateId: `slow-${i}`,
+        payload: { i },
+      })),
+    ),
+  );
+  o.bus.setFaults({ latencyMs: o.busLatencyMs });
+  // The defaults: no OUTBOX_* setting but the bus's name (cliEnv's short poll interval unset).
+  const started = performance.now();
+  const child = startCli(['relay', '--quiet'], {
+    env: cliEnv({ db: { url: o.databaseUrl }, bus: o.bus }, { OUTBOX_POLL_INTERVAL_MS: '' }),
+  });
+  const relay = collect(child);
+  let allMarkedAfterMs: number | undefined;
+  let published = 0;
+  try {
+    while (performance.now() - started < o.runForMs) {
+      const [row] = await o.sql<{ n: number }[]>`
+        select count(*)::int as n from outbox where published_at is not null`;
+      published = row?.n ?? 0;
+      if (published === o.events) {
+        allMarkedAfterMs = performance.now() - started;
+        break;
+      }
+      await sleep(100);
+    }
+  } finally {
+    // Ctrl-C: the relay stops after its current pass.
+    child.kill('SIGINT');
+  }
+  const result = await relay;
+  // Requests still in flight at the bus when the relay stopped are answered after the latency:
+  // wait for them, so that every delivery is counted.
+  await sleep(o.busLatencyMs + 500);
+  // Only this run's events: requests of an earlier run that the bus is still holding may land now.
+  const ours = o.bus.events.filter((e) => e.detailType === SLOW_BUS_EVENT);
+  const perEvent = new Map<string, number>();
+  for (const e of ours) {
+    const id = (e.detail as unknown as { metadata: EnvelopeMetadata }).metadata.eventId;
+    perEvent.set(id, (perEvent.get(id) ?? 0) + 1);
+  }
+  return {
+    events: o.events,
+    published,
+    allMarkedAfterMs,
+    deliveries: ours.length,
+    maxDeliveriesPerEvent: Math.max(0, ...perEvent.values()),
+    relaySummary: result.stdout.trim(),
+  };
 }

@@ -114,9 +114,11 @@ export function describeError(error: unknown): string {
 }
 
 export function consumer(sql: postgres.Sql) {
-  const middleware = inbox({ sql, consumer: 'billing', order: 'ignore-stale' });
   const read = (context: InboxContext): Envelope['metadata'] => context.inbox.metadata;
-  return { middleware, read };
+  const handler = inbox({ sql, consumer: 'billing', order: 'ignore-stale' }, async (_event, context) =>
+    read(context),
+  );
+  return { handler, read };
 }
 
 export async function selfHostedRelay(): Promise<RelayCounts> {

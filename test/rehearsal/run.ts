@@ -10,7 +10,8 @@
  *
  * Options: `--scale 0.25` (function timeouts and schedule gaps are multiplied by it),
  * `--cdk-out DIR` and `--cdk-out-direct DIR` (use existing syntheses of the two shapes instead of
- * synthesising).
+ * synthesising), `--lag` (also run the relay on its schedule at the template's real timings across
+ * 3 invocation boundaries, about 4 minutes more, and check the lag: p99 ≤ 1 s, max ≤ 3 s).
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -21,15 +22,24 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import postgres from 'postgres';
 import { createBillingSchema } from '../../examples/billing/consumer.ts';
-import { DEFAULT_ROLES, type Envelope, type EnvelopeMetadata, EnvVar } from '../../shared/platform/index.ts';
+import {
+  DEFAULT_ROLES,
+  type Envelope,
+  type EnvelopeMetadata,
+  EnvVar,
+  RELAY_STOPS_POLLING_BEFORE_TIMEOUT_MS,
+} from '../../shared/platform/index.ts';
+import { enqueueMany } from '../../shared/producer/index.ts';
 import { countOrderViolations } from '../chaos/chaos.ts';
 import { startEmbeddedPostgres } from '../support/embedded-postgres.ts';
 import { delivery } from '../support/events.ts';
 import { type AcceptedEvent, startLocalBus } from '../support/local-bus.ts';
+import { startLocalLambda } from '../support/local-lambda.ts';
 import { freePort } from '../support/net.ts';
 import { rehearseDirect } from './direct.ts';
 import { startIamProxy } from './iam-proxy.ts';
 import { type InvocationOutcome, type RunningFunction, startFunction } from './lambda-process.ts';
+import { type InvocationRecord, LambdaService } from './lambda-service.ts';
 import { startPgBouncer } from './pgbouncer.ts';
 import { startSecretsEndpoint } from './secrets-manager.ts';
 import { readStack, type TemplateFunction } from './template.ts';
@@ -39,6 +49,7 @@ const root = fileURLToPath(new URL('../..', import.meta.url));
 const { values } = parseArgs({
   options: {
     scale: { type: 'string', default: '0.25' },
+    lag: { type: 'boolean', default: false },
     'cdk-out': { type: 'string' },
     'cdk-out-direct': { type: 'string' },
     'stack-name': { type: 'string', default: 'OutboxRelayDemo' },
@@ -180,6 +191,15 @@ async function rehearse(): Promise<void> {
   cleanups.push(() => secrets.close());
   const bus = await startLocalBus();
   cleanups.push(() => bus.close());
+  // Lambda's Invoke API, for the monitor's scale-out: asynchronous invocations of the relay
+  // function, handed to the relay's environments once they exist (step 8b).
+  let onRelayInvoked: ((payload: unknown) => void) | undefined;
+  const lambdaApi = await startLocalLambda({
+    onInvoke: (i) => {
+      if (i.functionName === relay.logicalId) onRelayInvoked?.(i.payload);
+    },
+  });
+  cleanups.push(() => lambdaApi.close());
   const roleNames = [
     ...new Set(
       [relay, monitor, consumer]
@@ -214,6 +234,7 @@ async function rehearse(): Promise<void> {
     AWS_SESSION_TOKEN: 'rehearsal-session',
     AWS_ENDPOINT_URL_EVENTBRIDGE: bus.url,
     AWS_ENDPOINT_URL_SECRETS_MANAGER: secrets.url,
+    AWS_ENDPOINT_URL_LAMBDA: lambdaApi.url,
   };
   /** The template's environment as the runtime sees it: /var/task is the asset, /var/runtime's CA bundle is the run's CA. */
   const asDeployed = (f: TemplateFunction): TemplateFunction => {
@@ -321,6 +342,14 @@ async function rehearse(): Promise<void> {
   // 6. The relay: two scheduled invocations in one warm process, timeouts scaled.
   const relaySchedule = stack.schedules.find((s) => s.targetLogicalId === relay.logicalId);
   check(Boolean(relaySchedule), 'a schedule invokes the relay', relaySchedule?.expression ?? 'none');
+  // Each invocation polls until 8 s before its timeout; the next one must start before that.
+  const overlap =
+    relay.timeoutSeconds - RELAY_STOPS_POLLING_BEFORE_TIMEOUT_MS / 1000 - (relaySchedule?.periodSeconds ?? 0);
+  check(
+    overlap > 0,
+    "each relay invocation still polls when the schedule's next one starts",
+    `timeout ${relay.timeoutSeconds} s, polling until ${RELAY_STOPS_POLLING_BEFORE_TIMEOUT_MS / 1000} s before it, every ${relaySchedule?.periodSeconds} s: ${overlap} s of overlap`,
+  );
   const relayFn = await start(relay);
   info(`relay cold start: ${relayFn.initMs.toFixed(0)} ms`);
   const relayTimeoutMs = relay.timeoutSeconds * 1000 * scale;
@@ -401,8 +430,154 @@ async function rehearse(): Promise<void> {
       'the example consumer applies each event once, as its own role',
       `${invoices?.n} invoices for ${deliveries.length} orders over ${outcomes.length} deliveries${failures[0] ? `; ${describe(failures[0])}` : ''}`,
     );
+    // An OrderPlaced whose predecessor of its type never comes: it waits (Lambda's retry), then,
+    // with the gap wait passed on the database clock, is parked and counted (InboxParked).
+    const ahead = delivery({
+      detailType: 'OrderPlaced',
+      source: 'demo.shop',
+      region: REGION,
+      account: ACCOUNT,
+      metadata: { aggregateId: 'rehearsal-gap', sequence: 2, typeSequence: 2 },
+      data: { orderId: 'rehearsal-gap', total: 1 },
+    });
+    const waits = await invoke(consumerFn, consumer, ahead, consumer.timeoutSeconds * 1000 * scale);
+    await db`update inbox_gap set first_seen_at = first_seen_at - interval '200 seconds'`;
+    const parks = await invoke(consumerFn, consumer, ahead, consumer.timeoutSeconds * 1000 * scale);
+    const [parkedRow] = await db<{ n: number }[]>`
+      select count(*)::int as n from inbox_message where consumer = 'billing' and outcome = 'parked'`;
+    check(
+      waits.type !== 'result' && parks.type === 'result' && parkedRow?.n === 1,
+      'the example consumer waits for a missing event, then parks the one behind it',
+      `${describe(waits)}; then ${describe(parks)}; ${parkedRow?.n} parked`,
+    );
   } else {
     check(false, 'the template has the example consumer', 'no Billing function in the demo stack');
+  }
+
+  // 8b. Scale-out: the monitor, with a backlog that asks for more relays, invokes the relay
+  // function through Lambda's Invoke API; the extra relays run in environments of their own
+  // (their own connections through the proxy) and return once nothing is pending.
+  const maxRelays = Number(monitor.environment[EnvVar.maxRelays] ?? 1);
+  check(
+    maxRelays > 1 && monitor.environment[EnvVar.relayFunctionName] === relay.logicalId,
+    'the monitor may start extra relays of the relay function',
+    `${EnvVar.maxRelays}=${monitor.environment[EnvVar.maxRelays]}, ${EnvVar.relayFunctionName}=${monitor.environment[EnvVar.relayFunctionName]}`,
+  );
+  if (maxRelays > 1) {
+    const extraRuns: Promise<InvocationRecord>[] = [];
+    const extras = new LambdaService({
+      spec: {
+        name: `${short(relay)}-extra`,
+        assetDir: asDeployed(relay).assetDir,
+        handler: relay.handler,
+        memoryMb: relay.memoryMb,
+        environment: asDeployed(relay).environment,
+      },
+      baseEnv: runtimeEnv,
+      timeoutMs: relay.timeoutSeconds * 1000 * scale,
+    });
+    cleanups.push(() => extras.stop({ wait: false }));
+    onRelayInvoked = (payload) => extraRuns.push(extras.invoke(payload));
+    const backlog = await produce(3);
+    info(`scale-out: ${backlog.length} events committed for the monitor to find pending`);
+    const scaler = await startFunction(
+      {
+        name: `${short(monitor)}-scale-out`,
+        assetDir: asDeployed(monitor).assetDir,
+        handler: monitor.handler,
+        memoryMb: monitor.memoryMb,
+        // One relay per pending event: the small backlog asks for every relay allowed.
+        environment: { ...asDeployed(monitor).environment, [EnvVar.backlogPerRelay]: '1' },
+      },
+      runtimeEnv,
+    );
+    cleanups.push(() => scaler.stop());
+    const scaled = await scaler.invoke(monitorSchedule?.input ?? {}, monitor.timeoutSeconds * 1000 * scale);
+    const { started = 0, pending = 0 } =
+      (scaled.result as { scaleOut?: { started?: number; pending?: number } } | undefined)?.scaleOut ?? {};
+    const ran = await Promise.all(extraRuns);
+    const drained = ran.filter(
+      (r) =>
+        r.outcome.type === 'result' &&
+        (r.outcome.result as { stopReason?: string; scaleOut?: boolean }).scaleOut === true,
+    );
+    const seenNow = new Set(
+      bus.events.map((e) => (e.detail as { metadata: { eventId: string } }).metadata.eventId),
+    );
+    check(
+      scaled.type === 'result' &&
+        started === Math.min(maxRelays, pending) - 1 &&
+        started > 0 &&
+        drained.length === started &&
+        backlog.every((c) => seenNow.has(c.eventId)),
+      'the monitor starts extra relays for a backlog, and they relay it and return',
+      `${started} started for ${pending} pending (max ${maxRelays} relays); ${drained.length} returned: ${ran
+        .map((r) => describe(r.outcome))
+        .join(' | ')
+        .slice(0, 600)}`,
+    );
+  }
+
+  // 8c. With --lag: the relay on its schedule at the template's real timings, across 3 invocation
+  // boundaries, a producer committing 50 events a second; commit-to-bus lag through the proxy.
+  if (values.lag && relaySchedule) {
+    const periodMs = relaySchedule.periodSeconds * 1000;
+    const service = new LambdaService({
+      spec: {
+        name: `${short(relay)}-scheduled`,
+        assetDir: asDeployed(relay).assetDir,
+        handler: relay.handler,
+        memoryMb: relay.memoryMb,
+        environment: asDeployed(relay).environment,
+      },
+      baseEnv: runtimeEnv,
+      timeoutMs: relay.timeoutSeconds * 1000,
+    });
+    cleanups.push(() => service.stop({ wait: false }));
+    const committedAt = new Map<string, number>();
+    const lagStart = Date.now();
+    const failures: unknown[] = [];
+    const timers: NodeJS.Timeout[] = [];
+    for (let k = 0; k <= 3; k++) {
+      timers.push(
+        setTimeout(() => service.invoke(relaySchedule.input).catch((e) => failures.push(e)), k * periodMs),
+      );
+    }
+    await new Promise((r) => setTimeout(r, 5_000));
+    let n = 0;
+    const until = lagStart + 3 * periodMs + 20_000;
+    while (Date.now() < until) {
+      const tick = Date.now();
+      const batch = await db.begin((tx) =>
+        enqueueMany(
+          tx,
+          Array.from({ length: 5 }, () => ({
+            type: 'LagProbe',
+            source: 'rehearsal.lag',
+            aggregateType: 'lag',
+            aggregateId: String(n++ % 500),
+            payload: { n },
+          })),
+        ),
+      );
+      for (const r of batch) committedAt.set(r.eventId, Date.now());
+      await new Promise((r) => setTimeout(r, Math.max(0, 100 - (Date.now() - tick))));
+    }
+    await new Promise((r) => setTimeout(r, 3_000));
+    for (const t of timers) clearTimeout(t);
+    const lags: number[] = [];
+    for (const e of bus.events) {
+      const c = committedAt.get((e.detail as { metadata: { eventId: string } }).metadata.eventId);
+      if (c !== undefined) lags.push(e.receivedAt - c);
+    }
+    lags.sort((a, b) => a - b);
+    const at = (p: number) => lags[Math.min(lags.length - 1, Math.floor(p * lags.length))] ?? Number.NaN;
+    await service.stop({ wait: false });
+    check(
+      failures.length === 0 && lags.length >= committedAt.size && at(0.99) <= 1_000 && at(1) <= 3_000,
+      'relay lag on its schedule across 3 invocation boundaries: p99 ≤ 1 s, max ≤ 3 s',
+      `${lags.length} of ${committedAt.size} delivered; p50 ${at(0.5)} ms, p99 ${at(0.99)} ms, max ${at(1)} ms; ${service.peakConcurrency} invocations at once at the peak${failures.length ? `; ${String(failures[0])}` : ''}`,
+    );
   }
 
   // 9. Memory: each function's peak RSS against its MemorySize.

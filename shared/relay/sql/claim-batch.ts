@@ -42,6 +42,8 @@ export interface DbClaimedRow {
   aggregate_id: string;
   /** int8, as decimal text. */
   sequence: string;
+  /** NULL for rows enqueued before migration 010. */
+  type_sequence: string | null;
   event_type: string;
   source: string;
   /** jsonb's text form (`payload::text`): parsing it would round its numbers to doubles. */
@@ -61,6 +63,7 @@ export function toClaimedEvent(row: DbClaimedRow): ClaimedEvent {
     aggregateType: row.aggregate_type,
     aggregateId: row.aggregate_id,
     sequence: row.sequence,
+    typeSequence: row.type_sequence ?? undefined,
     type: row.event_type,
     source: row.source,
     // jsonb's text without the spaces it adds: every number exactly as stored, and exactly the
@@ -101,7 +104,7 @@ function claimUnordered(sql: Queryable, o: ClaimOptions) {
         lease_expires_at = now() + make_interval(secs => ${o.leaseSeconds}),
         attempts = o.attempts + 1
     where o.id = any(array(select id from picked))
-    returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.source,
+    returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.type_sequence, o.event_type, o.source,
               o.payload::text as payload, o.trace_header, o.created_at, o.attempts, true as is_head
   `;
 }
@@ -216,7 +219,7 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
       -- snapshot, these are re-evaluated on it, so a row leased meanwhile is never taken over
       and ${pendingRow(sql)}
       and (o.lease_expires_at is null or o.lease_expires_at <= now())
-    returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.source,
+    returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.type_sequence, o.event_type, o.source,
               o.payload::text as payload, o.trace_header, o.created_at, o.attempts,
               o.id = any(array(select id from heads)) as is_head
   `;

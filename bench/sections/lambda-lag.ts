@@ -1,0 +1,187 @@
+/**
+ * Bench section `lambda-lag`: commit-to-bus lag of the relay as deployed, across invocation
+ * boundaries. The relay bundle from cdk.out runs as Lambda runs it ({@link LambdaService}: warm
+ * environments reused, a new one when all are busy, the context's remaining time counting down
+ * from the template's timeout), invoked on the template's schedule the way EventBridge Scheduler
+ * invokes it (asynchronously, a little late: see {@link schedulerDelay}), while a producer
+ * commits a steady rate of events and the bus answers after a fixed latency. The lag of every
+ * event is the bus's acceptance time less its commit time (first delivery).
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Sql } from '../../shared/platform/index.ts';
+import { ServiceName } from '../../shared/platform/names.ts';
+import { LambdaService } from '../../test/rehearsal/lambda-service.ts';
+import {
+  percentile,
+  readDemoStack,
+  runSchedule,
+  sampleConnections,
+  schedulerDelay,
+  serviceOptions,
+  steadyProducer,
+  templateFunction,
+} from '../support/deployed.ts';
+import type { BusProcess } from '../support/processes.ts';
+
+/** What a deployed-bench section needs from the bench. */
+export interface DeployedBenchContext {
+  /** A `cdk synth` output folder of this checkout. */
+  cdkOut: string;
+  databaseUrl: string;
+  /** The database's name (for `pg_stat_activity`). */
+  database: string;
+  /** A pool on the database, for setup and counting. */
+  sql: Sql;
+  bus: BusProcess;
+  log: (line: string) => void;
+  /** Prints a markdown table and keeps it for the results file. */
+  report: (table: string) => void;
+}
+
+/** Knobs of the lag run. */
+export interface LambdaLagOptions {
+  ratePerSecond: number;
+  /** Invocation boundaries the producer runs across (at least 3). */
+  boundaries: number;
+  busLatencyMs: number;
+  /** Each scheduled invocation arrives 0–this late, ms (uniform, seeded). */
+  schedulerJitterMs: number;
+  /** One invocation arrives this much later still (a bad minute): `k` counts from 0. */
+  lateInvocation?: { k: number; ms: number };
+  /** Sandbox creation before a new environment's init, ms (the init itself is measured). */
+  coldStartExtraMs: number;
+  seed: number;
+}
+
+/** What the lag run measured. */
+export interface LambdaLagFigures {
+  schedule: string;
+  timeoutSeconds: number;
+  offered: number;
+  delivered: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+  overOneSecondShare: number;
+  peakRelayConnections: number;
+  peakConcurrentInvocations: number;
+  environments: number;
+  invocations: {
+    n: number;
+    scheduledAtS: number;
+    startedAtS: number;
+    endedAtS: number;
+    coldStart: boolean;
+    environment: number;
+    outcome: string;
+  }[];
+}
+
+/** Runs the lag measurement and reports its table. */
+export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions): Promise<LambdaLagFigures> {
+  const stack = await readDemoStack(ctx.cdkOut);
+  const relay = templateFunction(stack, '/Outbox/RelayFunction/Resource');
+  const schedule = stack.schedules.find((s) => s.targetLogicalId === relay.logicalId);
+  if (!schedule || !Number.isFinite(schedule.periodSeconds)) {
+    throw new Error(`lambda-lag: no rate schedule invokes the relay (${schedule?.expression ?? 'none'})`);
+  }
+  await ctx.sql`truncate outbox, outbox_aggregate`;
+  await ctx.bus.reset();
+  await ctx.bus.setFaults({ latencyMs: o.busLatencyMs });
+
+  const service = new LambdaService(
+    serviceOptions(
+      relay,
+      { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url },
+      { coldStartExtraMs: o.coldStartExtraMs },
+    ),
+  );
+  const periodMs = schedule.periodSeconds * 1000;
+  const delay = schedulerDelay(o.seed, o.schedulerJitterMs, o.lateInvocation);
+  const connections = sampleConnections(ctx.sql, ctx.database, ServiceName.relay);
+  const errors: unknown[] = [];
+  ctx.log(
+    `lambda-lag: ${schedule.expression}, timeout ${relay.timeoutSeconds} s, ${o.ratePerSecond} events/s across ${o.boundaries} boundaries`,
+  );
+  const scheduler = runSchedule(service, periodMs, schedule.input, delay, (e) => errors.push(e));
+  let figures: LambdaLagFigures;
+  let stoppedAt = Number.POSITIVE_INFINITY;
+  try {
+    // The producer starts once the first invocation has had time to start (cold), and runs across
+    // the boundaries, into the invocation after the last one.
+    await sleep(Math.max(0, scheduler.start + 5_000 - Date.now()));
+    const producer = steadyProducer(ctx.sql, o.ratePerSecond);
+    const endAt = scheduler.start + o.boundaries * periodMs + 20_000;
+    while (Date.now() < endAt) {
+      if (errors.length > 0) throw errors[0];
+      await sleep(1_000);
+    }
+    await producer.stop();
+    // Whatever is still pending gets a bounded time to arrive.
+    const deliverBy = Date.now() + 30_000;
+    while (Date.now() < deliverBy && (await ctx.bus.stats()).accepted < producer.committedAt.size) {
+      await sleep(200);
+    }
+    const lags: number[] = [];
+    const seen = new Set<string>();
+    for (const e of await ctx.bus.events()) {
+      const id = (e.detail as { metadata: { eventId: string } }).metadata.eventId;
+      const c = producer.committedAt.get(id);
+      if (c === undefined || seen.has(id)) continue;
+      seen.add(id);
+      lags.push(e.receivedAt - c);
+    }
+    figures = {
+      schedule: schedule.expression,
+      timeoutSeconds: relay.timeoutSeconds,
+      offered: producer.committedAt.size,
+      delivered: lags.length,
+      p50: percentile(lags, 50),
+      p90: percentile(lags, 90),
+      p99: percentile(lags, 99),
+      max: percentile(lags, 100),
+      overOneSecondShare: lags.filter((l) => l > 1_000).length / Math.max(1, lags.length),
+      peakRelayConnections: connections.peak(),
+      peakConcurrentInvocations: service.peakConcurrency,
+      environments: service.environmentsCreated,
+      invocations: [],
+    };
+  } finally {
+    stoppedAt = Date.now();
+    scheduler.stop();
+    await connections.stop();
+    // The invocations still running are not waited for (up to a timeout each): Lambda would
+    // freeze them; here their processes are ended.
+    await service.stop({ wait: false });
+  }
+  const s = (t: number) => Number(((t - scheduler.start) / 1000).toFixed(1));
+  figures.invocations = service.records.map((r) => ({
+    n: r.n,
+    scheduledAtS: s(scheduler.start + (r.n - 1) * periodMs),
+    startedAtS: s(r.startedAt),
+    endedAtS: s(r.endedAt),
+    coldStart: r.coldStart,
+    environment: r.environment,
+    // Still running when the run ended (its process was ended then), or how it ended.
+    outcome: r.endedAt >= stoppedAt && r.outcome.type !== 'result' ? 'running at the end' : r.outcome.type,
+  }));
+  const f = figures;
+  ctx.report(
+    `### Commit-to-bus lag as deployed: the relay bundle on its schedule, ${o.ratePerSecond} events/s, ${o.busLatencyMs} ms bus latency, ${o.boundaries} invocation boundaries
+
+| schedule, timeout | offered | delivered | p50 | p90 | p99 | max | over 1 s | peak relay connections | peak invocations at once |
+|---|---|---|---|---|---|---|---|---|---|
+| \`${f.schedule}\`, ${f.timeoutSeconds} s | ${f.offered} | ${f.delivered} | ${f.p50} ms | ${f.p90} ms | ${f.p99} ms | ${f.max} ms | ${(f.overOneSecondShare * 100).toFixed(1)} % | ${f.peakRelayConnections} | ${f.peakConcurrentInvocations} |
+
+Invocations (s from the schedule's start; scheduled every ${periodMs / 1000} s, each 0–${o.schedulerJitterMs / 1000} s late${o.lateInvocation ? `, invocation ${o.lateInvocation.k + 1} a further ${o.lateInvocation.ms / 1000} s` : ''}; a new environment waits ${o.coldStartExtraMs} ms for its sandbox, then really starts and imports the bundle): ${f.invocations
+      .map(
+        (i) =>
+          `#${i.n} env ${i.environment}${i.coldStart ? ' (cold)' : ''} ${i.startedAtS}–${i.outcome === 'result' ? i.endedAtS : `${i.endedAtS} (${i.outcome})`}`,
+      )
+      .join(
+        ', ',
+      )}. The bundle is the one \`cdk synth\` wrote, with the template's environment, memory and timeout; RDS Proxy and IAM are not here (a direct connection, the pooler settings kept). Connections: \`pg_stat_activity\` rows of the relay's application name, sampled every 100 ms.`,
+  );
+  return figures;
+}

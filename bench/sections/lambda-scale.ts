@@ -1,0 +1,169 @@
+/**
+ * Bench section `lambda-scale`: draining a backlog with 1, 2 and 4 relays, as deployed. The relay
+ * and monitor bundles from cdk.out run as Lambda runs them ({@link LambdaService}); the relay's
+ * schedule and the monitor's fire together, every period, until the backlog is drained (a drain
+ * longer than a period meets the next scheduled relay, as deployed); the monitor measures the
+ * backlog and starts the
+ * extra relays through the real Lambda client, against a local Invoke endpoint that hands each
+ * asynchronous invocation to the relay's environments (a new one, cold, when all are busy).
+ * `maxRelays` is set through the monitor's OUTBOX_MAX_RELAYS, with OUTBOX_BACKLOG_PER_RELAY 1 so
+ * that the backlog asks for all of them.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ServiceName } from '../../shared/platform/names.ts';
+import { LambdaService } from '../../test/rehearsal/lambda-service.ts';
+import { startLocalLambda } from '../../test/support/local-lambda.ts';
+import {
+  readDemoStack,
+  runSchedule,
+  sampleConnections,
+  serviceOptions,
+  templateFunction,
+} from '../support/deployed.ts';
+import type { DeployedBenchContext } from './lambda-lag.ts';
+
+/** Knobs of the scale-out run. */
+export interface LambdaScaleOptions {
+  rows: number;
+  relays: number[];
+  busLatencyMs: number;
+  /** Sandbox creation before a new environment's init, ms. */
+  coldStartExtraMs: number;
+  /** Give up on a drain after this long, ms. */
+  drainTimeoutMs: number;
+}
+
+/** One drain. */
+export interface LambdaScaleRow {
+  relays: number;
+  drainSeconds: number;
+  eventsPerSecond: number;
+  relayInvocations: number;
+  peakRelaysAtOnce: number;
+  extraRelaysStarted: number;
+  peakConnections: number;
+  coldStarts: number;
+}
+
+/** Runs the drains and reports their table. */
+export async function lambdaScale(
+  ctx: DeployedBenchContext,
+  o: LambdaScaleOptions,
+): Promise<LambdaScaleRow[]> {
+  const stack = await readDemoStack(ctx.cdkOut);
+  const relay = templateFunction(stack, '/Outbox/RelayFunction/Resource');
+  const monitor = templateFunction(stack, '/Outbox/MonitorFunction/Resource');
+  const relayName = monitor.environment.OUTBOX_RELAY_FUNCTION_NAME;
+  if (!relayName) throw new Error('lambda-scale: the template gives the monitor no relay function to invoke');
+  const scheduleOf = (logicalId: string) => {
+    const x = stack.schedules.find((y) => y.targetLogicalId === logicalId);
+    if (!x || !Number.isFinite(x.periodSeconds))
+      throw new Error(`lambda-scale: no rate schedule for ${logicalId}`);
+    return x;
+  };
+  const relayPeriodMs = scheduleOf(relay.logicalId).periodSeconds * 1000;
+  const relayInput = scheduleOf(relay.logicalId).input;
+  const monitorPeriodMs = scheduleOf(monitor.logicalId).periodSeconds * 1000;
+  const monitorInput = scheduleOf(monitor.logicalId).input;
+  const rows: LambdaScaleRow[] = [];
+  for (const k of o.relays) {
+    await ctx.sql`truncate outbox, outbox_aggregate`;
+    await ctx.sql`
+      insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload)
+      select 'order', g::text, 1, 'OrderPlaced', 'bench.orders', jsonb_build_object('orderId', g, 'total', g * 3)
+      from generate_series(1, ${o.rows}) g`;
+    await ctx.sql`vacuum analyze outbox`;
+    await ctx.bus.reset();
+    await ctx.bus.setFaults({ latencyMs: o.busLatencyMs });
+
+    const relays = new LambdaService(
+      serviceOptions(
+        relay,
+        { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url },
+        { coldStartExtraMs: o.coldStartExtraMs },
+      ),
+    );
+    const errors: unknown[] = [];
+    const lambda = await startLocalLambda({
+      onInvoke: (i) => {
+        if (i.functionName !== relayName) errors.push(new Error(`invoked ${i.functionName}`));
+        else relays.invoke(i.payload).catch((e: unknown) => errors.push(e));
+      },
+    });
+    const monitors = new LambdaService(
+      serviceOptions(
+        monitor,
+        { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url, lambdaUrl: lambda.url },
+        {
+          coldStartExtraMs: o.coldStartExtraMs,
+          environment: { OUTBOX_MAX_RELAYS: String(k), OUTBOX_BACKLOG_PER_RELAY: '1' },
+        },
+      ),
+    );
+    const connections = sampleConnections(ctx.sql, ctx.database, ServiceName.relay);
+    ctx.log(`lambda-scale: ${o.rows} events, up to ${k} relay(s), ${o.busLatencyMs} ms bus`);
+    const started = Date.now();
+    let drainedAt: number | undefined;
+    // Both schedules fire at the same moments, on time (Scheduler invokes asynchronously); the
+    // drain may outlast a period, and then the next invocations join as they would deployed.
+    const onError = (e: unknown) => errors.push(e);
+    const relaySchedule = runSchedule(relays, relayPeriodMs, relayInput, () => 0, onError);
+    const monitorSchedule = runSchedule(monitors, monitorPeriodMs, monitorInput, () => 0, onError);
+    try {
+      while (Date.now() - started < o.drainTimeoutMs) {
+        if (errors.length > 0) throw errors[0];
+        if ((await ctx.bus.stats()).accepted >= o.rows) {
+          drainedAt = Date.now();
+          break;
+        }
+        await sleep(100);
+      }
+      if (drainedAt === undefined) throw new Error(`lambda-scale: not drained within ${o.drainTimeoutMs} ms`);
+      relaySchedule.stop();
+      monitorSchedule.stop();
+      // The monitor's invocations take seconds; their summaries say how many extras they started.
+      while (monitors.running > 0) await sleep(100);
+      const failed = monitors.records.find((r) => r.outcome.type !== 'result');
+      if (failed) throw new Error(`lambda-scale: a monitor invocation failed: ${failed.outcome.error}`);
+      const extras = monitors.records.reduce(
+        (n, r) =>
+          n + ((r.outcome.result as { scaleOut?: { started: number } } | undefined)?.scaleOut?.started ?? 0),
+        0,
+      );
+      const seconds = (drainedAt - started) / 1000;
+      rows.push({
+        relays: k,
+        drainSeconds: Number(seconds.toFixed(1)),
+        eventsPerSecond: Math.round(o.rows / seconds),
+        relayInvocations: relays.records.length + relays.running,
+        peakRelaysAtOnce: relays.peakConcurrency,
+        extraRelaysStarted: extras,
+        peakConnections: connections.peak(),
+        coldStarts: relays.environmentsCreated,
+      });
+    } finally {
+      relaySchedule.stop();
+      monitorSchedule.stop();
+      await connections.stop();
+      await relays.stop({ wait: false });
+      await monitors.stop({ wait: false });
+      await lambda.close();
+    }
+  }
+  const single = rows[0]?.eventsPerSecond ?? 1;
+  ctx.report(
+    `### Draining a ${o.rows.toLocaleString('en')}-event backlog as deployed, ${o.busLatencyMs} ms bus latency: the scheduled relay and the extra relays the monitor starts
+
+| relays (maxRelays) | drained in | events/s | speed-up | relays at once (peak) | extra relays the monitor started | relay connections (peak) |
+|---|---|---|---|---|---|---|
+${rows
+  .map(
+    (r) =>
+      `| ${r.relays} | ${r.drainSeconds} s | ${r.eventsPerSecond} | ${(r.eventsPerSecond / single).toFixed(2)}× | ${r.peakRelaysAtOnce} | ${r.extraRelaysStarted} | ${r.peakConnections} |`,
+  )
+  .join('\n')}
+
+The relay and monitor bundles from \`cdk synth\`, with the template's environment, memory and timeout; both schedules fire together, on time, every period until the drain is over, and the monitor (OUTBOX_MAX_RELAYS set to the row's figure, OUTBOX_BACKLOG_PER_RELAY 1) starts the extra relays through \`@aws-sdk/client-lambda\` against a local Invoke endpoint; an invocation that finds no idle environment starts a new one (a cold start: ${o.coldStartExtraMs} ms of sandbox, then a real process start and import). "Relays at once" may exceed maxRelays by one: a drain longer than a period meets the scheduled relay's successor while its predecessor still polls. "Drained in": from the schedules' firing to the bus holding every event. All relays share this machine's cores (in Lambda each has its own share of a vCPU).`,
+  );
+  return rows;
+}

@@ -1,0 +1,241 @@
+/**
+ * The relay as deployed, for the bench: the functions and schedules of the synthesised template,
+ * run as Lambda runs them ({@link LambdaService}: the bundle from cdk.out in processes of its own,
+ * warm environments reused, a context counting down from the template's timeout), invoked the way
+ * EventBridge Scheduler invokes them (every period of the template's rate, a little late), with a
+ * steady producer and the database's connections counted from `pg_stat_activity`.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Sql } from '../../shared/platform/index.ts';
+import { enqueue } from '../../shared/producer/index.ts';
+import type { LambdaService, LambdaServiceOptions } from '../../test/rehearsal/lambda-service.ts';
+import { readStack, type SynthesisedStack, type TemplateFunction } from '../../test/rehearsal/template.ts';
+
+/** The demo stack `cdk synth` writes. */
+export const STACK_NAME = 'OutboxRelayDemo';
+
+/** Reads the synthesised demo stack, deploy-time values standing in as the rehearsal's do. */
+export function readDemoStack(cdkOut: string): Promise<SynthesisedStack> {
+  return readStack(cdkOut, STACK_NAME, {
+    region: 'us-east-1',
+    account: '123456789012',
+    proxyEndpoint: 'proxy.invalid',
+    instanceAddress: 'instance.invalid',
+    instancePort: 5432,
+  });
+}
+
+/** The function whose construct path ends with `suffix` (e.g. `/Outbox/RelayFunction/Resource`). */
+export function templateFunction(stack: SynthesisedStack, suffix: string): TemplateFunction {
+  const f = stack.functions.find((x) => x.path.endsWith(suffix));
+  if (!f) throw new Error(`no function ${suffix} in the template`);
+  return f;
+}
+
+/**
+ * A function of the template as a {@link LambdaService} runs it here: the template's environment
+ * with the database and the bus local. RDS Proxy with IAM authentication is not here (no token to
+ * sign, no RDS CA bundle), so the PG* and IAM variables give way to `DATABASE_URL`; the pooler
+ * setting the template implies (`transaction`, the default with IAM auth: no prepared
+ * statements, one statement in flight per connection) is kept, so the connections counted are
+ * the ones the deployed relay opens.
+ */
+export function serviceOptions(
+  f: TemplateFunction,
+  local: { databaseUrl: string; busUrl: string; lambdaUrl?: string },
+  extra: Partial<LambdaServiceOptions> & { environment?: Record<string, string> } = {},
+): LambdaServiceOptions {
+  const environment: Record<string, string> = {};
+  for (const [k, v] of Object.entries(f.environment)) {
+    if (/^PG|^OUTBOX_DB_IAM|NODE_EXTRA_CA/.test(k)) continue;
+    environment[k] = v;
+  }
+  return {
+    spec: {
+      name: f.logicalId,
+      assetDir: f.assetDir,
+      handler: f.handler,
+      memoryMb: f.memoryMb,
+      environment: {
+        ...environment,
+        DATABASE_URL: local.databaseUrl,
+        OUTBOX_DB_POOLER: 'transaction',
+        ...extra.environment,
+      },
+    },
+    baseEnv: {
+      AWS_REGION: 'us-east-1',
+      AWS_DEFAULT_REGION: 'us-east-1',
+      AWS_ACCESS_KEY_ID: 'ASIABENCH',
+      AWS_SECRET_ACCESS_KEY: 'bench',
+      AWS_SESSION_TOKEN: 'bench',
+      AWS_ENDPOINT_URL_EVENTBRIDGE: local.busUrl,
+      ...(local.lambdaUrl ? { AWS_ENDPOINT_URL_LAMBDA: local.lambdaUrl } : {}),
+    },
+    timeoutMs: f.timeoutSeconds * 1000,
+    ...extra,
+  };
+}
+
+/** mulberry32, so that a run's delays can be replayed. */
+export function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** When a schedule's k-th invocation (0, 1, 2…) reaches the function, ms after the schedule's time. */
+export type SchedulerDelay = (k: number) => number;
+
+/**
+ * EventBridge Scheduler, as the bench assumes it (no published figure for a schedule without a
+ * flexible time window): each invocation 0–`jitterMs` late (uniform, seeded), and the invocation
+ * numbered `late.k` a further `late.ms` late, a bad minute.
+ */
+export function schedulerDelay(
+  seed: number,
+  jitterMs: number,
+  late?: { k: number; ms: number },
+): SchedulerDelay {
+  const random = seeded(seed);
+  const delays = new Map<number, number>();
+  return (k) => {
+    let d = delays.get(k);
+    if (d === undefined) {
+      d = random() * jitterMs + (late && late.k === k ? late.ms : 0);
+      delays.set(k, d);
+    }
+    return d;
+  };
+}
+
+/**
+ * Invokes `service` on a schedule: at `start + k × periodMs + delay(k)` for k = 0, 1, 2… until
+ * stopped, asynchronously (an invocation is not awaited: Scheduler invokes Lambda with
+ * InvocationType Event). Returns the stop function.
+ */
+export function runSchedule(
+  service: LambdaService,
+  periodMs: number,
+  input: unknown,
+  delay: SchedulerDelay,
+  onError: (error: unknown) => void,
+): { start: number; stop: () => void } {
+  const start = Date.now();
+  let stopped = false;
+  const timers: NodeJS.Timeout[] = [];
+  const plan = (k: number) => {
+    if (stopped) return;
+    const at = start + k * periodMs + delay(k);
+    timers.push(
+      setTimeout(
+        () => {
+          if (stopped) return;
+          service.invoke(input).catch(onError);
+          plan(k + 1);
+        },
+        Math.max(0, at - Date.now()),
+      ),
+    );
+  };
+  plan(0);
+  return {
+    start,
+    stop: () => {
+      stopped = true;
+      for (const t of timers) clearTimeout(t);
+    },
+  };
+}
+
+/**
+ * Counts the database connections of one application (`pg_stat_activity.application_name`) every
+ * `everyMs` until stopped; `peak` is the largest count seen.
+ */
+export function sampleConnections(
+  sql: Sql,
+  database: string,
+  applicationName: string,
+  everyMs = 100,
+): { samples: [number, number][]; peak: () => number; stop: () => Promise<void> } {
+  const samples: [number, number][] = [];
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const [row] = await sql<{ n: number }[]>`
+        select count(*)::int as n from pg_stat_activity
+        where datname = ${database} and application_name = ${applicationName}`;
+      samples.push([Date.now(), row?.n ?? 0]);
+      await sleep(everyMs);
+    }
+  })();
+  return {
+    samples,
+    peak: () => Math.max(0, ...samples.map(([, n]) => n)),
+    stop: async () => {
+      running = false;
+      await loop;
+    },
+  };
+}
+
+/**
+ * Commits `ratePerSecond` events a second, each in a transaction of its own, until stopped;
+ * `committedAt` maps each event's id to `Date.now()` just after its commit returned.
+ */
+export function steadyProducer(
+  sql: Sql,
+  ratePerSecond: number,
+  aggregates = 5_000,
+): { committedAt: Map<string, number>; sent: () => number; stop: () => Promise<void> } {
+  const committedAt = new Map<string, number>();
+  let sent = 0;
+  let running = true;
+  const inflight = new Set<Promise<void>>();
+  const start = performance.now();
+  const loop = (async () => {
+    while (running) {
+      const due = Math.floor(((performance.now() - start) / 1000) * ratePerSecond);
+      while (sent < due) {
+        sent++;
+        const n = sent;
+        const p = sql
+          .begin((tx) =>
+            enqueue(tx, {
+              type: 'OrderPlaced',
+              source: 'bench.orders',
+              aggregateType: 'order',
+              aggregateId: String(n % aggregates),
+              payload: { n },
+            }),
+          )
+          .then((r) => {
+            committedAt.set(r.eventId, Date.now());
+          })
+          .finally(() => inflight.delete(p));
+        inflight.add(p);
+      }
+      await sleep(5);
+    }
+    await Promise.all(inflight);
+  })();
+  return {
+    committedAt,
+    sent: () => sent,
+    stop: async () => {
+      running = false;
+      await loop;
+    },
+  };
+}
+
+/** The `p`-th percentile of `xs` (nearest rank). */
+export function percentile(xs: readonly number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? 0;
+}

@@ -1,0 +1,115 @@
+/**
+ * Reads the EventBridge event a rule hands its Lambda target: the outbox envelope in `detail`,
+ * checked field by field, and the payload validated against the consumer's schema. Every refusal
+ * is a typed error naming the field (errors.ts).
+ */
+import type { EventBridgeEvent } from 'aws-lambda';
+import type { z } from 'zod';
+import type { EnvelopeMetadata } from '../platform/envelope.ts';
+import { InboxEnvelopeError, InboxPayloadError } from './errors.ts';
+
+/** The event as the inbox hands it to `key`: who sent it, what it is, and its envelope. */
+export interface InboxEvent<T = Record<string, unknown>> {
+  /** The DetailType, e.g. `OrderPlaced`. */
+  type: string;
+  /** The event's Source, e.g. `shop.orders`. */
+  source: string;
+  metadata: EnvelopeMetadata;
+  /** `detail.data`, validated when the consumer gave a `schema`. */
+  data: T;
+}
+
+/** An event read by {@link readDelivery}, with its positions as exact integers. */
+export interface Delivery<T> extends InboxEvent<T> {
+  sequence: bigint;
+  /** Absent on events enqueued before migration 010. */
+  typeSequence: bigint | undefined;
+}
+
+/** EventBridge's caps: Source 256 characters, DetailType 128 (PutEvents API reference). */
+const MAX_SOURCE = 256;
+const MAX_DETAIL_TYPE = 128;
+
+/**
+ * A position in a chain: a positive whole number. The outbox writes it as a JSON number; a
+ * decimal string is accepted too, so that a sequence past 2^53 can travel without loss.
+ */
+function position(value: unknown, field: string, required: boolean): bigint | undefined {
+  if (value === undefined || value === null) {
+    if (required) throw new InboxEnvelopeError(field, 'is required (a whole number from 1)');
+    return undefined;
+  }
+  let n: bigint | undefined;
+  if (typeof value === 'number' && Number.isSafeInteger(value)) n = BigInt(value);
+  else if (typeof value === 'string' && /^[0-9]{1,19}$/.test(value)) n = BigInt(value);
+  if (n === undefined || n < 1n || n > 9_223_372_036_854_775_807n) {
+    throw new InboxEnvelopeError(
+      field,
+      `expected a whole number from 1 (the outbox numbers each aggregate's events 1, 2, 3…), got ${JSON.stringify(value)}`,
+    );
+  }
+  return n;
+}
+
+function text(value: unknown, field: string, max: number): string {
+  if (typeof value !== 'string' || value.trim() === '')
+    throw new InboxEnvelopeError(field, `expected a non-empty string, got ${JSON.stringify(value)}`);
+  if (value.length > max) throw new InboxEnvelopeError(field, `longer than ${max} characters`);
+  return value;
+}
+
+/**
+ * Reads and checks the event.
+ * @param types the DetailTypes the consumer declared it receives, if it did
+ * @throws {InboxEnvelopeError} naming the field when the envelope is missing or malformed, or the
+ *   DetailType is not among `types`
+ * @throws {InboxPayloadError} naming the first field the schema refused
+ */
+export function readDelivery<T>(
+  event: EventBridgeEvent<string, unknown>,
+  options: { types?: readonly string[]; schema?: z.ZodType<T> },
+): Delivery<T> {
+  const type = text(event?.['detail-type'], 'detail-type', MAX_DETAIL_TYPE);
+  const source = text(event?.source, 'source', MAX_SOURCE);
+  const detail = event.detail as { metadata?: Record<string, unknown>; data?: unknown } | undefined;
+  const m = detail?.metadata;
+  if (!m || typeof m !== 'object') {
+    throw new InboxEnvelopeError(
+      'detail.metadata',
+      'missing: expected { eventId, aggregateType, aggregateId, sequence } from the outbox envelope',
+    );
+  }
+  const eventId = text(m.eventId, 'detail.metadata.eventId', 512);
+  const aggregateType = text(m.aggregateType, 'detail.metadata.aggregateType', 512);
+  const aggregateId = text(m.aggregateId, 'detail.metadata.aggregateId', 512);
+  const sequence = position(m.sequence, 'detail.metadata.sequence', true) as bigint;
+  const typeSequence = position(m.typeSequence, 'detail.metadata.typeSequence', false);
+  if (typeSequence !== undefined && typeSequence > sequence) {
+    throw new InboxEnvelopeError(
+      'detail.metadata.typeSequence',
+      `${typeSequence} is past the event's sequence ${sequence}: an event's rank among its type cannot exceed its rank in the aggregate`,
+    );
+  }
+  if (options.types && !options.types.includes(type)) {
+    throw new InboxEnvelopeError(
+      'detail-type',
+      `${type} is not among the types this consumer declared (${options.types.join(', ')}): add it to \`types\`, or narrow the rule that delivers it`,
+    );
+  }
+  let data = detail?.data as T;
+  if (options.schema) {
+    const parsed = options.schema.safeParse(detail?.data);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      const path = (issue?.path ?? [])
+        .map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`))
+        .join('');
+      throw new InboxPayloadError(`detail.data${path}`, issue?.message ?? 'does not match the schema', {
+        cause: parsed.error,
+      });
+    }
+    data = parsed.data;
+  }
+  const metadata = { ...(m as unknown as EnvelopeMetadata), eventId, aggregateType, aggregateId };
+  return { type, source, metadata, data, sequence, typeSequence };
+}

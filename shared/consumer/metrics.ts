@@ -1,0 +1,45 @@
+/**
+ * The inbox's metrics, as CloudWatch Embedded Metric Format: one JSON line on stdout per event that
+ * was not simply applied in order, which CloudWatch Logs turns into a metric with no API call and
+ * no dependency in the consumer's bundle ("Specification: Embedded metric format", CloudWatch
+ * User Guide). Lambda's runtime forwards stdout to the function's log group as it is.
+ */
+import { DEFAULT_METRIC_NAMESPACE, INBOX_METRIC_DIMENSION, type InboxMetricName } from '../platform/names.ts';
+
+/** Where the inbox's metrics go. */
+export interface InboxMetricsOptions {
+  /** CloudWatch namespace. Default `Outbox` ({@link DEFAULT_METRIC_NAMESPACE}). */
+  namespace?: string;
+  /** Receives each EMF line. Default: written to stdout. */
+  write?: (line: string) => void;
+}
+
+/** Emits one count for `consumer`; nothing when metrics are off. */
+export type InboxMetricSink = (name: InboxMetricName) => void;
+
+/** Builds the sink of one consumer. */
+export function inboxMetrics(
+  consumer: string,
+  options: InboxMetricsOptions | false | undefined,
+): InboxMetricSink {
+  if (options === false) return () => {};
+  const namespace = options?.namespace ?? DEFAULT_METRIC_NAMESPACE;
+  const write = options?.write ?? ((line: string) => process.stdout.write(`${line}\n`));
+  return (name) =>
+    write(
+      JSON.stringify({
+        _aws: {
+          Timestamp: Date.now(),
+          CloudWatchMetrics: [
+            {
+              Namespace: namespace,
+              Dimensions: [[INBOX_METRIC_DIMENSION]],
+              Metrics: [{ Name: name, Unit: 'Count' }],
+            },
+          ],
+        },
+        [INBOX_METRIC_DIMENSION]: consumer,
+        [name]: 1,
+      }),
+    );
+}
