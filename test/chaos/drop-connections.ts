@@ -8,6 +8,10 @@
  * replace it after a connection failure, as the relay does (the driver can leave a dead connection's
  * slot unable to send). Prints one JSON line and exits 0 when the process lived through the run and
  * the server still answers a new connection.
+ *
+ * It runs for `<seconds>`, and then on (up to 40 s in all) until it has seen at least 100 statements
+ * complete and 10 connections terminated: on a loaded machine 8 s may hold too few of either for
+ * the run to show anything (a CI run at load 10 on 2 cores completed 56).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
@@ -18,6 +22,8 @@ import {
 } from '../../shared/platform/index.ts';
 
 const [url, seconds = '8'] = process.argv.slice(2);
+const MIN_COMPLETED = 100;
+const MIN_TERMINATED = 10;
 if (!url) throw new Error('usage: drop-connections.ts <database url> [seconds]');
 const warnings: string[] = [];
 ignoreTransientDriverRejections((message) => warnings.push(message));
@@ -26,12 +32,16 @@ const app = `drop-${process.pid}`;
 const pool = openPool({ url, max: 4, env: {}, applicationName: app });
 const admin = connect({ url, max: 1, env: {} });
 const until = Date.now() + Number(seconds) * 1000;
+const hardUntil = Date.now() + 40_000;
 const failures = new Map<string, number>();
 let completed = 0;
 let terminated = 0;
+const running = () =>
+  Date.now() < until ||
+  (Date.now() < hardUntil && (completed < MIN_COMPLETED || terminated < MIN_TERMINATED));
 
 const worker = async (i: number) => {
-  while (Date.now() < until) {
+  while (running()) {
     const generation = pool.generation;
     const sql = pool.sql;
     try {
@@ -54,7 +64,7 @@ const worker = async (i: number) => {
   }
 };
 const killer = async () => {
-  while (Date.now() < until) {
+  while (running()) {
     const [row] = await admin<{ n: number }[]>`
       select count(pg_terminate_backend(pid))::int as n from pg_stat_activity where application_name = ${app}`;
     terminated += row?.n ?? 0;
