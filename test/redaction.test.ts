@@ -147,6 +147,18 @@ describe('a database password never reaches the output', () => {
     );
   }, 120_000);
 
+  it('the deploy-time migration refuses an ambiguous URL before connecting to a host made of the password', async () => {
+    // Found by the property below (CI, 2026-12-01): node-pg-migrate's driver read the host after the
+    // password's first `@`, looked up "ρZχ" and printed it in its error.
+    const url = `postgres://app:ν@ρZχ/aβου$ο#;@${REFUSED}/shop?sslmode=disable`;
+    const lines: string[] = [];
+    const error = await migrateWithRoles(url, { log: (line) => lines.push(line) }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ name: 'OutboxConfigError', variable: 'DATABASE_URL' });
+    const output = [...lines, inspect(error, { depth: 5 })].join('\n');
+    expect(output).not.toContain('ρZχ');
+    expect(output).toContain('is ambiguous');
+  });
+
   it('in the log lines and errors of the deploy-time migration and of connect() (property)', async () => {
     await fc.assert(
       fc.asyncProperty(password, fc.boolean(), async (pw, encoded) => {

@@ -5,7 +5,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { runner } from 'node-pg-migrate';
-import { databasePasswords, redactError, redactPasswords } from './database-target.ts';
+import { checkDatabaseUrl, databasePasswords, redactError, redactPasswords } from './database-target.ts';
 
 /**
  * The folder holding the SQL migrations: `OUTBOX_MIGRATIONS_DIR` when set (the migrate Lambda's
@@ -21,6 +21,8 @@ export const MIGRATIONS_TABLE = 'outbox_migrations';
  * Applies every pending migration, in one transaction, waiting for a concurrent migrator.
  * @param databaseUrl a connection string; when omitted, libpq's `PG*` variables are used
  * @returns the names of the migrations applied now (empty when the schema was current)
+ * @throws {OutboxConfigError} when `databaseUrl` is not a URL the drivers read alike (see
+ *   `checkDatabaseUrl`), before any connection is tried
  * @throws the database error of the failing migration; nothing is applied then
  */
 export async function migrate(
@@ -30,6 +32,9 @@ export async function migrate(
   // node-pg-migrate logs a failed connection with the driver's error inspected whole; neither
   // its lines nor its errors may carry the password.
   const passwords = databasePasswords(process.env, databaseUrl);
+  // node-pg-migrate's driver (pg) reads an ambiguous URL's host from inside the password, then
+  // prints that host in its lookup error: refuse such a URL here, as connect() does.
+  if (databaseUrl !== undefined) checkDatabaseUrl(databaseUrl);
   const log = options.log ?? (() => {});
   let applied: Awaited<ReturnType<typeof runner>>;
   try {
