@@ -1,5 +1,5 @@
 /**
- * The README's consumer section, as a newcomer follows it: its snippets are the files in
+ * The consumer docs (docs/consuming.md), as a newcomer follows them: its snippets are the files in
  * examples/consumer/ (which `npm run typecheck` compiles, importing the package by its name), and
  * the local invocation script runs against a real database, applies the event once, acknowledges
  * it the second time, and exits by itself.
@@ -61,15 +61,15 @@ function invokeLocally(): Promise<{
   );
 }
 
-describe("the README's consumer section", () => {
+describe('the consumer docs (docs/consuming.md)', () => {
   it('shows the example files as they are: handler, event, local invocation', async () => {
-    const readme = await readFile(`${root}README.md`, 'utf8');
+    const page = await readFile(`${root}docs/consuming.md`, 'utf8');
     for (const [file, lang] of [
       ['handler.ts', 'ts'],
       ['event.json', 'json'],
       ['invoke-locally.ts', 'ts'],
     ] as const) {
-      expect(readme, `README shows examples/consumer/${file}`).toContain(
+      expect(page, `docs/consuming.md shows examples/consumer/${file}`).toContain(
         `\`\`\`${lang}\n${(await example(file)).trimEnd()}\n\`\`\``,
       );
     }

@@ -410,7 +410,7 @@ describe('demo stack (synthesised)', () => {
         MaximumRetryAttempts: 0,
         MaximumEventAgeInSeconds: 60,
       });
-      // No reserved concurrency by default: see the README (Deploy) for why.
+      // No reserved concurrency by default: see docs/deploying.md#scheduled-invocations for why.
       expect(
         (functions[id] as { Properties: Record<string, unknown> }).Properties.ReservedConcurrentExecutions,
       ).toBeUndefined();
@@ -1039,9 +1039,9 @@ describe('demo stack without a proxy (databaseAccess=direct, synthesised)', () =
     expect(JSON.stringify(everyConnect)).not.toMatch(/\*|outbox_admin/);
   });
 
-  it('agrees with the README: the picture, the prose and the cost table count what the templates have', () => {
-    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
-    const deploy = readme.slice(readme.indexOf('\n## Deploy'), readme.indexOf('\n## Tear down'));
+  it('agrees with docs/deploying.md: the picture, the prose and the cost table count what the templates have', () => {
+    const page = readFileSync(new URL('../docs/deploying.md', import.meta.url), 'utf8');
+    const deploy = page.slice(0, page.indexOf('\n## Tear down'));
     // Logical ids start with the construct's path: Outbox… for the relay's, Billing… for the consumer's.
     const alarmsUnder = (t: Template, part: string) =>
       Object.keys(t.findResources('AWS::CloudWatch::Alarm')).filter((id) => id.startsWith(part)).length;
@@ -1066,7 +1066,7 @@ describe('demo stack without a proxy (databaseAccess=direct, synthesised)', () =
     }).toEqual(counts);
     expect(number(/with IAM\), (\w+) alarms/)).toBe(counts.relay);
     // Every resource that is billed by the month has its line in the cost table.
-    const table = deploy.slice(deploy.indexOf('### Rough monthly cost'));
+    const table = deploy.slice(deploy.indexOf('## Rough monthly cost'));
     for (const [type, line] of [
       ['AWS::RDS::DBInstance', /\| RDS db\./],
       ['AWS::RDS::DBProxy', /\| RDS Proxy/],
