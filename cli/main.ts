@@ -147,7 +147,7 @@ Environment:
                                 PGUSER, PGPASSWORD, PGDATABASE); \`npm run db\` in a checkout starts a local one
   EVENT_BUS_NAME                the EventBridge bus (relay)
   AWS_REGION, AWS credentials   to sign PutEvents (relay); AWS_ENDPOINT_URL_EVENTBRIDGE for a local bus
-  OUTBOX_*                      tuning, each with a default (README, "Configuration")
+  OUTBOX_*                      tuning, each with a default (docs/configuration.md)
 
 Output: results on stdout, progress and errors on stderr; --json prints one JSON document.
 Exit status: 0 success, 1 failure, 2 usage or configuration error.`,

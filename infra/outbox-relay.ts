@@ -92,7 +92,7 @@ export const OUTBOX_BUNDLING: nodejs.BundlingOptions = {
 /**
  * The relay's default memory, MB: the smallest size whose share of a vCPU lets one invocation reach
  * the PutEvents bound at the default settings (4 calls in flight × 10 entries / 20 ms = 2,000
- * events/s); the README's sizing table, from `npm run bench`. The bundled handler measured about
+ * events/s); docs/performance.md#lambda-sizing-at-20-ms-bus-latency, from `npm run bench`. The bundled handler measured about
  * 7,800 events per CPU-second at 20 ms bus latency, so 256 MB (14.5 % of a vCPU) moves about
  * 1,130 events/s, CPU-bound, while 512 MB (28.9 %) reaches the 2,000; above 512 MB more memory
  * buys nothing unless OUTBOX_PUBLISH_CONCURRENCY is raised. Memory itself does not decide: over
@@ -107,7 +107,7 @@ export const DEFAULT_RELAY_MEMORY_MB = 512;
  * polls until 8 s before its timeout (RELAY_STOPS_POLLING_BEFORE_TIMEOUT_MS), so with
  * `rate(1 minute)` and 90 s each one is still polling 22 s after its successor was due: the
  * successor may be that late (Scheduler's delay, a cold start) before anything stops polling.
- * Measured as deployed (`npm run bench -- --only lambda-lag`, README "Performance"). The price:
+ * Measured as deployed (`npm run bench -- --only lambda-lag`, docs/performance.md#commit-to-bus-lag-as-deployed-the-relay-bundle-on-its-schedule-100-eventss-20-ms-bus-latency-3-invocation-boundaries). The price:
  * two relays poll at once for up to 22 s a minute, so the relay runs about 82 s of Lambda time a
  * minute instead of 52 s, and opens two pools of connections at the peak.
  */
@@ -145,7 +145,7 @@ export function schedulePeriodSeconds(expression: string): number | undefined {
  *   (the relay up to OUTBOX_PUBLISH_CONCURRENCY + 1, 5 by default; the monitor 2) for up to 5 idle
  *   minutes and 10 to 13 minutes in all, so the database's `max_connections` must cover every
  *   container at the peak; every new connection signs an IAM token, which RDS and Aurora throttle at
- *   200 new IAM-authenticated connections per second (README, Deploy, "Without a proxy").
+ *   200 new IAM-authenticated connections per second (docs/deploying.md#without-a-proxy-iam-straight-to-the-instance-or-cluster).
  */
 export interface OutboxDatabaseTarget {
   /**
@@ -256,7 +256,7 @@ export function outboxDatabaseConnection(target: OutboxDatabaseTarget): OutboxDa
 /**
  * Deploy-time migrations: applied by a CDK Trigger before the relay and monitor functions and their
  * schedules are created or updated. Each migration must work with the code already deployed
- * (expand/contract, see the README's Deploy section).
+ * (expand/contract, see docs/deploying.md#migrations-on-update-expand-then-contract).
  */
 export interface OutboxMigrationProps {
   /** Admin credentials (`username`, `password`, `port`) of the database, e.g. `instance.secret`. */
@@ -352,7 +352,7 @@ export interface OutboxRelayProps {
   readonly maxRelays?: number;
   /**
    * Pending events per relay: the monitor wants `ceil(pending / backlogPerRelay)` relays. A relay
-   * at the default 512 MB moves about 2,000 events/s at 20 ms bus latency (README, sizing), so the
+   * at the default 512 MB moves about 2,000 events/s at 20 ms bus latency (docs/performance.md#lambda-sizing-at-20-ms-bus-latency), so the
    * default starts a second relay when one would need more than about 15 s for the backlog.
    * @default 30,000
    */
@@ -372,7 +372,7 @@ export interface OutboxRelayProps {
    */
   readonly monitorSchedule?: scheduler.ScheduleExpression;
   /**
-   * Extra `OUTBOX_*` settings of the relay (see the README's configuration table); validated by the relay at cold start.
+   * Extra `OUTBOX_*` settings of the relay (see docs/configuration.md#environment-variables); validated by the relay at cold start.
    * @default none
    */
   readonly relayEnvironment?: Readonly<Record<string, string>>;
@@ -639,7 +639,7 @@ export class OutboxRelay extends Construct {
       props.migration.adminSecret.grantRead(this.migrateFunction);
       // Migrations run before the functions and their schedules are created or updated, so new code
       // never meets the old schema. The old code does meet the new schema while the Trigger runs:
-      // migrations must be expand/contract (README, Deploy).
+      // migrations must be expand/contract (docs/deploying.md#migrations-on-update-expand-then-contract).
       new triggers.Trigger(this, 'MigrateTrigger', {
         handler: this.migrateFunction,
         executeAfter: props.migration.executeAfter ?? [],
@@ -861,7 +861,7 @@ function warnOnProxyAuth(scope: Construct, proxy: rds.IDatabaseProxy): void {
     'outbox-relay:proxy-auth',
     `The proxy ${proxy.node.path} authenticates to the database with secrets, so it refuses the relay's and the monitor's ` +
       'IAM logins as their own users. Set defaultAuthScheme: rds.DefaultAuthScheme.IAM_AUTH on it and grant its role ' +
-      'rds-db:connect for OutboxRelay.databaseUsers (README, "How the proxy logs in").',
+      'rds-db:connect for OutboxRelay.databaseUsers (docs/deploying.md#how-the-proxy-logs-in-end-to-end-iam-authentication).',
   );
 }
 
@@ -966,7 +966,7 @@ function warnOnClusterAuth(scope: Construct, cluster: rds.IDatabaseCluster): voi
   Annotations.of(scope).addWarningV2(
     'outbox-relay:cluster-iam-auth',
     `The cluster ${cluster.node.path} does not have IAM database authentication on, so it refuses the relay's and ` +
-      'the monitor\'s IAM logins. Set iamAuthentication: true on it (README, Deploy, "Without a proxy").',
+      "the monitor's IAM logins. Set iamAuthentication: true on it (docs/deploying.md#without-a-proxy-iam-straight-to-the-instance-or-cluster).",
   );
 }
 

@@ -1,6 +1,6 @@
 -- Up Migration
--- Least privilege that works with PUBLIC's default privileges revoked (README, "Producer services:
--- their database role").
+-- Least privilege that works with PUBLIC's default privileges revoked (docs/deploying.md#producer-services-their-database-role-and-credentials).
+--
 --
 -- Until now every outbox function ran with its caller's rights, so a producer role needed INSERT
 -- and SELECT on outbox, outbox_aggregate and outbox_idempotency_key, which also let every producer

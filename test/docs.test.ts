@@ -321,6 +321,25 @@ async function* files(dir: string): AsyncGenerator<string> {
 }
 
 describe('repository documents', () => {
+  it('cite the docs by a path and an anchor that exist', async () => {
+    const self = fileURLToPath(import.meta.url);
+    const broken: string[] = [];
+    let cited = 0;
+    for await (const path of files(root)) {
+      if (path === self || path.endsWith('.md')) continue;
+      const lines = (await readFile(path, 'utf8')).split('\n');
+      lines.forEach((line, i) => {
+        for (const m of line.matchAll(/\b((?:docs\/[\w-]+|README|CONTRIBUTING)\.md)(#[\w-]+)?/g)) {
+          cited++;
+          const problem = brokenLink({ page: 'README.md', line: i + 1, target: `${m[1]}${m[2] ?? ''}` });
+          if (problem !== undefined) broken.push(`${relative(root, path)}:${i + 1}: ${problem}`);
+        }
+      });
+    }
+    expect(cited).toBeGreaterThan(20);
+    expect(broken).toEqual([]);
+  });
+
   it('cite nothing outside the repository: no DESIGN.md, no numbered guarantee of a brief it does not ship', async () => {
     const self = fileURLToPath(import.meta.url);
     const offending: string[] = [];

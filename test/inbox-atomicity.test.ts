@@ -1,5 +1,5 @@
 /**
- * A consumer invocation is all or nothing (README, Guarantees), whatever the handler catches, however the
+ * A consumer invocation is all or nothing (docs/guarantees.md#what-is-promised), whatever the handler catches, however the
  * invocation times out and whatever happens to its connection; a warm container recovers on the
  * next invocation. Each test is one failure window of the inbox middleware (issue 12, items 6–9),
  * asserted on the effect rows and inbox records that were committed.

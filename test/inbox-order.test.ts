@@ -1,5 +1,5 @@
 /**
- * What an order-aware consumer may rely on: each test is one row of the README's table (order mode
+ * What an order-aware consumer may rely on: each test is one row of the table in docs/consuming.md#order-what-a-consumer-may-rely-on (order mode
  * × situation → what happens), run for every mode, asserting what the handler applied and what the
  * inbox recorded. Time is the database's: a wait is "passed" by back-dating the inbox's
  * timestamps, never by sleeping. Deliveries are shaped as EventBridge hands them to Lambda, each
@@ -146,7 +146,7 @@ async function row(
   expect(actual).toEqual(expected);
 }
 
-describe('order mode × situation (the README table)', () => {
+describe('order mode × situation (the table in docs/consuming.md)', () => {
   it('duplicate: the same event again, one after the other or at once, is applied once', async () => {
     await row(
       {

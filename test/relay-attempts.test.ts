@@ -1,5 +1,5 @@
 /**
- * When an attempt is spent (README, Guarantees: "Bounded failure"): the head of an aggregate at
+ * When an attempt is spent (docs/guarantees.md#what-is-promised: "Bounded failure"): the head of an aggregate at
  * claim, a successor claimed with it only when its own round starts. A relay that dies while
  * sending the head must not leave the successors closer to dead-lettering.
  */

@@ -44,7 +44,7 @@ const expireLeases = () =>
   h.db.sql`update outbox set lease_expires_at = now() - interval '1 second' where lease_token is not null`;
 
 describe('relay', () => {
-  it('puts the envelope the README describes on the bus', async () => {
+  it('puts the envelope docs/producing.md describes on the bus', async () => {
     await h.db.sql.begin((tx) =>
       enqueueMany(tx, [
         {

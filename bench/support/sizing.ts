@@ -19,7 +19,7 @@ export const LAMBDA_PRICE = {
 /** Memory at which a function gets the equivalent of one vCPU (Lambda developer guide, "Memory and computing power"). */
 export const ONE_VCPU_MB = 1_769;
 
-/** The sizes the README's table lists, MB. */
+/** The sizes the table in docs/performance.md#lambda-sizing-at-20-ms-bus-latency lists, MB. */
 export const SIZING_MEMORY_MB = [128, 256, 512, 1_024, 1_769] as const;
 
 /** One row of the sizing table. */

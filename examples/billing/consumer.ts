@@ -2,7 +2,7 @@
  * Example consumer: a billing Lambda, target of an EventBridge rule on `source: demo.shop` and
  * `detail-type: OrderPlaced`. It creates one invoice per order, exactly once, through the inbox.
  * Deployed with Lambda's retries and an on-failure destination (billing-consumer.ts, and the
- * README's "Consuming events"); `npm start` runs it locally against the local bus's deliveries.
+ * docs/consuming.md); `npm start` runs it locally against the local bus's deliveries.
  */
 import type { EventBridgeEvent } from 'aws-lambda';
 import type { z } from 'zod';

@@ -6,7 +6,7 @@
  * event for this consumer (`inbox_message`, keyed by consumer and `metadata.eventId` or a business
  * key), decides from its chain's order state whether the handler runs (order.ts), and hands the
  * handler that transaction as `context.inbox.tx`, so the handler's writes commit together with the
- * record, or not at all (README, Guarantees: a consumer invocation is all or nothing).
+ * record, or not at all (docs/guarantees.md#what-is-promised: a consumer invocation is all or nothing).
  *
  * The inbox wraps the handler itself rather than being a middy middleware: the transaction begins
  * and ends inside the handler's call, so no other middleware can end the invocation with the

@@ -1,5 +1,5 @@
 /**
- * One consumer invocation's transaction: all or nothing (README, Guarantees).
+ * One consumer invocation's transaction: all or nothing (docs/guarantees.md#what-is-promised).
  *
  * The transaction is porsager's own `sql.begin`, held open while the handler runs: the callback
  * records the event, hands the handler a guarded handle, and waits for the middleware to say

@@ -1,7 +1,7 @@
 /**
  * CloudWatch metrics, as Embedded Metric Format through Powertools for AWS Lambda (Metrics): the
  * Lambda writes JSON lines to its log and CloudWatch extracts the metrics, no API calls. Every
- * unit is set here, every name comes from platform/names.ts, and all are listed in the README ("Operations").
+ * unit is set here, every name comes from platform/names.ts, and all are listed in docs/operations.md#metrics.
  */
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { DEFAULT_METRIC_NAMESPACE, MetricName, type ServiceName } from '../platform/index.ts';

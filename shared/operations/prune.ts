@@ -1,5 +1,5 @@
 /**
- * Pruning (README, Guarantees: "Pruning"): deletes published rows older than their retention, and dead-lettered rows
+ * Pruning (docs/guarantees.md#what-is-promised: "Pruning"): deletes published rows older than their retention, and dead-lettered rows
  * only under their own, longer retention and once they no longer hold their aggregate back (see
  * `expiredDeadLetter`). It never touches an unpublished live row. It works in
  * bounded batches (one short statement each, touching only rows no relay works on)

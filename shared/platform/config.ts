@@ -1,5 +1,5 @@
 /**
- * The configuration contract (see README "Configuration"): every variable, its default and its
+ * The configuration contract (see docs/configuration.md#environment-variables): every variable, its default and its
  * validation, read once at cold start. zod does the parsing so that a bad value fails with a
  * message naming the variable instead of surfacing later as NaN or undefined.
  *

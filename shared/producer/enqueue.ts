@@ -1,6 +1,6 @@
 /**
  * Producer API: write events into the outbox inside the caller's own transaction, so an event
- * exists if and only if the business change committed (README, Guarantees: "Atomic enqueue").
+ * exists if and only if the business change committed (docs/guarantees.md#what-is-promised: "Atomic enqueue").
  *
  * ```ts
  * await sql.begin(async (tx) => {

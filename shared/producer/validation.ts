@@ -1,5 +1,5 @@
 /**
- * Event validation, run by `enqueue` before anything is written (README, Guarantees: "Bad input"): an event the bus
+ * Event validation, run by `enqueue` before anything is written (docs/guarantees.md#what-is-promised: "Bad input"): an event the bus
  * or Postgres would refuse is rejected here with an error naming the field, instead of being
  * committed and then stuck in the outbox forever.
  */

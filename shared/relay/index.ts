@@ -4,7 +4,7 @@
  */
 
 // What a self-hosted relay needs besides the core: a pool configured like the Lambda's, and the
-// settings read and validated from the environment (README, Configuration).
+// settings read and validated from the environment (docs/configuration.md).
 export {
   ConnectionPool,
   type ConnectOptions,

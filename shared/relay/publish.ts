@@ -130,7 +130,7 @@ export async function checkEventBridgeClient(client: EventBridgeClient): Promise
   }
 }
 
-/** The PutEvents entry for an event: the envelope described in the README ("The event on the bus"). */
+/** The PutEvents entry for an event: the envelope described in docs/producing.md#the-event-on-the-bus. */
 export function toEntry(event: ClaimedEvent, eventBusName: string): PutEventsRequestEntry {
   const entry: PutEventsRequestEntry = {
     EventBusName: eventBusName,
