@@ -4,10 +4,11 @@
  * GitHub slugs headings), every page under docs/ is linked from the README, and every ```ts block
  * type-checks against this checkout's source, importing the package by its name as a user does.
  *
- * The blocks are compiled as virtual files beside the page (docs/<page>.block-<n>.ts) in one
- * TypeScript program, with the repository's compiler options and a path for each of the package's
- * entry points (package.json "exports", pointed from dist/ back at the source). Two markers, an
- * HTML comment on the line before a block:
+ * The blocks are written to a temporary directory in the checkout (`.docs-check-*`, removed after)
+ * and compiled by one `tsc` run (TypeScript 7 is a native compiler with no JavaScript API), with a
+ * tsconfig that extends the repository's and maps each of the package's entry points
+ * (package.json "exports", pointed from dist/ back at the source); an error is reported at its
+ * page and line. Two markers, an HTML comment on the line before a block:
  * - `<!-- file: examples/consumer/handler.ts -->`: the block is that file, character for character
  *   (checked); the file itself is compiled, so its relative imports resolve;
  * - `<!-- fragment -->`: not compiled (a few lines out of a larger whole; keep these rare).
