@@ -11,9 +11,9 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import type { Construct } from 'constructs';
-import { BillingConsumer } from '../examples/billing/billing-consumer.ts';
-import { DEFAULT_ROLES } from '../shared/platform/names.ts';
-import { OutboxRelay } from './outbox-relay.ts';
+import { OutboxRelay } from '../../infra/index.ts';
+import { DEFAULT_ROLES } from '../../shared/platform/names.ts';
+import { BillingConsumer } from '../billing/billing-consumer.ts';
 
 /** Props of {@link OutboxDemoStack}. */
 export interface OutboxDemoStackProps extends StackProps {
@@ -36,7 +36,7 @@ export interface OutboxDemoStackProps extends StackProps {
   readonly databaseAccess?: 'proxy' | 'direct';
 }
 
-/** The complete demo system; `infra/app.ts` synthesises it. */
+/** The complete demo system; `app.ts` beside it synthesises it. */
 export class OutboxDemoStack extends Stack {
   public readonly vpc: ec2.Vpc;
   public readonly database: rds.DatabaseInstance;
