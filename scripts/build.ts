@@ -195,7 +195,11 @@ async function stagePackage(role: Role): Promise<void> {
 }
 
 await rm(dist, { recursive: true, force: true });
-execFileSync('tsc', ['-p', join(root, 'tsconfig.build.json')], { stdio: 'inherit', cwd: root });
+// By path: `node scripts/build.ts` (npm run footprint, the package test) runs without npm's PATH.
+execFileSync(join(root, 'node_modules', '.bin', 'tsc'), ['-p', join(root, 'tsconfig.build.json')], {
+  stdio: 'inherit',
+  cwd: root,
+});
 await cp(join(root, 'migrations'), join(dist, 'migrations'), { recursive: true });
 
 for (const [name, entry] of Object.entries(HANDLER_ENTRIES) as [HandlerName, string][]) {
