@@ -174,8 +174,10 @@ async function stagePackage(role: Role): Promise<void> {
   for (const path of extras.copy ?? []) await cp(join(root, path), join(stage, path), { recursive: true });
 
   const topLevel = new Set(['dist', ...(extras.copy ?? []).map((p) => p.split('/')[0] as string)]);
+  // Without the workspace's `prepack`, which refuses to pack the source entries.
+  const { scripts: _workspaceOnly, ...publishable } = manifest;
   const published: Manifest = {
-    ...manifest,
+    ...publishable,
     exports: exportsMap,
     ...(typeof exportsMap['.'] === 'object' ? { types: exportsMap['.'].types } : {}),
     files: [...topLevel],
