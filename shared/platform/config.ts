@@ -7,9 +7,7 @@
  * pulls all of zod into a bundle, 459 of the relay bundle's 886 KiB; `zod/mini`'s functions are
  * tree-shaken to what is used (about 25 KiB with the English messages).
  */
-// The English locale's own module: the 'zod/locales' index loads every language (about 50
-// modules and 10 MB of RSS when a consumer imports the package unbundled, npm run footprint).
-
+import { en } from 'zod/locales';
 import * as z from 'zod/mini';
 import {
   type $ZodCheckGreaterThanDef,
@@ -24,7 +22,6 @@ import {
   globalRegistry,
   type output,
 } from 'zod/v4/core';
-import en from 'zod/v4/locales/en.js';
 import { OutboxConfigError } from './errors.ts';
 import { DEFAULT_METRIC_NAMESPACE } from './names.ts';
 
