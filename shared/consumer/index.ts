@@ -9,7 +9,13 @@ export type { Envelope, EnvelopeMetadata } from '../platform/envelope.ts';
 export { OutboxError } from '../platform/errors.ts';
 // The consumer's database role by default (`outbox_consumer`), which its own tables are granted to.
 export { DEFAULT_ROLES, type OutboxRoles } from '../platform/names.ts';
-export { defineEvent, type EventDefinition, type PayloadSchema } from '../producer/typed-events.ts';
+export {
+  defineEvent,
+  type EventDefinition,
+  type PayloadInput,
+  type PayloadOutput,
+  type PayloadSchema,
+} from '../producer/typed-events.ts';
 export type { InboxEvent } from './delivery.ts';
 export { InboxEnvelopeError, InboxGapError, InboxOptionsError, InboxPayloadError } from './errors.ts';
 export {
