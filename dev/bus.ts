@@ -3,7 +3,7 @@
  * Port from LOCAL_BUS_PORT (default 4010). Prints each accepted event; Ctrl-C stops it.
  */
 import { onInterrupt } from '../cli/signals.ts';
-import { type AcceptedEvent, startLocalBus } from '../test/support/local-bus.ts';
+import { type AcceptedEvent, startLocalBus } from './local-bus.ts';
 
 const bus = await startLocalBus({ port: Number(process.env.LOCAL_BUS_PORT ?? 4010) });
 process.stdout.write(

@@ -28,8 +28,8 @@ import {
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import postgres from 'postgres';
-import { freePort } from '../test/support/net.ts';
-import { searchableByOthers } from '../test/support/permissions.ts';
+import { freePort } from './net.ts';
+import { searchableByOthers } from './permissions.ts';
 
 /** The checkout this file belongs to. */
 const REPO = resolve(fileURLToPath(new URL('..', import.meta.url)));

@@ -22,8 +22,8 @@ import {
 } from '../shared/platform/index.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
 import { createEventBridgeClient, runRelay } from '../shared/relay/index.ts';
-import { startEmbeddedPostgres } from '../test/support/embedded-postgres.ts';
-import { type AcceptedEvent, startLocalBus } from '../test/support/local-bus.ts';
+import { startEmbeddedPostgres } from './embedded-postgres.ts';
+import { type AcceptedEvent, startLocalBus } from './local-bus.ts';
 
 /** Thrown inside a demo transaction to roll it back. */
 class RollBack extends Error {}

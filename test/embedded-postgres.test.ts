@@ -16,21 +16,21 @@ const leftovers = async () => (await readdir(tmpdir())).filter((n) => /^outbox-p
 
 describe('embedded Postgres launcher', () => {
   it('starts from a checkout inside a directory that others cannot enter (as root: /root is 0700), and leaves nothing behind', async () => {
-    // A checkout under a 0700 directory: the test support files and node_modules (hard links, so
+    // A checkout under a 0700 directory: the dev tools and node_modules (hard links, so
     // the copy is quick; the directories are new, so they carry the 0700 parent's reach).
     const home = await mkdtemp(join(tmpdir(), 'outbox-0700-'));
     scratch.push(home);
     await chmod(home, 0o700);
     const checkout = join(home, 'repo');
-    await mkdir(join(checkout, 'test'), { recursive: true });
-    await cp(join(repo, 'test', 'support'), join(checkout, 'test', 'support'), { recursive: true });
+    await mkdir(checkout, { recursive: true });
+    await cp(join(repo, 'dev'), join(checkout, 'dev'), { recursive: true });
     await cp(join(repo, 'package.json'), join(checkout, 'package.json'));
     execFileSync('cp', ['-al', join(repo, 'node_modules'), join(checkout, 'node_modules')]);
     const before = await leftovers();
 
     const script = `
       import postgres from 'postgres';
-      import { startEmbeddedPostgres } from './test/support/embedded-postgres.ts';
+      import { startEmbeddedPostgres } from './dev/embedded-postgres.ts';
       const db = await startEmbeddedPostgres();
       const sql = postgres(db.url, { max: 1, onnotice: () => {} });
       const [row] = await sql\`select current_setting('server_version_num')::int as v\`;
@@ -51,7 +51,7 @@ describe('embedded Postgres launcher', () => {
     scratch.push(home);
     await chmod(home, 0o700);
     const script = `
-      import { startEmbeddedPostgres } from './test/support/embedded-postgres.ts';
+      import { startEmbeddedPostgres } from './dev/embedded-postgres.ts';
       const db = await startEmbeddedPostgres();
       await db.stop();
       console.log('started and stopped');`;

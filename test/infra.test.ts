@@ -11,8 +11,8 @@ import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import { CURRENTLY_RECOMMENDED_FLAGS } from 'aws-cdk-lib/cx-api';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { buildApp } from '../infra/app.ts';
-import { OutboxDemoStack } from '../infra/demo-stack.ts';
+import { buildApp } from '../examples/demo/app.ts';
+import { OutboxDemoStack } from '../examples/demo/demo-stack.ts';
 import { OutboxRelay } from '../infra/outbox-relay.ts';
 
 // Every App in this file synthesises under one private directory, removed when the file ends. An App

@@ -11,8 +11,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import postgres from 'postgres';
 import { afterAll, describe, expect, it } from 'vitest';
+import { freePort } from '../dev/net.ts';
 import { runCli } from './support/cli.ts';
-import { freePort } from './support/net.ts';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
 const scratch: string[] = [];
@@ -114,10 +114,8 @@ describe('npm run db', () => {
     await chmod(home, 0o700);
     const checkout = join(home, 'repo');
     await mkdir(join(checkout, 'dev'), { recursive: true });
-    for (const f of ['db.ts', 'local-db.ts']) await cp(join(repo, 'dev', f), join(checkout, 'dev', f));
-    await mkdir(join(checkout, 'test', 'support'), { recursive: true });
-    for (const f of ['net.ts', 'permissions.ts'])
-      await cp(join(repo, 'test', 'support', f), join(checkout, 'test', 'support', f));
+    for (const f of ['db.ts', 'local-db.ts', 'net.ts', 'permissions.ts'])
+      await cp(join(repo, 'dev', f), join(checkout, 'dev', f));
     await cp(join(repo, 'package.json'), join(checkout, 'package.json'));
     execFileSync('cp', ['-al', join(repo, 'node_modules'), join(checkout, 'node_modules')]);
     const env = { OUTBOX_LOCAL_DB_PORT: String(await freePort()) };

@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
+import type { AcceptedEvent } from '../dev/local-bus.ts';
 import { connect } from '../shared/platform/db.ts';
 import type { Envelope } from '../shared/platform/envelope.ts';
 import { enqueueMany, type OutboxEvent } from '../shared/producer/index.ts';
 import { claimBatch, relayOnce, runRelay } from '../shared/relay/index.ts';
 import { useHarness } from './support/harness.ts';
-import type { AcceptedEvent } from './support/local-bus.ts';
 import { claimOptions, testClient, testSettings } from './support/relay.ts';
 
 const h = useHarness({ max: 12 });

@@ -21,10 +21,10 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { type LocalBus, startLocalBus } from '../dev/local-bus.ts';
 import { countPackages, folderBytes, IMPORT_PROBE } from '../scripts/measure.ts';
 import { withDatabase } from './support/db.ts';
 import { lambdaContext } from './support/lambda.ts';
-import { type LocalBus, startLocalBus } from './support/local-bus.ts';
 
 const exec = promisify(execFile);
 const repo = fileURLToPath(new URL('..', import.meta.url));

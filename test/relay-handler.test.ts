@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type LocalBus, startLocalBus } from '../dev/local-bus.ts';
 import { createRelayHandler } from '../functions/relay/relay-handler.ts';
 import { loadRelaySettings } from '../shared/platform/config.ts';
 import { OutboxConfigError } from '../shared/platform/errors.ts';
 import { enqueueMany } from '../shared/producer/enqueue.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 import { lambdaContext } from './support/lambda.ts';
-import { type LocalBus, startLocalBus } from './support/local-bus.ts';
 import { testClient, testSettings } from './support/relay.ts';
 
 let db: TestDatabase;

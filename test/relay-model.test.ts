@@ -24,6 +24,7 @@
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import type { Faults } from '../dev/local-bus.ts';
 import { discardDeadLetters, replayDeadLetters } from '../shared/operations/dead-letters.ts';
 import { prune } from '../shared/operations/prune.ts';
 import { connect, type Sql } from '../shared/platform/db.ts';
@@ -39,7 +40,6 @@ import {
 } from '../shared/relay/index.ts';
 import { abandonLease, renewLease } from '../shared/relay/sql/index.ts';
 import { useHarness } from './support/harness.ts';
-import type { Faults } from './support/local-bus.ts';
 import { testClient, testSettings } from './support/relay.ts';
 
 const h = useHarness({ max: 6 });

@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
+import { startLocalBus } from '../dev/local-bus.ts';
 import type { Envelope } from '../shared/platform/envelope.ts';
 import { enqueueMany, type OutboxEvent } from '../shared/producer/index.ts';
 import { claimBatch, relayOnce, runRelay } from '../shared/relay/index.ts';
 import { abandonLease, markPublished, recordFailures } from '../shared/relay/sql/index.ts';
 import { useHarness } from './support/harness.ts';
-import { startLocalBus } from './support/local-bus.ts';
 import { claimOptions, testClient, testSettings } from './support/relay.ts';
 
 const h = useHarness({ max: 12 });

@@ -10,6 +10,7 @@ import type { EventBridgeEvent } from 'aws-lambda';
 import pg from 'pg';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type LocalBus, startLocalBus } from '../dev/local-bus.ts';
 import { inbox } from '../shared/consumer/index.ts';
 import { getStatus, prune } from '../shared/operations/index.ts';
 import type { OutboxRoles, Sql } from '../shared/platform/index.ts';
@@ -28,7 +29,6 @@ import {
 } from '../shared/relay/sql/index.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 import { lambdaContext } from './support/lambda.ts';
-import { type LocalBus, startLocalBus } from './support/local-bus.ts';
 import { claimOptions, testClient, testSettings } from './support/relay.ts';
 import { createTestRoles, type TestRoles } from './support/roles.ts';
 

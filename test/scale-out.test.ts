@@ -4,6 +4,7 @@
  */
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { type LocalLambda, startLocalLambda } from '../dev/local-lambda.ts';
 import { createMonitorHandler } from '../functions/monitor/monitor-handler.ts';
 import { createRelayHandler } from '../functions/relay/relay-handler.ts';
 import { SCALE_OUT_STAGGER_MS } from '../shared/operations/scale-out.ts';
@@ -15,7 +16,6 @@ import {
 import { enqueueMany } from '../shared/producer/index.ts';
 import { useHarness } from './support/harness.ts';
 import { lambdaContext } from './support/lambda.ts';
-import { type LocalLambda, startLocalLambda } from './support/local-lambda.ts';
 import { testClient, testSettings } from './support/relay.ts';
 
 const h = useHarness({ max: 8 });

@@ -11,8 +11,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type EmbeddedDatabase, startEmbeddedPostgres } from '../dev/embedded-postgres.ts';
 import { makeCertificates, type RehearsalCertificates } from './rehearsal/tls.ts';
-import { type EmbeddedDatabase, startEmbeddedPostgres } from './support/embedded-postgres.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 let dir: string;

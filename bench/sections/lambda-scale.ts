@@ -10,9 +10,9 @@
  * that the backlog asks for all of them.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { LambdaService } from '../../dev/lambda-runtime/lambda-service.ts';
+import { startLocalLambda } from '../../dev/local-lambda.ts';
 import { ServiceName } from '../../shared/platform/names.ts';
-import { LambdaService } from '../../test/rehearsal/lambda-service.ts';
-import { startLocalLambda } from '../../test/support/local-lambda.ts';
 import {
   readDemoStack,
   runSchedule,

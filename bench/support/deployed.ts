@@ -6,10 +6,14 @@
  * steady producer and the database's connections counted from `pg_stat_activity`.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { LambdaService, LambdaServiceOptions } from '../../dev/lambda-runtime/lambda-service.ts';
+import {
+  readStack,
+  type SynthesisedStack,
+  type TemplateFunction,
+} from '../../dev/lambda-runtime/template.ts';
 import type { Sql } from '../../shared/platform/index.ts';
 import { enqueue } from '../../shared/producer/index.ts';
-import type { LambdaService, LambdaServiceOptions } from '../../test/rehearsal/lambda-service.ts';
-import { readStack, type SynthesisedStack, type TemplateFunction } from '../../test/rehearsal/template.ts';
 
 /** The demo stack `cdk synth` writes. */
 export const STACK_NAME = 'OutboxRelayDemo';

@@ -31,6 +31,11 @@ import type postgres from 'postgres';
 import { isConnectionFailure } from '../platform/connection-errors.ts';
 import type { Sql, Tx } from '../platform/db.ts';
 import { OutboxError } from '../platform/errors.ts';
+import {
+  type DbTransactionIdentity,
+  readAssignedTransactionIdentity,
+  readTransactionIdentity,
+} from './sql/index.ts';
 
 /** Why an invocation's transaction stopped taking statements. */
 export type InboxAbortReason = 'deadline' | 'connection' | 'finished';
@@ -101,7 +106,7 @@ export class InvocationTransaction {
   #lost = false;
   #settled = false;
   #tx: Tx | undefined;
-  #identity: { pid: number; xid: string | null } | undefined;
+  #identity: DbTransactionIdentity | undefined;
   #begin: Promise<unknown> | undefined;
   /** The handler's statements sent and not yet answered. */
   readonly #inFlight = new Set<SendableQuery>();
@@ -157,9 +162,7 @@ export class InvocationTransaction {
         // Given up meanwhile: not even a skip may commit after the invocation gave up.
         if (this.#ended) throw this.#ended;
         if (!keepOpen(decided)) return { decided };
-        const [identity] = await tx<{ pid: number; xid: string | null }[]>`
-          select pg_backend_pid() as pid, txid_current()::text as xid`;
-        this.#identity = identity;
+        this.#identity = await readTransactionIdentity(tx);
         this.handle = guard(raw, this);
         ready.resolve(decided);
         await this.#outcome.promise;
@@ -287,8 +290,7 @@ export class InvocationTransaction {
   async #checkBeforeCommit(): Promise<void> {
     const tx = tracked(this.#tx as Tx, this);
     // Fails with 25P02 when a statement failed in the transaction (even one the handler caught).
-    const [now] = await tx<{ pid: number; xid: string | null }[]>`
-      select pg_backend_pid() as pid, txid_current_if_assigned()::text as xid`;
+    const now = await readAssignedTransactionIdentity(tx);
     if (!now || now.pid !== this.#identity?.pid || now.xid !== this.#identity?.xid) {
       throw new InboxCommitError(
         `the session is no longer the transaction the event was recorded in (backend ${this.#identity?.pid}, transaction ${this.#identity?.xid}; now ${now?.pid}, ${now?.xid})`,

@@ -17,6 +17,19 @@ import type { EventBridgeEvent } from 'aws-lambda';
 import type { Sql, Tx } from '../platform/db.ts';
 import type { Delivery } from './delivery.ts';
 import { InboxGapError } from './errors.ts';
+import {
+  advanceChain,
+  type ChainKey,
+  clearGap as clearGapRow,
+  lockChain as lockChainRound,
+  lockMessage,
+  markParked,
+  markReplayed,
+  markStale,
+  readGap,
+  recordMessage,
+  rememberGap as rememberGapRow,
+} from './sql/index.ts';
 
 /** How an order-aware consumer treats an event that is not the next one of its chain. */
 export type InboxOrder = 'none' | 'ignore-stale' | 'wait-for-gap';
@@ -77,25 +90,23 @@ export async function decide<T>(
 
   // 1. The record. A concurrent delivery of the same event waits here on the first one's
   // uncommitted row, then sees it: only one of them goes on.
-  const inserted = await tx`
-    insert into inbox_message (consumer, message_key, event_id, source, event_type, aggregate_type, aggregate_id, sequence)
-    values (${consumer}, ${key}, ${eventId}, ${d.source}, ${d.type}, ${aggregateType}, ${aggregateId}, ${String(d.sequence)})
-    on conflict do nothing
-    returning 1`;
+  const inserted = await recordMessage(tx, {
+    consumer,
+    key,
+    eventId,
+    source: d.source,
+    type: d.type,
+    aggregateType,
+    aggregateId,
+    sequence: d.sequence,
+  });
   let otherRoute = false;
-  if (inserted.length === 0) {
-    const [existing] = await tx<{ outcome: string; event_id: string | null }[]>`
-      select outcome, event_id from inbox_message
-      where consumer = ${consumer} and message_key = ${key}
-      for update`;
+  if (!inserted) {
+    const existing = await lockMessage(tx, consumer, key);
     const same = !existing || existing.event_id === null || existing.event_id === eventId;
     if (same && existing?.outcome === 'replaying') {
       // An operator asked for this parked event to be applied: this delivery does it.
-      await tx`
-        update inbox_message
-        set outcome = 'processed', processed_at = now(), event = null,
-            reason = 'parked, then replayed by an operator: ' || coalesce(reason, '')
-        where consumer = ${consumer} and message_key = ${key}`;
+      await markReplayed(tx, consumer, key);
       return { apply: 'replayed' };
     }
     if (same || s.order === 'none') return { skip: 'duplicate' };
@@ -113,29 +124,28 @@ export async function decide<T>(
   // 2. The chain's state, locked until this transaction ends.
   // A wait-for-gap chain adopts the position recorded before migration 010 (without a source), so
   // that an upgrade does not make every known aggregate wait for its #1 again.
-  const last = await lockChain(tx, s.consumer, d, chain, s.order === 'wait-for-gap' && chain === '');
-  const chainKey = chainWhere(tx, s.consumer, d, chain);
+  const chainKey = chainOf(s.consumer, d, chain);
+  const last = await lockChain(tx, chainKey, d, s.order === 'wait-for-gap' && chain === '');
   const clearGap = async () => {
-    if (s.order === 'wait-for-gap')
-      await tx`delete from inbox_gap where consumer = ${consumer} and message_key = ${eventId}`;
+    if (s.order === 'wait-for-gap') await clearGapRow(tx, consumer, eventId);
   };
 
   if (position <= last) {
     if (otherRoute) return { skip: 'duplicate' };
     if (s.order === 'ignore-stale') {
-      await tx`
-        update inbox_message
-        set outcome = 'stale', reason = ${`superseded by #${last} of its chain (${describeChain(d, chain)}), applied before it`}
-        where consumer = ${consumer} and message_key = ${key}`;
+      await markStale(
+        tx,
+        consumer,
+        key,
+        `superseded by #${last} of its chain (${describeChain(d, chain)}), applied before it`,
+      );
       return { skip: 'stale' };
     }
     await clearGap();
     return { apply: 'late' };
   }
 
-  const advance = () => tx`
-    update inbox_aggregate set last_sequence = ${String(position)}, updated_at = now()
-    where ${chainKey}`;
+  const advance = () => advanceChain(tx, chainKey, position);
   if (position === last + 1n || s.order === 'ignore-stale') {
     await advance();
     await clearGap();
@@ -157,11 +167,13 @@ export async function decide<T>(
   await clearGap();
   if (otherRoute) return { skip: 'duplicate' };
   if (s.onGapTimeout === 'park') {
-    await tx`
-      update inbox_message
-      set outcome = 'parked', event = ${tx.json(event as never)},
-          reason = ${`#${last + 1n}…#${position - 1n} of ${describeChain(d, chain)} still missing after ${waited.toFixed(0)} s`}
-      where consumer = ${consumer} and message_key = ${key}`;
+    await markParked(
+      tx,
+      consumer,
+      key,
+      event,
+      `#${last + 1n}…#${position - 1n} of ${describeChain(d, chain)} still missing after ${waited.toFixed(0)} s`,
+    );
     return { skip: 'parked' };
   }
   return { apply: 'ahead' };
@@ -172,10 +184,15 @@ function describeChain(d: Delivery<unknown>, chain: string): string {
   return chain === '' ? aggregate : `${chain} of ${aggregate}`;
 }
 
-/** The WHERE condition that names one chain's row. */
-function chainWhere(tx: Tx, consumer: string, d: Delivery<unknown>, chain: string) {
-  return tx`consumer = ${consumer} and aggregate_type = ${d.metadata.aggregateType}
-    and aggregate_id = ${d.metadata.aggregateId} and source = ${d.source} and chain = ${chain}`;
+/** The key of the chain's state row. */
+function chainOf(consumer: string, d: Delivery<unknown>, chain: string): ChainKey {
+  return {
+    consumer,
+    aggregateType: d.metadata.aggregateType,
+    aggregateId: d.metadata.aggregateId,
+    source: d.source,
+    chain,
+  };
 }
 
 /**
@@ -184,31 +201,13 @@ function chainWhere(tx: Tx, consumer: string, d: Delivery<unknown>, chain: strin
  * for the aggregate (source ''), if there is one. Another source's events may then be taken as late
  * (applied) once; not adopting would make each known aggregate wait out a gap for its #1.
  */
-async function lockChain(
-  tx: Tx,
-  consumer: string,
-  d: Delivery<unknown>,
-  chain: string,
-  adopt: boolean,
-): Promise<bigint> {
-  const where = chainWhere(tx, consumer, d, chain);
+async function lockChain(tx: Tx, key: ChainKey, d: Delivery<unknown>, adopt: boolean): Promise<bigint> {
   // Two rounds at most: the insert meets a row another transaction created meanwhile only once.
   for (let round = 0; round < 2; round++) {
-    const [row] = await tx<{ last_sequence: string }[]>`
-      select last_sequence from inbox_aggregate where ${where} for update`;
-    if (row) return BigInt(row.last_sequence);
-    const [created] = await tx<{ last_sequence: string }[]>`
-      insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence)
-      values (${consumer}, ${d.metadata.aggregateType}, ${d.metadata.aggregateId}, ${d.source}, ${chain}, coalesce((
-        select l.last_sequence from inbox_aggregate l
-        where l.consumer = ${consumer} and l.aggregate_type = ${d.metadata.aggregateType}
-          and l.aggregate_id = ${d.metadata.aggregateId} and l.source = '' and l.chain = ''
-          and ${adopt}::boolean), 0))
-      on conflict do nothing
-      returning last_sequence`;
-    if (created) return BigInt(created.last_sequence);
+    const last = await lockChainRound(tx, key, adopt);
+    if (last !== undefined) return last;
   }
-  throw new Error(`inbox: the order state of ${describeChain(d, chain)} could not be locked`);
+  throw new Error(`inbox: the order state of ${describeChain(d, key.chain)} could not be locked`);
 }
 
 /**
@@ -217,10 +216,7 @@ async function lockChain(
  * waits anew, instead of finding its old wait long over and skipping the gap at once).
  */
 async function gapWaited(tx: Tx, s: OrderSettings, eventId: string): Promise<number> {
-  const [row] = await tx<{ waited: number; idle: number }[]>`
-    select extract(epoch from now() - first_seen_at)::float8 as waited,
-           extract(epoch from now() - last_seen_at)::float8 as idle
-    from inbox_gap where consumer = ${s.consumer} and message_key = ${eventId}`;
+  const row = await readGap(tx, s.consumer, eventId);
   if (!row || row.idle > s.retryWindowSeconds) return 0;
   return Math.max(0, row.waited);
 }
@@ -230,11 +226,5 @@ async function gapWaited(tx: Tx, s: OrderSettings, eventId: string): Promise<num
  * when the event was first seen waiting (kept across Lambda's retries) and last seen.
  */
 export function rememberGap(sql: Sql, s: OrderSettings, eventId: string) {
-  return sql`
-    insert into inbox_gap as g (consumer, message_key, first_seen_at, last_seen_at)
-    values (${s.consumer}, ${eventId}, now(), now())
-    on conflict (consumer, message_key) do update set
-      first_seen_at = case when g.last_seen_at < now() - make_interval(secs => ${s.retryWindowSeconds})
-                           then now() else g.first_seen_at end,
-      last_seen_at = now()`;
+  return rememberGapRow(sql, s.consumer, eventId, s.retryWindowSeconds);
 }

@@ -4,6 +4,15 @@
  */
 import type { Queryable } from '../platform/index.ts';
 import { compactJsonb, OutboxValidationError } from '../platform/index.ts';
+import {
+  type DbDeadLetter,
+  discardDeadLetterRows,
+  replayDeadLetterRows,
+  selectDeadLetter,
+  selectDeadLetterIds,
+  selectDeadLetterRefs,
+  selectDeadLetters,
+} from './sql/index.ts';
 
 /** Which dead letters an operation applies to. Every field narrows the selection. */
 export interface DeadLetterFilter {
@@ -48,24 +57,6 @@ export interface DeadLetterDetail extends DeadLetter {
    */
   payloadJson: string;
   traceHeader: string | null;
-}
-
-interface DbDeadLetter {
-  id: string;
-  event_id: string;
-  event_type: string;
-  source: string;
-  aggregate_type: string;
-  aggregate_id: string;
-  sequence: string;
-  attempts: number;
-  last_error: string | null;
-  created_at: Date;
-  dead_lettered_at: Date;
-  discarded_at: Date | null;
-  /** jsonb's text form (`payload::text`), never parsed into numbers. */
-  payload?: string;
-  trace_header?: string | null;
 }
 
 function toDeadLetter(r: DbDeadLetter): DeadLetter {
@@ -129,19 +120,18 @@ function sinceParameters(since: DeadLetterFilter['since']): { at: Date | null; s
 async function selectIds(sql: Queryable, filter: DeadLetterFilter, limit: number): Promise<string[]> {
   const agg = splitAggregate(filter.aggregate);
   const since = sinceParameters(filter.since);
-  const rows = await sql<{ id: string }[]>`
-    select id from outbox
-    where dead_lettered_at is not null and published_at is null
-      and (${filter.includeDiscarded ?? false}::boolean or discarded_at is null)
-      and (${filter.type ?? null}::text is null or event_type = ${filter.type ?? null})
-      and (${agg.type}::text is null or aggregate_type = ${agg.type})
-      and (${agg.id}::text is null or aggregate_id = ${agg.id})
-      and (${since.at}::timestamptz is null or dead_lettered_at >= ${since.at}::timestamptz)
-      and (${since.secondsAgo}::float8 is null
-           or dead_lettered_at >= now() - make_interval(secs => ${since.secondsAgo}::float8))
-    order by dead_lettered_at, id
-    limit ${limit}`;
-  return rows.map((r) => r.id);
+  return selectDeadLetterIds(
+    sql,
+    {
+      includeDiscarded: filter.includeDiscarded ?? false,
+      type: filter.type ?? null,
+      aggregateType: agg.type,
+      aggregateId: agg.id,
+      sinceAt: since.at,
+      sinceSecondsAgo: since.secondsAgo,
+    },
+    limit,
+  );
 }
 
 /**
@@ -155,10 +145,7 @@ export async function listDeadLetters(
 ): Promise<DeadLetter[]> {
   const ids = await selectIds(sql, filter, limit);
   if (ids.length === 0) return [];
-  const rows = await sql<DbDeadLetter[]>`
-    select id, event_id, event_type, source, aggregate_type, aggregate_id, sequence, attempts, last_error,
-           created_at, dead_lettered_at, discarded_at
-    from outbox where id = any(${ids}::int8[]) order by dead_lettered_at, id`;
+  const rows = await selectDeadLetters(sql, ids);
   return rows.map(toDeadLetter);
 }
 
@@ -171,12 +158,7 @@ export async function showDeadLetter(sql: Queryable, ref: string): Promise<DeadL
   const key = parseEventRef(ref);
   const rowId = 'rowId' in key ? key.rowId : null;
   const eventId = 'eventId' in key ? key.eventId : null;
-  const [row] = await sql<DbDeadLetter[]>`
-    select id, event_id, event_type, source, aggregate_type, aggregate_id, sequence, attempts, last_error,
-           created_at, dead_lettered_at, discarded_at, payload::text as payload, trace_header
-    from outbox
-    where dead_lettered_at is not null and published_at is null
-      and (id = ${rowId}::int8 or event_id = ${eventId}::uuid)`;
+  const row = await selectDeadLetter(sql, rowId, eventId);
   if (!row) return undefined;
   return {
     ...toDeadLetter(row),
@@ -193,10 +175,7 @@ export async function resolveDeadLetterIds(
   const keys = refs.map(parseEventRef);
   const rowIds = keys.flatMap((k) => ('rowId' in k ? [k.rowId] : []));
   const eventIds = keys.flatMap((k) => ('eventId' in k ? [k.eventId] : []));
-  const rows = await sql<{ id: string; event_id: string }[]>`
-    select id, event_id from outbox
-    where dead_lettered_at is not null and published_at is null
-      and (id = any(${rowIds}::int8[]) or event_id = any(${eventIds}::uuid[]))`;
+  const rows = await selectDeadLetterRefs(sql, rowIds, eventIds);
   const found = new Set(rows.flatMap((r) => [r.id, r.event_id]));
   return { ids: rows.map((r) => r.id), unknown: refs.filter((r) => !found.has(r.toLowerCase())) };
 }
@@ -216,12 +195,7 @@ export function findDeadLetterIds(sql: Queryable, filter: DeadLetterFilter = {})
  */
 export async function replayDeadLetters(sql: Queryable, ids: readonly string[]): Promise<number> {
   if (ids.length === 0) return 0;
-  const r = await sql`
-    update outbox
-    set dead_lettered_at = null, discarded_at = null, attempts = 0, available_at = now(),
-        last_error = null, lease_token = null, lease_expires_at = null
-    where id = any(${ids}::int8[]) and dead_lettered_at is not null and published_at is null`;
-  return r.count;
+  return replayDeadLetterRows(sql, ids);
 }
 
 /**
@@ -231,8 +205,5 @@ export async function replayDeadLetters(sql: Queryable, ids: readonly string[]):
  */
 export async function discardDeadLetters(sql: Queryable, ids: readonly string[]): Promise<number> {
   if (ids.length === 0) return 0;
-  const r = await sql`
-    update outbox set discarded_at = now()
-    where id = any(${ids}::int8[]) and dead_lettered_at is not null and published_at is null and discarded_at is null`;
-  return r.count;
+  return discardDeadLetterRows(sql, ids);
 }

@@ -11,6 +11,15 @@
  */
 import type { EventBridgeEvent } from 'aws-lambda';
 import type { Queryable } from '../platform/index.ts';
+import {
+  type DbParkedEvent,
+  deleteExpiredChains,
+  deleteExpiredGaps,
+  deleteExpiredMessages,
+  discardParkedRows,
+  markReplaying,
+  selectParked,
+} from './sql/index.ts';
 
 /**
  * Deletes one batch of the inbox's expired rows, oldest first: records older than the retention
@@ -29,45 +38,13 @@ export async function pruneInboxBatch(
   retentionSeconds: number,
   batchSize: number,
 ): Promise<number> {
-  // The conditions are repeated on each DELETE: Postgres re-checks only the outer WHERE against a
-  // row that changed while the DELETE waited for it (a chain a consumer just moved on, an event
-  // an operator just asked to replay), which must then stay.
-  const records = await sql`
-    delete from inbox_message m
-    using (
-      select consumer, message_key from inbox_message
-      where processed_at < now() - make_interval(secs => ${retentionSeconds})
-        and outcome not in ('parked', 'replaying')
-      order by processed_at
-      limit ${batchSize}
-    ) old
-    where m.consumer = old.consumer and m.message_key = old.message_key
-      and m.processed_at < now() - make_interval(secs => ${retentionSeconds})
-      and m.outcome not in ('parked', 'replaying')`;
-  if (records.count > 0) return records.count;
-  const chains = await sql`
-    delete from inbox_aggregate a
-    using (
-      select consumer, aggregate_type, aggregate_id, source, chain from inbox_aggregate
-      where updated_at < now() - make_interval(secs => ${retentionSeconds})
-      order by updated_at
-      limit ${batchSize}
-    ) old
-    where (a.consumer, a.aggregate_type, a.aggregate_id, a.source, a.chain)
-          = (old.consumer, old.aggregate_type, old.aggregate_id, old.source, old.chain)
-      and a.updated_at < now() - make_interval(secs => ${retentionSeconds})`;
-  if (chains.count > 0) return chains.count;
-  const gaps = await sql`
-    delete from inbox_gap g
-    using (
-      select consumer, message_key from inbox_gap
-      where last_seen_at < now() - make_interval(secs => ${retentionSeconds})
-      order by last_seen_at
-      limit ${batchSize}
-    ) old
-    where g.consumer = old.consumer and g.message_key = old.message_key
-      and g.last_seen_at < now() - make_interval(secs => ${retentionSeconds})`;
-  return gaps.count;
+  // Records, then chains, then gaps: prune calls this until it returns 0, so each table's expired
+  // rows go before the next table's.
+  const records = await deleteExpiredMessages(sql, retentionSeconds, batchSize);
+  if (records > 0) return records;
+  const chains = await deleteExpiredChains(sql, retentionSeconds, batchSize);
+  if (chains > 0) return chains;
+  return deleteExpiredGaps(sql, retentionSeconds, batchSize);
 }
 
 /** A parked event, as `outbox inbox parked list` shows it. */
@@ -90,21 +67,7 @@ export interface ParkedEvent {
   event: EventBridgeEvent<string, unknown>;
 }
 
-interface ParkedRow {
-  consumer: string;
-  event_id: string;
-  source: string;
-  event_type: string;
-  aggregate_type: string;
-  aggregate_id: string;
-  sequence: string;
-  outcome: 'parked' | 'replaying';
-  reason: string | null;
-  processed_at: Date;
-  event: EventBridgeEvent<string, unknown>;
-}
-
-const toParked = (r: ParkedRow): ParkedEvent => ({
+const toParked = (r: DbParkedEvent): ParkedEvent => ({
   consumer: r.consumer,
   eventId: r.event_id,
   source: r.source,
@@ -134,14 +97,7 @@ export async function listParked(
   selection: ParkedSelection,
   limit = 100,
 ): Promise<ParkedEvent[]> {
-  const rows = await sql<ParkedRow[]>`
-    select consumer, event_id, source, event_type, aggregate_type, aggregate_id, sequence, outcome,
-           reason, processed_at, event
-    from inbox_message
-    where consumer = ${selection.consumer} and outcome in ('parked', 'replaying')
-      and (${selection.eventIds ?? null}::text[] is null or event_id = any(${selection.eventIds ?? null}::text[]))
-    order by processed_at, event_id
-    limit ${limit}`;
+  const rows = await selectParked(sql, selection.consumer, selection.eventIds ?? null, limit);
   return rows.map(toParked);
 }
 
@@ -155,13 +111,7 @@ export async function markParkedForReplay(
   sql: Queryable,
   selection: ParkedSelection,
 ): Promise<ParkedEvent[]> {
-  const rows = await sql<ParkedRow[]>`
-    update inbox_message
-    set outcome = 'replaying'
-    where consumer = ${selection.consumer} and outcome in ('parked', 'replaying')
-      and (${selection.eventIds ?? null}::text[] is null or event_id = any(${selection.eventIds ?? null}::text[]))
-    returning consumer, event_id, source, event_type, aggregate_type, aggregate_id, sequence, outcome,
-              reason, processed_at, event`;
+  const rows = await markReplaying(sql, selection.consumer, selection.eventIds ?? null);
   return rows
     .map(toParked)
     .sort((a, b) => a.parkedAt.getTime() - b.parkedAt.getTime() || a.sequence - b.sequence);
@@ -178,11 +128,5 @@ export async function discardParked(
   selection: ParkedSelection,
   reason: string,
 ): Promise<number> {
-  const r = await sql`
-    update inbox_message
-    set outcome = 'discarded', event = null,
-        reason = ${`discarded by an operator: ${reason}`} || coalesce('; parked: ' || reason, '')
-    where consumer = ${selection.consumer} and outcome in ('parked', 'replaying')
-      and (${selection.eventIds ?? null}::text[] is null or event_id = any(${selection.eventIds ?? null}::text[]))`;
-  return r.count;
+  return discardParkedRows(sql, selection.consumer, selection.eventIds ?? null, reason);
 }

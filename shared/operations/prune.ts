@@ -1,7 +1,7 @@
 /**
  * Pruning (README, Guarantees: "Pruning"): deletes published rows older than their retention, and dead-lettered rows
  * only under their own, longer retention and once they no longer hold their aggregate back (see
- * `expiredDeadLetter`). It never touches an unpublished live row. It works in
+ * `expiredDeadLetter` in sql/conditions.ts). It never touches an unpublished live row. It works in
  * bounded batches (one short statement each, touching only rows no relay works on)
  * within a time budget; what is left is picked up by the next run, oldest first.
  *
@@ -11,32 +11,13 @@
  */
 import type { Queryable } from '../platform/index.ts';
 import { pruneInboxBatch } from './inbox.ts';
-
-/**
- * A dead letter past its retention that may go: neither published nor holding its aggregate back.
- * One that is not discarded is kept while it may hold back an event of its aggregate: under
- * `block` every event after it waits for an operator to replay or discard it, including events
- * enqueued later, and deleting it would let the claim publish them and leave nothing to replay.
- * Prune does not know the relay's policy, so it keeps a dead letter that is not discarded until
- * its aggregate has moved past it: a later event was enqueued (the per-aggregate counter, which
- * outlives pruned rows, says so) and none of the later events is still to publish. Under
- * `continue` that happens once the events behind it are published; a dead letter that is the last
- * event of its aggregate stays until an operator acts or a later event goes out. `d` is the dead
- * letter's alias; the checks read the counter's primary key and `outbox_unfinished_by_aggregate_idx`.
- */
-function expiredDeadLetter(sql: Queryable, retentionSeconds: number) {
-  return sql`d.dead_lettered_at < now() - make_interval(secs => ${retentionSeconds})
-    and d.published_at is null
-    and (d.discarded_at is not null or (
-      exists (
-        select from outbox_aggregate a
-        where a.aggregate_type = d.aggregate_type and a.aggregate_id = d.aggregate_id
-          and a.last_sequence > d.sequence)
-      and not exists (
-        select from outbox n
-        where n.aggregate_type = d.aggregate_type and n.aggregate_id = d.aggregate_id
-          and n.sequence > d.sequence and n.published_at is null and n.dead_lettered_at is null)))`;
-}
+import {
+  countExpiredKeys,
+  countExpiredRows,
+  deleteDeadLetters,
+  deleteIdempotencyKeys,
+  deletePublished,
+} from './sql/index.ts';
 
 /** Options of {@link prune}. */
 export interface PruneOptions {
@@ -98,22 +79,17 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
     dryRun: o.dryRun ?? false,
   };
   if (o.dryRun) {
-    const [row] = await sql<{ published: string; dead: string }[]>`
-      select
-        (select count(*) from outbox where published_at < now() - make_interval(secs => ${o.publishedRetentionSeconds})) as published,
-        (select count(*) from outbox d where ${expiredDeadLetter(sql, o.deadLetterRetentionSeconds)}) as dead`;
+    const row = await countExpiredRows(sql, o.publishedRetentionSeconds, o.deadLetterRetentionSeconds);
     result.publishedDeleted = Number(row?.published ?? 0);
     result.deadLettersDeleted = Number(row?.dead ?? 0);
     if (o.idempotencyKeyRetentionSeconds !== undefined) {
       // Keys whose event would be gone after this run: already gone, or about to be pruned.
-      const [keys] = await sql<{ n: string }[]>`
-        select count(*) as n from outbox_idempotency_key k
-        where k.created_at < now() - make_interval(secs => ${o.idempotencyKeyRetentionSeconds})
-          and not exists (
-            select from outbox o where o.event_id = k.event_id
-              and not coalesce(o.published_at < now() - make_interval(secs => ${o.publishedRetentionSeconds}), false)
-              and not exists (
-                select from outbox d where d.id = o.id and ${expiredDeadLetter(sql, o.deadLetterRetentionSeconds)}))`;
+      const keys = await countExpiredKeys(
+        sql,
+        o.idempotencyKeyRetentionSeconds,
+        o.publishedRetentionSeconds,
+        o.deadLetterRetentionSeconds,
+      );
       result.idempotencyKeysDeleted = Number(keys?.n ?? 0);
     }
     result.durationMs = Math.round(performance.now() - started);
@@ -126,6 +102,13 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
     ...(o.inboxRetentionSeconds === undefined ? [] : (['inbox'] as const)),
     ...(o.idempotencyKeyRetentionSeconds === undefined ? [] : (['keys'] as const)),
   ] as const;
+  // The deletes (sql/delete-*.ts) lock nothing ahead (no FOR UPDATE, which would need UPDATE
+  // privilege the monitor's role does not have, and should not: it could then mark rows
+  // published). Their conditions are repeated on the DELETE itself because Postgres re-checks only
+  // the outer WHERE against a row that changed while the DELETE waited for it: a dead letter
+  // replayed in that instant (pending again) is then skipped, not deleted. Rows this old are
+  // written by nobody else, so the waits are rare and short, and the relay never waits on them (it
+  // locks only pending rows).
   for (const kind of kinds) {
     for (;;) {
       if (performance.now() - started > o.timeBudgetMs) {
@@ -135,12 +118,12 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
       }
       const deleted =
         kind === 'published'
-          ? await deletePublished(sql, o)
+          ? await deletePublished(sql, o.publishedRetentionSeconds, o.batchSize)
           : kind === 'dead'
-            ? await deleteDeadLetters(sql, o)
+            ? await deleteDeadLetters(sql, o.deadLetterRetentionSeconds, o.batchSize)
             : kind === 'inbox'
               ? await pruneInboxBatch(sql, o.inboxRetentionSeconds ?? 0, o.batchSize)
-              : await deleteIdempotencyKeys(sql, o);
+              : await deleteIdempotencyKeys(sql, o.idempotencyKeyRetentionSeconds ?? 0, o.batchSize);
       if (deleted === 0) break;
       result.batches.push(deleted);
       if (kind === 'published') result.publishedDeleted += deleted;
@@ -151,57 +134,4 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
   }
   result.durationMs = Math.round(performance.now() - started);
   return result;
-}
-
-// The deletes lock nothing ahead (no FOR UPDATE, which would need UPDATE privilege the monitor's
-// role does not have, and should not: it could then mark rows published). The conditions are
-// repeated on the DELETE itself because Postgres re-checks only the outer WHERE against a row that
-// changed while the DELETE waited for it: a dead letter replayed in that instant (pending again)
-// is then skipped, not deleted. Rows this old are written by nobody else, so the waits are rare
-// and short, and the relay never waits on them (it locks only pending rows).
-
-async function deletePublished(sql: Queryable, o: PruneOptions): Promise<number> {
-  // Oldest first by id, the primary key: expired published rows form (roughly) a prefix of it.
-  const r = await sql`
-    delete from outbox
-    where id = any(array(
-        select id from outbox
-        where published_at < now() - make_interval(secs => ${o.publishedRetentionSeconds})
-        order by id
-        limit ${o.batchSize}
-      ))
-      and published_at < now() - make_interval(secs => ${o.publishedRetentionSeconds})`;
-  return r.count;
-}
-
-async function deleteDeadLetters(sql: Queryable, o: PruneOptions): Promise<number> {
-  const r = await sql`
-    delete from outbox d
-    where d.id = any(array(
-        select d.id from outbox d
-        where ${expiredDeadLetter(sql, o.deadLetterRetentionSeconds)}
-        order by d.dead_lettered_at, d.id
-        limit ${o.batchSize}
-      ))
-      and ${expiredDeadLetter(sql, o.deadLetterRetentionSeconds)}`;
-  return r.count;
-}
-
-async function deleteIdempotencyKeys(sql: Queryable, o: PruneOptions): Promise<number> {
-  // No producer writes an expired key (a repeat of it reads it and writes nothing), so the only
-  // race is a repeat arriving while the key is deleted: it then enqueues anew, which is what the
-  // window's end means. The outbox check uses its unique index on event_id.
-  const r = await sql`
-    delete from outbox_idempotency_key k
-    using (
-      select idempotency_key from outbox_idempotency_key old
-      where created_at < now() - make_interval(secs => ${o.idempotencyKeyRetentionSeconds ?? 0})
-        and not exists (select from outbox where outbox.event_id = old.event_id)
-      order by created_at
-      limit ${o.batchSize}
-    ) expired
-    where k.idempotency_key = expired.idempotency_key
-      and k.created_at < now() - make_interval(secs => ${o.idempotencyKeyRetentionSeconds ?? 0})
-      and not exists (select from outbox where outbox.event_id = k.event_id)`;
-  return r.count;
 }

@@ -1,5 +1,6 @@
 /** Backlog figures for `outbox status`, `npm start` and the monitor's metrics. */
 import { countFromDatabase, type Queryable } from '../platform/index.ts';
+import { countOutbox } from './sql/index.ts';
 
 /** The outbox's state, counted with the database clock. */
 export interface OutboxStatus {
@@ -31,30 +32,7 @@ export async function getStatus(
   options: { includePublished?: boolean } = {},
 ): Promise<OutboxStatus> {
   const includePublished = options.includePublished ?? true;
-  const [row] = await sql<
-    {
-      pending: string;
-      oldest: number | null;
-      in_flight: string;
-      dead: string;
-      published: string | null;
-      inbox_parked: string;
-    }[]
-  >`
-    select p.pending, p.oldest, p.in_flight,
-      -- the partial index on parked records (migration 010): a few rows at most
-      (select count(*) from inbox_message where outcome in ('parked', 'replaying')) as inbox_parked,
-      (select count(*) from outbox
-       where dead_lettered_at is not null and published_at is null and discarded_at is null) as dead,
-      case when ${includePublished}::boolean
-        then (select count(*) from outbox where published_at is not null) end as published
-    from (
-      select count(*) as pending,
-             extract(epoch from now() - min(created_at))::float8 as oldest,
-             count(*) filter (where lease_expires_at > now()) as in_flight
-      from outbox where published_at is null and dead_lettered_at is null
-    ) p
-  `;
+  const row = await countOutbox(sql, includePublished);
   return {
     pending: countFromDatabase(row?.pending, 'pending'),
     oldestPendingAgeSeconds: Math.max(0, row?.oldest ?? 0),

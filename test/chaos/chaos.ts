@@ -10,6 +10,8 @@ import { randomInt } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { startEmbeddedPostgres } from '../../dev/embedded-postgres.ts';
+import { type AcceptedEvent, startLocalBus } from '../../dev/local-bus.ts';
 import type { EnvelopeMetadata } from '../../shared/platform/envelope.ts';
 import {
   isConnectionFailure,
@@ -20,8 +22,6 @@ import {
   withDeadline,
 } from '../../shared/platform/index.ts';
 import { migrate } from '../../shared/platform/migrate.ts';
-import { startEmbeddedPostgres } from '../support/embedded-postgres.ts';
-import { type AcceptedEvent, startLocalBus } from '../support/local-bus.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/outbox.js', import.meta.url));
 const PRODUCER = fileURLToPath(new URL('./producer.ts', import.meta.url));

@@ -17,12 +17,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import postgres from 'postgres';
+import { startEmbeddedPostgres } from '../../dev/embedded-postgres.ts';
+import { startLocalBus } from '../../dev/local-bus.ts';
 import { connect } from '../../shared/platform/db.ts';
 import type { EnvelopeMetadata } from '../../shared/platform/envelope.ts';
 import { migrate } from '../../shared/platform/migrate.ts';
 import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
-import { startEmbeddedPostgres } from '../support/embedded-postgres.ts';
-import { startLocalBus } from '../support/local-bus.ts';
 import { countOrderViolations } from './chaos.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/outbox.js', import.meta.url));

@@ -10,6 +10,7 @@
  * events lost, per-aggregate order violations, and writes that found their lease taken.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { LocalBus } from '../../dev/local-bus.ts';
 import type { EnvelopeMetadata } from '../../shared/platform/envelope.ts';
 import {
   type ConnectionPool,
@@ -21,7 +22,6 @@ import {
 import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
 import { type PassReport, runRelay, UnreturnedLeases } from '../../shared/relay/index.ts';
 import { cliEnv, collect, startCli } from '../support/cli.ts';
-import type { LocalBus } from '../support/local-bus.ts';
 import { testClient } from '../support/relay.ts';
 import { startStallProxy } from '../support/stall-proxy.ts';
 import { countOrderViolations } from './chaos.ts';

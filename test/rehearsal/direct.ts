@@ -12,13 +12,13 @@
  * as Lambda's bundle, the roles, no pooler) is what the functions get in AWS.
  */
 import type postgres from 'postgres';
+import type { InvocationOutcome, RunningFunction } from '../../dev/lambda-runtime/lambda-process.ts';
+import { readStack, type TemplateFunction } from '../../dev/lambda-runtime/template.ts';
+import type { AcceptedEvent, LocalBus } from '../../dev/local-bus.ts';
+import { freePort } from '../../dev/net.ts';
 import { EnvVar } from '../../shared/platform/index.ts';
 import { countOrderViolations } from '../chaos/chaos.ts';
-import type { AcceptedEvent, LocalBus } from '../support/local-bus.ts';
-import { freePort } from '../support/net.ts';
 import { startIamProxy } from './iam-proxy.ts';
-import type { InvocationOutcome, RunningFunction } from './lambda-process.ts';
-import { readStack, type TemplateFunction } from './template.ts';
 
 /** What the first shape's run hands to this one. */
 export interface DirectShapeContext {

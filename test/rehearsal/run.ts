@@ -21,6 +21,17 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import postgres from 'postgres';
+import { startEmbeddedPostgres } from '../../dev/embedded-postgres.ts';
+import {
+  type InvocationOutcome,
+  type RunningFunction,
+  startFunction,
+} from '../../dev/lambda-runtime/lambda-process.ts';
+import { type InvocationRecord, LambdaService } from '../../dev/lambda-runtime/lambda-service.ts';
+import { readStack, type TemplateFunction } from '../../dev/lambda-runtime/template.ts';
+import { type AcceptedEvent, startLocalBus } from '../../dev/local-bus.ts';
+import { startLocalLambda } from '../../dev/local-lambda.ts';
+import { freePort } from '../../dev/net.ts';
 import { createBillingSchema } from '../../examples/billing/consumer.ts';
 import {
   DEFAULT_ROLES,
@@ -31,18 +42,11 @@ import {
 } from '../../shared/platform/index.ts';
 import { enqueueMany } from '../../shared/producer/index.ts';
 import { countOrderViolations } from '../chaos/chaos.ts';
-import { startEmbeddedPostgres } from '../support/embedded-postgres.ts';
 import { delivery } from '../support/events.ts';
-import { type AcceptedEvent, startLocalBus } from '../support/local-bus.ts';
-import { startLocalLambda } from '../support/local-lambda.ts';
-import { freePort } from '../support/net.ts';
 import { rehearseDirect } from './direct.ts';
 import { startIamProxy } from './iam-proxy.ts';
-import { type InvocationOutcome, type RunningFunction, startFunction } from './lambda-process.ts';
-import { type InvocationRecord, LambdaService } from './lambda-service.ts';
 import { startPgBouncer } from './pgbouncer.ts';
 import { startSecretsEndpoint } from './secrets-manager.ts';
-import { readStack, type TemplateFunction } from './template.ts';
 import { makeCertificates } from './tls.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));

@@ -3,7 +3,7 @@
  * started for this run. Each test file then creates its own database on it (see db.ts).
  */
 import type { TestProject } from 'vitest/node';
-import { startEmbeddedPostgres } from './embedded-postgres.ts';
+import { startEmbeddedPostgres } from '../../dev/embedded-postgres.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {

@@ -3,8 +3,8 @@
  * bus, both emptied before each test.
  */
 import { afterAll, beforeAll, beforeEach } from 'vitest';
+import { type LocalBus, startLocalBus } from '../../dev/local-bus.ts';
 import { createTestDatabase, type TestDatabase } from './db.ts';
-import { type LocalBus, startLocalBus } from './local-bus.ts';
 
 /** Filled in by the hooks; read it inside tests. */
 export interface Harness {

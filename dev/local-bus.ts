@@ -22,7 +22,7 @@ import {
   entrySize,
   MAX_DETAIL_TYPE_LENGTH,
   MAX_ENTRIES_PER_REQUEST,
-} from '../../shared/platform/envelope.ts';
+} from '../shared/platform/envelope.ts';
 
 /** Fault injection; every rate is a probability in [0, 1], drawn per request or per entry. */
 export interface Faults {

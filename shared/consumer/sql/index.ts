@@ -1,0 +1,18 @@
+/**
+ * Every SQL statement of the inbox, one module each (the gap's three share one), next to the row
+ * type it returns, as in `relay/sql/`. No other consumer module writes SQL.
+ */
+export { advanceChain } from './advance-chain.ts';
+export { type ChainKey, chainRow } from './chain.ts';
+export { clearGap, type DbGapWait, readGap, rememberGap } from './gap.ts';
+export { type DbChainState, lockChain } from './lock-chain.ts';
+export { type DbMessageOutcome, lockMessage } from './lock-message.ts';
+export { markParked } from './mark-parked.ts';
+export { markReplayed } from './mark-replayed.ts';
+export { markStale } from './mark-stale.ts';
+export { type MessageRecord, recordMessage } from './record-message.ts';
+export {
+  type DbTransactionIdentity,
+  readAssignedTransactionIdentity,
+  readTransactionIdentity,
+} from './transaction-identity.ts';

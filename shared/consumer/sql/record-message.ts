@@ -1,0 +1,29 @@
+/** Records an event for a consumer in `inbox_message`, unless the consumer has a record under its key. */
+import type { Tx } from '../../platform/db.ts';
+
+/** What the inbox records of a delivered event (the columns of `inbox_message` it sets on arrival). */
+export interface MessageRecord {
+  consumer: string;
+  /** The deduplication key: `metadata.eventId` or the consumer's business key. */
+  key: string;
+  eventId: string;
+  source: string;
+  type: string;
+  aggregateType: string;
+  aggregateId: string;
+  sequence: bigint;
+}
+
+/**
+ * Inserts the record. A concurrent delivery of the same event waits here on the first one's
+ * uncommitted row, then sees it: only one of them goes on.
+ * @returns false when a record with the same key existed (nothing was written)
+ */
+export async function recordMessage(tx: Tx, r: MessageRecord): Promise<boolean> {
+  const inserted = await tx`
+    insert into inbox_message (consumer, message_key, event_id, source, event_type, aggregate_type, aggregate_id, sequence)
+    values (${r.consumer}, ${r.key}, ${r.eventId}, ${r.source}, ${r.type}, ${r.aggregateType}, ${r.aggregateId}, ${String(r.sequence)})
+    on conflict do nothing
+    returning 1`;
+  return inserted.length > 0;
+}

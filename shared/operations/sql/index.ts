@@ -1,0 +1,22 @@
+/**
+ * Every SQL statement of the operations, one module each (grouped where statements share a row
+ * type or count what another deletes), next to the row type it returns, as in `relay/sql/`. No
+ * other operations module writes SQL but roles.ts, whose statements are the grants themselves.
+ */
+export { expiredDeadLetter } from './conditions.ts';
+export { countExpiredKeys, countExpiredRows, type DbExpiredCounts } from './count-expired.ts';
+export { countOutbox, type DbOutboxCounts } from './count-outbox.ts';
+export { deleteDeadLetters } from './delete-dead-letters.ts';
+export { deleteIdempotencyKeys } from './delete-idempotency-keys.ts';
+export { deleteExpiredChains, deleteExpiredGaps, deleteExpiredMessages } from './delete-inbox-expired.ts';
+export { deletePublished } from './delete-published.ts';
+export { discardDeadLetterRows } from './discard-dead-letters.ts';
+export { type DbParkedEvent, discardParkedRows, markReplaying, selectParked } from './parked.ts';
+export { replayDeadLetterRows } from './replay-dead-letters.ts';
+export { type DeadLetterCriteria, selectDeadLetterIds } from './select-dead-letter-ids.ts';
+export {
+  type DbDeadLetter,
+  selectDeadLetter,
+  selectDeadLetterRefs,
+  selectDeadLetters,
+} from './select-dead-letters.ts';
