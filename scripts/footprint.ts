@@ -8,8 +8,8 @@
  * (`--prefer-offline`). For each it prints:
  * - packages added and MB on disk (node_modules, apparent size) beyond the baseline install;
  * - the time to start Node and import the baseline's main package and then this package's main
- *   entry (median of 5 runs, wall clock, ms), and the process's RSS after it (MB), beside the
- *   same for the baseline's import alone;
+ *   entry (wall clock, ms), and the process's RSS after it (MB), beside the same for the
+ *   baseline's import alone: medians of 5 runs of each, alternated so both see the same load;
  * - how many modules the import loaded from node_modules, and any from the AWS SDK.
  * Then the example consumer handlers bundled with esbuild, minified (scripts/measure.ts).
  *
@@ -65,28 +65,49 @@ interface ImportFigures {
   packages: string[];
 }
 
-async function measureImport(dir: string, specifiers: string[]): Promise<ImportFigures> {
-  const times: number[] = [];
-  let last = { rss: 0, modules: 0, packages: [] as string[] };
-  for (let i = 0; i < RUNS; i++) {
-    const start = performance.now();
-    const { stdout } = await exec(
-      process.execPath,
-      ['--input-type=module', '-e', IMPORT_PROBE, ...specifiers],
-      {
-        cwd: dir,
-      },
-    );
-    times.push(performance.now() - start);
-    last = JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}');
-  }
-  times.sort((a, b) => a - b);
+/** One Node process that imports `specifiers` in `dir`: its wall time (ms) and what the probe printed. */
+async function importOnce(dir: string, specifiers: string[]) {
+  const start = performance.now();
+  const { stdout } = await exec(
+    process.execPath,
+    ['--input-type=module', '-e', IMPORT_PROBE, ...specifiers],
+    {
+      cwd: dir,
+    },
+  );
+  const ms = performance.now() - start;
   return {
-    ms: times[Math.floor(times.length / 2)] ?? 0,
-    rssMB: last.rss / 1e6,
-    modules: last.modules,
-    packages: last.packages,
+    ms,
+    ...(JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}') as Omit<ImportFigures, 'ms' | 'rssMB'> & {
+      rss: number;
+    }),
   };
+}
+
+/**
+ * The import of `specifiers` in `dir` and of the baseline's in `baseDir`, run alternately
+ * ({@link RUNS} rounds) so that both see the same machine load: medians of time and RSS.
+ */
+async function measureImports(
+  dir: string,
+  specifiers: string[],
+  baseDir: string,
+  baseSpecifiers: string[],
+): Promise<{ figures: ImportFigures; base: ImportFigures }> {
+  const runs: Awaited<ReturnType<typeof importOnce>>[] = [];
+  const baseRuns: Awaited<ReturnType<typeof importOnce>>[] = [];
+  for (let i = 0; i < RUNS; i++) {
+    baseRuns.push(await importOnce(baseDir, baseSpecifiers));
+    runs.push(await importOnce(dir, specifiers));
+  }
+  const median = (values: number[]) => values.sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? 0;
+  const summary = (all: typeof runs): ImportFigures => ({
+    ms: median(all.map((r) => r.ms)),
+    rssMB: median(all.map((r) => r.rss)) / 1e6,
+    modules: all.at(-1)?.modules ?? 0,
+    packages: all.at(-1)?.packages ?? [],
+  });
+  return { figures: summary(runs), base: summary(baseRuns) };
 }
 
 const mb = (bytes: number) => (bytes / 1e6).toFixed(2);
@@ -106,10 +127,7 @@ try {
     console.log(`footprint: packed ${packed?.filename} (${kib(packed?.size ?? 0)} KiB)`);
   }
 
-  const baselines = new Map<
-    string,
-    { dir: string; packages: number; bytes: number; figures: ImportFigures }
-  >();
+  const baselines = new Map<string, { dir: string; packages: number; bytes: number }>();
   console.log(
     '\n| package | beside | packages added | MB added | import ms (beside alone) | RSS MB (beside alone) | modules from node_modules | AWS SDK modules |',
   );
@@ -124,18 +142,17 @@ try {
         dir,
         packages: await countPackages(join(dir, 'node_modules')),
         bytes: await folderBytes(join(dir, 'node_modules')),
-        figures: await measureImport(dir, [baseline[0]]),
       };
       baselines.set(key, base);
     }
     const dir = await project(work, role, [tarballs[role] as string, ...specs]);
     const packages = (await countPackages(join(dir, 'node_modules'))) - base.packages;
     const bytes = (await folderBytes(join(dir, 'node_modules'))) - base.bytes;
-    const figures = await measureImport(dir, [baseline[0], name]);
+    const { figures, base: alone } = await measureImports(dir, [baseline[0], name], base.dir, [baseline[0]]);
     const sdk = figures.packages.filter((p) => p.startsWith('@aws-sdk/') || p.startsWith('@smithy/'));
     console.log(
-      `| ${name} | ${key} | ${packages} | ${mb(bytes)} | ${figures.ms.toFixed(0)} (${base.figures.ms.toFixed(0)}) | ` +
-        `${figures.rssMB.toFixed(0)} (${base.figures.rssMB.toFixed(0)}) | ${figures.modules} | ${sdk.length === 0 ? 'none' : sdk.length} |`,
+      `| ${name} | ${key} | ${packages} | ${mb(bytes)} | ${figures.ms.toFixed(0)} (${alone.ms.toFixed(0)}) | ` +
+        `${figures.rssMB.toFixed(0)} (${alone.rssMB.toFixed(0)}) | ${figures.modules} | ${sdk.length === 0 ? 'none' : sdk.length} |`,
     );
   }
 
