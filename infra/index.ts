@@ -1,10 +1,21 @@
 /**
- * The CDK side of the package (entry point `outbox-relay-aws/cdk`): the `OutboxRelay` construct
+ * The CDK side (package `@outbox-relay-aws/cdk`): the `OutboxRelay` construct
  * and its props. In the installed package the construct deploys handler bundles built at pack time,
  * so `cdk synth` needs neither esbuild nor Docker.
  */
+// Names a consumer's own CDK wiring shares with its function: environment variables, database
+// roles, the inbox's metric names.
+export {
+  DEFAULT_METRIC_NAMESPACE,
+  DEFAULT_ROLES,
+  EnvVar,
+  INBOX_METRIC_DIMENSION,
+  InboxMetricName,
+  type OutboxRoles,
+} from '../shared/platform/names.ts';
 export {
   DEFAULT_RELAY_MEMORY_MB,
+  OUTBOX_BUNDLING,
   type OutboxDatabaseConnection,
   type OutboxDatabaseProps,
   type OutboxDatabaseTarget,

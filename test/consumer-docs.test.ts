@@ -6,7 +6,7 @@
  */
 import { spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 
@@ -26,7 +26,8 @@ afterAll(async () => {
 
 /**
  * Runs the script as `node invoke-locally.ts` would in a service that installed the package: the
- * package's name resolves to this checkout's source (a resolve hook stands in for node_modules).
+ * package's name resolves through node_modules, where the npm workspace links this checkout's
+ * packages/consumer (whose entry is the TypeScript source).
  */
 function invokeLocally(): Promise<{
   code: number | null;
@@ -34,12 +35,7 @@ function invokeLocally(): Promise<{
   stdout: string;
   stderr: string;
 }> {
-  const consumerEntry = pathToFileURL(`${root}shared/consumer/index.ts`).href;
-  const hook = `data:text/javascript,${encodeURIComponent(`
-    import { registerHooks } from 'node:module';
-    registerHooks({ resolve: (specifier, context, next) =>
-      specifier === 'outbox-relay-aws/consumer' ? { url: ${JSON.stringify(consumerEntry)}, shortCircuit: true } : next(specifier, context) });`)}`;
-  const child = spawn(process.execPath, ['--import', hook, 'invoke-locally.ts'], {
+  const child = spawn(process.execPath, ['invoke-locally.ts'], {
     cwd: `${root}examples/consumer`,
     env: { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: db.url },
     stdio: ['ignore', 'pipe', 'pipe'],

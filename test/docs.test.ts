@@ -258,23 +258,13 @@ describe('the docs', () => {
       });
       expect(virtual.size).toBeGreaterThan(10);
 
-      // The package's entry points, from package.json "exports", resolved to their source.
-      const exports = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).exports as Record<
-        string,
-        { types?: string } | string
-      >;
-      const paths: Record<string, string[]> = {};
-      for (const [entry, target] of Object.entries(exports)) {
-        if (typeof target === 'string' || !target.types) continue;
-        const source = target.types.replace(/^\.\/dist\//, '../').replace(/\.d\.ts$/, '.ts');
-        paths[entry === '.' ? 'outbox-relay-aws' : `outbox-relay-aws/${entry.slice(2)}`] = [source];
-      }
-      expect(Object.keys(paths)).toContain('outbox-relay-aws/cdk');
+      // The packages' names (outbox-relay-aws, @outbox-relay-aws/consumer, …) resolve as a user's
+      // would, through node_modules: the workspace links each to its packages/<role>/ entries.
       writeFileSync(
         join(dir, 'tsconfig.json'),
         JSON.stringify({
           extends: '../tsconfig.json',
-          compilerOptions: { paths, noEmit: true },
+          compilerOptions: { noEmit: true },
           include: [],
           files: [...virtual.keys(), ...included],
         }),

@@ -1,6 +1,9 @@
 /**
- * The package as a team installs it: `npm pack` (which builds it), then a fresh project installs the
- * tarball from the npm cache and
+ * The packages as a team installs them: `npm run build` stages one package per role in
+ * dist/packages/ (scripts/build.ts), `npm pack` packs each, then
+ * - a producer-only service installs the producer beside `postgres`: at most 3 packages and 1.5 MB
+ *   more, and importing it loads no module of another package (issue 21's bound);
+ * - a fresh project installs all four tarballs from the npm cache and
  * - type-checks a file that uses every entry point (test/package/check.ts);
  * - on Node 22 and 24: runs `npx outbox migrate`, then imports every entry point, enqueues through
  *   the main API and both adapters into a real Postgres, and relays them (test/package/runtime.ts);
@@ -19,6 +22,7 @@ import { promisify } from 'node:util';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type LocalBus, startLocalBus } from '../dev/local-bus.ts';
+import { countPackages, folderBytes, IMPORT_PROBE } from '../scripts/measure.ts';
 import { withDatabase } from './support/db.ts';
 import { lambdaContext } from './support/lambda.ts';
 
@@ -26,6 +30,14 @@ const exec = promisify(execFile);
 const repo = fileURLToPath(new URL('..', import.meta.url));
 const fixtures = join(repo, 'test', 'package');
 const MINUTES = 60_000;
+const ROLES = ['producer', 'consumer', 'relay', 'cdk'] as const;
+/** Each role's package name and its entry points. */
+const PACKAGES = {
+  producer: { name: 'outbox-relay-aws', exports: ['.', './drizzle', './kysely', './package.json', './pg'] },
+  consumer: { name: '@outbox-relay-aws/consumer', exports: ['.', './package.json'] },
+  relay: { name: '@outbox-relay-aws/relay', exports: ['.', './operations', './package.json'] },
+  cdk: { name: '@outbox-relay-aws/cdk', exports: ['.', './package.json'] },
+} as const;
 
 /** The parts of a synthesised AWS::Lambda::Function this test reads. */
 interface LambdaProperties {
@@ -37,7 +49,9 @@ interface LambdaProperties {
 
 let work: string;
 let app: string;
-let tarball: string;
+/** The packed tarball of each role's package (packages/<role>). */
+const tarballs: Record<string, string> = {};
+let producerOnly: string;
 let databaseUrl: string;
 let databaseName: string;
 let bus: LocalBus;
@@ -96,14 +110,40 @@ beforeAll(async () => {
   databaseUrl = withDatabase(serverUrl, databaseName);
   node22 = await nodeBinary22();
 
-  // `npm pack` runs `prepack`: the tsc build and the handler bundles.
-  const { stdout } = await exec('npm', ['pack', '--json', '--pack-destination', work], {
+  // The tsc build, the handler bundles and the four staged packages.
+  await exec(process.execPath, [join(repo, 'scripts', 'build.ts')], {
     cwd: repo,
     timeout: 5 * MINUTES,
     maxBuffer: 16 * 1024 * 1024,
   });
-  const [packed] = JSON.parse(stdout.slice(stdout.indexOf('['))) as { filename: string }[];
-  tarball = join(work, packed?.filename ?? 'missing.tgz');
+  for (const role of ROLES) {
+    const { stdout } = await exec('npm', ['pack', '--json', '--pack-destination', work], {
+      cwd: join(repo, 'dist', 'packages', role),
+      timeout: 5 * MINUTES,
+      maxBuffer: 16 * 1024 * 1024,
+    });
+    const [packed] = JSON.parse(stdout.slice(stdout.indexOf('['))) as { filename: string }[];
+    tarballs[role] = join(work, packed?.filename ?? 'missing.tgz');
+  }
+
+  producerOnly = join(work, 'producer-only');
+  await mkdir(producerOnly);
+  await writeFile(
+    join(producerOnly, 'package.json'),
+    JSON.stringify({ name: 'producer-service', private: true, type: 'module' }),
+  );
+  await exec(
+    'npm',
+    [
+      'install',
+      '--prefer-offline',
+      '--no-audit',
+      '--no-fund',
+      tarballs.producer as string,
+      await installedVersion('postgres'),
+    ],
+    { cwd: producerOnly, timeout: 10 * MINUTES, maxBuffer: 16 * 1024 * 1024 },
+  );
 
   await mkdir(app);
   await writeFile(
@@ -143,11 +183,15 @@ beforeAll(async () => {
       '@types/pg',
     ].map(installedVersion),
   );
-  await exec('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', tarball, ...extras], {
-    cwd: app,
-    timeout: 10 * MINUTES,
-    maxBuffer: 16 * 1024 * 1024,
-  });
+  await exec(
+    'npm',
+    ['install', '--prefer-offline', '--no-audit', '--no-fund', ...Object.values(tarballs), ...extras],
+    {
+      cwd: app,
+      timeout: 10 * MINUTES,
+      maxBuffer: 16 * 1024 * 1024,
+    },
+  );
 }, 20 * MINUTES);
 
 afterAll(async () => {
@@ -161,38 +205,59 @@ afterAll(async () => {
 });
 
 describe('the packed package, installed in a fresh project', () => {
-  it('installs without install scripts, ships compiled JavaScript and declarations, and no TypeScript sources', async () => {
-    const installed = join(app, 'node_modules', 'outbox-relay-aws');
-    const manifest = JSON.parse(await readFile(join(installed, 'package.json'), 'utf8'));
-    expect(manifest.private).toBeUndefined();
-    for (const script of ['preinstall', 'install', 'postinstall'])
-      expect(manifest.scripts?.[script]).toBeUndefined();
-    expect(Object.keys(manifest.exports).sort()).toEqual(
-      [
-        '.',
-        './cdk',
-        './consumer',
-        './drizzle',
-        './kysely',
-        './operations',
-        './package.json',
-        './pg',
-        './relay',
-      ].sort(),
+  it('a producer-only service: beside postgres, at most 3 packages and 1.5 MB more, and its import loads no other package', async () => {
+    const nodeModules = join(producerOnly, 'node_modules');
+    const added = (await countPackages(nodeModules)) - 1; // all but postgres
+    const addedBytes = (await folderBytes(nodeModules)) - (await folderBytes(join(nodeModules, 'postgres')));
+    expect(added).toBeLessThanOrEqual(3);
+    expect(addedBytes).toBeLessThanOrEqual(1_500_000);
+    const { stdout } = await exec(
+      node24,
+      ['--input-type=module', '-e', IMPORT_PROBE, 'postgres', 'outbox-relay-aws', 'outbox-relay-aws/pg'],
+      { cwd: producerOnly },
     );
-    expect(manifest.peerDependencies).toMatchObject({
-      'aws-cdk-lib': expect.any(String),
-      constructs: expect.any(String),
-      postgres: expect.any(String),
-    });
-    const files = await readdir(installed, { recursive: true });
-    expect(files.filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts'))).toEqual([]);
-    for (const name of ['relay', 'monitor', 'migrate'])
-      expect(files).toContain(join('dist', 'lambda', name, 'index.mjs'));
-    expect(files).toContain(join('dist', 'lambda', 'migrate', 'migrations', '007_outbox_enqueue.sql'));
-    // The service did not get esbuild: synthesis below must not need it.
-    expect(existsSync(join(app, 'node_modules', 'esbuild'))).toBe(false);
+    const { packages } = JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}') as { packages: string[] };
+    expect(packages.sort()).toEqual(['outbox-relay-aws', 'postgres']);
   });
+
+  it.each(ROLES)(
+    'installs %s without install scripts, with compiled JavaScript and declarations, and no TypeScript sources',
+    async (role) => {
+      const { name, exports } = PACKAGES[role];
+      const installed = join(app, 'node_modules', name);
+      const manifest = JSON.parse(await readFile(join(installed, 'package.json'), 'utf8'));
+      expect(manifest.private).toBeUndefined();
+      for (const script of ['preinstall', 'install', 'postinstall'])
+        expect(manifest.scripts?.[script]).toBeUndefined();
+      expect(Object.keys(manifest.exports).sort()).toEqual([...exports].sort());
+      const files = await readdir(installed, { recursive: true });
+      expect(files.filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts'))).toEqual([]);
+      for (const target of Object.values(manifest.exports) as (
+        | string
+        | { types: string; default: string }
+      )[]) {
+        if (typeof target === 'string') continue;
+        expect(files).toContain(target.types.slice(2));
+        expect(files).toContain(target.default.slice(2));
+      }
+      if (role === 'cdk') {
+        expect(manifest.peerDependencies).toMatchObject({
+          'aws-cdk-lib': expect.any(String),
+          constructs: expect.any(String),
+        });
+        for (const handler of ['relay', 'monitor', 'migrate'])
+          expect(files).toContain(join('dist', 'lambda', handler, 'index.mjs'));
+        expect(files).toContain(join('dist', 'lambda', 'migrate', 'migrations', '007_outbox_enqueue.sql'));
+      }
+      if (role === 'relay') {
+        expect(manifest.bin).toEqual({ outbox: 'bin/outbox.js' });
+        expect(files).toContain(join('dist', 'migrations', '007_outbox_enqueue.sql'));
+      }
+      if (role === 'producer') expect(manifest.dependencies).toBeUndefined();
+      // The service did not get esbuild: synthesis below must not need it.
+      expect(existsSync(join(app, 'node_modules', 'esbuild'))).toBe(false);
+    },
+  );
 
   it(
     'type-checks a file that uses every entry point',
@@ -266,7 +331,16 @@ describe('the packed package, installed in a fresh project', () => {
         await sql.end();
       }
       bus.reset();
-      const bundle = join(app, 'node_modules', 'outbox-relay-aws', 'dist', 'lambda', 'relay', 'index.mjs');
+      const bundle = join(
+        app,
+        'node_modules',
+        '@outbox-relay-aws',
+        'cdk',
+        'dist',
+        'lambda',
+        'relay',
+        'index.mjs',
+      );
       const saved = { ...process.env };
       Object.assign(process.env, {
         DATABASE_URL: databaseUrl,

@@ -26,6 +26,16 @@
  * relay's and the monitor's; the application grants it its own tables, see `createBillingSchema`).
  */
 import { fileURLToPath } from 'node:url';
+import {
+  DEFAULT_METRIC_NAMESPACE,
+  DEFAULT_ROLES,
+  EnvVar,
+  INBOX_METRIC_DIMENSION,
+  InboxMetricName,
+  OUTBOX_BUNDLING,
+  type OutboxDatabaseTarget,
+  outboxDatabaseConnection,
+} from '@outbox-relay-aws/cdk';
 import { Duration, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
@@ -38,18 +48,6 @@ import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
 import type * as sns from 'aws-cdk-lib/aws-sns';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import {
-  OUTBOX_BUNDLING,
-  type OutboxDatabaseTarget,
-  outboxDatabaseConnection,
-} from '../../infra/outbox-relay.ts';
-import {
-  DEFAULT_METRIC_NAMESPACE,
-  DEFAULT_ROLES,
-  EnvVar,
-  INBOX_METRIC_DIMENSION,
-  InboxMetricName,
-} from '../../shared/platform/names.ts';
 import { BILLING_CONSUMER } from './names.ts';
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));

@@ -4,10 +4,16 @@
  * Deployed with Lambda's retries and an on-failure destination (billing-consumer.ts, and the
  * docs/consuming.md); `npm start` runs it locally against the local bus's deliveries.
  */
+
+import {
+  type ConnectionPool,
+  DEFAULT_ROLES,
+  type InboxContext,
+  inbox,
+  type Sql,
+} from '@outbox-relay-aws/consumer';
 import type { EventBridgeEvent } from 'aws-lambda';
-import type { z } from 'zod';
-import { type InboxContext, inbox } from '../../shared/consumer/index.ts';
-import { type ConnectionPool, DEFAULT_ROLES, type Sql } from '../../shared/platform/index.ts';
+import type * as z from 'zod/mini';
 import { OrderPlaced } from './events.ts';
 import { BILLING_CONSUMER } from './names.ts';
 

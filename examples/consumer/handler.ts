@@ -1,13 +1,15 @@
 // handler.ts: the consumer's Lambda function, target of an EventBridge rule on OrderPlaced.
+
+import { ConnectionPool, connect, defineEvent, inbox } from '@outbox-relay-aws/consumer';
 import type { EventBridgeEvent } from 'aws-lambda';
-import { ConnectionPool, connect, defineEvent, inbox } from 'outbox-relay-aws/consumer';
-import { z } from 'zod';
+// zod/mini rather than zod: the same schemas, and about 13 KiB of the bundle instead of 460.
+import * as z from 'zod/mini';
 
 // Shared with the producer in a real service (the producer's enqueue validates against it too).
 export const OrderPlaced = defineEvent({
   type: 'OrderPlaced',
   source: 'shop.orders',
-  schema: z.object({ orderId: z.string(), total: z.number().nonnegative() }),
+  schema: z.object({ orderId: z.string(), total: z.number().check(z.nonnegative()) }),
 });
 
 // One pool per container, made at cold start. DATABASE_URL, or PGHOST/PGUSER/… (with

@@ -5,14 +5,14 @@
  * deploy-time migrations. With `databaseAccess: 'direct'` (`cdk deploy -c databaseAccess=direct`)
  * there is no proxy: the functions log in to the instance itself with IAM, over verified TLS.
  */
+
+import { DEFAULT_ROLES, OutboxRelay } from '@outbox-relay-aws/cdk';
 import { Duration, RemovalPolicy, Stack, type StackProps, Validations } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import type { Construct } from 'constructs';
-import { OutboxRelay } from '../../infra/index.ts';
-import { DEFAULT_ROLES } from '../../shared/platform/names.ts';
 import { BillingConsumer } from '../billing/billing-consumer.ts';
 
 /** Props of {@link OutboxDemoStack}. */

@@ -4,8 +4,8 @@
  * is a typed error naming the field (errors.ts).
  */
 import type { EventBridgeEvent } from 'aws-lambda';
-import type { z } from 'zod';
 import type { EnvelopeMetadata } from '../platform/envelope.ts';
+import type { PayloadSchema } from '../producer/typed-events.ts';
 import { InboxEnvelopeError, InboxPayloadError } from './errors.ts';
 
 /** The event as the inbox hands it to `key`: who sent it, what it is, and its envelope. */
@@ -67,7 +67,7 @@ function text(value: unknown, field: string, max: number): string {
  */
 export function readDelivery<T>(
   event: EventBridgeEvent<string, unknown>,
-  options: { types?: readonly string[]; schema?: z.ZodType<T> },
+  options: { types?: readonly string[]; schema?: PayloadSchema<T> },
 ): Delivery<T> {
   const type = text(event?.['detail-type'], 'detail-type', MAX_DETAIL_TYPE);
   const source = text(event?.source, 'source', MAX_SOURCE);

@@ -22,11 +22,11 @@
  * ```
  */
 import type { Context, EventBridgeEvent } from 'aws-lambda';
-import type { z } from 'zod';
 import { isConnectionFailure } from '../platform/connection-errors.ts';
 import { ConnectionPool, type Sql, type Tx } from '../platform/db.ts';
 import type { EnvelopeMetadata } from '../platform/envelope.ts';
 import { InboxMetricName } from '../platform/names.ts';
+import type { PayloadSchema } from '../producer/typed-events.ts';
 import { type InboxEvent, readDelivery } from './delivery.ts';
 import { InboxGapError, InboxOptionsError } from './errors.ts';
 import { InboxAbortedError, InvocationTransaction, lambdaDeadline } from './invocation.ts';
@@ -123,7 +123,7 @@ export interface InboxOptions<T> {
    * Validates `detail.data` (a zod schema, e.g. from `defineEvent`); data that does not match fails
    * the invocation with {@link InboxPayloadError} naming the field.
    */
-  schema?: z.ZodType<T>;
+  schema?: PayloadSchema<T>;
   /**
    * The inbox's metrics (`InboxParked`, `InboxStale`, `InboxLate`, `InboxAfterGap`, dimension
    * `consumer`), as CloudWatch EMF lines on stdout. Default: on, namespace `Outbox`. `false`: off.

@@ -28,8 +28,9 @@
  *   same transaction, and not aborted: a COMMIT that would not commit fails the invocation.
  */
 import type postgres from 'postgres';
-import type { Sql, Tx } from '../platform/index.ts';
-import { isConnectionFailure, OutboxError } from '../platform/index.ts';
+import { isConnectionFailure } from '../platform/connection-errors.ts';
+import type { Sql, Tx } from '../platform/db.ts';
+import { OutboxError } from '../platform/errors.ts';
 import {
   type DbTransactionIdentity,
   readAssignedTransactionIdentity,

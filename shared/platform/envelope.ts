@@ -5,7 +5,6 @@
  * `eventId` is ours and stable across re-publication; EventBridge's own event `id` changes on
  * every PutEvents call and must not be used to deduplicate.
  */
-import type { PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
 import { OutboxError } from './errors.ts';
 
 /** Metadata carried in every event's Detail, as a consumer reads it after `JSON.parse`. */
@@ -53,6 +52,19 @@ export const MAX_DETAIL_TYPE_LENGTH = 128;
 /** Default PutEvents request limit, bytes (1 MiB). */
 export const DEFAULT_MAX_REQUEST_BYTES = 1_048_576;
 
+/**
+ * The fields of a PutEvents entry that count toward its size: the AWS SDK's PutEventsRequestEntry
+ * has them all. Declared here rather than imported so that the producer's and the consumer's types
+ * do not need the EventBridge client installed.
+ */
+export interface SizedEntry {
+  Source?: string | undefined;
+  DetailType?: string | undefined;
+  Detail?: string | undefined;
+  Resources?: string[] | undefined;
+  Time?: Date | undefined;
+}
+
 /** Entries per PutEvents request, as EventBridge allows. */
 export const MAX_ENTRIES_PER_REQUEST = 10;
 
@@ -62,7 +74,7 @@ export const MAX_ENTRIES_PER_REQUEST = 10;
  * EventBusName are not counted.) Source: the EventBridge user guide, "Calculating PutEvents event
  * entry size".
  */
-export function entrySize(entry: PutEventsRequestEntry): number {
+export function entrySize(entry: SizedEntry): number {
   let size = entry.Time ? TIME_FIELD_BYTES : 0;
   size += Buffer.byteLength(entry.Source ?? '', 'utf8');
   size += Buffer.byteLength(entry.DetailType ?? '', 'utf8');

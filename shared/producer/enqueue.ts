@@ -23,7 +23,7 @@
  * in opposite orders across calls deadlock; Postgres aborts one of them, which surfaces as an
  * {@link OutboxDeadlockError} (retry the whole transaction).
  */
-import type { Queryable, Sql } from '../platform/index.ts';
+import type { Queryable, Sql } from '../platform/db.ts';
 import { type EnqueuedRow, type EnqueueParameters, producerFor } from './statement.ts';
 import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 

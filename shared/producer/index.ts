@@ -11,6 +11,12 @@ export {
   OutboxValidationError,
 } from '../platform/errors.ts';
 export { enqueue, enqueueMany } from './enqueue.ts';
-export { defineEvent, type EventDefinition } from './typed-events.ts';
+export {
+  defineEvent,
+  type EventDefinition,
+  type PayloadInput,
+  type PayloadOutput,
+  type PayloadSchema,
+} from './typed-events.ts';
 export type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 export { type ValidEvent, validateEvent } from './validation.ts';

@@ -7,7 +7,7 @@ import {
   OutboxDeadlockError,
   OutboxSchemaError,
   OutboxValidationError,
-} from '../platform/index.ts';
+} from '../platform/errors.ts';
 
 /** SQLSTATE of `outbox_enqueue`'s validation errors (invalid_parameter_value); COLUMN names the field. */
 export const ENQUEUE_INVALID_SQLSTATE = '22023';

@@ -3,7 +3,7 @@
  * element per event), its text for drivers with positional parameters, and its row type.
  * The porsager path (enqueue.ts) writes the same call as a tagged template.
  */
-import { DEFAULT_MAX_REQUEST_BYTES } from '../platform/index.ts';
+import { DEFAULT_MAX_REQUEST_BYTES } from '../platform/envelope.ts';
 import { translateEnqueueError } from './sql-errors.ts';
 import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 import { type ValidEvent, validateEvent } from './validation.ts';

@@ -11,14 +11,38 @@
  * await sql.begin((tx) => OrderPlaced.enqueue(tx, { aggregateType: 'order', aggregateId: id, payload: { orderId: id, total: 12 } }));
  * ```
  */
-import type { z } from 'zod';
-import type { Queryable } from '../platform/index.ts';
-import { OutboxValidationError } from '../platform/index.ts';
+import type { Queryable } from '../platform/db.ts';
+import { OutboxValidationError } from '../platform/errors.ts';
 import { enqueue } from './enqueue.ts';
 import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 
+/**
+ * A payload schema: a zod 4 schema made with `zod` or with `zod/mini`; both have the `safeParse`
+ * and `parse` methods used here, and zod's Standard Schema property (`~standard`) that carries the
+ * input and output types. Declared by that shape rather than with zod's own types, so that the
+ * package's types need no zod where no schema is used: the schema brings its zod with it.
+ *
+ * `zod/mini` is the one for a Lambda bundle: `import { z } from 'zod'` puts all of zod in the
+ * bundle (about 460 KiB minified, whatever the schema uses), `zod/mini` only the functions called
+ * (about 13 KiB for an object of strings and numbers).
+ */
+export interface PayloadSchema<Output = unknown, Input = unknown> {
+  readonly '~standard': { readonly types?: { readonly input: Input; readonly output: Output } | undefined };
+  safeParse(
+    data: unknown,
+  ):
+    | { success: true; data: Output }
+    | { success: false; error: { issues: readonly { path: readonly PropertyKey[]; message: string }[] } };
+  parse(data: unknown): Output;
+}
+
+/** The payload type a schema accepts (zod's `z.input`). */
+export type PayloadInput<S extends PayloadSchema> = NonNullable<S['~standard']['types']>['input'];
+/** The payload type a schema returns (zod's `z.output`). */
+export type PayloadOutput<S extends PayloadSchema> = NonNullable<S['~standard']['types']>['output'];
+
 /** A declared event type. */
-export interface EventDefinition<S extends z.ZodType<Record<string, unknown>>> {
+export interface EventDefinition<S extends PayloadSchema<Record<string, unknown>>> {
   readonly type: string;
   readonly source: string | undefined;
   readonly schema: S;
@@ -28,15 +52,15 @@ export interface EventDefinition<S extends z.ZodType<Record<string, unknown>>> {
    */
   enqueue(
     tx: Queryable,
-    event: Omit<OutboxEvent, 'type' | 'payload'> & { payload: z.input<S> },
+    event: Omit<OutboxEvent, 'type' | 'payload'> & { payload: PayloadInput<S> },
     options?: EnqueueOptions,
   ): Promise<EnqueueResult>;
   /** Validates received data (e.g. `detail.data`); throws the schema's error when it does not match. */
-  parse(data: unknown): z.output<S>;
+  parse(data: unknown): PayloadOutput<S>;
 }
 
 /** Declares an event type with its payload schema. */
-export function defineEvent<S extends z.ZodType<Record<string, unknown>>>(definition: {
+export function defineEvent<S extends PayloadSchema<Record<string, unknown>>>(definition: {
   type: string;
   source?: string;
   schema: S;
@@ -67,6 +91,6 @@ export function defineEvent<S extends z.ZodType<Record<string, unknown>>>(defini
         options,
       );
     },
-    parse: (data) => definition.schema.parse(data),
+    parse: (data) => definition.schema.parse(data) as PayloadOutput<S>,
   };
 }

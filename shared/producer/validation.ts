@@ -3,16 +3,17 @@
  * or Postgres would refuse is rejected here with an error naming the field, instead of being
  * committed and then stuck in the outbox forever.
  */
+// Each platform module by its own path, never platform/index.ts: that front door also loads the
+// connection (AWS SDK's RDS signer) and migration (node-pg-migrate) modules, which a producer-only
+// service does not install (packages/producer).
 import {
   DEFAULT_MAX_REQUEST_BYTES,
   detailJson,
   entrySize,
-  JsonNumberText,
   MAX_DETAIL_TYPE_LENGTH,
-  OutboxValidationError,
-  outsideInt64,
-  parseJsonNumbersAsText,
-} from '../platform/index.ts';
+} from '../platform/envelope.ts';
+import { OutboxValidationError } from '../platform/errors.ts';
+import { JsonNumberText, outsideInt64, parseJsonNumbersAsText } from '../platform/exact-json.ts';
 import type { EnqueueOptions, OutboxEvent } from './types.ts';
 
 /** A validated event, normalised for insertion. */

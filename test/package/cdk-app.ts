@@ -1,11 +1,12 @@
 // A consumer's CDK app, run in a fresh project that installed the packed tarball (no esbuild, no
 // Docker there): OutboxRelay on an imported VPC, security group and RDS Proxy, and a second stack
 // with deploy-time migrations. The output folder is the first argument.
+
+import { OutboxRelay } from '@outbox-relay-aws/cdk';
 import { App, Stack } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
-import { OutboxRelay } from 'outbox-relay-aws/cdk';
 
 const app = new App({ outdir: process.argv[2] });
 const env = { account: '123456789012', region: 'eu-west-1' };

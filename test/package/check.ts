@@ -1,5 +1,16 @@
 // Type-checked in a fresh project that installed the packed tarball: every entry point, used as a
 // service would. The @ts-expect-error lines prove the types are real (an `any` would not error).
+
+import { OutboxRelay, type OutboxRelayProps } from '@outbox-relay-aws/cdk';
+import { type Envelope, type InboxContext, inbox } from '@outbox-relay-aws/consumer';
+import {
+  connect,
+  createEventBridgeClient,
+  loadRelaySettings,
+  type RelayCounts,
+  runRelay,
+} from '@outbox-relay-aws/relay';
+import { getStatus, type OutboxStatus, prune } from '@outbox-relay-aws/relay/operations';
 import { type App, Stack } from 'aws-cdk-lib';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as rds from 'aws-cdk-lib/aws-rds';
@@ -15,19 +26,9 @@ import {
   OutboxSchemaError,
   OutboxValidationError,
 } from 'outbox-relay-aws';
-import { OutboxRelay, type OutboxRelayProps } from 'outbox-relay-aws/cdk';
-import { type Envelope, type InboxContext, inbox } from 'outbox-relay-aws/consumer';
 import * as viaDrizzle from 'outbox-relay-aws/drizzle';
 import * as viaKysely from 'outbox-relay-aws/kysely';
-import { getStatus, type OutboxStatus, prune } from 'outbox-relay-aws/operations';
 import * as viaPg from 'outbox-relay-aws/pg';
-import {
-  connect,
-  createEventBridgeClient,
-  loadRelaySettings,
-  type RelayCounts,
-  runRelay,
-} from 'outbox-relay-aws/relay';
 import type pg from 'pg';
 import type postgres from 'postgres';
 import { z } from 'zod';

@@ -1,16 +1,17 @@
 // Run in a fresh project that installed the packed tarball, on each supported Node (by its type
 // stripping, outside node_modules): imports every entry point, enqueues through the main API and
 // every adapter, and relays them with the relay core. Prints one JSON line for the test.
+
+import * as cdk from '@outbox-relay-aws/cdk';
+import * as consumer from '@outbox-relay-aws/consumer';
+import { connect, createEventBridgeClient, loadRelaySettings, runRelay } from '@outbox-relay-aws/relay';
+import * as operations from '@outbox-relay-aws/relay/operations';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { Kysely, PostgresDialect } from 'kysely';
 import { enqueue } from 'outbox-relay-aws';
-import * as cdk from 'outbox-relay-aws/cdk';
-import * as consumer from 'outbox-relay-aws/consumer';
 import * as viaDrizzle from 'outbox-relay-aws/drizzle';
 import * as viaKysely from 'outbox-relay-aws/kysely';
-import * as operations from 'outbox-relay-aws/operations';
 import * as viaPg from 'outbox-relay-aws/pg';
-import { connect, createEventBridgeClient, loadRelaySettings, runRelay } from 'outbox-relay-aws/relay';
 import pg from 'pg';
 
 const url = process.env.DATABASE_URL as string;
