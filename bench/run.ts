@@ -28,7 +28,7 @@ import postgres from 'postgres';
 import { OUTBOX_BUNDLING } from '../infra/outbox-relay.ts';
 import { connect, loadRelaySettings, migrate, type RelaySettings } from '../shared/platform/index.ts';
 import { enqueue } from '../shared/producer/index.ts';
-import { claimBatch } from '../shared/relay/index.ts';
+import { claimBatch } from '../shared/relay/sql/index.ts';
 import { startEmbeddedPostgres } from '../test/support/embedded-postgres.ts';
 import {
   PGTO_DEFAULTS,

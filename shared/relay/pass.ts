@@ -26,7 +26,7 @@ import {
 import { AnswerTimeout } from './answer-timeout.ts';
 import { backoffDelayMs } from './backoff.ts';
 import { emptyCounts, type RelayCounts } from './counts.ts';
-import { Lease } from './lease.ts';
+import type { Lease } from './lease.ts';
 import {
   type EntryOutcome,
   isNoAnswer,
@@ -37,7 +37,6 @@ import {
 } from './publish.ts';
 import type { Semaphore } from './semaphore.ts';
 import {
-  abandonLease,
   type ClaimOptions,
   claimBatch,
   type Failure,
@@ -529,32 +528,6 @@ export async function relayPass(
     return counts;
   } finally {
     watchdog.dispose();
-  }
-}
-
-/**
- * One pass with a lease of its own: {@link relayPass} for callers without a loop (tests, tools).
- * When the pass fails, its rows are handed back (attempt returned) if the database answers.
- * @param leaseSeconds lease for this pass; defaults to `settings.leaseSeconds`
- * @throws what {@link relayPass} throws
- */
-export async function relayOnce(
-  deps: RelayDeps,
-  leaseSeconds = deps.settings.leaseSeconds,
-): Promise<RelayCounts> {
-  const lease = new Lease(leaseSeconds);
-  try {
-    return await relayPass(deps, lease);
-  } catch (error) {
-    const leftover = lease.leftover;
-    if (leftover) {
-      await withDeadline(
-        abandonLease(currentSql(deps.sql), lease.token, leftover),
-        'hand back lease',
-        STATEMENT_DEADLINE_MS,
-      ).catch(() => {});
-    }
-    throw error;
   }
 }
 
