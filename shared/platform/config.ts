@@ -319,7 +319,7 @@ export type MonitorTuning = TuningOf<typeof MONITOR_TUNING_VARS>;
  * @param table which fields may be set and their variables ({@link RELAY_TUNING_VARS}, {@link MONITOR_TUNING_VARS})
  * @param where names the settings in errors, e.g. `relaySettings`
  * @returns variable → value, for the fields set
- * @throws {OutboxConfigError} naming `where.field` and its variable: an unknown field, or a value its schema refuses
+ * @throws {OutboxConfigError} naming `where.field (VARIABLE)`: an unknown field, or a value its schema refuses
  */
 export function tuningToEnv<T extends Record<string, SettingVar>>(
   table: T,
@@ -336,16 +336,17 @@ export function tuningToEnv<T extends Record<string, SettingVar>>(
         `is not a setting here; one of ${Object.keys(table).join(', ')}`,
       );
     }
+    checkValue(variable, String(value), `${where}.${field} (${variable})`);
     env[variable] = String(value);
   }
-  return checkEnvironment(table, env, where);
+  return env;
 }
 
 /**
  * Validates an environment map of a function's tunable variables (the construct's deprecated
  * `relayEnvironment` / `monitorEnvironment`): every key must be one of `table`'s variables and
  * every value must pass its schema.
- * @returns `env`, unchanged
+ * @returns a copy of `env`
  * @throws {OutboxConfigError} naming `where.VARIABLE`
  */
 export function checkEnvironment<T extends Record<string, SettingVar>>(
@@ -361,20 +362,19 @@ export function checkEnvironment<T extends Record<string, SettingVar>>(
         `is not a setting of this function; one of ${[...allowed].join(', ')}`,
       );
     }
-    try {
-      readSetting(variable as SettingVar, { [variable]: value });
-    } catch (error) {
-      if (error instanceof OutboxConfigError) {
-        const field = Object.entries(table).find(([, v]) => v === variable)?.[0];
-        throw new OutboxConfigError(
-          `${where}.${field ?? variable}`,
-          error.message.replace(/^\S+: /, `(${variable}) `),
-        );
-      }
-      throw error;
-    }
+    checkValue(variable as SettingVar, value, `${where}.${variable}`);
   }
   return { ...env };
+}
+
+/** Parses one value with its variable's schema; a refusal is reported under `name`. */
+function checkValue(variable: SettingVar, value: string, name: string): void {
+  try {
+    readSetting(variable, { [variable]: value });
+  } catch (error) {
+    if (!(error instanceof OutboxConfigError)) throw error;
+    throw new OutboxConfigError(name, error.message.slice(`${variable}: `.length));
+  }
 }
 
 /** Units implied by a variable's name, for settings that carry no description of their own. */
