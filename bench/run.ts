@@ -43,6 +43,10 @@ const { values } = parseArgs({
     baseline: { type: 'string' },
     /** `lambda-lag`: `model` (Scheduler 0–2 s late, one invocation 15 s late, 1 s sandbox) or `none`. */
     'scheduler-delay': { type: 'string', default: 'model' },
+    /** `economy`: mean seconds between events (0: none, a quiet outbox). */
+    'economy-gap-seconds': { type: 'string' },
+    /** `economy`: `steady,economy` (default) or one of them. */
+    'economy-modes': { type: 'string' },
   },
 });
 
@@ -90,7 +94,15 @@ const SECTIONS: Section[] = [
     long: true,
     bundle: true,
     run: async (b) => {
-      b.results.economy = await economy(b.deployedContext(), b.P.economy);
+      b.results.economy = await economy(b.deployedContext(), {
+        ...b.P.economy,
+        ...(values['economy-gap-seconds'] === undefined
+          ? {}
+          : { meanGapMs: Number(values['economy-gap-seconds']) * 1000 }),
+        ...(values['economy-modes'] === undefined
+          ? {}
+          : { modes: values['economy-modes'].split(',') as ('steady' | 'economy')[] }),
+      });
     },
   },
 ];

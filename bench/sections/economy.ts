@@ -25,8 +25,10 @@ import type { DeployedBenchContext } from './lambda-lag.ts';
 
 /** Knobs of the economy run. */
 export interface EconomyOptions {
-  /** Mean time between two events, ms (exponential gaps). */
+  /** Mean time between two events, ms (exponential gaps); 0: no events at all (a quiet outbox). */
   meanGapMs: number;
+  /** The modes to run (default both). */
+  modes?: ('steady' | 'economy')[];
   /** Schedule periods each mode runs for. */
   periods: number;
   busLatencyMs: number;
@@ -64,7 +66,7 @@ const USD_PER_REQUEST = 0.2 / 1_000_000;
 export async function economy(
   ctx: DeployedBenchContext,
   o: EconomyOptions,
-): Promise<{ steady: ModeFigures; economy: ModeFigures }> {
+): Promise<Partial<Record<'steady' | 'economy', ModeFigures>>> {
   const stack = await readDemoStack(ctx.cdkOut);
   const relay = templateFunction(stack, '/Outbox/RelayFunction/Resource');
   const schedule = stack.schedules.find((s) => s.targetLogicalId === relay.logicalId);
@@ -72,6 +74,7 @@ export async function economy(
     throw new Error(`economy: no rate schedule invokes the relay (${schedule?.expression ?? 'none'})`);
   }
   const periodMs = schedule.periodSeconds * 1000;
+  const rateWords = o.meanGapMs > 0 ? `one event every ${o.meanGapMs / 1000} s on average` : 'no events';
   const invocationsPerMonth = (30 * 86_400) / schedule.periodSeconds;
   const run = async (mode: 'steady' | 'economy'): Promise<ModeFigures> => {
     await ctx.sql`truncate outbox, outbox_aggregate`;
@@ -87,7 +90,7 @@ export async function economy(
         },
       ),
     );
-    ctx.log(`economy: ${mode}, ${schedule.expression}, one event every ${o.meanGapMs / 1000} s on average`);
+    ctx.log(`economy: ${mode}, ${schedule.expression}, ${rateWords}`);
     const errors: unknown[] = [];
     const scheduler = runSchedule(
       service,
@@ -99,7 +102,7 @@ export async function economy(
     let committedAt: Map<string, number>;
     try {
       await sleep(Math.max(0, scheduler.start + 5_000 - Date.now()));
-      const producer = randomProducer(ctx.sql, o.meanGapMs, o.seed);
+      const producer = o.meanGapMs > 0 ? randomProducer(ctx.sql, o.meanGapMs, o.seed) : noProducer();
       const endAt = scheduler.start + o.periods * periodMs;
       while (Date.now() < endAt) {
         if (errors.length > 0) throw errors[0];
@@ -143,8 +146,8 @@ export async function economy(
       ),
     };
   };
-  const steady = await run('steady');
-  const eco = await run('economy');
+  const figures: Partial<Record<'steady' | 'economy', ModeFigures>> = {};
+  for (const mode of o.modes ?? ['steady', 'economy']) figures[mode] = await run(mode);
   const row = (f: ModeFigures) =>
     `| ${f.mode}${f.mode === 'economy' ? ` (\`OUTBOX_IDLE_RETURN_SECONDS=${o.idleReturnSeconds}\`)` : ''} | ${f.offered} | ${f.delivered} | ${f.p50} ms | ${f.p90} ms | ${f.max} ms | ${f.invocations} (${Object.entries(
       f.stopReasons,
@@ -154,16 +157,20 @@ export async function economy(
         ', ',
       )}) | ${f.meanBilledSeconds} s | ${f.monthlyGbSeconds.toLocaleString('en-US')} | $${f.monthlyUsd} |`;
   ctx.report(
-    `### Economy and steady mode at a low rate: one event every ${o.meanGapMs / 1000} s on average, \`${schedule.expression}\`, ${relay.memoryMb} MB, timeout ${relay.timeoutSeconds} s
+    `### Economy and steady mode at a low rate: ${rateWords}, \`${schedule.expression}\`, ${relay.memoryMb} MB, timeout ${relay.timeoutSeconds} s
 
 | mode | offered | delivered | p50 | p90 | max | invocations completed (stop reason) | billed per invocation | GB-s a month | relay a month |
 |---|---|---|---|---|---|---|---|---|---|
-${row(steady)}
-${row(eco)}
+${Object.values(figures).map(row).join('\n')}
 
 Each mode ran ${o.periods} schedule periods with the relay bundle from \`cdk synth\` invoked on its schedule (0–${o.schedulerJitterMs / 1000} s late; ${o.coldStartExtraMs} ms of sandbox before a new environment's init), the bus answering in ${o.busLatencyMs} ms. Billed time is the handler's duration of the completed invocations (a new environment's init, once, is not counted); a month is 30 days of the schedule at $${USD_PER_GB_SECOND} per GB-second (Arm, us-east-1) plus $0.20 per million requests.`,
   );
-  return { steady, economy: eco };
+  return figures;
+}
+
+/** A producer that commits nothing: the quiet outbox. */
+function noProducer(): { stop: () => Promise<Map<string, number>> } {
+  return { stop: async () => new Map() };
 }
 
 /**
