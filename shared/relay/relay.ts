@@ -5,7 +5,7 @@
  */
 import type { EventBridgeClient, EventBridgeClientConfig } from '@aws-sdk/client-eventbridge';
 import {
-  type ConnectionPool,
+  ConnectionPool,
   loadRelaySettings,
   openPool,
   poolSize,
@@ -126,7 +126,7 @@ export function createRelay(options: CreateRelayOptions = {}): Relay {
     },
     async close(timeoutSeconds = 5) {
       if (!owned) return;
-      if ('replace' in sql) await sql.end(timeoutSeconds);
+      if (sql instanceof ConnectionPool) await sql.end(timeoutSeconds);
       else await sql.end({ timeout: timeoutSeconds });
     },
   };
