@@ -65,15 +65,14 @@ export interface RelayFigures {
   loadPerCore: number;
 }
 
-/** Opens the bench: creates its database, starts the bus, measures nothing yet. */
-export async function openBench(options: BenchOptions) {
-  const root = fileURLToPath(new URL('../..', import.meta.url));
-  const { full, only, baselineDir } = options;
-  const values = { 'scheduler-delay': options.schedulerDelay };
-  const want = (section: string) => !only || only.has(section);
-  /** Sections too long for the default run: only when named, or with `--full`. */
-  const wantLong = (section: string) => (only ? only.has(section) : full);
-  const P = {
+/**
+ * The parameters of a profile: rows, repeats, latencies and each section's knobs (quick, or
+ * `--full`: more rows and repeats).
+ * @param schedulerDelay `model` or `none` (the lambda-lag section)
+ */
+export function benchParameters(full: boolean, schedulerDelay: string) {
+  const values = { 'scheduler-delay': schedulerDelay };
+  return {
     rows: full ? 50_000 : 20_000,
     repeats: full ? 5 : 3,
     latencies: [0, 20, 100],
@@ -129,6 +128,19 @@ export async function openBench(options: BenchOptions) {
       drainTimeoutMs: 300_000,
     },
   };
+}
+
+/** The parameters of the run (see {@link benchParameters}). */
+export type BenchParameters = ReturnType<typeof benchParameters>;
+
+/** Opens the bench: creates its database, starts the bus, measures nothing yet. */
+export async function openBench(options: BenchOptions) {
+  const root = fileURLToPath(new URL('../..', import.meta.url));
+  const { full, only, baselineDir } = options;
+  const want = (section: string) => !only || only.has(section);
+  /** Sections too long for the default run: only when named, or with `--full`. */
+  const wantLong = (section: string) => (only ? only.has(section) : full);
+  const P = benchParameters(full, options.schedulerDelay);
   const log = (line: string) => process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
   /** 1-minute load average per core: above 1, other work competed with the bench for the CPU. */
   const load = () => Number(((loadavg()[0] ?? 0) / cpus().length).toFixed(2));
