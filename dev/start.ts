@@ -14,14 +14,13 @@ import {
   checkDatabaseUrl,
   connect,
   databasePasswords,
-  loadRelaySettings,
   maskDatabaseUrl,
   migrate,
   redactPasswords,
   type Sql,
 } from '../shared/platform/index.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
-import { createEventBridgeClient, runRelay } from '../shared/relay/index.ts';
+import { createRelay } from '../shared/relay/index.ts';
 import { startEmbeddedPostgres } from './embedded-postgres.ts';
 import { type AcceptedEvent, startLocalBus } from './local-bus.ts';
 
@@ -114,11 +113,16 @@ bus.emitter.on('accepted', (e: AcceptedEvent) => {
       );
   }
 });
-const settings = loadRelaySettings({ EVENT_BUS_NAME: 'demo-bus', ...process.env });
-const client = createEventBridgeClient({
-  endpoint: bus.url,
-  region: process.env.AWS_REGION ?? 'us-east-1',
-  credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
+// The relay as every host builds it; the demo's bus name unless the environment names one.
+const relayHost = createRelay({
+  env: { EVENT_BUS_NAME: 'demo-bus', ...process.env },
+  url,
+  applicationName: 'outbox-demo-relay',
+  clientConfig: {
+    endpoint: bus.url,
+    region: process.env.AWS_REGION ?? 'us-east-1',
+    credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
+  },
 });
 
 // Order numbers go on from the last run's, so a database used before gets new orders (billing
@@ -128,7 +132,7 @@ const [last] = await sql<{ n: string }[]>`
   where aggregate_type = 'order' and aggregate_id ~ '^[0-9]{1,15}$'`;
 const producer = runDemoProducer(sql, abort.signal, Number(last?.n ?? 1000));
 const reporter = runReporter(sql, abort.signal);
-const relay = runRelay({ sql, client, settings, signal: abort.signal });
+const relay = relayHost.run({ signal: abort.signal });
 log('relay running; Ctrl-C to stop');
 
 try {
@@ -138,6 +142,7 @@ try {
     `relay stopped: published ${result.published}, retried ${result.retried}, dead-lettered ${result.deadLettered}`,
   );
 } finally {
+  await relayHost.close();
   await sql.end({ timeout: 5 });
   await bus.close();
   await embedded?.stop();

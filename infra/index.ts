@@ -5,6 +5,8 @@
  */
 // Names a consumer's own CDK wiring shares with its function: environment variables, database
 // roles, the inbox's metric names.
+
+export type { MonitorTuning, RelayTuning } from '../shared/platform/config.ts';
 export {
   DEFAULT_METRIC_NAMESPACE,
   DEFAULT_ROLES,
@@ -15,6 +17,7 @@ export {
 } from '../shared/platform/names.ts';
 export {
   DEFAULT_RELAY_MEMORY_MB,
+  ECONOMY_IDLE_RETURN_SECONDS,
   OUTBOX_BUNDLING,
   type OutboxDatabaseConnection,
   type OutboxDatabaseProps,

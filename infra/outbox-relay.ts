@@ -25,6 +25,16 @@ import * as sns from 'aws-cdk-lib/aws-sns';
 import * as triggers from 'aws-cdk-lib/triggers';
 import { Construct } from 'constructs';
 import {
+  checkEnvironment,
+  MONITOR_TUNING_VARS,
+  type MonitorTuning,
+  poolSize,
+  RELAY_TUNING_VARS,
+  type RelayTuning,
+  readSetting,
+  tuningToEnv,
+} from '../shared/platform/config.ts';
+import {
   DEFAULT_METRIC_NAMESPACE,
   DEFAULT_ROLES,
   EnvVar,
@@ -120,8 +130,13 @@ export const DEFAULT_MAX_RELAYS = 4;
 export const DEFAULT_BACKLOG_PER_RELAY = 30_000;
 /** Default of {@link OutboxRelayProps.databaseConnectionBudget}. */
 export const DEFAULT_DATABASE_CONNECTION_BUDGET = 40;
-/** The relay's OUTBOX_PUBLISH_CONCURRENCY default (shared/platform/config.ts). */
-const DEFAULT_PUBLISH_CONCURRENCY = 4;
+/**
+ * Economy mode's quiet period, s (`OUTBOX_IDLE_RETURN_SECONDS` under `relayMode: 'economy'`): a
+ * relay invocation that claimed nothing for this long returns, and the schedule brings the next
+ * one. Long enough for a burst's stragglers (a producer's next transaction a few seconds later)
+ * to go with the same invocation.
+ */
+export const ECONOMY_IDLE_RETURN_SECONDS = 10;
 /** An extra relay the monitor starts polls at most this much less than the monitor's period, s. */
 const SCALE_OUT_SLACK_SECONDS = 10;
 
@@ -372,12 +387,38 @@ export interface OutboxRelayProps {
    */
   readonly monitorSchedule?: scheduler.ScheduleExpression;
   /**
-   * Extra `OUTBOX_*` settings of the relay (see docs/configuration.md#environment-variables); validated by the relay at cold start.
+   * How the relay spends Lambda time. `steady`: every scheduled invocation polls until close to
+   * its timeout, so some relay always polls and the lag is that of one pass (docs/performance.md).
+   * `economy`: an invocation returns after {@link ECONOMY_IDLE_RETURN_SECONDS} without a claim
+   * (`OUTBOX_IDLE_RETURN_SECONDS`), so a quiet outbox costs a few seconds of Lambda a minute
+   * instead of the whole minute, and an event committed while no relay polls waits for the next
+   * scheduled invocation: up to one schedule period of lag. `relaySettings.idleReturnSeconds`
+   * overrides the quiet period.
+   * @default 'steady'
+   */
+  readonly relayMode?: 'steady' | 'economy';
+  /**
+   * Settings of the relay function (docs/configuration.md#environment-variables), typed and validated at synth with
+   * the relay's own schemas: a bad value fails `cdk synth` naming the setting.
+   * @default none: the relay's defaults
+   */
+  readonly relaySettings?: RelayTuning;
+  /**
+   * Settings of the monitor function (retention, prune batch, its pool), validated at synth like
+   * {@link relaySettings}.
+   * @default none: the monitor's defaults
+   */
+  readonly monitorSettings?: MonitorTuning;
+  /**
+   * Extra `OUTBOX_*` variables of the relay, as strings. Validated at synth: each must be a relay
+   * setting with a value its schema accepts.
+   * @deprecated use {@link relaySettings}
    * @default none
    */
   readonly relayEnvironment?: Readonly<Record<string, string>>;
   /**
-   * Extra `OUTBOX_*` settings of the monitor (retention, prune batch).
+   * Extra `OUTBOX_*` variables of the monitor, as strings; validated at synth like {@link relayEnvironment}.
+   * @deprecated use {@link monitorSettings}
    * @default none
    */
   readonly monitorEnvironment?: Readonly<Record<string, string>>;
@@ -452,6 +493,7 @@ export class OutboxRelay extends Construct {
   constructor(scope: Construct, id: string, props: OutboxRelayProps) {
     super(scope, id);
     validate(props);
+    const settings = functionSettings(props);
     const database = outboxDatabaseConnection(props.database);
     this.databaseConnection = database;
     if (props.database.proxy) warnOnProxyAuth(this, props.database.proxy);
@@ -461,91 +503,86 @@ export class OutboxRelay extends Construct {
     const monitorScheduleExpression =
       props.monitorSchedule ?? scheduler.ScheduleExpression.rate(Duration.minutes(1));
     const timeout = relayTimeoutFor(this, relayScheduleExpression, props.relayTimeout);
-    const scale = scaleOutBounds(this, props);
+    const scale = scaleOutBounds(this, props, settings);
     this.maxRelays = scale.maxRelays;
     this.databaseConnectionsAtPeak = scale.connectionsAtPeak;
     const namespace = props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE;
-    const relayUser = props.database.relayUser ?? DEFAULT_ROLES.relay;
-    const monitorUser = props.database.monitorUser ?? DEFAULT_ROLES.monitor;
-    this.databaseUsers = { relay: relayUser, monitor: monitorUser };
-    const logRetention = props.logRetention ?? logs.RetentionDays.ONE_MONTH;
+    this.databaseUsers = {
+      relay: props.database.relayUser ?? DEFAULT_ROLES.relay,
+      monitor: props.database.monitorUser ?? DEFAULT_ROLES.monitor,
+    };
     this.eventBus = props.eventBus ?? new events.EventBus(this, 'Bus');
-
+    const fn = functionFactory(this, props);
     const dbEnvironment = (user: string) => ({
       ...database.environment(user),
       [EnvVar.pgDatabase]: props.database.databaseName,
       [EnvVar.metricNamespace]: namespace,
     });
-    // EventBridge Scheduler invokes asynchronously. Lambda's defaults would retry a failed invocation
-    // twice and keep a throttled one for up to 6 hours; the next schedule is a minute away, so a
-    // failed or late invocation is dropped instead (60 s is the shortest age Lambda accepts). A
-    // failure still counts in the Errors metric that the error alarms watch.
-    const scheduledInvoke = { retryAttempts: 0, maxEventAge: Duration.minutes(1) } as const;
-    const baseBundling = OUTBOX_BUNDLING;
-    const fn = (
-      name: string,
-      handler: HandlerName,
-      extra: lambda.FunctionOptions,
-      bundling: nodejs.BundlingOptions = baseBundling,
-    ): lambda.Function => {
-      const options: lambda.FunctionOptions = {
-        architecture: lambda.Architecture.ARM_64,
-        memorySize: 256,
-        vpc: props.vpc,
-        vpcSubnets: props.vpcSubnets,
-        securityGroups: props.securityGroups,
-        logGroup: new logs.LogGroup(this, `${name}Logs`, { retention: logRetention }),
-        ...extra,
-      };
-      const runtime = lambda.Runtime.NODEJS_24_X;
-      const bundle = prebuiltBundle(handler);
-      if (bundle) {
-        return new lambda.Function(this, name, {
-          ...options,
-          runtime,
-          code: lambda.Code.fromAsset(bundle),
-          handler: 'index.handler',
-        });
-      }
-      return new nodejs.NodejsFunction(this, name, {
-        ...options,
-        runtime,
-        entry: `${repoRoot}${HANDLER_ENTRIES[handler]}`,
-        projectRoot: repoRoot,
-        depsLockFilePath: `${repoRoot}package-lock.json`,
-        bundling,
-      });
-    };
 
-    this.relayFunction = fn('RelayFunction', 'relay', {
+    this.relayFunction = this.createRelayFunction(fn, props, settings.relay, dbEnvironment, timeout);
+    database.grantConnect(this.relayFunction, this.databaseUsers.relay);
+    const scaleOutSeconds = scaleOutSecondsFor(monitorScheduleExpression, timeout);
+    this.monitorFunction = this.createMonitorFunction(
+      fn,
+      props,
+      settings.monitor,
+      dbEnvironment,
+      scaleOutSeconds,
+    );
+    database.grantConnect(this.monitorFunction, this.databaseUsers.monitor);
+    if (this.maxRelays > 1) this.grantScaleOut();
+    const schedules = this.createSchedules(relayScheduleExpression, monitorScheduleExpression, props);
+    this.relaySchedule = schedules.relay;
+    this.monitorSchedule = schedules.monitor;
+    this.migrateFunction = props.migration
+      ? this.createMigration(fn, props, props.migration, database)
+      : undefined;
+    this.acknowledgeManagedPolicies();
+
+    this.alarmTopic = props.alarmTopic ?? this.createAlarmTopic();
+    this.alarms = this.createAlarms(props, namespace);
+    this.dashboard = this.createDashboard(props, namespace);
+  }
+
+  /** The relay function, allowed to put events on the bus; scheduled invocations are not retried. */
+  private createRelayFunction(
+    fn: FunctionFactory,
+    props: OutboxRelayProps,
+    relayEnvironment: Record<string, string>,
+    dbEnvironment: (user: string) => Record<string, string>,
+    timeout: Duration,
+  ): lambda.Function {
+    const relay = fn('RelayFunction', 'relay', {
       memorySize: props.relayMemorySize ?? DEFAULT_RELAY_MEMORY_MB,
       timeout,
-      ...scheduledInvoke,
+      ...SCHEDULED_INVOKE,
       reservedConcurrentExecutions: props.relayReservedConcurrency,
       environment: {
-        ...props.relayEnvironment,
-        ...dbEnvironment(relayUser),
+        ...relayEnvironment,
+        ...dbEnvironment(this.databaseUsers.relay),
         [EnvVar.eventBusName]: this.eventBus.eventBusName,
         [EnvVar.powertoolsServiceName]: ServiceName.relay,
         NODE_OPTIONS: '--enable-source-maps',
       },
       description: 'Outbox relay: claims leased outbox rows and publishes them with PutEvents',
     });
-    this.eventBus.grantPutEventsTo(this.relayFunction);
-    database.grantConnect(this.relayFunction, relayUser);
+    this.eventBus.grantPutEventsTo(relay);
+    return relay;
+  }
 
-    // Extra relays poll at most the monitor's period less some slack, so that one minute's
-    // extras have returned before the next minute's are started.
-    const monitorPeriod = schedulePeriodSeconds(monitorScheduleExpression.expressionString) ?? 60;
-    const scaleOutSeconds = Math.max(
-      10,
-      Math.min(monitorPeriod - SCALE_OUT_SLACK_SECONDS, timeout.toSeconds() - 10),
-    );
-    this.monitorFunction = fn('MonitorFunction', 'monitor', {
+  /** The monitor function, told how to scale the relays out when {@link maxRelays} > 1. */
+  private createMonitorFunction(
+    fn: FunctionFactory,
+    props: OutboxRelayProps,
+    monitorEnvironment: Record<string, string>,
+    dbEnvironment: (user: string) => Record<string, string>,
+    scaleOutSeconds: number,
+  ): lambda.Function {
+    return fn('MonitorFunction', 'monitor', {
       timeout: Duration.minutes(1),
-      ...scheduledInvoke,
+      ...SCHEDULED_INVOKE,
       environment: {
-        ...props.monitorEnvironment,
+        ...monitorEnvironment,
         ...(this.maxRelays > 1
           ? {
               [EnvVar.relayFunctionName]: this.relayFunction.functionName,
@@ -554,27 +591,32 @@ export class OutboxRelay extends Construct {
               [EnvVar.scaleOutSeconds]: String(scaleOutSeconds),
             }
           : {}),
-        ...dbEnvironment(monitorUser),
+        ...dbEnvironment(this.databaseUsers.monitor),
         [EnvVar.powertoolsServiceName]: ServiceName.monitor,
         NODE_OPTIONS: '--enable-source-maps',
       },
       description: 'Outbox monitor: prunes old rows and emits lag and backlog metrics',
     });
-    database.grantConnect(this.monitorFunction, monitorUser);
-    if (this.maxRelays > 1) {
-      this.relayFunction.grantInvoke(this.monitorFunction);
-      if (this.monitorFunction.role) {
-        const relayId = Stack.of(this).getLogicalId(
-          this.relayFunction.node.defaultChild as lambda.CfnFunction,
-        );
-        Validations.of(this.monitorFunction.role).acknowledge({
-          id: `AwsSolutions::AwsSolutions-IAM5[Resource::<${relayId}.Arn>:*]`,
-          reason:
-            'grantInvoke allows the relay function and its versions (function:*) so the monitor can start extra relays; it is still this one function',
-        });
-      }
-    }
+  }
 
+  /** Lets the monitor invoke the relay function to start extra relays. */
+  private grantScaleOut(): void {
+    this.relayFunction.grantInvoke(this.monitorFunction);
+    if (!this.monitorFunction.role) return;
+    const relayId = Stack.of(this).getLogicalId(this.relayFunction.node.defaultChild as lambda.CfnFunction);
+    Validations.of(this.monitorFunction.role).acknowledge({
+      id: `AwsSolutions::AwsSolutions-IAM5[Resource::<${relayId}.Arn>:*]`,
+      reason:
+        'grantInvoke allows the relay function and its versions (function:*) so the monitor can start extra relays; it is still this one function',
+    });
+  }
+
+  /** The relay's and the monitor's schedules, under one Scheduler role. */
+  private createSchedules(
+    relayExpression: scheduler.ScheduleExpression,
+    monitorExpression: scheduler.ScheduleExpression,
+    props: OutboxRelayProps,
+  ): { relay: scheduler.Schedule; monitor: scheduler.Schedule } {
     // One role for both schedules; each target grants it invoke on its own function.
     const schedulerRole = new iam.Role(this, 'SchedulerRole', {
       assumedBy: new iam.ServicePrincipal('scheduler.amazonaws.com'),
@@ -588,13 +630,16 @@ export class OutboxRelay extends Construct {
           'The Scheduler Lambda target grants invoke on the function and its versions (function:*); it is still this one function',
       });
     }
-    this.relaySchedule = new scheduler.Schedule(this, 'RelaySchedule', {
-      schedule: relayScheduleExpression,
+    const relay = new scheduler.Schedule(this, 'RelaySchedule', {
+      schedule: relayExpression,
       target: new targets.LambdaInvoke(this.relayFunction, { retryAttempts: 0, role: schedulerRole }),
-      description: 'Invokes the outbox relay; each invocation polls until close to its timeout',
+      description:
+        props.relayMode === 'economy'
+          ? 'Invokes the outbox relay; each invocation polls until it has been idle for a while (economy mode)'
+          : 'Invokes the outbox relay; each invocation polls until close to its timeout',
     });
-    this.monitorSchedule = new scheduler.Schedule(this, 'MonitorSchedule', {
-      schedule: monitorScheduleExpression,
+    const monitor = new scheduler.Schedule(this, 'MonitorSchedule', {
+      schedule: monitorExpression,
       target: new targets.LambdaInvoke(this.monitorFunction, { retryAttempts: 0, role: schedulerRole }),
       description: 'Invokes the outbox monitor: pruning and lag metrics',
     });
@@ -602,53 +647,64 @@ export class OutboxRelay extends Construct {
     // invocation before that is denied, and with no retries it is simply lost. On the policy only:
     // the role itself is already a dependency through RoleArn.
     const schedulerPolicy = schedulerRole.node.findChild('DefaultPolicy');
-    for (const s of [this.relaySchedule, this.monitorSchedule]) s.node.addDependency(schedulerPolicy);
+    for (const s of [relay, monitor]) s.node.addDependency(schedulerPolicy);
+    return { relay, monitor };
+  }
 
-    if (props.migration) {
-      this.migrateFunction = fn(
-        'MigrateFunction',
-        'migrate',
-        {
-          timeout: Duration.minutes(5),
-          environment: {
-            [EnvVar.adminSecretArn]: props.migration.adminSecret.secretArn,
-            [EnvVar.adminHost]: props.migration.host ?? database.host,
-            [EnvVar.adminDatabase]: props.database.databaseName,
-            [EnvVar.relayRole]: relayUser,
-            [EnvVar.monitorRole]: monitorUser,
-            [EnvVar.migrationsDir]: '/var/task/migrations',
-            [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
-            NODE_OPTIONS: '--enable-source-maps',
-          },
-          description: 'Outbox migrations: schema and least-privilege roles, run at deploy time',
-          securityGroups: props.migration.securityGroups,
-        },
-        {
-          ...baseBundling,
-          // The numbered SQL files travel with the code (node-pg-migrate reads them from a folder);
-          // the pre-built bundle carries them the same way (scripts/build.ts).
-          commandHooks: {
-            beforeBundling: () => [],
-            beforeInstall: () => [],
-            afterBundling: (inputDir: string, outputDir: string) => [
-              `cp -r "${inputDir}/migrations" "${outputDir}/migrations"`,
-            ],
-          },
-        },
-      );
-      props.migration.adminSecret.grantRead(this.migrateFunction);
-      // Migrations run before the functions and their schedules are created or updated, so new code
-      // never meets the old schema. The old code does meet the new schema while the Trigger runs:
-      // migrations must be expand/contract (docs/deploying.md#migrations-on-update-expand-then-contract).
-      new triggers.Trigger(this, 'MigrateTrigger', {
-        handler: this.migrateFunction,
-        executeAfter: props.migration.executeAfter ?? [],
-        executeBefore: [this.relayFunction, this.monitorFunction, this.relaySchedule, this.monitorSchedule],
-        executeOnHandlerChange: true,
+  /** The deploy-time migrate function and the Trigger that runs it before the functions change. */
+  private createMigration(
+    fn: FunctionFactory,
+    props: OutboxRelayProps,
+    migration: OutboxMigrationProps,
+    database: OutboxDatabaseConnection,
+  ): lambda.Function {
+    const migrate = fn(
+      'MigrateFunction',
+      'migrate',
+      {
         timeout: Duration.minutes(5),
-      });
-    }
+        environment: {
+          [EnvVar.adminSecretArn]: migration.adminSecret.secretArn,
+          [EnvVar.adminHost]: migration.host ?? database.host,
+          [EnvVar.adminDatabase]: props.database.databaseName,
+          [EnvVar.relayRole]: this.databaseUsers.relay,
+          [EnvVar.monitorRole]: this.databaseUsers.monitor,
+          [EnvVar.migrationsDir]: '/var/task/migrations',
+          [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
+          NODE_OPTIONS: '--enable-source-maps',
+        },
+        description: 'Outbox migrations: schema and least-privilege roles, run at deploy time',
+        securityGroups: migration.securityGroups,
+      },
+      {
+        ...OUTBOX_BUNDLING,
+        // The numbered SQL files travel with the code (node-pg-migrate reads them from a folder);
+        // the pre-built bundle carries them the same way (scripts/build.ts).
+        commandHooks: {
+          beforeBundling: () => [],
+          beforeInstall: () => [],
+          afterBundling: (inputDir: string, outputDir: string) => [
+            `cp -r "${inputDir}/migrations" "${outputDir}/migrations"`,
+          ],
+        },
+      },
+    );
+    migration.adminSecret.grantRead(migrate);
+    // Migrations run before the functions and their schedules are created or updated, so new code
+    // never meets the old schema. The old code does meet the new schema while the Trigger runs:
+    // migrations must be expand/contract (docs/deploying.md#migrations-on-update-expand-then-contract).
+    new triggers.Trigger(this, 'MigrateTrigger', {
+      handler: migrate,
+      executeAfter: migration.executeAfter ?? [],
+      executeBefore: [this.relayFunction, this.monitorFunction, this.relaySchedule, this.monitorSchedule],
+      executeOnHandlerChange: true,
+      timeout: Duration.minutes(5),
+    });
+    return migrate;
+  }
 
+  /** cdk-nag: the AWS-managed execution policies every VPC Lambda needs. */
+  private acknowledgeManagedPolicies(): void {
     for (const f of [this.relayFunction, this.monitorFunction, this.migrateFunction]) {
       if (!f?.role) continue;
       for (const policy of ['AWSLambdaBasicExecutionRole', 'AWSLambdaVPCAccessExecutionRole']) {
@@ -658,24 +714,30 @@ export class OutboxRelay extends Construct {
         });
       }
     }
+  }
 
-    this.alarmTopic = props.alarmTopic ?? this.createAlarmTopic();
-    // Every custom metric is watched under the dimension its emitting service sets (names.ts).
-    const metric = (name: MetricName, statistic: string, period = Duration.minutes(1)) =>
-      new cloudwatch.Metric({
-        namespace,
-        metricName: name,
-        dimensionsMap: { [METRIC_DIMENSION]: METRIC_SERVICE[name] },
-        statistic,
-        period,
-      });
+  /** A custom metric under the dimension its emitting service sets (names.ts). */
+  private metric(namespace: string, name: MetricName, statistic: string, period = Duration.minutes(1)) {
+    return new cloudwatch.Metric({
+      namespace,
+      metricName: name,
+      dimensionsMap: { [METRIC_DIMENSION]: METRIC_SERVICE[name] },
+      statistic,
+      period,
+    });
+  }
+
+  /** The alarms, each notifying {@link alarmTopic}. */
+  private createAlarms(props: OutboxRelayProps, namespace: string): OutboxRelay['alarms'] {
+    const metric = (name: MetricName, statistic: string, period?: Duration) =>
+      this.metric(namespace, name, statistic, period);
     const alarm = (name: string, a: cloudwatch.AlarmProps) => {
       const created = new cloudwatch.Alarm(this, name, a);
       created.addAlarmAction(new cwActions.SnsAction(this.alarmTopic));
       return created;
     };
     const lagThreshold = (props.lagAlarmThreshold ?? Duration.minutes(5)).toSeconds();
-    this.alarms = {
+    return {
       lag: alarm('LagAlarm', {
         alarmDescription: `The oldest pending outbox event is older than ${lagThreshold} s, or the monitor stopped reporting. Run: outbox status`,
         metric: metric(MetricName.OldestPendingAge, 'Maximum'),
@@ -748,8 +810,12 @@ export class OutboxRelay extends Construct {
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       }),
     };
+  }
 
-    this.dashboard = new cloudwatch.Dashboard(this, 'Dashboard', {
+  /** The dashboard: lag, throughput, backlog and relay health. */
+  private createDashboard(props: OutboxRelayProps, namespace: string): cloudwatch.Dashboard {
+    const metric = (name: MetricName, statistic: string) => this.metric(namespace, name, statistic);
+    return new cloudwatch.Dashboard(this, 'Dashboard', {
       dashboardName:
         props.dashboardName ??
         `${Names.uniqueResourceName(this, { maxLength: 200, separator: '-' })}-${Stack.of(this).region}`,
@@ -849,6 +915,96 @@ export class OutboxRelay extends Construct {
 }
 
 /**
+ * EventBridge Scheduler invokes asynchronously. Lambda's defaults would retry a failed invocation
+ * twice and keep a throttled one for up to 6 hours; the next schedule is a minute away, so a
+ * failed or late invocation is dropped instead (60 s is the shortest age Lambda accepts). A
+ * failure still counts in the Errors metric that the error alarms watch.
+ */
+const SCHEDULED_INVOKE = { retryAttempts: 0, maxEventAge: Duration.minutes(1) } as const;
+
+/** Makes one of the project's functions: Arm, Node 24, in the VPC, with a log group of its own. */
+type FunctionFactory = (
+  name: string,
+  handler: HandlerName,
+  extra: lambda.FunctionOptions,
+  bundling?: nodejs.BundlingOptions,
+) => lambda.Function;
+
+/**
+ * The {@link FunctionFactory} of a construct: a Function on the package's pre-built bundle when
+ * there is one (the installed package), else a NodejsFunction bundled from source (a checkout).
+ */
+function functionFactory(scope: Construct, props: OutboxRelayProps): FunctionFactory {
+  const logRetention = props.logRetention ?? logs.RetentionDays.ONE_MONTH;
+  return (name, handler, extra, bundling = OUTBOX_BUNDLING) => {
+    const options: lambda.FunctionOptions = {
+      architecture: lambda.Architecture.ARM_64,
+      memorySize: 256,
+      vpc: props.vpc,
+      vpcSubnets: props.vpcSubnets,
+      securityGroups: props.securityGroups,
+      logGroup: new logs.LogGroup(scope, `${name}Logs`, { retention: logRetention }),
+      ...extra,
+    };
+    const runtime = lambda.Runtime.NODEJS_24_X;
+    const bundle = prebuiltBundle(handler);
+    if (bundle) {
+      return new lambda.Function(scope, name, {
+        ...options,
+        runtime,
+        code: lambda.Code.fromAsset(bundle),
+        handler: 'index.handler',
+      });
+    }
+    return new nodejs.NodejsFunction(scope, name, {
+      ...options,
+      runtime,
+      entry: `${repoRoot}${HANDLER_ENTRIES[handler]}`,
+      projectRoot: repoRoot,
+      depsLockFilePath: `${repoRoot}package-lock.json`,
+      bundling,
+    });
+  };
+}
+
+/** The relay's and the monitor's tunable variables, validated with the functions' own schemas. */
+interface FunctionSettings {
+  relay: Record<string, string>;
+  monitor: Record<string, string>;
+}
+
+/**
+ * The relay's and the monitor's settings from the props, as environment variables: the deprecated
+ * string maps, then `relayMode`, then the typed settings (which win). Each is validated here, at
+ * synth, with the schema the function applies at cold start.
+ * @throws {OutboxConfigError} naming the prop and the setting, e.g. `relaySettings.batchSize (OUTBOX_BATCH_SIZE)`
+ */
+function functionSettings(props: OutboxRelayProps): FunctionSettings {
+  return {
+    relay: {
+      ...checkEnvironment(RELAY_TUNING_VARS, props.relayEnvironment, 'relayEnvironment'),
+      ...(props.relayMode === 'economy'
+        ? { [EnvVar.idleReturnSeconds]: String(ECONOMY_IDLE_RETURN_SECONDS) }
+        : {}),
+      ...tuningToEnv(RELAY_TUNING_VARS, props.relaySettings, 'relaySettings'),
+    },
+    monitor: {
+      ...checkEnvironment(MONITOR_TUNING_VARS, props.monitorEnvironment, 'monitorEnvironment'),
+      ...tuningToEnv(MONITOR_TUNING_VARS, props.monitorSettings, 'monitorSettings'),
+    },
+  };
+}
+
+/**
+ * How long an extra relay polls: the monitor's period less some slack, so that one minute's
+ * extras have returned before the next minute's are started.
+ */
+function scaleOutSecondsFor(monitorSchedule: scheduler.ScheduleExpression, relayTimeout: Duration): number {
+  const monitorPeriod = schedulePeriodSeconds(monitorSchedule.expressionString) ?? 60;
+  return Math.max(10, Math.min(monitorPeriod - SCALE_OUT_SLACK_SECONDS, relayTimeout.toSeconds() - 10));
+}
+
+/**
  * The relay and the monitor log in through the proxy as their own database users with IAM tokens.
  * A proxy defined in this app that authenticates with Secrets Manager secrets (`iamAuth` with a
  * `secrets` list, no `defaultAuthScheme: IAM_AUTH`) refuses them at run time; say so at synth.
@@ -907,6 +1063,7 @@ function relayTimeoutFor(
 function scaleOutBounds(
   scope: Construct,
   props: OutboxRelayProps,
+  settings: FunctionSettings,
 ): { maxRelays: number; connectionsAtPeak: number } {
   const reserved = props.relayReservedConcurrency;
   const budget = props.databaseConnectionBudget ?? DEFAULT_DATABASE_CONNECTION_BUDGET;
@@ -919,9 +1076,9 @@ function scaleOutBounds(
   if (given !== undefined && (!Number.isInteger(given) || given < 1 || given > 100)) {
     throw new Error(`OutboxRelay: maxRelays must be a whole number from 1 to 100 (got ${given})`);
   }
-  const perRelay = props.backlogPerRelay;
-  if (perRelay !== undefined && (!Number.isInteger(perRelay) || perRelay < 1)) {
-    throw new Error(`OutboxRelay: backlogPerRelay must be a whole number of at least 1 (got ${perRelay})`);
+  const backlog = props.backlogPerRelay;
+  if (backlog !== undefined && (!Number.isInteger(backlog) || backlog < 1)) {
+    throw new Error(`OutboxRelay: backlogPerRelay must be a whole number of at least 1 (got ${backlog})`);
   }
   // With reserved concurrency, the scheduled relay's successor and the extras share it: one
   // execution is kept for the successor, or it would be throttled while its predecessor polls.
@@ -938,17 +1095,14 @@ function scaleOutBounds(
   }
   const maxRelays =
     given ?? Math.max(1, Math.min(DEFAULT_MAX_RELAYS, (reserved ?? Number.POSITIVE_INFINITY) - 1));
-  const raw = props.relayEnvironment?.OUTBOX_PUBLISH_CONCURRENCY;
-  const concurrency = raw === undefined ? DEFAULT_PUBLISH_CONCURRENCY : Number(raw);
-  if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 64) {
-    throw new Error(
-      `OutboxRelay: relayEnvironment.OUTBOX_PUBLISH_CONCURRENCY must be a whole number from 1 to 64 (got ${JSON.stringify(raw)})`,
-    );
-  }
-  const connectionsAtPeak = (maxRelays + 1) * relayPoolSize(concurrency) + MONITOR_POOL_SIZE;
+  // Validated already (functionSettings); unset, the defaults the functions use.
+  const concurrency = readSetting(EnvVar.publishConcurrency, settings.relay);
+  const perRelay = poolSize(relayPoolSize(concurrency), settings.relay);
+  const monitorPool = poolSize(MONITOR_POOL_SIZE, settings.monitor);
+  const connectionsAtPeak = (maxRelays + 1) * perRelay + monitorPool;
   if (connectionsAtPeak > budget) {
     throw new Error(
-      `OutboxRelay: at the peak ${maxRelays + 1} relays (maxRelays ${maxRelays}, plus the scheduled relay's successor) × ${relayPoolSize(concurrency)} connections (OUTBOX_PUBLISH_CONCURRENCY ${concurrency} + 1) + ${MONITOR_POOL_SIZE} for the monitor = ${connectionsAtPeak} database connections, over databaseConnectionBudget ${budget}: lower maxRelays or raise the budget`,
+      `OutboxRelay: at the peak ${maxRelays + 1} relays (maxRelays ${maxRelays}, plus the scheduled relay's successor) × ${perRelay} connections (${settings.relay[EnvVar.dbPoolSize] ? EnvVar.dbPoolSize : `OUTBOX_PUBLISH_CONCURRENCY ${concurrency} + 1`}) + ${monitorPool} for the monitor = ${connectionsAtPeak} database connections, over databaseConnectionBudget ${budget}: lower maxRelays or raise the budget`,
     );
   }
   return { maxRelays, connectionsAtPeak };

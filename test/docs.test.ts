@@ -304,7 +304,9 @@ const TEXT = /\.(ts|js|cjs|mjs|json|md|sql|yml|yaml|sh)$|^run$/;
 
 async function* files(dir: string): AsyncGenerator<string> {
   for (const entry of await readdir(dir, { withFileTypes: true })) {
-    if (SKIP.has(entry.name)) continue;
+    // cdk.out.direct (CI's second synth) and the like: generated, as cdk.out is.
+    if (SKIP.has(entry.name) || entry.name.startsWith('cdk.out') || entry.name.startsWith('.docs-check-'))
+      continue;
     const path = join(dir, entry.name);
     if (entry.isDirectory()) yield* files(path);
     else if (TEXT.test(entry.name) && entry.name !== 'package-lock.json') yield path;

@@ -13,7 +13,8 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildApp } from '../examples/demo/app.ts';
 import { OutboxDemoStack } from '../examples/demo/demo-stack.ts';
-import { OutboxRelay } from '../infra/outbox-relay.ts';
+import { ECONOMY_IDLE_RETURN_SECONDS, OutboxRelay } from '../infra/outbox-relay.ts';
+import { OutboxConfigError } from '../shared/platform/errors.ts';
 
 // Every App in this file synthesises under one private directory, removed when the file ends. An App
 // built without an outdir makes its own `cdk.out*` directory in os.tmpdir() that nothing removes, so
@@ -764,7 +765,7 @@ describe('OutboxRelay: no gap between relay invocations, and relays that scale w
       47,
     );
     expect(() => relayWith({ relayEnvironment: { OUTBOX_PUBLISH_CONCURRENCY: 'many' } })).toThrow(
-      /relayEnvironment.OUTBOX_PUBLISH_CONCURRENCY must be a whole number/,
+      /relayEnvironment.OUTBOX_PUBLISH_CONCURRENCY: must be a whole number from 1 to 64/,
     );
   });
 
@@ -783,6 +784,117 @@ describe('OutboxRelay: no gap between relay invocations, and relays that scale w
     expect(warnings(relayWith({ relayReservedConcurrency: 1 }).stack).join('\n')).toMatch(
       /relayReservedConcurrency 1 throttles each scheduled relay invocation/,
     );
+  });
+});
+
+describe('typed relay and monitor settings, validated at synth', () => {
+  function relayWith(props: Partial<ConstructorParameters<typeof OutboxRelay>[2]>) {
+    const stack = new Stack(newApp(), 'Settings', { env: { account: '123456789012', region: 'eu-west-1' } });
+    const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
+      vpcId: 'vpc-1',
+      availabilityZones: ['eu-west-1a'],
+      privateSubnetIds: ['subnet-1'],
+    });
+    const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
+      dbProxyName: 'p',
+      dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
+      endpoint: 'p.proxy-1.eu-west-1.rds.amazonaws.com',
+      securityGroups: [],
+    });
+    const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
+    const outbox = new OutboxRelay(stack, 'Outbox', {
+      vpc,
+      securityGroups: [sg],
+      database: { proxy, databaseName: 'orders' },
+      eventBus: events.EventBus.fromEventBusName(stack, 'Bus', 'orders'),
+      ...props,
+    });
+    return { outbox, stack };
+  }
+  const environmentOf = (stack: Stack, description: string) =>
+    (
+      Object.values(
+        Template.fromStack(stack).findResources('AWS::Lambda::Function', {
+          Properties: { Description: Match.stringLikeRegexp(`^${description}`) },
+        }),
+      )[0] as { Properties: { Environment: { Variables: Record<string, unknown> } } }
+    ).Properties.Environment.Variables;
+
+  it('sets each typed setting as its variable, and the monitor’s too', () => {
+    const { stack } = relayWith({
+      relaySettings: { batchSize: 50, ordering: 'none', dbPoolSize: 3 },
+      monitorSettings: { publishedRetentionDays: 2, pruneBatchSize: 500 },
+    });
+    expect(environmentOf(stack, 'Outbox relay:')).toMatchObject({
+      OUTBOX_BATCH_SIZE: '50',
+      OUTBOX_ORDERING: 'none',
+      OUTBOX_DB_POOL_SIZE: '3',
+    });
+    expect(environmentOf(stack, 'Outbox monitor:')).toMatchObject({
+      OUTBOX_PUBLISHED_RETENTION_DAYS: '2',
+      OUTBOX_PRUNE_BATCH_SIZE: '500',
+    });
+  });
+
+  it.each([
+    [
+      { relaySettings: { batchSize: 0 } },
+      /^relaySettings\.batchSize \(OUTBOX_BATCH_SIZE\): must be a whole number from 1 to 10000/,
+    ],
+    [
+      { relaySettings: { ordering: 'fifo' as 'none' } },
+      /^relaySettings\.ordering \(OUTBOX_ORDERING\): must be one of aggregate, none \(got "fifo"\)/,
+    ],
+    [
+      { relaySettings: { batchSise: 10 } as never },
+      /^relaySettings\.batchSise: is not a setting here; one of batchSize, /,
+    ],
+    [
+      { monitorSettings: { inboxRetentionDays: 1 } },
+      /^monitorSettings\.inboxRetentionDays \(OUTBOX_INBOX_RETENTION_DAYS\): must be a number from 2 to 3650 \(days\)/,
+    ],
+    [
+      { relayEnvironment: { OUTBOX_BATCH_SZE: '10' } },
+      /^relayEnvironment\.OUTBOX_BATCH_SZE: is not a setting of this function; one of OUTBOX_BATCH_SIZE, /,
+    ],
+    [
+      { relayEnvironment: { OUTBOX_LEASE_SECONDS: '2' } },
+      /^relayEnvironment\.OUTBOX_LEASE_SECONDS: must be a whole number from 5 to 3600 \(seconds\) \(got "2"\)/,
+    ],
+    [
+      { monitorEnvironment: { OUTBOX_BATCH_SIZE: '10' } },
+      /^monitorEnvironment\.OUTBOX_BATCH_SIZE: is not a setting of this function/,
+    ],
+  ])('refuses %o at synth, naming the setting', (props, message) => {
+    let caught: unknown;
+    try {
+      relayWith(props);
+    } catch (error) {
+      caught = error;
+    }
+    expect(caught).toBeInstanceOf(OutboxConfigError);
+    expect((caught as Error).message).toMatch(message);
+  });
+
+  it('economy mode sets the quiet period; relaySettings.idleReturnSeconds overrides it; steady sets none', () => {
+    expect(environmentOf(relayWith({ relayMode: 'economy' }).stack, 'Outbox relay:')).toMatchObject({
+      OUTBOX_IDLE_RETURN_SECONDS: String(ECONOMY_IDLE_RETURN_SECONDS),
+    });
+    expect(
+      environmentOf(
+        relayWith({ relayMode: 'economy', relaySettings: { idleReturnSeconds: 30 } }).stack,
+        'Outbox relay:',
+      ),
+    ).toMatchObject({ OUTBOX_IDLE_RETURN_SECONDS: '30' });
+    expect(environmentOf(relayWith({}).stack, 'Outbox relay:').OUTBOX_IDLE_RETURN_SECONDS).toBeUndefined();
+  });
+
+  it('counts the connections at the peak with OUTBOX_DB_POOL_SIZE when it is set', () => {
+    // (4 relays + the successor) × 2 + the monitor's 1.
+    expect(
+      relayWith({ relaySettings: { dbPoolSize: 2 }, monitorSettings: { dbPoolSize: 1 } }).outbox
+        .databaseConnectionsAtPeak,
+    ).toBe(11);
   });
 });
 

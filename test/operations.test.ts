@@ -14,6 +14,7 @@ import { connect } from '../shared/platform/db.ts';
 import type { Envelope } from '../shared/platform/envelope.ts';
 import { enqueueMany } from '../shared/producer/enqueue.ts';
 import { runRelay } from '../shared/relay/index.ts';
+import { createRelay } from '../shared/relay/relay.ts';
 import { useHarness } from './support/harness.ts';
 import { lambdaContext } from './support/lambda.ts';
 import { testClient, testSettings } from './support/relay.ts';
@@ -282,9 +283,11 @@ describe('monitor Lambda', () => {
     h.bus.setFaults({ poisonMarker: '"id":"bad"', poisonCode: 'InvalidArgument' });
     await seed(['ok-1', 'ok-2', 'bad']);
     const handler = createRelayHandler({
-      sql: h.db.sql,
-      client: testClient(h.bus.url),
-      settings: testSettings({ metricNamespace: 'OutboxTest' }),
+      relay: createRelay({
+        sql: h.db.sql,
+        client: testClient(h.bus.url),
+        settings: testSettings({ metricNamespace: 'OutboxTest' }),
+      }),
     });
     const docs = await captureEmf(() => handler({}, lambdaContext(8_500)));
     expect(docs).toHaveLength(1);

@@ -3,7 +3,9 @@ import type { AcceptedEvent } from '../dev/local-bus.ts';
 import { connect } from '../shared/platform/db.ts';
 import type { Envelope } from '../shared/platform/envelope.ts';
 import { enqueueMany, type OutboxEvent } from '../shared/producer/index.ts';
-import { claimBatch, relayOnce, runRelay } from '../shared/relay/index.ts';
+import { runRelay } from '../shared/relay/index.ts';
+import { relayOnce } from '../shared/relay/loop.ts';
+import { claimBatch } from '../shared/relay/sql/index.ts';
 import { useHarness } from './support/harness.ts';
 import { claimOptions, testClient, testSettings } from './support/relay.ts';
 

@@ -6,8 +6,14 @@
 import { describe, expect, it } from 'vitest';
 import { replayDeadLetters } from '../shared/operations/dead-letters.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
-import { type ClaimedEvent, claimBatch } from '../shared/relay/index.ts';
-import { markPublished, recordFailures, releaseUnsent, unparkNextEvents } from '../shared/relay/sql/index.ts';
+import {
+  claimBatch,
+  markPublished,
+  recordFailures,
+  releaseUnsent,
+  unparkNextEvents,
+} from '../shared/relay/sql/index.ts';
+import type { ClaimedEvent } from '../shared/relay/types.ts';
 import { useHarness } from './support/harness.ts';
 import { claimOptions } from './support/relay.ts';
 

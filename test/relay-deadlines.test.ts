@@ -11,7 +11,10 @@ import { describe, expect, it } from 'vitest';
 import { createRelayHandler } from '../functions/relay/relay-handler.ts';
 import { connect, type Envelope } from '../shared/platform/index.ts';
 import { enqueueMany, type OutboxEvent } from '../shared/producer/index.ts';
-import { claimBatch, createEventBridgeClient, relayOnce, runRelay } from '../shared/relay/index.ts';
+import { createEventBridgeClient, runRelay } from '../shared/relay/index.ts';
+import { relayOnce } from '../shared/relay/loop.ts';
+import { createRelay } from '../shared/relay/relay.ts';
+import { claimBatch } from '../shared/relay/sql/index.ts';
 import { useHarness } from './support/harness.ts';
 import { lambdaContext } from './support/lambda.ts';
 import { claimOptions, testClient, testSettings } from './support/relay.ts';
@@ -91,9 +94,11 @@ describe('deadlines', () => {
     const sql = connect({ url: proxy.urlFor(h.db.url), max: 3, env: {}, applicationName: 'relay-stalled' });
     try {
       const handler = createRelayHandler({
-        sql,
-        client: testClient(h.bus.url),
-        settings: testSettings({ leaseSeconds: 8 }),
+        relay: createRelay({
+          sql,
+          client: testClient(h.bus.url),
+          settings: testSettings({ leaseSeconds: 8 }),
+        }),
       });
       // A warm invocation first: its connections are open when the stall begins.
       await seed([event('warm')]);

@@ -4,6 +4,7 @@ import { createRelayHandler } from '../functions/relay/relay-handler.ts';
 import { loadRelaySettings } from '../shared/platform/config.ts';
 import { OutboxConfigError } from '../shared/platform/errors.ts';
 import { enqueueMany } from '../shared/producer/enqueue.ts';
+import { createRelay } from '../shared/relay/relay.ts';
 import { createTestDatabase, type TestDatabase } from './support/db.ts';
 import { lambdaContext } from './support/lambda.ts';
 import { testClient, testSettings } from './support/relay.ts';
@@ -34,9 +35,11 @@ describe('relay Lambda handler', () => {
       ),
     );
     const handler = createRelayHandler({
-      sql: db.sql,
-      client: testClient(bus.url),
-      settings: testSettings(),
+      relay: createRelay({
+        sql: db.sql,
+        client: testClient(bus.url),
+        settings: testSettings(),
+      }),
     });
     const started = Date.now();
     // 9.5 s left: leases are capped to what fits, and claiming stops once less than 5 s + margin remain.
@@ -53,9 +56,11 @@ describe('relay Lambda handler', () => {
       enqueueMany(tx, [{ type: 'T', source: 's', aggregateType: 'x', aggregateId: 'late', payload: {} }]),
     );
     const handler = createRelayHandler({
-      sql: db.sql,
-      client: testClient(bus.url),
-      settings: testSettings(),
+      relay: createRelay({
+        sql: db.sql,
+        client: testClient(bus.url),
+        settings: testSettings(),
+      }),
     });
     const summary = await handler({}, lambdaContext(6_000));
     expect(summary).toMatchObject({ claimed: 0, passes: 0, stopReason: 'deadline' });
@@ -71,9 +76,11 @@ describe('relay Lambda handler across invocations', () => {
     const pool = openPool({ url: db.url, max: 2, env: {}, applicationName: 'relay-frozen' });
     try {
       const handler = createRelayHandler({
-        sql: pool,
-        client: testClient(bus.url),
-        settings: testSettings(),
+        relay: createRelay({
+          sql: pool,
+          client: testClient(bus.url),
+          settings: testSettings(),
+        }),
       });
       const enqueue = (id: string) =>
         db.sql.begin((tx) =>
@@ -113,7 +120,9 @@ describe('relay Lambda connections', () => {
         select pid, backend_start as started from pg_stat_activity
         where application_name = 'relay-warm' and datname = current_database()`;
     try {
-      const handler = createRelayHandler({ sql, client: testClient(bus.url), settings: testSettings() });
+      const handler = createRelayHandler({
+        relay: createRelay({ sql, client: testClient(bus.url), settings: testSettings() }),
+      });
       const enqueue = (id: string) =>
         db.sql.begin((tx) =>
           enqueueMany(tx, [{ type: 'T', source: 's', aggregateType: 'warm', aggregateId: id, payload: {} }]),
@@ -156,6 +165,7 @@ describe('relay configuration', () => {
       ordering: 'aggregate',
       deadLetterPolicy: 'continue',
       pollIntervalMs: 200,
+      idleReturnSeconds: 0,
       metricNamespace: 'Outbox',
     });
   });

@@ -30,15 +30,10 @@ import { prune } from '../shared/operations/prune.ts';
 import { connect, type Sql } from '../shared/platform/db.ts';
 import type { Envelope } from '../shared/platform/envelope.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
-import {
-  type ClaimedEvent,
-  type ClaimOptions,
-  claimBatch,
-  Lease,
-  type PassCheckpoint,
-  relayPass,
-} from '../shared/relay/index.ts';
-import { abandonLease, renewLease } from '../shared/relay/sql/index.ts';
+import { Lease } from '../shared/relay/lease.ts';
+import { type PassCheckpoint, relayPass } from '../shared/relay/pass.ts';
+import { abandonLease, type ClaimOptions, claimBatch, renewLease } from '../shared/relay/sql/index.ts';
+import type { ClaimedEvent } from '../shared/relay/types.ts';
 import { useHarness } from './support/harness.ts';
 import { testClient, testSettings } from './support/relay.ts';
 

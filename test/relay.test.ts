@@ -3,8 +3,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { startLocalBus } from '../dev/local-bus.ts';
 import type { Envelope } from '../shared/platform/envelope.ts';
 import { enqueueMany, type OutboxEvent } from '../shared/producer/index.ts';
-import { claimBatch, relayOnce, runRelay } from '../shared/relay/index.ts';
-import { abandonLease, markPublished, recordFailures } from '../shared/relay/sql/index.ts';
+import { runRelay } from '../shared/relay/index.ts';
+import { relayOnce } from '../shared/relay/loop.ts';
+import { abandonLease, claimBatch, markPublished, recordFailures } from '../shared/relay/sql/index.ts';
 import { useHarness } from './support/harness.ts';
 import { claimOptions, testClient, testSettings } from './support/relay.ts';
 

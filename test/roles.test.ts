@@ -16,10 +16,12 @@ import { getStatus, prune } from '../shared/operations/index.ts';
 import type { OutboxRoles, Sql } from '../shared/platform/index.ts';
 import { enqueue, enqueueMany } from '../shared/producer/index.ts';
 import { enqueue as enqueueWithPg } from '../shared/producer/pg.ts';
-import { countHeldBack, hasPending, runRelay } from '../shared/relay/index.ts';
+import { runRelay } from '../shared/relay/index.ts';
 import {
   abandonLease,
   claimBatch,
+  countHeldBack,
+  hasPending,
   markPublished,
   recordFailures,
   releaseUnsent,

@@ -14,6 +14,7 @@ import {
   OutboxValidationError,
 } from '../shared/platform/index.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
+import { createRelay } from '../shared/relay/relay.ts';
 import { useHarness } from './support/harness.ts';
 import { lambdaContext } from './support/lambda.ts';
 import { testClient, testSettings } from './support/relay.ts';
@@ -144,7 +145,9 @@ describe('the monitor scales the relays out', () => {
 
 describe('an extra relay', () => {
   const relay = () =>
-    createRelayHandler({ sql: h.db.sql, client: testClient(h.bus.url), settings: testSettings() });
+    createRelayHandler({
+      relay: createRelay({ sql: h.db.sql, client: testClient(h.bus.url), settings: testSettings() }),
+    });
 
   it('relays until nothing is pending, then returns long before its time is up', async () => {
     await seed(60);

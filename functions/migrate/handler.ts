@@ -6,22 +6,10 @@
 
 import { Logger } from '@aws-lambda-powertools/logger';
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import { z } from 'zod';
 import { migrateWithRoles } from '../../shared/operations/index.ts';
-import { DEFAULT_ROLES, EnvVar, parseEnv, ServiceName } from '../../shared/platform/index.ts';
+import { EnvVar, migrateConfigSchema, parseEnv, ServiceName } from '../../shared/platform/index.ts';
 
-const env = parseEnv(
-  z.object({
-    [EnvVar.adminSecretArn]: z.string().min(1),
-    [EnvVar.adminHost]: z.string().min(1),
-    [EnvVar.adminDatabase]: z.string().min(1),
-    [EnvVar.relayRole]: z.string().default(DEFAULT_ROLES.relay),
-    [EnvVar.monitorRole]: z.string().default(DEFAULT_ROLES.monitor),
-    [EnvVar.producerRole]: z.string().default(DEFAULT_ROLES.producer),
-    [EnvVar.consumerRole]: z.string().default(DEFAULT_ROLES.consumer),
-  }),
-  process.env,
-);
+const env = parseEnv(migrateConfigSchema, process.env);
 const logger = new Logger({ serviceName: ServiceName.migrate });
 const secrets = new SecretsManagerClient({});
 

@@ -1,6 +1,12 @@
 /** Monitor Lambda entry point; configuration is validated at cold start. */
 import { LambdaClient } from '@aws-sdk/client-lambda';
-import { connect, loadMonitorSettings, MONITOR_POOL_SIZE, ServiceName } from '../../shared/platform/index.ts';
+import {
+  connect,
+  loadMonitorSettings,
+  MONITOR_POOL_SIZE,
+  poolSize,
+  ServiceName,
+} from '../../shared/platform/index.ts';
 import { createMonitorHandler } from './monitor-handler.ts';
 
 const settings = loadMonitorSettings();
@@ -8,7 +14,7 @@ const settings = loadMonitorSettings();
 /** The monitor Lambda's handler (see monitor-handler.ts). */
 export const handler = createMonitorHandler({
   settings,
-  sql: connect({ applicationName: ServiceName.monitor, max: MONITOR_POOL_SIZE }),
+  sql: connect({ applicationName: ServiceName.monitor, max: poolSize(MONITOR_POOL_SIZE) }),
   // Only when it scales the relays out. Each Invoke (asynchronous: Lambda answers 202 once it has
   // queued the event) waits at most 2 s to connect and 3 s for the answer, twice at most.
   lambda: settings.scaleOut

@@ -6,20 +6,11 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import type { Metrics } from '@aws-lambda-powertools/metrics';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
-import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import { addRelayMetrics, createMetrics, readRelayEvent } from '../../shared/operations/index.ts';
-import type { ConnectionPool, RelaySettings, Sql } from '../../shared/platform/index.ts';
 import { ServiceName } from '../../shared/platform/index.ts';
-import {
-  AnswerTimeout,
-  checkEventBridgeClient,
-  type RelayCounts,
-  runRelay,
-  type StopReason,
-  UnreturnedLeases,
-} from '../../shared/relay/index.ts';
+import type { Relay, RelayCounts, StopReason } from '../../shared/relay/index.ts';
 
 /** What one invocation did. */
 export interface RelayInvocationSummary extends RelayCounts {
@@ -33,19 +24,19 @@ export interface RelayInvocationSummary extends RelayCounts {
 /** Dependencies of the relay handler, created once per cold start. */
 export interface RelayHandlerDeps {
   /**
-   * The database, kept across warm invocations. A {@link ConnectionPool} (`openPool`) lets the
-   * relay replace connections that broke or stopped answering; a plain pool is used as it is.
+   * The relay (`createRelay`), kept across warm invocations with its pool, its learned answer
+   * time and the leases a failed invocation could not hand back.
    */
-  sql: Sql | ConnectionPool;
-  client: EventBridgeClient;
-  settings: RelaySettings;
+  relay: Relay;
   logger?: Logger;
   metrics?: Metrics;
 }
 
 /**
  * Builds the middy handler: relays until close to the invocation's deadline (each pass returns
- * before it, and its lease is capped to the remaining time), then returns a summary. Overlapping
+ * before it, and its lease is capped to the remaining time), or, in economy mode
+ * (`OUTBOX_IDLE_RETURN_SECONDS` > 0), until it has claimed nothing for that long (`stopReason`
+ * `idle`), then returns a summary. Overlapping
  * invocations are safe: they split the work through leases. Rows of a pass that failed on the
  * database and could not be handed back before the invocation ended are handed back by the next
  * warm invocation.
@@ -56,32 +47,26 @@ export interface RelayHandlerDeps {
  * `OutboxValidationError` naming the field, before anything is claimed.
  */
 export function createRelayHandler(deps: RelayHandlerDeps) {
+  const { relay } = deps;
   const logger = deps.logger ?? new Logger({ serviceName: ServiceName.relay });
-  const metrics = deps.metrics ?? createMetrics(ServiceName.relay, deps.settings.metricNamespace);
-  let clientChecked: Promise<void> | undefined;
-  const unreturned = new UnreturnedLeases();
-  // Kept across warm invocations: a slow bus is learned once, not again every minute.
-  const answerTimeout = new AnswerTimeout();
+  const metrics = deps.metrics ?? createMetrics(ServiceName.relay, relay.settings.metricNamespace);
+  const idleReturnMs =
+    relay.settings.idleReturnSeconds > 0 ? relay.settings.idleReturnSeconds * 1000 : undefined;
   return middy<unknown, RelayInvocationSummary, Error, Context>()
     .use(injectLambdaContext(logger))
     .use(logMetrics(metrics))
     .handler(async (event, context) => {
       const started = performance.now();
       const request = readRelayEvent(event);
-      clientChecked ??= checkEventBridgeClient(deps.client);
-      await clientChecked;
       const until = request.scaleOutForMs === undefined ? undefined : started + request.scaleOutForMs;
-      const result = await runRelay({
-        sql: deps.sql,
-        client: deps.client,
-        settings: deps.settings,
+      const result = await relay.run({
         untilEmpty: until !== undefined,
+        // An extra relay returns once the outbox is drained; only the scheduled one idles.
+        idleReturnMs: until === undefined ? idleReturnMs : undefined,
         remainingMs: () =>
           until === undefined
             ? context.getRemainingTimeInMillis()
             : Math.min(context.getRemainingTimeInMillis(), until - performance.now()),
-        unreturned,
-        answerTimeout,
         onTransientError: (error, consecutive) =>
           logger.warn('database unavailable, retrying', { error, consecutive }),
       });

@@ -1,11 +1,14 @@
 /**
- * The configuration contract (see docs/configuration.md#environment-variables): every variable, its default and its
- * validation, read once at cold start. zod does the parsing so that a bad value fails with a
- * message naming the variable instead of surfacing later as NaN or undefined.
+ * The configuration contract (see docs/configuration.md#environment-variables): every setting's schema, default and
+ * unit, keyed by its {@link EnvVar} name, in this one module. The relay, the monitor, the migrate
+ * function, the CLI and the database pool read their variables through it at start, and the CDK
+ * construct validates the settings it is given with the same schemas at synth. zod does the
+ * parsing so that a bad value fails with a message naming the variable instead of surfacing later
+ * as NaN or undefined.
  *
- * `zod/mini`, not `zod`: the full build attaches every method to every schema, so importing it
- * pulls all of zod into a bundle, 459 of the relay bundle's 886 KiB; `zod/mini`'s functions are
- * tree-shaken to what is used (about 25 KiB with the English messages).
+ * `zod/mini`, the one zod build of the project: the full build attaches every method to every
+ * schema, so importing it pulls all of zod into a bundle, 459 of the relay bundle's 886 KiB;
+ * `zod/mini`'s functions are tree-shaken to what is used (about 25 KiB with the English messages).
  */
 import { en } from 'zod/locales';
 import * as z from 'zod/mini';
@@ -23,7 +26,7 @@ import {
   type output,
 } from 'zod/v4/core';
 import { OutboxConfigError } from './errors.ts';
-import { DEFAULT_METRIC_NAMESPACE } from './names.ts';
+import { DEFAULT_METRIC_NAMESPACE, DEFAULT_ROLES, EnvVar } from './names.ts';
 
 // zod/mini leaves the messages of its built-in checks to a locale; this is the English one that
 // the full build loads by default, so the messages are the same as before.
@@ -39,9 +42,41 @@ const int = (min: number, max: number, unit?: string) =>
 /** A number setting (not necessarily whole) from `min` to `max`. */
 const num = (min: number, max: number) => z.coerce.number().check(z.minimum(min), z.maximum(max));
 
-/** Relay settings; the units are in the names (ms, seconds, bytes). */
-export const relayConfigSchema = z.object({
-  EVENT_BUS_NAME: z
+/** A required non-empty string. */
+const required = () => z.string().check(z.minLength(1));
+
+/**
+ * Every setting's schema, keyed by its variable. Units are in the names (ms, seconds, days, bytes)
+ * or in the schema's description.
+ */
+export const settingSchemas = {
+  // --- the database (every role) ---
+  [EnvVar.databaseUrl]: z.optional(z.string()),
+  /** Connections in the pool (the relay Lambda's default is its publish concurrency + 1, the monitor's 2). */
+  [EnvVar.dbPoolSize]: z._default(int(1, 100, 'connections'), 4),
+  /** Seconds to wait for a new connection; far below the Lambda timeout so a dead network fails fast. */
+  [EnvVar.dbConnectTimeoutSeconds]: z._default(int(1, 120), 5),
+  /** Per-statement limit, ms, enforced by the server. */
+  [EnvVar.dbStatementTimeoutMs]: z._default(int(100, 600_000), 15_000),
+  /** `true`: authenticate with an IAM token (RDS Proxy, or an RDS instance or Aurora cluster directly), over verified TLS. */
+  [EnvVar.iamAuth]: z._default(z.enum(['true', 'false']), 'false'),
+  /**
+   * `transaction`: the database is reached through a transaction pooler (RDS Proxy, PgBouncer in
+   * transaction mode, Supabase's or Neon's pooler): no prepared statements, no startup settings
+   * but the application name, one statement in flight per connection. `none`: a direct connection.
+   * Default: `transaction` with IAM auth (RDS Proxy), else `none`.
+   */
+  [EnvVar.dbPooler]: z.optional(z.enum(['none', 'transaction'])),
+
+  // --- both Lambdas ---
+  /** CloudWatch namespace of the relay's and the monitor's metrics. */
+  [EnvVar.metricNamespace]: z._default(
+    z.string().check(z.minLength(1), z.maxLength(255)),
+    DEFAULT_METRIC_NAMESPACE,
+  ),
+
+  // --- the relay ---
+  [EnvVar.eventBusName]: z
     .string()
     .check(
       z.minLength(1, 'is required: the name or ARN of the EventBridge event bus'),
@@ -51,42 +86,126 @@ export const relayConfigSchema = z.object({
         'must be an event bus name ([/.-_A-Za-z0-9], at most 256) or its ARN',
       ),
     ),
-  /** Rows claimed per batch. */
-  OUTBOX_BATCH_SIZE: z._default(int(1, 10_000, 'aggregates claimed per pass'), 100),
+  /** Aggregates (heads) claimed per pass. */
+  [EnvVar.batchSize]: z._default(int(1, 10_000, 'aggregates claimed per pass'), 100),
   /**
    * Lease length in seconds: how long a claimed row stays with one relay before others may take
    * it. Short, because a live pass renews it while it works: the rows of a relay that died come
    * back this long after its last renewal.
    */
-  OUTBOX_LEASE_SECONDS: z._default(int(5, 3_600), 8),
+  [EnvVar.leaseSeconds]: z._default(int(5, 3_600), 8),
   /** Claims per row before it is dead-lettered. */
-  OUTBOX_MAX_ATTEMPTS: z._default(int(1, 1_000, 'claims per event'), 10),
+  [EnvVar.maxAttempts]: z._default(int(1, 1_000, 'claims per event'), 10),
   /** First retry delay in ms; doubles per attempt, with full jitter. */
-  OUTBOX_BACKOFF_BASE_MS: z._default(int(0, 3_600_000), 1_000),
+  [EnvVar.backoffBaseMs]: z._default(int(0, 3_600_000), 1_000),
   /** Cap on a retry delay, ms. */
-  OUTBOX_BACKOFF_MAX_MS: z._default(int(0, 86_400_000), 300_000),
+  [EnvVar.backoffMaxMs]: z._default(int(0, 86_400_000), 300_000),
   /** PutEvents calls in flight at once. */
-  OUTBOX_PUBLISH_CONCURRENCY: z._default(int(1, 64, 'PutEvents requests in flight'), 4),
+  [EnvVar.publishConcurrency]: z._default(int(1, 64, 'PutEvents requests in flight'), 4),
   /** Passes run at once, so claims and marks overlap publishing. */
-  OUTBOX_PIPELINE_DEPTH: z._default(int(1, 8, 'passes at once'), 2),
+  [EnvVar.pipelineDepth]: z._default(int(1, 8, 'passes at once'), 2),
   /** Bytes per PutEvents request, as EventBridge counts them (1 MiB today; 262144 on older limits). */
-  OUTBOX_MAX_REQUEST_BYTES: z._default(int(1_024, 1_048_576), 1_048_576),
+  [EnvVar.maxRequestBytes]: z._default(int(1_024, 1_048_576), 1_048_576),
   /** Events of one aggregate claimed together and sent one after another in a pass. */
-  OUTBOX_PER_AGGREGATE_LIMIT: z._default(int(1, 1_000, 'events per aggregate per pass'), 10),
+  [EnvVar.perAggregateLimit]: z._default(int(1, 1_000, 'events per aggregate per pass'), 10),
   /** `aggregate`: per-aggregate publication order. `none`: no ordering, plain batch claims. */
-  OUTBOX_ORDERING: z._default(z.enum(['aggregate', 'none']), 'aggregate'),
+  [EnvVar.ordering]: z._default(z.enum(['aggregate', 'none']), 'aggregate'),
   /** `continue`: later events of a dead-lettered aggregate go on. `block`: they wait for an operator. */
-  OUTBOX_DEAD_LETTER_POLICY: z._default(z.enum(['continue', 'block']), 'continue'),
+  [EnvVar.deadLetterPolicy]: z._default(z.enum(['continue', 'block']), 'continue'),
   /** Wait between polls when the outbox is empty, ms. */
-  OUTBOX_POLL_INTERVAL_MS: z._default(int(10, 60_000), 200),
-  /** CloudWatch namespace of the relay's metrics. */
-  OUTBOX_METRIC_NAMESPACE: z._default(
-    z.string().check(z.minLength(1), z.maxLength(255)),
-    DEFAULT_METRIC_NAMESPACE,
-  ),
-});
+  [EnvVar.pollIntervalMs]: z._default(int(10, 60_000), 200),
+  /**
+   * Economy mode: a scheduled relay invocation returns after this many seconds in which it claimed
+   * nothing, instead of polling until its deadline; the schedule brings the next one. 0: never
+   * (steady mode, the default).
+   */
+  [EnvVar.idleReturnSeconds]: z._default(int(0, 900), 0),
 
-/** The relay's settings in the shape the relay core takes. */
+  // --- the monitor and `outbox prune` ---
+  /** Published rows are kept this long, days. */
+  [EnvVar.publishedRetentionDays]: z._default(num(0.001, 3_650), 7),
+  /** Dead-lettered rows are kept this long, days (longer: they wait for an operator). */
+  [EnvVar.deadLetterRetentionDays]: z._default(num(0.001, 3_650), 30),
+  /** Inbox records are kept this long, days (well above EventBridge's 24-hour retry window). */
+  [EnvVar.inboxRetentionDays]: z._default(num(2, 3_650), 30),
+  /**
+   * Idempotency keys are remembered this long after their event was enqueued, days, and at least as
+   * long as the event is in the outbox (longer than the published rows' 7 by default).
+   */
+  [EnvVar.idempotencyRetentionDays]: z._default(num(0.001, 3_650), 30),
+  /** Rows per DELETE statement. */
+  [EnvVar.pruneBatchSize]: z._default(int(1, 100_000, 'rows per DELETE'), 1_000),
+  /** Longest a pruning run may take, ms (also capped by the Lambda's remaining time). */
+  [EnvVar.pruneTimeBudgetMs]: z._default(int(100, 900_000), 20_000),
+  /** Name or ARN of the relay function the monitor invokes to scale out; unset: no scale-out. */
+  [EnvVar.relayFunctionName]: z.optional(
+    z
+      .string()
+      .check(
+        z.regex(
+          /^(arn:aws[\w-]*:lambda:[\w-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,64}(:[\w$-]{1,128})?$/,
+          'must be a Lambda function name or ARN',
+        ),
+      ),
+  ),
+  /** Most relays at once, the scheduled one included; 1 turns scale-out off. */
+  [EnvVar.maxRelays]: z._default(int(1, 100, 'relays'), 1),
+  /** Pending events per relay the monitor wants running. */
+  [EnvVar.backlogPerRelay]: z._default(int(1, 100_000_000, 'pending events per relay'), 30_000),
+  /** Longest an extra relay polls, counted from the start of the monitor's invocation, seconds. */
+  [EnvVar.scaleOutSeconds]: z._default(int(10, 900), 50),
+
+  // --- the deploy-time migrate function ---
+  [EnvVar.adminSecretArn]: required(),
+  [EnvVar.adminHost]: required(),
+  [EnvVar.adminDatabase]: required(),
+  [EnvVar.relayRole]: z._default(z.string(), DEFAULT_ROLES.relay),
+  [EnvVar.monitorRole]: z._default(z.string(), DEFAULT_ROLES.monitor),
+  [EnvVar.producerRole]: z._default(z.string(), DEFAULT_ROLES.producer),
+  [EnvVar.consumerRole]: z._default(z.string(), DEFAULT_ROLES.consumer),
+
+  // --- the CLI ---
+  /** `outbox enqueue`: Source for lines without one. */
+  [EnvVar.defaultSource]: z.optional(z.string()),
+} as const;
+
+/** A variable that has a schema in {@link settingSchemas}. */
+export type SettingVar = keyof typeof settingSchemas;
+/** The parsed value of a setting. */
+export type SettingValue<V extends SettingVar> = output<(typeof settingSchemas)[V]>;
+
+/** The schemas of `variables`, as one zod object. */
+function schemaOf<const V extends SettingVar>(variables: readonly V[]) {
+  return z.object(
+    Object.fromEntries(variables.map((v) => [v, settingSchemas[v]])) as {
+      [K in V]: (typeof settingSchemas)[K];
+    },
+  );
+}
+
+/** The relay's settings (fields of {@link RelaySettings}) and the variable each is read from. */
+export const RELAY_SETTING_VARS = {
+  eventBusName: EnvVar.eventBusName,
+  batchSize: EnvVar.batchSize,
+  leaseSeconds: EnvVar.leaseSeconds,
+  maxAttempts: EnvVar.maxAttempts,
+  backoffBaseMs: EnvVar.backoffBaseMs,
+  backoffMaxMs: EnvVar.backoffMaxMs,
+  publishConcurrency: EnvVar.publishConcurrency,
+  pipelineDepth: EnvVar.pipelineDepth,
+  maxRequestBytes: EnvVar.maxRequestBytes,
+  perAggregateLimit: EnvVar.perAggregateLimit,
+  ordering: EnvVar.ordering,
+  deadLetterPolicy: EnvVar.deadLetterPolicy,
+  pollIntervalMs: EnvVar.pollIntervalMs,
+  idleReturnSeconds: EnvVar.idleReturnSeconds,
+  metricNamespace: EnvVar.metricNamespace,
+} as const satisfies Record<keyof RelaySettings, SettingVar>;
+
+/** Relay settings; the units are in the names (ms, seconds, bytes). */
+export const relayConfigSchema = schemaOf(Object.values(RELAY_SETTING_VARS));
+
+/** The relay's settings in the shape the relay core takes (see {@link settingSchemas} for each). */
 export interface RelaySettings {
   eventBusName: string;
   batchSize: number;
@@ -101,6 +220,8 @@ export interface RelaySettings {
   ordering: 'aggregate' | 'none';
   deadLetterPolicy: 'continue' | 'block';
   pollIntervalMs: number;
+  /** Economy mode: a relay Lambda invocation returns after this many seconds without a claim; 0: never. */
+  idleReturnSeconds: number;
   metricNamespace: string;
 }
 
@@ -111,22 +232,149 @@ export interface RelaySettings {
  */
 export function loadRelaySettings(env: NodeJS.ProcessEnv = process.env): RelaySettings {
   const e = parseEnv(relayConfigSchema, env);
-  return {
-    eventBusName: e.EVENT_BUS_NAME,
-    batchSize: e.OUTBOX_BATCH_SIZE,
-    leaseSeconds: e.OUTBOX_LEASE_SECONDS,
-    maxAttempts: e.OUTBOX_MAX_ATTEMPTS,
-    backoffBaseMs: e.OUTBOX_BACKOFF_BASE_MS,
-    backoffMaxMs: e.OUTBOX_BACKOFF_MAX_MS,
-    publishConcurrency: e.OUTBOX_PUBLISH_CONCURRENCY,
-    pipelineDepth: e.OUTBOX_PIPELINE_DEPTH,
-    maxRequestBytes: e.OUTBOX_MAX_REQUEST_BYTES,
-    perAggregateLimit: e.OUTBOX_PER_AGGREGATE_LIMIT,
-    ordering: e.OUTBOX_ORDERING,
-    deadLetterPolicy: e.OUTBOX_DEAD_LETTER_POLICY,
-    pollIntervalMs: e.OUTBOX_POLL_INTERVAL_MS,
-    metricNamespace: e.OUTBOX_METRIC_NAMESPACE,
-  };
+  return Object.fromEntries(
+    Object.entries(RELAY_SETTING_VARS).map(([field, variable]) => [field, e[variable]]),
+  ) as unknown as RelaySettings;
+}
+
+/**
+ * Reads one setting, validated by its schema (its default when unset).
+ * @throws {OutboxConfigError} naming `variable` when its value is malformed
+ */
+export function readSetting<V extends SettingVar>(
+  variable: V,
+  env: NodeJS.ProcessEnv = process.env,
+): SettingValue<V> {
+  return (parseEnv(schemaOf([variable]), env) as Record<string, unknown>)[variable] as SettingValue<V>;
+}
+
+/** The database pool's settings (read by `connect` and `openPool`). */
+export const databaseConfigSchema = schemaOf([
+  EnvVar.databaseUrl,
+  EnvVar.dbPoolSize,
+  EnvVar.dbConnectTimeoutSeconds,
+  EnvVar.dbStatementTimeoutMs,
+  EnvVar.iamAuth,
+  EnvVar.dbPooler,
+]);
+
+/** The deploy-time migrate function's settings (functions/migrate). */
+export const migrateConfigSchema = schemaOf([
+  EnvVar.adminSecretArn,
+  EnvVar.adminHost,
+  EnvVar.adminDatabase,
+  EnvVar.relayRole,
+  EnvVar.monitorRole,
+  EnvVar.producerRole,
+  EnvVar.consumerRole,
+]);
+
+/**
+ * Settings a deployment may tune per function (the CDK construct's `relaySettings` and
+ * `monitorSettings`), each with the variable it sets. The construct sets the rest itself (the bus,
+ * the database, the namespace, scale-out).
+ */
+export const RELAY_TUNING_VARS = {
+  batchSize: EnvVar.batchSize,
+  leaseSeconds: EnvVar.leaseSeconds,
+  maxAttempts: EnvVar.maxAttempts,
+  backoffBaseMs: EnvVar.backoffBaseMs,
+  backoffMaxMs: EnvVar.backoffMaxMs,
+  publishConcurrency: EnvVar.publishConcurrency,
+  pipelineDepth: EnvVar.pipelineDepth,
+  maxRequestBytes: EnvVar.maxRequestBytes,
+  perAggregateLimit: EnvVar.perAggregateLimit,
+  ordering: EnvVar.ordering,
+  deadLetterPolicy: EnvVar.deadLetterPolicy,
+  pollIntervalMs: EnvVar.pollIntervalMs,
+  idleReturnSeconds: EnvVar.idleReturnSeconds,
+  dbPoolSize: EnvVar.dbPoolSize,
+  dbConnectTimeoutSeconds: EnvVar.dbConnectTimeoutSeconds,
+  dbStatementTimeoutMs: EnvVar.dbStatementTimeoutMs,
+} as const;
+
+/** See {@link RELAY_TUNING_VARS}. */
+export const MONITOR_TUNING_VARS = {
+  publishedRetentionDays: EnvVar.publishedRetentionDays,
+  deadLetterRetentionDays: EnvVar.deadLetterRetentionDays,
+  inboxRetentionDays: EnvVar.inboxRetentionDays,
+  idempotencyRetentionDays: EnvVar.idempotencyRetentionDays,
+  pruneBatchSize: EnvVar.pruneBatchSize,
+  pruneTimeBudgetMs: EnvVar.pruneTimeBudgetMs,
+  dbPoolSize: EnvVar.dbPoolSize,
+  dbConnectTimeoutSeconds: EnvVar.dbConnectTimeoutSeconds,
+  dbStatementTimeoutMs: EnvVar.dbStatementTimeoutMs,
+} as const;
+
+/** Typed settings for a table of tunable variables: each field optional, in its parsed type. */
+export type TuningOf<T extends Record<string, SettingVar>> = { readonly [F in keyof T]?: SettingValue<T[F]> };
+/** The relay settings a deployment may set (construct prop `relaySettings`); units in the names. */
+export type RelayTuning = TuningOf<typeof RELAY_TUNING_VARS>;
+/** The monitor settings a deployment may set (construct prop `monitorSettings`); units in the names. */
+export type MonitorTuning = TuningOf<typeof MONITOR_TUNING_VARS>;
+
+/**
+ * Turns typed settings into the function's environment, each value validated by its variable's
+ * schema (so a bad value fails where it is given, e.g. at `cdk synth`, not at the first cold start).
+ * @param table which fields may be set and their variables ({@link RELAY_TUNING_VARS}, {@link MONITOR_TUNING_VARS})
+ * @param where names the settings in errors, e.g. `relaySettings`
+ * @returns variable → value, for the fields set
+ * @throws {OutboxConfigError} naming `where.field (VARIABLE)`: an unknown field, or a value its schema refuses
+ */
+export function tuningToEnv<T extends Record<string, SettingVar>>(
+  table: T,
+  tuning: TuningOf<T> | undefined,
+  where: string,
+): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [field, value] of Object.entries(tuning ?? {})) {
+    if (value === undefined) continue;
+    const variable = table[field];
+    if (!variable) {
+      throw new OutboxConfigError(
+        `${where}.${field}`,
+        `is not a setting here; one of ${Object.keys(table).join(', ')}`,
+      );
+    }
+    checkValue(variable, String(value), `${where}.${field} (${variable})`);
+    env[variable] = String(value);
+  }
+  return env;
+}
+
+/**
+ * Validates an environment map of a function's tunable variables (the construct's deprecated
+ * `relayEnvironment` / `monitorEnvironment`): every key must be one of `table`'s variables and
+ * every value must pass its schema.
+ * @returns a copy of `env`
+ * @throws {OutboxConfigError} naming `where.VARIABLE`
+ */
+export function checkEnvironment<T extends Record<string, SettingVar>>(
+  table: T,
+  env: Readonly<Record<string, string>> | undefined,
+  where: string,
+): Record<string, string> {
+  const allowed = new Set<string>(Object.values(table));
+  for (const [variable, value] of Object.entries(env ?? {})) {
+    if (!allowed.has(variable)) {
+      throw new OutboxConfigError(
+        `${where}.${variable}`,
+        `is not a setting of this function; one of ${[...allowed].join(', ')}`,
+      );
+    }
+    checkValue(variable as SettingVar, value, `${where}.${variable}`);
+  }
+  return { ...env };
+}
+
+/** Parses one value with its variable's schema; a refusal is reported under `name`. */
+function checkValue(variable: SettingVar, value: string, name: string): void {
+  try {
+    readSetting(variable, { [variable]: value });
+  } catch (error) {
+    if (!(error instanceof OutboxConfigError)) throw error;
+    throw new OutboxConfigError(name, error.message.slice(`${variable}: `.length));
+  }
 }
 
 /** Units implied by a variable's name, for settings that carry no description of their own. */
@@ -147,8 +395,7 @@ function describeSetting(
   variable: string,
   schema: $ZodType | undefined,
 ): { accepts: string; fallback: unknown } | undefined {
-  // Read from zod's core definitions, which the full build and zod/mini share (the migrate
-  // handler still passes a full-build schema).
+  // Read from zod's core definitions, which the full build and zod/mini share.
   let inner = schema;
   let fallback: unknown;
   while (inner && (inner._zod.def.type === 'default' || inner._zod.def.type === 'optional')) {
@@ -216,45 +463,19 @@ export function parseEnv<S extends $ZodObject>(schema: S, env: NodeJS.ProcessEnv
 }
 
 /** Monitor settings (pruning and metrics); units in the names. */
-export const monitorConfigSchema = z.object({
-  /** Published rows are kept this long, days. */
-  OUTBOX_PUBLISHED_RETENTION_DAYS: z._default(num(0.001, 3_650), 7),
-  /** Dead-lettered rows are kept this long, days (longer: they wait for an operator). */
-  OUTBOX_DEAD_LETTER_RETENTION_DAYS: z._default(num(0.001, 3_650), 30),
-  /** Inbox records are kept this long, days (well above EventBridge's 24-hour retry window). */
-  OUTBOX_INBOX_RETENTION_DAYS: z._default(num(2, 3_650), 30),
-  /**
-   * Idempotency keys are remembered this long after their event was enqueued, days, and at least as
-   * long as the event is in the outbox (longer than the published rows' 7 by default).
-   */
-  OUTBOX_IDEMPOTENCY_RETENTION_DAYS: z._default(num(0.001, 3_650), 30),
-  /** Rows per DELETE statement. */
-  OUTBOX_PRUNE_BATCH_SIZE: z._default(int(1, 100_000, 'rows per DELETE'), 1_000),
-  /** Longest a pruning run may take, ms (also capped by the Lambda's remaining time). */
-  OUTBOX_PRUNE_TIME_BUDGET_MS: z._default(int(100, 900_000), 20_000),
-  /** CloudWatch namespace of the metrics. */
-  OUTBOX_METRIC_NAMESPACE: z._default(
-    z.string().check(z.minLength(1), z.maxLength(255)),
-    DEFAULT_METRIC_NAMESPACE,
-  ),
-  /** Name or ARN of the relay function the monitor invokes to scale out; unset: no scale-out. */
-  OUTBOX_RELAY_FUNCTION_NAME: z.optional(
-    z
-      .string()
-      .check(
-        z.regex(
-          /^(arn:aws[\w-]*:lambda:[\w-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,64}(:[\w$-]{1,128})?$/,
-          'must be a Lambda function name or ARN',
-        ),
-      ),
-  ),
-  /** Most relays at once, the scheduled one included; 1 turns scale-out off. */
-  OUTBOX_MAX_RELAYS: z._default(int(1, 100, 'relays'), 1),
-  /** Pending events per relay the monitor wants running. */
-  OUTBOX_BACKLOG_PER_RELAY: z._default(int(1, 100_000_000, 'pending events per relay'), 30_000),
-  /** Longest an extra relay polls, counted from the start of the monitor's invocation, seconds. */
-  OUTBOX_SCALE_OUT_SECONDS: z._default(int(10, 900), 50),
-});
+export const monitorConfigSchema = schemaOf([
+  EnvVar.publishedRetentionDays,
+  EnvVar.deadLetterRetentionDays,
+  EnvVar.inboxRetentionDays,
+  EnvVar.idempotencyRetentionDays,
+  EnvVar.pruneBatchSize,
+  EnvVar.pruneTimeBudgetMs,
+  EnvVar.metricNamespace,
+  EnvVar.relayFunctionName,
+  EnvVar.maxRelays,
+  EnvVar.backlogPerRelay,
+  EnvVar.scaleOutSeconds,
+]);
 
 /** The monitor's settings in the shape the code takes. */
 export interface MonitorSettings {
@@ -280,23 +501,33 @@ export interface MonitorSettings {
  */
 export function loadMonitorSettings(env: NodeJS.ProcessEnv = process.env): MonitorSettings {
   const e = parseEnv(monitorConfigSchema, env);
+  const relayFunctionName = e[EnvVar.relayFunctionName];
   return {
-    publishedRetentionSeconds: Math.round(e.OUTBOX_PUBLISHED_RETENTION_DAYS * 86_400),
-    deadLetterRetentionSeconds: Math.round(e.OUTBOX_DEAD_LETTER_RETENTION_DAYS * 86_400),
-    inboxRetentionSeconds: Math.round(e.OUTBOX_INBOX_RETENTION_DAYS * 86_400),
-    idempotencyKeyRetentionSeconds: Math.round(e.OUTBOX_IDEMPOTENCY_RETENTION_DAYS * 86_400),
-    pruneBatchSize: e.OUTBOX_PRUNE_BATCH_SIZE,
-    pruneTimeBudgetMs: e.OUTBOX_PRUNE_TIME_BUDGET_MS,
-    metricNamespace: e.OUTBOX_METRIC_NAMESPACE,
-    ...(e.OUTBOX_RELAY_FUNCTION_NAME && e.OUTBOX_MAX_RELAYS > 1
+    publishedRetentionSeconds: Math.round(e[EnvVar.publishedRetentionDays] * 86_400),
+    deadLetterRetentionSeconds: Math.round(e[EnvVar.deadLetterRetentionDays] * 86_400),
+    inboxRetentionSeconds: Math.round(e[EnvVar.inboxRetentionDays] * 86_400),
+    idempotencyKeyRetentionSeconds: Math.round(e[EnvVar.idempotencyRetentionDays] * 86_400),
+    pruneBatchSize: e[EnvVar.pruneBatchSize],
+    pruneTimeBudgetMs: e[EnvVar.pruneTimeBudgetMs],
+    metricNamespace: e[EnvVar.metricNamespace],
+    ...(relayFunctionName && e[EnvVar.maxRelays] > 1
       ? {
           scaleOut: {
-            relayFunctionName: e.OUTBOX_RELAY_FUNCTION_NAME,
-            maxRelays: e.OUTBOX_MAX_RELAYS,
-            backlogPerRelay: e.OUTBOX_BACKLOG_PER_RELAY,
-            forSeconds: e.OUTBOX_SCALE_OUT_SECONDS,
+            relayFunctionName,
+            maxRelays: e[EnvVar.maxRelays],
+            backlogPerRelay: e[EnvVar.backlogPerRelay],
+            forSeconds: e[EnvVar.scaleOutSeconds],
           },
         }
       : {}),
   };
+}
+
+/**
+ * The pool size of a role: `OUTBOX_DB_POOL_SIZE` when it is set, else `roleDefault` (the relay
+ * Lambda's {@link relayPoolSize}, the monitor's {@link MONITOR_POOL_SIZE}).
+ * @throws {OutboxConfigError} naming OUTBOX_DB_POOL_SIZE when it is malformed
+ */
+export function poolSize(roleDefault: number, env: NodeJS.ProcessEnv = process.env): number {
+  return env[EnvVar.dbPoolSize]?.trim() ? readSetting(EnvVar.dbPoolSize, env) : roleDefault;
 }

@@ -6,6 +6,7 @@
 import { userInfo } from 'node:os';
 import { CONNECTION_ERROR_CODES } from './connection-errors.ts';
 import { OutboxConfigError } from './errors.ts';
+import { EnvVar } from './names.ts';
 
 /** What a valid value looks like, for messages. */
 const EXAMPLE_URL = 'postgres://user:password@localhost:5432/database';
@@ -73,7 +74,10 @@ const MIN_SCRUBBED_LENGTH = 8;
  * password, its `password=` parameter, and PGPASSWORD; those of at least 8 characters. For
  * {@link redactPasswords}.
  */
-export function databasePasswords(env: NodeJS.ProcessEnv = process.env, url = env.DATABASE_URL): string[] {
+export function databasePasswords(
+  env: NodeJS.ProcessEnv = process.env,
+  url = env[EnvVar.databaseUrl],
+): string[] {
   const found = new Set<string>();
   const add = (value: string | undefined) => {
     if (!value) return;
@@ -95,7 +99,7 @@ export function databasePasswords(env: NodeJS.ProcessEnv = process.env, url = en
     for (const m of url.matchAll(/\bpassword\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)/gi))
       add(m[1]?.replace(/^'|'$/g, ''));
   }
-  add(env.PGPASSWORD);
+  add(env[EnvVar.pgPassword]);
   // Longest first, so that a password containing another is replaced whole.
   return [...found].filter((p) => p.length >= MIN_SCRUBBED_LENGTH).sort((a, b) => b.length - a.length);
 }
@@ -203,17 +207,20 @@ export interface DatabaseTarget {
  * (libpq's: `PGHOST` else localhost, `PGPORT` else 5432, `PGUSER` else the OS user, `PGDATABASE`
  * else the user name).
  */
-export function databaseTarget(env: NodeJS.ProcessEnv = process.env, url = env.DATABASE_URL): DatabaseTarget {
+export function databaseTarget(
+  env: NodeJS.ProcessEnv = process.env,
+  url = env[EnvVar.databaseUrl],
+): DatabaseTarget {
   const osUser = env.USER ?? env.USERNAME ?? safeOsUser();
   const defaults = {
-    host: env.PGHOST || 'localhost',
-    port: env.PGPORT || '5432',
-    user: env.PGUSER || osUser,
+    host: env[EnvVar.pgHost] || 'localhost',
+    port: env[EnvVar.pgPort] || '5432',
+    user: env[EnvVar.pgUser] || osUser,
   };
   if (!url) {
     return {
       address: `${defaults.host}:${defaults.port}`,
-      database: env.PGDATABASE || defaults.user,
+      database: env[EnvVar.pgDatabase] || defaults.user,
       user: defaults.user,
       from: 'PG variables',
     };
@@ -242,7 +249,7 @@ export function databaseTarget(env: NodeJS.ProcessEnv = process.env, url = env.D
   }
   return {
     address: hosts.includes(',') ? hosts : `${host || defaults.host}:${port || defaults.port}`,
-    database: database || env.PGDATABASE || user,
+    database: database || env[EnvVar.pgDatabase] || user,
     user,
     from: 'DATABASE_URL',
   };
@@ -300,7 +307,7 @@ export function describeConnectionFailure(error: unknown, env: NodeJS.ProcessEnv
   const cause = likelyCause(String(e.code));
   const source =
     target.from === 'DATABASE_URL'
-      ? `DATABASE_URL is ${maskDatabaseUrl(env.DATABASE_URL ?? '')}; fix it to point at your Postgres.`
+      ? `DATABASE_URL is ${maskDatabaseUrl(env[EnvVar.databaseUrl] ?? '')}; fix it to point at your Postgres.`
       : `DATABASE_URL is not set, so libpq's PGHOST, PGPORT, PGUSER and PGDATABASE or their defaults ` +
         `were used; set DATABASE_URL, like ${EXAMPLE_URL}.`;
   return [

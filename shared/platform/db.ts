@@ -5,11 +5,12 @@
 import { isIP } from 'node:net';
 import type { Signer } from '@aws-sdk/rds-signer';
 import postgres from 'postgres';
-import * as z from 'zod/mini';
-import { parseEnv } from './config.ts';
+import { databaseConfigSchema, parseEnv } from './config.ts';
+
 import { isTransientDatabaseError } from './connection-errors.ts';
 import { checkDatabaseUrl, databasePasswords, redactError } from './database-target.ts';
 import { OutboxConfigError, OutboxDeadlineError } from './errors.ts';
+import { EnvVar } from './names.ts';
 import { oneStatementPerConnection } from './pooler.ts';
 
 /** A porsager `postgres` client (a pool) or a transaction from `sql.begin`. */
@@ -19,39 +20,11 @@ export type Tx = postgres.TransactionSql;
 /** Anything that runs a query: the pool or a transaction. */
 export type Queryable = Sql | Tx;
 
-const dbEnvSchema = z.object({
-  DATABASE_URL: z.optional(z.string()),
-  /** Connections in the pool. */
-  OUTBOX_DB_POOL_SIZE: z._default(
-    z.coerce.number().check(z.int(), z.minimum(1), z.maximum(100), z.describe('connections')),
-    4,
-  ),
-  /** Seconds to wait for a new connection; far below the Lambda timeout so a dead network fails fast. */
-  OUTBOX_DB_CONNECT_TIMEOUT_SECONDS: z._default(
-    z.coerce.number().check(z.int(), z.minimum(1), z.maximum(120)),
-    5,
-  ),
-  /** Per-statement limit, ms, enforced by the server. */
-  OUTBOX_DB_STATEMENT_TIMEOUT_MS: z._default(
-    z.coerce.number().check(z.int(), z.minimum(100), z.maximum(600_000)),
-    15_000,
-  ),
-  /** `true`: authenticate with an IAM token (RDS Proxy, or an RDS instance or Aurora cluster directly), over verified TLS. */
-  OUTBOX_DB_IAM_AUTH: z._default(z.enum(['true', 'false']), 'false'),
-  /**
-   * `transaction`: the database is reached through a transaction pooler (RDS Proxy, PgBouncer in
-   * transaction mode, Supabase's or Neon's pooler): no prepared statements, no startup settings
-   * but the application name, one statement in flight per connection. `none`: a direct connection.
-   * Default: `transaction` with IAM auth (RDS Proxy), else `none`.
-   */
-  OUTBOX_DB_POOLER: z.optional(z.enum(['none', 'transaction'])),
-});
-
 /** Options for {@link connect}. */
 export interface ConnectOptions {
   /** Connection string; else `DATABASE_URL`, else libpq's `PGHOST`, `PGPORT`, `PGDATABASE`, `PGUSER`, `PGPASSWORD`. */
   url?: string;
-  /** Pool size. Default `OUTBOX_DB_POOL_SIZE` or 4. */
+  /** Pool size. Default `OUTBOX_DB_POOL_SIZE` or 4 (see {@link poolSize} for a role's own default). */
   max?: number;
   /** Name shown in `pg_stat_activity`. */
   applicationName?: string;
@@ -87,15 +60,15 @@ export function maxLifetimeSeconds(random: () => number = Math.random): number {
  */
 export function connect(options: ConnectOptions = {}): Sql {
   const processEnv = options.env ?? process.env;
-  const env = parseEnv(dbEnvSchema, processEnv);
-  const url = options.url ?? env.DATABASE_URL;
-  if (url) checkDatabaseUrl(url, options.url ? 'url' : 'DATABASE_URL');
-  const max = options.max ?? env.OUTBOX_DB_POOL_SIZE;
-  const iam = env.OUTBOX_DB_IAM_AUTH === 'true';
-  const pooled = (env.OUTBOX_DB_POOLER ?? (iam ? 'transaction' : 'none')) === 'transaction';
+  const env = parseEnv(databaseConfigSchema, processEnv);
+  const url = options.url ?? env[EnvVar.databaseUrl];
+  if (url) checkDatabaseUrl(url, options.url ? 'url' : EnvVar.databaseUrl);
+  const max = options.max ?? env[EnvVar.dbPoolSize];
+  const iam = env[EnvVar.iamAuth] === 'true';
+  const pooled = (env[EnvVar.dbPooler] ?? (iam ? 'transaction' : 'none')) === 'transaction';
   const settings: postgres.Options<Record<string, postgres.PostgresType>> = {
     max,
-    connect_timeout: env.OUTBOX_DB_CONNECT_TIMEOUT_SECONDS,
+    connect_timeout: env[EnvVar.dbConnectTimeoutSeconds],
     idle_timeout: IDLE_TIMEOUT_SECONDS,
     max_lifetime: maxLifetimeSeconds(),
     onnotice: () => {},
@@ -106,7 +79,7 @@ export function connect(options: ConnectOptions = {}): Sql {
       ? { application_name: options.applicationName ?? 'outbox' }
       : {
           application_name: options.applicationName ?? 'outbox',
-          statement_timeout: env.OUTBOX_DB_STATEMENT_TIMEOUT_MS,
+          statement_timeout: env[EnvVar.dbStatementTimeoutMs],
         },
     // Named prepared statements are session state: a pooler runs the next transaction on another
     // server connection, where the statement does not exist (and RDS Proxy pins for them).
@@ -140,12 +113,15 @@ export function connect(options: ConnectOptions = {}): Sql {
 function rdsProxySettings(
   env: NodeJS.ProcessEnv,
 ): Partial<postgres.Options<Record<string, postgres.PostgresType>>> {
-  const hostname = env.PGHOST;
-  const username = env.PGUSER;
+  const hostname = env[EnvVar.pgHost];
+  const username = env[EnvVar.pgUser];
   if (!hostname || !username) {
-    throw new OutboxConfigError(hostname ? 'PGUSER' : 'PGHOST', 'is required when OUTBOX_DB_IAM_AUTH=true');
+    throw new OutboxConfigError(
+      hostname ? EnvVar.pgUser : EnvVar.pgHost,
+      `is required when ${EnvVar.iamAuth}=true`,
+    );
   }
-  const port = Number(env.PGPORT ?? 5432);
+  const port = Number(env[EnvVar.pgPort] ?? 5432);
   // The signer, and the AWS SDK credential chain under it, load with the first connection that
   // needs a token rather than with this module: a consumer or the CLI on a password never loads
   // the SDK (about 140 ms and 20 MB of RSS at import, `npm run footprint`).
@@ -154,7 +130,7 @@ function rdsProxySettings(
     host: hostname,
     port,
     username,
-    database: env.PGDATABASE ?? username,
+    database: env[EnvVar.pgDatabase] ?? username,
     password: async () => {
       signer ??= import('@aws-sdk/rds-signer').then(
         ({ Signer }) => new Signer({ hostname, port, username, region: env.AWS_REGION }),
@@ -173,11 +149,11 @@ function libpqSettings(
   env: NodeJS.ProcessEnv,
 ): Partial<postgres.Options<Record<string, postgres.PostgresType>>> {
   const settings: Partial<postgres.Options<Record<string, postgres.PostgresType>>> = {};
-  if (env.PGHOST) settings.host = env.PGHOST;
-  if (env.PGPORT) settings.port = Number(env.PGPORT);
-  if (env.PGUSER) settings.username = env.PGUSER;
-  if (env.PGPASSWORD) settings.password = env.PGPASSWORD;
-  if (env.PGDATABASE) settings.database = env.PGDATABASE;
+  if (env[EnvVar.pgHost]) settings.host = env[EnvVar.pgHost];
+  if (env[EnvVar.pgPort]) settings.port = Number(env[EnvVar.pgPort]);
+  if (env[EnvVar.pgUser]) settings.username = env[EnvVar.pgUser];
+  if (env[EnvVar.pgPassword]) settings.password = env[EnvVar.pgPassword];
+  if (env[EnvVar.pgDatabase]) settings.database = env[EnvVar.pgDatabase];
   return settings;
 }
 
@@ -186,16 +162,18 @@ function libpqSettings(
  * @throws {OutboxConfigError} when DATABASE_URL is malformed
  */
 export function databaseUrlFromEnv(env: NodeJS.ProcessEnv = process.env): string | undefined {
-  if (env.DATABASE_URL) {
-    checkDatabaseUrl(env.DATABASE_URL);
-    return env.DATABASE_URL;
+  const url = env[EnvVar.databaseUrl];
+  if (url) {
+    checkDatabaseUrl(url);
+    return url;
   }
-  if (!env.PGHOST && !env.PGDATABASE && !env.PGUSER) return undefined;
-  const user = encodeURIComponent(env.PGUSER ?? 'postgres');
-  const password = env.PGPASSWORD ? `:${encodeURIComponent(env.PGPASSWORD)}` : '';
-  const host = env.PGHOST ?? 'localhost';
-  const port = env.PGPORT ?? '5432';
-  return `postgres://${user}${password}@${host}:${port}/${encodeURIComponent(env.PGDATABASE ?? user)}`;
+  if (!env[EnvVar.pgHost] && !env[EnvVar.pgDatabase] && !env[EnvVar.pgUser]) return undefined;
+  const user = encodeURIComponent(env[EnvVar.pgUser] ?? 'postgres');
+  const secret = env[EnvVar.pgPassword];
+  const password = secret ? `:${encodeURIComponent(secret)}` : '';
+  const host = env[EnvVar.pgHost] ?? 'localhost';
+  const port = env[EnvVar.pgPort] ?? '5432';
+  return `postgres://${user}${password}@${host}:${port}/${encodeURIComponent(env[EnvVar.pgDatabase] ?? user)}`;
 }
 
 /**
@@ -259,7 +237,7 @@ export class ConnectionPool {
 
 /** A {@link ConnectionPool} over {@link connect}; validates the `OUTBOX_DB_*` variables now. */
 export function openPool(options: ConnectOptions = {}): ConnectionPool {
-  parseEnv(dbEnvSchema, options.env ?? process.env);
+  parseEnv(databaseConfigSchema, options.env ?? process.env);
   return new ConnectionPool(() => connect(options));
 }
 

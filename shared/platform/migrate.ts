@@ -6,13 +6,14 @@
 import { fileURLToPath } from 'node:url';
 import { runner } from 'node-pg-migrate';
 import { checkDatabaseUrl, databasePasswords, redactError, redactPasswords } from './database-target.ts';
+import { EnvVar } from './names.ts';
 
 /**
  * The folder holding the SQL migrations: `OUTBOX_MIGRATIONS_DIR` when set (the migrate Lambda's
  * bundle carries them in `migrations/` beside its code), else the repository's `migrations/`.
  */
 export const MIGRATIONS_DIR =
-  process.env.OUTBOX_MIGRATIONS_DIR ?? fileURLToPath(new URL('../../migrations', import.meta.url));
+  process.env[EnvVar.migrationsDir] ?? fileURLToPath(new URL('../../migrations', import.meta.url));
 
 /** History table, named so it cannot collide with the host application's own migration table. */
 export const MIGRATIONS_TABLE = 'outbox_migrations';

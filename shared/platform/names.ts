@@ -142,18 +142,49 @@ export const DEFAULT_ROLES: Readonly<OutboxRoles> = {
  */
 export const LAMBDA_CA_BUNDLE = '/var/runtime/ca-cert.pem';
 
-/** Environment variables the functions read and the construct sets. */
+/**
+ * Environment variables the functions read and the construct sets: the only place their names are
+ * spelled. Each setting's schema, default and unit are in shared/platform/config.ts, keyed by these.
+ */
 export const EnvVar = {
   databaseUrl: 'DATABASE_URL',
   pgHost: 'PGHOST',
   pgPort: 'PGPORT',
   pgDatabase: 'PGDATABASE',
   pgUser: 'PGUSER',
+  pgPassword: 'PGPASSWORD',
   iamAuth: 'OUTBOX_DB_IAM_AUTH',
   /** `transaction` behind a pooler (RDS Proxy), `none` for a direct connection. */
   dbPooler: 'OUTBOX_DB_POOLER',
+  dbPoolSize: 'OUTBOX_DB_POOL_SIZE',
+  dbConnectTimeoutSeconds: 'OUTBOX_DB_CONNECT_TIMEOUT_SECONDS',
+  dbStatementTimeoutMs: 'OUTBOX_DB_STATEMENT_TIMEOUT_MS',
   eventBusName: 'EVENT_BUS_NAME',
   metricNamespace: 'OUTBOX_METRIC_NAMESPACE',
+  // the relay
+  batchSize: 'OUTBOX_BATCH_SIZE',
+  leaseSeconds: 'OUTBOX_LEASE_SECONDS',
+  maxAttempts: 'OUTBOX_MAX_ATTEMPTS',
+  backoffBaseMs: 'OUTBOX_BACKOFF_BASE_MS',
+  backoffMaxMs: 'OUTBOX_BACKOFF_MAX_MS',
+  publishConcurrency: 'OUTBOX_PUBLISH_CONCURRENCY',
+  pipelineDepth: 'OUTBOX_PIPELINE_DEPTH',
+  maxRequestBytes: 'OUTBOX_MAX_REQUEST_BYTES',
+  perAggregateLimit: 'OUTBOX_PER_AGGREGATE_LIMIT',
+  ordering: 'OUTBOX_ORDERING',
+  deadLetterPolicy: 'OUTBOX_DEAD_LETTER_POLICY',
+  pollIntervalMs: 'OUTBOX_POLL_INTERVAL_MS',
+  /** Economy mode: a relay invocation returns after this many seconds without a claim (0: never). */
+  idleReturnSeconds: 'OUTBOX_IDLE_RETURN_SECONDS',
+  // the monitor and `outbox prune`
+  publishedRetentionDays: 'OUTBOX_PUBLISHED_RETENTION_DAYS',
+  deadLetterRetentionDays: 'OUTBOX_DEAD_LETTER_RETENTION_DAYS',
+  inboxRetentionDays: 'OUTBOX_INBOX_RETENTION_DAYS',
+  idempotencyRetentionDays: 'OUTBOX_IDEMPOTENCY_RETENTION_DAYS',
+  pruneBatchSize: 'OUTBOX_PRUNE_BATCH_SIZE',
+  pruneTimeBudgetMs: 'OUTBOX_PRUNE_TIME_BUDGET_MS',
+  /** `outbox enqueue`: Source for lines without one. */
+  defaultSource: 'OUTBOX_DEFAULT_SOURCE',
   powertoolsServiceName: 'POWERTOOLS_SERVICE_NAME',
   /**
    * Node's extra CA certificates file. Lambda's Node 20+ runtimes load the Amazon RDS CA bundle
@@ -178,3 +209,5 @@ export const EnvVar = {
   /** The monitor: how long an extra relay it starts polls at most, seconds. */
   scaleOutSeconds: 'OUTBOX_SCALE_OUT_SECONDS',
 } as const;
+/** One of {@link EnvVar}'s values: the name of an environment variable. */
+export type EnvVar = (typeof EnvVar)[keyof typeof EnvVar];

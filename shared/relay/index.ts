@@ -1,6 +1,9 @@
 /**
- * The relay core — claim, publish, mark — and the loop that repeats it, for the relay Lambda, the
- * CLI and teams that host the relay themselves (ECS, a long-running process).
+ * The relay — claim, publish, mark, in a loop — for the relay Lambda, the CLI and teams that host
+ * the relay themselves (ECS, a long-running process). What to compose with: {@link createRelay}
+ * (settings, pool, client and loop wired from the environment), or its parts: `openPool`, the
+ * settings, `createEventBridgeClient`, `runRelay`. The pieces inside a pass (leases, claims,
+ * semaphores) are internals, imported by path in this repository's tests.
  */
 
 // What a self-hosted relay needs besides the core: a pool configured like the Lambda's, and the
@@ -11,44 +14,26 @@ export {
   connect,
   ignoreTransientDriverRejections,
   loadRelaySettings,
+  openPool,
+  poolSize,
   type RelaySettings,
+  type RelayTuning,
+  relayConfigSchema,
+  relayPoolSize,
   type Sql,
 } from '../platform/index.ts';
-export { AnswerTimeout, type AnswerTimeoutOptions } from './answer-timeout.ts';
-export { backoffDelayMs } from './backoff.ts';
-export { emptyCounts, type RelayCounts } from './counts.ts';
-export { Lease, type LeaseLeftover } from './lease.ts';
+export type { RelayCounts } from './counts.ts';
 export {
   type PassReport,
+  type RelayRunResult,
   type RunRelayOptions,
   runRelay,
   type StopReason,
-  UnreturnedLeases,
 } from './loop.ts';
-export {
-  type PassCheckpoint,
-  type PassOptions,
-  type RelayDeps,
-  type RelayFailure,
-  relayOnce,
-  relayPass,
-  STATEMENT_DEADLINE_MS,
-} from './pass.ts';
+export type { RelayFailure } from './pass.ts';
 export {
   checkEventBridgeClient,
   createEventBridgeClient,
-  type EntryOutcome,
   PERMANENT_ENTRY_ERRORS,
-  PUT_EVENTS_TIMEOUTS,
-  PutEventsTimeoutError,
 } from './publish.ts';
-export { Semaphore } from './semaphore.ts';
-export {
-  type ClaimOptions,
-  claimBatch,
-  countHeldBack,
-  type HeldBack,
-  type HoldBackPolicy,
-  hasPending,
-} from './sql/index.ts';
-export type { ClaimedEvent } from './types.ts';
+export { type CreateRelayOptions, createRelay, type Relay, type RelayRunOptions } from './relay.ts';

@@ -16,7 +16,7 @@ import {
 import { AnswerTimeout } from './answer-timeout.ts';
 import { addCounts, emptyCounts, type RelayCounts } from './counts.ts';
 import { Lease, type LeaseLeftover } from './lease.ts';
-import { type RelayDeps, relayPass, STATEMENT_DEADLINE_MS } from './pass.ts';
+import { type PassOptions, type RelayDeps, relayPass, STATEMENT_DEADLINE_MS } from './pass.ts';
 import { Semaphore } from './semaphore.ts';
 import { abandonLease, hasPending } from './sql/index.ts';
 
@@ -101,10 +101,23 @@ export interface RunRelayOptions extends RelayDeps {
   onTransientError?: (error: unknown, consecutive: number) => void;
   /** Leases still to hand back; pass one kept across calls (a Lambda handler does). */
   unreturned?: UnreturnedLeases;
+  /**
+   * Economy mode (`OUTBOX_IDLE_RETURN_SECONDS`): return (`stopReason: 'idle'`) once no pass has
+   * claimed anything for this long, ms, instead of polling on; the schedule starts the next run.
+   * Default: never.
+   */
+  idleReturnMs?: number;
 }
 
-/** Why {@link runRelay} returned. */
-export type StopReason = 'once' | 'empty' | 'deadline' | 'aborted';
+/**
+ * Why {@link runRelay} returned: `once` after its one pass, `empty` when nothing was left to claim
+ * (`untilEmpty`), `idle` after `idleReturnMs` without a claim, `deadline` when no lease fits in the
+ * remaining time, `aborted` by its signal.
+ */
+export type StopReason = 'once' | 'empty' | 'idle' | 'deadline' | 'aborted';
+
+/** What {@link runRelay} returns: the totals of its passes, how many, and why it stopped. */
+export type RelayRunResult = RelayCounts & { passes: number; stopReason: StopReason };
 
 /** Shortest lease worth claiming with, seconds. */
 const MIN_LEASE_SECONDS = RELAY_INVOCATION_END.minLeaseSeconds;
@@ -122,9 +135,7 @@ const DEADLINE_MARGIN_MS = RELAY_INVOCATION_END.marginMs;
  * @throws a database error that is not transient, or the last transient one after
  *   `maxConsecutiveErrors`
  */
-export async function runRelay(
-  options: RunRelayOptions,
-): Promise<RelayCounts & { passes: number; stopReason: StopReason }> {
+export async function runRelay(options: RunRelayOptions): Promise<RelayRunResult> {
   // Pipelining: several passes run at once (lanes), so one lane's claim and marks overlap another
   // lane's PutEvents calls. Leases keep the lanes' rows apart exactly as they keep separate relays
   // apart, and one semaphore caps the PutEvents calls in flight across lanes.
@@ -138,14 +149,12 @@ export async function runRelay(
   );
   const totals = emptyCounts();
   for (const r of results) addCounts(totals, r);
-  const order: StopReason[] = ['aborted', 'deadline', 'once', 'empty'];
+  const order: StopReason[] = ['aborted', 'deadline', 'once', 'idle', 'empty'];
   const stopReason = order.find((reason) => results.some((r) => r.stopReason === reason)) ?? 'empty';
   return { ...totals, passes: results.reduce((n, r) => n + r.passes, 0), stopReason };
 }
 
-async function runLane(
-  options: RunRelayOptions & { unreturned: UnreturnedLeases },
-): Promise<RelayCounts & { passes: number; stopReason: StopReason }> {
+async function runLane(options: RunRelayOptions & { unreturned: UnreturnedLeases }): Promise<RelayRunResult> {
   const { settings, signal, unreturned } = options;
   const pool = options.sql instanceof ConnectionPool ? options.sql : undefined;
   const totals = emptyCounts();
@@ -153,6 +162,7 @@ async function runLane(
   let pressurePauseMs = 0;
   let backPressureStreak = 0;
   let consecutiveErrors = 0;
+  let lastClaimAt = performance.now();
   const stop = (stopReason: StopReason) => ({ ...totals, passes, stopReason });
 
   for (;;) {
@@ -166,36 +176,11 @@ async function runLane(
       endBy = performance.now() + remaining - DEADLINE_MARGIN_MS;
     }
     const generation = pool?.generation ?? 0;
-    const lease = new Lease(leaseSeconds);
-    const startedAt = performance.now();
     let counts: RelayCounts;
     try {
-      if (unreturned.size > 0) {
-        await unreturned.handBack(
-          currentSql(options.sql),
-          Math.min(STATEMENT_DEADLINE_MS, endBy - performance.now()),
-        );
-      }
-      counts = await relayPass(options, lease, { endBy, backPressureStreak });
+      counts = await passWithLease(options, leaseSeconds, unreturned, { endBy, backPressureStreak });
       consecutiveErrors = 0;
-      options.onPassEnd?.({
-        leaseToken: lease.token,
-        startedAt,
-        endedAt: performance.now(),
-        heldUntil: lease.heldUntil,
-        counts,
-      });
     } catch (error) {
-      options.onPassEnd?.({
-        leaseToken: lease.token,
-        startedAt,
-        endedAt: performance.now(),
-        heldUntil: lease.heldUntil,
-        error,
-      });
-      // The rows the pass still held go back (attempt returned) once the database answers: a
-      // dropped or stalled connection is not the events' fault.
-      unreturned.add(lease);
       if (!isTransientDatabaseError(error)) throw error;
       // A broken or silent connection may leave driver state behind that never recovers (see
       // ConnectionPool): start again with fresh connections.
@@ -223,7 +208,14 @@ async function runLane(
     }
     backPressureStreak = 0;
     pressurePauseMs = Math.floor(pressurePauseMs / 2);
-    if (counts.claimed > 0) continue;
+    if (counts.claimed > 0) {
+      lastClaimAt = performance.now();
+      continue;
+    }
+    // Economy: a quiet relay returns rather than bill its invocation's remaining time for polls
+    // that find nothing; the lag of an event that arrives after it is up to one schedule period.
+    if (options.idleReturnMs !== undefined && performance.now() - lastClaimAt >= options.idleReturnMs)
+      return stop('idle');
     if (options.untilEmpty) {
       const pending = await withDeadline(
         hasPending(currentSql(options.sql), settings),
@@ -236,6 +228,69 @@ async function runLane(
       if (!pending) return stop('empty');
     }
     await pause(settings.pollIntervalMs, options);
+  }
+}
+
+/**
+ * One pass under a lease of its own, the step every relay repeats: first the rows of earlier
+ * failed passes are handed back (bounded by the time left), then {@link relayPass} runs; when it
+ * fails, what its lease still holds joins `unreturned`, to be handed back (attempt returned) as
+ * soon as the database answers. Reports the pass to `onPassEnd`.
+ * @param leaseSeconds this pass's lease, seconds
+ * @throws what {@link relayPass} or the hand-back throws
+ */
+export async function passWithLease(
+  options: RelayDeps & Pick<RunRelayOptions, 'onPassEnd'>,
+  leaseSeconds: number,
+  unreturned: UnreturnedLeases,
+  passOptions: Omit<PassOptions, 'claim' | 'checkpoint'> = {},
+): Promise<RelayCounts> {
+  const endBy = passOptions.endBy ?? Number.POSITIVE_INFINITY;
+  const lease = new Lease(leaseSeconds);
+  const startedAt = performance.now();
+  const report = (outcome: { counts: RelayCounts } | { error: unknown }) =>
+    options.onPassEnd?.({
+      leaseToken: lease.token,
+      startedAt,
+      endedAt: performance.now(),
+      heldUntil: lease.heldUntil,
+      ...outcome,
+    });
+  try {
+    if (unreturned.size > 0) {
+      await unreturned.handBack(
+        currentSql(options.sql),
+        Math.min(STATEMENT_DEADLINE_MS, endBy - performance.now()),
+      );
+    }
+    const counts = await relayPass(options, lease, passOptions);
+    report({ counts });
+    return counts;
+  } catch (error) {
+    report({ error });
+    // The rows the pass still held go back (attempt returned) once the database answers: a
+    // dropped or stalled connection is not the events' fault.
+    unreturned.add(lease);
+    throw error;
+  }
+}
+
+/**
+ * One pass with a lease of its own, for callers without a loop (tests, tools): {@link passWithLease}
+ * then, when the pass failed, its rows handed back at once if the database answers.
+ * @param leaseSeconds lease for this pass; defaults to `settings.leaseSeconds`
+ * @throws what {@link relayPass} throws
+ */
+export async function relayOnce(
+  deps: RelayDeps,
+  leaseSeconds = deps.settings.leaseSeconds,
+): Promise<RelayCounts> {
+  const unreturned = new UnreturnedLeases();
+  try {
+    return await passWithLease(deps, leaseSeconds, unreturned);
+  } catch (error) {
+    await unreturned.handBack(currentSql(deps.sql)).catch(() => {});
+    throw error;
   }
 }
 

@@ -13,7 +13,7 @@
  * than a quarter of its lease renews it before its next round, so a live pass keeps its rows
  * however slow the bus, while a dead relay's rows come back one short lease after it died.
  */
-import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import type { EventBridgeClient, PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
 import {
   type ConnectionPool,
   compareInt8,
@@ -26,7 +26,7 @@ import {
 import { AnswerTimeout } from './answer-timeout.ts';
 import { backoffDelayMs } from './backoff.ts';
 import { emptyCounts, type RelayCounts } from './counts.ts';
-import { Lease } from './lease.ts';
+import type { Lease } from './lease.ts';
 import {
   type EntryOutcome,
   isNoAnswer,
@@ -37,7 +37,6 @@ import {
 } from './publish.ts';
 import type { Semaphore } from './semaphore.ts';
 import {
-  abandonLease,
   type ClaimOptions,
   claimBatch,
   type Failure,
@@ -225,7 +224,7 @@ class Watchdog {
 
 /**
  * One claim-publish-mark pass under `lease` (created by the caller, which hands the lease's rows
- * back if the pass fails: see {@link Lease.leftover}).
+ * back if the pass fails: see {@link Lease.leftover}). Its steps are {@link Pass}'s methods.
  * @throws transient database errors ({@link OutboxDeadlineError} when a statement or the pass ran
  *   out of time); the rows the lease still holds are then the caller's to hand back
  */
@@ -234,327 +233,421 @@ export async function relayPass(
   lease: Lease,
   options: PassOptions = {},
 ): Promise<RelayCounts> {
-  const { client, settings } = deps;
-  const sql = () => currentSql(deps.sql);
-  const random = deps.random ?? Math.random;
-  const answerTimeout = deps.answerTimeout ?? new AnswerTimeout();
-  const counts = emptyCounts();
-  const token = lease.token;
-  const endBy = options.endBy ?? Number.POSITIVE_INFINITY;
-  const watchdog = new Watchdog(lease, endBy);
+  const pass = new Pass(deps, lease, options);
   try {
-    lease.claimSending(settings.ordering);
-    watchdog.arm();
+    const events = await pass.claim();
+    if (events.length === 0) return pass.counts;
+    await pass.checkpoint('claimed');
+    pass.queue(events);
+    pass.handBackOrphans();
+    await pass.deadLetterExhausted();
+    while (pass.hasQueued()) {
+      if (!(await pass.roundFits())) {
+        // Too little time left to send and mark safely: hand the rest back untouched.
+        pass.stopAll();
+        break;
+      }
+      await pass.checkpoint('round');
+      const round = await pass.startRound();
+      const outcomes = await pass.publish(round.events);
+      // The lease is about to run out (a statement or the bus held the pass up): whatever this
+      // round sent is unknown, so the pass fails and the caller hands its rows back.
+      pass.throwIfOutOfTime();
+      await pass.checkpoint('sent');
+      await pass.settle(outcomes, round.failures);
+    }
+    await pass.checkpoint('finishing');
+    await pass.finish(events);
+    return pass.counts;
+  } finally {
+    pass.dispose();
+  }
+}
+
+/** An event of a round with what the bus answered for it. */
+interface SentEvent {
+  event: ClaimedEvent;
+  outcome: EntryOutcome;
+}
+
+/** The state of one pass and its steps, in the order {@link relayPass} runs them. */
+class Pass {
+  readonly counts = emptyCounts();
+  readonly #deps: RelayDeps;
+  readonly #settings: RelaySettings;
+  readonly #lease: Lease;
+  readonly #options: PassOptions;
+  readonly #watchdog: Watchdog;
+  readonly #endBy: number;
+  readonly #random: () => number;
+  readonly #answerTimeout: AnswerTimeout;
+  /** Aggregates that must send nothing more this pass → ms before their next event may go. */
+  readonly #stopped = new Map<string, number>();
+  /**
+   * Per aggregate, the claimed events not yet sent, in sequence order. With ordering `none` every
+   * event is a queue of its own, so everything goes in the first round.
+   */
+  readonly #queues = new Map<string, ClaimedEvent[]>();
+  /** Unsent rows to hand back with the next marks (or at the end of the pass). */
+  readonly #toRelease: UnsentRow[] = [];
+
+  constructor(deps: RelayDeps, lease: Lease, options: PassOptions) {
+    this.#deps = deps;
+    this.#settings = deps.settings;
+    this.#lease = lease;
+    this.#options = options;
+    this.#endBy = options.endBy ?? Number.POSITIVE_INFINITY;
+    this.#watchdog = new Watchdog(lease, this.#endBy);
+    this.#random = deps.random ?? Math.random;
+    this.#answerTimeout = deps.answerTimeout ?? new AnswerTimeout();
+  }
+
+  #sql(): Sql {
+    return currentSql(this.#deps.sql);
+  }
+
+  #keyOf(event: ClaimedEvent): string {
+    return this.#settings.ordering === 'none' ? event.id : aggregateKey(event);
+  }
+
+  /** Awaits the caller's {@link PassOptions.checkpoint}, if any. */
+  async checkpoint(at: PassCheckpoint): Promise<void> {
+    await this.#options.checkpoint?.(at);
+  }
+
+  /** Claims a leased batch (the watchdog armed first: nothing outlives the lease). */
+  async claim(): Promise<ClaimedEvent[]> {
+    const settings = this.#settings;
+    this.#lease.claimSending(settings.ordering);
+    this.#watchdog.arm();
     const claimOptions: ClaimOptions = {
-      leaseToken: token,
-      leaseSeconds: lease.seconds,
+      leaseToken: this.#lease.token,
+      leaseSeconds: this.#lease.seconds,
       batchSize: settings.batchSize,
       perAggregateLimit: settings.perAggregateLimit,
       ordering: settings.ordering,
       deadLetterPolicy: settings.deadLetterPolicy,
     };
-    const events = await watchdog.statement(
+    const events = await this.#watchdog.statement(
       'claim',
-      options.claim ? options.claim(claimOptions) : claimBatch(sql(), claimOptions),
+      this.#options.claim ? this.#options.claim(claimOptions) : claimBatch(this.#sql(), claimOptions),
     );
-    lease.claimed(
+    this.#lease.claimed(
       events.map((e) => e.id),
       events.filter((e) => e.isHead).map((e) => e.id),
     );
-    counts.claimed = events.length;
-    if (events.length === 0) return counts;
-    const checkpoint = options.checkpoint ?? (async () => {});
-    await checkpoint('claimed');
+    this.counts.claimed = events.length;
+    return events;
+  }
 
-    /** Aggregates that must send nothing more this pass → ms before their next event may go. */
-    const stopped = new Map<string, number>();
-    // Per aggregate, the claimed events not yet sent, in sequence order. With ordering `none` every
-    // event is a queue of its own, so everything goes in the first round.
-    const queues = new Map<string, ClaimedEvent[]>();
-    const keyOf = (event: ClaimedEvent) => (settings.ordering === 'none' ? event.id : aggregateKey(event));
+  /** Queues the claimed events per aggregate, in sequence order. */
+  queue(events: ClaimedEvent[]): void {
     for (const event of [...events].sort((a, b) => compareInt8(a.sequence, b.sequence))) {
-      const queue = queues.get(keyOf(event));
+      const queue = this.#queues.get(this.#keyOf(event));
       if (queue) queue.push(event);
-      else queues.set(keyOf(event), [event]);
+      else this.#queues.set(this.#keyOf(event), [event]);
     }
-    const toRelease: UnsentRow[] = [];
-    /**
-     * Stops an aggregate: its unsent events are handed back, to go no earlier than `notBeforeMs`,
-     * with the attempt returned where one was spent (a head; a successor spent none).
-     */
-    const stop = (key: string, notBeforeMs: number) => {
-      stopped.set(key, notBeforeMs);
-      for (const e of queues.get(key) ?? [])
-        if (lease.held.has(e.id))
-          toRelease.push({ id: e.id, notBeforeMs, giveBackAttempt: lease.spent.has(e.id) });
-      queues.delete(key);
-    };
-    const release = async () => {
-      const releasing = toRelease.splice(0);
-      if (releasing.length === 0) return;
-      const released = await watchdog.statement('release unsent', releaseUnsent(sql(), token, releasing));
-      lease.settled(releasing.map((r) => r.id));
-      counts.released += released;
-      counts.leaseLost += releasing.length - released;
-    };
+  }
 
-    // Successors without their head: the head changed under the claim's lock (another writer
-    // touched it in that instant) and was not leased. Sending the successors would overtake it, so
-    // they are handed straight back.
-    for (const [key, queue] of queues) {
-      if (queue[0] && !queue[0].isHead) stop(key, 0);
+  hasQueued(): boolean {
+    return this.#queues.size > 0;
+  }
+
+  /**
+   * Stops an aggregate: its unsent events are handed back, to go no earlier than `notBeforeMs`,
+   * with the attempt returned where one was spent (a head; a successor spent none).
+   */
+  #stop(key: string, notBeforeMs: number): void {
+    this.#stopped.set(key, notBeforeMs);
+    for (const e of this.#queues.get(key) ?? [])
+      if (this.#lease.held.has(e.id))
+        this.#toRelease.push({ id: e.id, notBeforeMs, giveBackAttempt: this.#lease.spent.has(e.id) });
+    this.#queues.delete(key);
+  }
+
+  /** Stops every aggregate still queued (their events go back untouched). */
+  stopAll(): void {
+    for (const key of [...this.#queues.keys()]) this.#stop(key, 0);
+  }
+
+  /**
+   * Successors without their head: the head changed under the claim's lock (another writer
+   * touched it in that instant) and was not leased. Sending the successors would overtake it, so
+   * they are handed straight back.
+   */
+  handBackOrphans(): void {
+    for (const [key, queue] of this.#queues) {
+      if (queue[0] && !queue[0].isHead) this.#stop(key, 0);
     }
+  }
 
-    // A row claimed more often than allowed never got an outcome recorded: it crashed the relay or
-    // outlived its lease each time. Dead-letter it instead of trying again (attempts are counted at
-    // claim precisely so that such a row cannot loop forever).
+  /**
+   * A row claimed more often than allowed never got an outcome recorded: it crashed the relay or
+   * outlived its lease each time. Dead-letter it instead of trying again (attempts are counted at
+   * claim precisely so that such a row cannot loop forever).
+   */
+  async deadLetterExhausted(): Promise<void> {
+    const { maxAttempts } = this.#settings;
     const exhausted: Failure[] = [];
-    for (const [key, queue] of queues) {
+    for (const [key, queue] of this.#queues) {
       const head = queue[0];
-      if (head && head.attempts > settings.maxAttempts) {
-        exhausted.push(exhaustedFailure(head, settings.maxAttempts));
+      if (head && head.attempts > maxAttempts) {
+        exhausted.push(exhaustedFailure(head, maxAttempts));
         queue.shift();
-        stop(key, 0);
-        deps.onFailure?.({
+        this.#stop(key, 0);
+        this.#deps.onFailure?.({
           eventId: head.eventId,
           reason: exhausted.at(-1)?.error ?? '',
           deadLettered: true,
         });
       }
     }
-    if (exhausted.length > 0) {
-      const recorded = await watchdog.statement(
-        'dead-letter exhausted',
-        recordFailures(sql(), token, exhausted),
-      );
-      lease.settled(exhausted.map((f) => f.id));
-      counts.deadLettered += recorded;
-      counts.leaseLost += exhausted.length - recorded;
-    }
-
-    /**
-     * Renews the lease when a quarter of it has gone by (or sooner for a slow bus, below), then
-     * says whether a round still fits before the watchdog fires. Rows the renewal found taken (the
-     * lease had run out, which the watchdog should have prevented) stop their aggregates.
-     */
-    const roundFits = async (): Promise<boolean> => {
-      // Renewed when a quarter of the lease has gone by, or sooner when what it leaves cannot hold
-      // the call the bus's recent answers ask for (and a renewal would give it more).
-      const callWants = answerTimeout.ms + MARK_RESERVE_MS + LEASE_SAFETY_MS;
-      const due =
-        lease.leftMs() < lease.ms * (1 - RENEW_AFTER_SHARE) ||
-        (lease.leftMs() < callWants && lease.leftMs() < lease.ms - MIN_RENEWAL_GAIN_MS);
-      const worthIt = endBy - performance.now() > MARK_RESERVE_MS + MIN_CALL_MS;
-      if (due && worthIt && lease.held.size > 0) {
-        const secured = lease.renewalSending();
-        const held = [...lease.held];
-        const kept = await watchdog.statement('renew lease', renewLease(sql(), token, held, lease.seconds));
-        secured();
-        watchdog.arm();
-        counts.leaseRenewals++;
-        const lost = held.filter((id) => !kept.has(id));
-        if (lost.length > 0) {
-          lease.settled(lost);
-          counts.leaseLost += lost.length;
-          for (const [key, queue] of [...queues]) if (queue.some((e) => !kept.has(e.id))) stop(key, 0);
-        }
-      }
-      return watchdog.leftMs() >= MARK_RESERVE_MS + MIN_CALL_MS;
-    };
-
-    while (queues.size > 0) {
-      if (!(await roundFits())) {
-        // Too little time left to send and mark safely: hand the rest back untouched.
-        for (const key of [...queues.keys()]) stop(key, 0);
-        break;
-      }
-      await checkpoint('round');
-      let round: ClaimedEvent[] = [];
-      for (const queue of queues.values()) round.push(queue.shift() as ClaimedEvent);
-      for (const [key, queue] of queues) if (queue.length === 0) queues.delete(key);
-
-      // Successors start their publication now, and spend their attempt now: not at claim, where a
-      // relay that died while sending the head would have charged them for it. A successor this
-      // lease no longer owns is not sent; one over its attempts (started that often, each ending
-      // without an outcome) is dead-lettered instead of sent, as an exhausted head is.
-      const successors = round.filter((e) => !e.isHead);
-      const roundFailures: Failure[] = [];
-      if (successors.length > 0) {
-        const started = await watchdog.statement(
-          'start round',
-          startRound(
-            sql(),
-            token,
-            successors.map((e) => e.id),
-          ),
-        );
-        lease.started(started.keys());
-        const skip = new Set<string>();
-        for (const event of successors) {
-          const attempts = started.get(event.id);
-          if (attempts === undefined) {
-            lease.settled([event.id]);
-            counts.leaseLost++;
-            skip.add(event.id);
-            stop(keyOf(event), 0);
-            continue;
-          }
-          event.attempts = attempts;
-          if (attempts > settings.maxAttempts) {
-            const failure = exhaustedFailure(event, settings.maxAttempts);
-            roundFailures.push(failure);
-            counts.deadLettered++;
-            deps.onFailure?.({ eventId: event.eventId, reason: failure.error, deadLettered: true });
-            skip.add(event.id);
-            stop(keyOf(event), 0);
-          }
-        }
-        if (skip.size > 0) round = round.filter((e) => !skip.has(e.id));
-      }
-
-      const items = round.map((event) => ({ event, entry: toEntry(event, settings.eventBusName) }));
-      const requests = packRequests(items, settings.maxRequestBytes);
-      counts.putEventsCalls += requests.length;
-      const outcomes = await mapWithConcurrency(requests, settings.publishConcurrency, async (request) => {
-        const send = async () => {
-          // Measured when the call starts (after waiting for a slot), so that the call, SDK
-          // retries included, ends while there is still time to mark its outcome.
-          const budget = Math.min(MAX_CALL_MS, watchdog.leftMs() - MARK_RESERVE_MS);
-          const call = watchdog.callSignal(Math.max(0, Math.floor(budget)));
-          // Each attempt waits what the bus's recent answers ask for, within the call's budget.
-          const attemptMs = answerTimeout.forCall(budget);
-          const callStarted = performance.now();
-          let results: EntryOutcome[] | undefined;
-          try {
-            results = await putEntries(
-              client,
-              request.map((i) => i.entry),
-              call.signal,
-              attemptMs,
-            );
-            return results;
-          } finally {
-            call.release();
-            const took = performance.now() - callStarted;
-            counts.putEventsMs += took;
-            const first = results?.[0];
-            if (first && isNoAnswer(first)) {
-              // Aborted by the watchdog, the pass is over; otherwise the attempt (or the call's
-              // budget) ran out before the bus answered: the next call may wait longer.
-              if (!watchdog.signal.aborted) answerTimeout.timedOut(took);
-            } else if (first) answerTimeout.answered(took);
-          }
-        };
-        const results = deps.publishSlots ? await deps.publishSlots.run(send) : await send();
-        return request.map((item, i) => ({ event: item.event, outcome: results[i] as EntryOutcome }));
-      });
-      // The lease is about to run out (a statement or the bus held the pass up): whatever this
-      // round sent is unknown, so the pass fails and the caller hands its rows back.
-      if (watchdog.signal.aborted) throw watchdog.signal.reason;
-      await checkpoint('sent');
-
-      const publishedIds: string[] = [];
-      const failures: Failure[] = roundFailures;
-      for (const { event, outcome } of outcomes.flat()) {
-        if (outcome.ok) {
-          publishedIds.push(event.id);
-          continue;
-        }
-        if (outcome.throttled) counts.throttled++;
-        let failure: Failure;
-        if (outcome.backPressure) {
-          // Not the entry's fault: its attempt is given back, and it waits out a backoff that
-          // grows with how long the pressure has lasted rather than with its own attempts.
-          counts.backPressure++;
-          const streak = Math.max(event.attempts, (options.backPressureStreak ?? 0) + 1);
-          failure = {
-            id: event.id,
-            error: `${outcome.code}: ${outcome.message}`,
-            deadLetter: false,
-            retryInMs: backoffDelayMs(streak, settings.backoffBaseMs, settings.backoffMaxMs, random),
-            giveBackAttempt: true,
-          };
-        } else {
-          const deadLetter = outcome.permanent || event.attempts >= settings.maxAttempts;
-          failure = {
-            id: event.id,
-            error: `${outcome.code}: ${outcome.message}`,
-            deadLetter,
-            retryInMs: deadLetter
-              ? 0
-              : backoffDelayMs(event.attempts, settings.backoffBaseMs, settings.backoffMaxMs, random),
-          };
-        }
-        failures.push(failure);
-        deps.onFailure?.({ eventId: event.eventId, reason: failure.error, deadLettered: failure.deadLetter });
-        if (failure.deadLetter) counts.deadLettered++;
-        else counts.retried++;
-        // The rest of this aggregate's claim is handed back now (not at the end of the pass, when the
-        // backoff may already have run out and another relay claimed the aggregate): behind a retry
-        // it waits for the backoff; behind a dead letter (`continue`) it may go at once.
-        stop(keyOf(event), failure.deadLetter ? 0 : failure.retryInMs);
-      }
-      // Mark before the next round is sent: an event is recorded as published before its
-      // successor leaves, which keeps re-publication after a crash to the events that need it.
-      const releasing = toRelease.splice(0);
-      const [marked, failed, released] = await Promise.all([
-        watchdog.statement('mark published', markPublished(sql(), token, publishedIds)),
-        watchdog.statement('record failures', recordFailures(sql(), token, failures)),
-        watchdog.statement('release unsent', releaseUnsent(sql(), token, releasing)),
-      ]);
-      lease.settled([...publishedIds, ...failures.map((f) => f.id), ...releasing.map((r) => r.id)]);
-      counts.published += marked;
-      counts.released += released;
-      counts.leaseLost +=
-        publishedIds.length - marked + (failures.length - failed) + (releasing.length - released);
-      if (failed < failures.length) {
-        // Outcomes of rows we no longer own were not recorded; do not report them as ours.
-        counts.retried = Math.max(0, counts.retried - (failures.length - failed));
-      }
-    }
-    await checkpoint('finishing');
-    await release();
-    if (settings.ordering === 'aggregate') {
-      // Aggregates whose claimed events are all settled (published, or dead-lettered and so out of
-      // the way): their next event may go now. Aggregates in backoff stay parked behind it.
-      const settled = new Map<string, { aggregateType: string; aggregateId: string }>();
-      for (const e of events) {
-        const key = aggregateKey(e);
-        if ((stopped.get(key) ?? 0) === 0 && !settled.has(key)) {
-          settled.set(key, { aggregateType: e.aggregateType, aggregateId: e.aggregateId });
-        }
-      }
-      await watchdog.statement('unpark next events', unparkNextEvents(sql(), [...settled.values()]));
-    }
-    return counts;
-  } finally {
-    watchdog.dispose();
+    if (exhausted.length === 0) return;
+    const recorded = await this.#watchdog.statement(
+      'dead-letter exhausted',
+      recordFailures(this.#sql(), this.#lease.token, exhausted),
+    );
+    this.#lease.settled(exhausted.map((f) => f.id));
+    this.counts.deadLettered += recorded;
+    this.counts.leaseLost += exhausted.length - recorded;
   }
-}
 
-/**
- * One pass with a lease of its own: {@link relayPass} for callers without a loop (tests, tools).
- * When the pass fails, its rows are handed back (attempt returned) if the database answers.
- * @param leaseSeconds lease for this pass; defaults to `settings.leaseSeconds`
- * @throws what {@link relayPass} throws
- */
-export async function relayOnce(
-  deps: RelayDeps,
-  leaseSeconds = deps.settings.leaseSeconds,
-): Promise<RelayCounts> {
-  const lease = new Lease(leaseSeconds);
-  try {
-    return await relayPass(deps, lease);
-  } catch (error) {
-    const leftover = lease.leftover;
-    if (leftover) {
-      await withDeadline(
-        abandonLease(currentSql(deps.sql), lease.token, leftover),
-        'hand back lease',
-        STATEMENT_DEADLINE_MS,
-      ).catch(() => {});
+  /**
+   * Renews the lease when a quarter of it has gone by (or sooner for a slow bus, below), then
+   * says whether a round still fits before the watchdog fires. Rows the renewal found taken (the
+   * lease had run out, which the watchdog should have prevented) stop their aggregates.
+   */
+  async roundFits(): Promise<boolean> {
+    const lease = this.#lease;
+    // Renewed when a quarter of the lease has gone by, or sooner when what it leaves cannot hold
+    // the call the bus's recent answers ask for (and a renewal would give it more).
+    const callWants = this.#answerTimeout.ms + MARK_RESERVE_MS + LEASE_SAFETY_MS;
+    const due =
+      lease.leftMs() < lease.ms * (1 - RENEW_AFTER_SHARE) ||
+      (lease.leftMs() < callWants && lease.leftMs() < lease.ms - MIN_RENEWAL_GAIN_MS);
+    const worthIt = this.#endBy - performance.now() > MARK_RESERVE_MS + MIN_CALL_MS;
+    if (due && worthIt && lease.held.size > 0) {
+      const secured = lease.renewalSending();
+      const held = [...lease.held];
+      const kept = await this.#watchdog.statement(
+        'renew lease',
+        renewLease(this.#sql(), lease.token, held, lease.seconds),
+      );
+      secured();
+      this.#watchdog.arm();
+      this.counts.leaseRenewals++;
+      const lost = held.filter((id) => !kept.has(id));
+      if (lost.length > 0) {
+        lease.settled(lost);
+        this.counts.leaseLost += lost.length;
+        for (const [key, queue] of [...this.#queues])
+          if (queue.some((e) => !kept.has(e.id))) this.#stop(key, 0);
+      }
     }
-    throw error;
+    return this.#watchdog.leftMs() >= MARK_RESERVE_MS + MIN_CALL_MS;
+  }
+
+  /**
+   * Takes the next round (the next event of every queued aggregate) and starts it. Successors
+   * start their publication now, and spend their attempt now: not at claim, where a relay that
+   * died while sending the head would have charged them for it. A successor this lease no longer
+   * owns is not sent; one over its attempts (started that often, each ending without an outcome)
+   * is dead-lettered instead of sent, as an exhausted head is.
+   * @returns the events to send, and the dead-lettered successors to record with the round's outcomes
+   */
+  async startRound(): Promise<{ events: ClaimedEvent[]; failures: Failure[] }> {
+    let round: ClaimedEvent[] = [];
+    for (const queue of this.#queues.values()) round.push(queue.shift() as ClaimedEvent);
+    for (const [key, queue] of this.#queues) if (queue.length === 0) this.#queues.delete(key);
+
+    const successors = round.filter((e) => !e.isHead);
+    const failures: Failure[] = [];
+    if (successors.length === 0) return { events: round, failures };
+    const started = await this.#watchdog.statement(
+      'start round',
+      startRound(
+        this.#sql(),
+        this.#lease.token,
+        successors.map((e) => e.id),
+      ),
+    );
+    this.#lease.started(started.keys());
+    const skip = new Set<string>();
+    for (const event of successors) {
+      const attempts = started.get(event.id);
+      if (attempts === undefined) {
+        this.#lease.settled([event.id]);
+        this.counts.leaseLost++;
+        skip.add(event.id);
+        this.#stop(this.#keyOf(event), 0);
+        continue;
+      }
+      event.attempts = attempts;
+      if (attempts > this.#settings.maxAttempts) {
+        const failure = exhaustedFailure(event, this.#settings.maxAttempts);
+        failures.push(failure);
+        this.counts.deadLettered++;
+        this.#deps.onFailure?.({ eventId: event.eventId, reason: failure.error, deadLettered: true });
+        skip.add(event.id);
+        this.#stop(this.#keyOf(event), 0);
+      }
+    }
+    if (skip.size > 0) round = round.filter((e) => !skip.has(e.id));
+    return { events: round, failures };
+  }
+
+  /** Sends a round's events, packed into requests, `publishConcurrency` requests at a time. */
+  async publish(round: ClaimedEvent[]): Promise<SentEvent[]> {
+    const settings = this.#settings;
+    const items = round.map((event) => ({ event, entry: toEntry(event, settings.eventBusName) }));
+    const requests = packRequests(items, settings.maxRequestBytes);
+    this.counts.putEventsCalls += requests.length;
+    const outcomes = await mapWithConcurrency(requests, settings.publishConcurrency, async (request) => {
+      const send = () => this.#send(request.map((i) => i.entry));
+      const results = this.#deps.publishSlots ? await this.#deps.publishSlots.run(send) : await send();
+      return request.map((item, i) => ({ event: item.event, outcome: results[i] as EntryOutcome }));
+    });
+    return outcomes.flat();
+  }
+
+  /** One PutEvents call, SDK retries included, bounded by the time left to mark its outcome. */
+  async #send(entries: PutEventsRequestEntry[]): Promise<EntryOutcome[]> {
+    const watchdog = this.#watchdog;
+    // Measured when the call starts (after waiting for a slot), so that the call, SDK
+    // retries included, ends while there is still time to mark its outcome.
+    const budget = Math.min(MAX_CALL_MS, watchdog.leftMs() - MARK_RESERVE_MS);
+    const call = watchdog.callSignal(Math.max(0, Math.floor(budget)));
+    // Each attempt waits what the bus's recent answers ask for, within the call's budget.
+    const attemptMs = this.#answerTimeout.forCall(budget);
+    const callStarted = performance.now();
+    let results: EntryOutcome[] | undefined;
+    try {
+      results = await putEntries(this.#deps.client, entries, call.signal, attemptMs);
+      return results;
+    } finally {
+      call.release();
+      const took = performance.now() - callStarted;
+      this.counts.putEventsMs += took;
+      const first = results?.[0];
+      if (first && isNoAnswer(first)) {
+        // Aborted by the watchdog, the pass is over; otherwise the attempt (or the call's
+        // budget) ran out before the bus answered: the next call may wait longer.
+        if (!watchdog.signal.aborted) this.#answerTimeout.timedOut(took);
+      } else if (first) this.#answerTimeout.answered(took);
+    }
+  }
+
+  /** Throws the watchdog's reason when it fired during the round's calls. */
+  throwIfOutOfTime(): void {
+    if (this.#watchdog.signal.aborted) throw this.#watchdog.signal.reason;
+  }
+
+  /**
+   * Records a round's outcomes: published rows marked, failures retried with backoff or
+   * dead-lettered, and the rest of each failed aggregate handed back. Marked before the next
+   * round is sent: an event is recorded as published before its successor leaves, which keeps
+   * re-publication after a crash to the events that need it.
+   */
+  async settle(sent: SentEvent[], roundFailures: Failure[]): Promise<void> {
+    const publishedIds: string[] = [];
+    const failures: Failure[] = roundFailures;
+    for (const { event, outcome } of sent) {
+      if (outcome.ok) {
+        publishedIds.push(event.id);
+        continue;
+      }
+      const failure = this.#failureOf(event, outcome);
+      failures.push(failure);
+      this.#deps.onFailure?.({
+        eventId: event.eventId,
+        reason: failure.error,
+        deadLettered: failure.deadLetter,
+      });
+      if (failure.deadLetter) this.counts.deadLettered++;
+      else this.counts.retried++;
+      // The rest of this aggregate's claim is handed back now (not at the end of the pass, when the
+      // backoff may already have run out and another relay claimed the aggregate): behind a retry
+      // it waits for the backoff; behind a dead letter (`continue`) it may go at once.
+      this.#stop(this.#keyOf(event), failure.deadLetter ? 0 : failure.retryInMs);
+    }
+    const token = this.#lease.token;
+    const releasing = this.#toRelease.splice(0);
+    const [marked, failed, released] = await Promise.all([
+      this.#watchdog.statement('mark published', markPublished(this.#sql(), token, publishedIds)),
+      this.#watchdog.statement('record failures', recordFailures(this.#sql(), token, failures)),
+      this.#watchdog.statement('release unsent', releaseUnsent(this.#sql(), token, releasing)),
+    ]);
+    this.#lease.settled([...publishedIds, ...failures.map((f) => f.id), ...releasing.map((r) => r.id)]);
+    this.counts.published += marked;
+    this.counts.released += released;
+    this.counts.leaseLost +=
+      publishedIds.length - marked + (failures.length - failed) + (releasing.length - released);
+    if (failed < failures.length) {
+      // Outcomes of rows we no longer own were not recorded; do not report them as ours.
+      this.counts.retried = Math.max(0, this.counts.retried - (failures.length - failed));
+    }
+  }
+
+  /** What a refused entry gets: a retry after its backoff, or a dead letter. */
+  #failureOf(event: ClaimedEvent, outcome: Exclude<EntryOutcome, { ok: true }>): Failure {
+    const settings = this.#settings;
+    if (outcome.throttled) this.counts.throttled++;
+    if (outcome.backPressure) {
+      // Not the entry's fault: its attempt is given back, and it waits out a backoff that
+      // grows with how long the pressure has lasted rather than with its own attempts.
+      this.counts.backPressure++;
+      const streak = Math.max(event.attempts, (this.#options.backPressureStreak ?? 0) + 1);
+      return {
+        id: event.id,
+        error: `${outcome.code}: ${outcome.message}`,
+        deadLetter: false,
+        retryInMs: backoffDelayMs(streak, settings.backoffBaseMs, settings.backoffMaxMs, this.#random),
+        giveBackAttempt: true,
+      };
+    }
+    const deadLetter = outcome.permanent || event.attempts >= settings.maxAttempts;
+    return {
+      id: event.id,
+      error: `${outcome.code}: ${outcome.message}`,
+      deadLetter,
+      retryInMs: deadLetter
+        ? 0
+        : backoffDelayMs(event.attempts, settings.backoffBaseMs, settings.backoffMaxMs, this.#random),
+    };
+  }
+
+  /**
+   * Hands back what is left, then, with per-aggregate ordering, unparks the next event of every
+   * aggregate whose claimed events are all settled (published, or dead-lettered and so out of the
+   * way). Aggregates in backoff stay parked behind it.
+   */
+  async finish(events: ClaimedEvent[]): Promise<void> {
+    const releasing = this.#toRelease.splice(0);
+    if (releasing.length > 0) {
+      const released = await this.#watchdog.statement(
+        'release unsent',
+        releaseUnsent(this.#sql(), this.#lease.token, releasing),
+      );
+      this.#lease.settled(releasing.map((r) => r.id));
+      this.counts.released += released;
+      this.counts.leaseLost += releasing.length - released;
+    }
+    if (this.#settings.ordering !== 'aggregate') return;
+    const settled = new Map<string, { aggregateType: string; aggregateId: string }>();
+    for (const e of events) {
+      const key = aggregateKey(e);
+      if ((this.#stopped.get(key) ?? 0) === 0 && !settled.has(key)) {
+        settled.set(key, { aggregateType: e.aggregateType, aggregateId: e.aggregateId });
+      }
+    }
+    await this.#watchdog.statement(
+      'unpark next events',
+      unparkNextEvents(this.#sql(), [...settled.values()]),
+    );
+  }
+
+  dispose(): void {
+    this.#watchdog.dispose();
   }
 }
 

@@ -20,7 +20,8 @@ import {
   type Sql,
 } from '../../shared/platform/index.ts';
 import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
-import { type PassReport, runRelay, UnreturnedLeases } from '../../shared/relay/index.ts';
+import { type PassReport, runRelay } from '../../shared/relay/index.ts';
+import { UnreturnedLeases } from '../../shared/relay/loop.ts';
 import { cliEnv, collect, startCli } from '../support/cli.ts';
 import { testClient } from '../support/relay.ts';
 import { startStallProxy } from '../support/stall-proxy.ts';

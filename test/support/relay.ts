@@ -1,6 +1,7 @@
 /** Relay wiring for tests: the real EventBridge client pointed at a local bus. */
 import type { RelaySettings } from '../../shared/platform/config.ts';
-import { type ClaimOptions, createEventBridgeClient } from '../../shared/relay/index.ts';
+import { createEventBridgeClient } from '../../shared/relay/index.ts';
+import type { ClaimOptions } from '../../shared/relay/sql/index.ts';
 
 /** Settings with short timings, overridable per test. */
 export function testSettings(overrides: Partial<RelaySettings> = {}): RelaySettings {
@@ -18,6 +19,7 @@ export function testSettings(overrides: Partial<RelaySettings> = {}): RelaySetti
     ordering: 'aggregate',
     deadLetterPolicy: 'continue',
     pollIntervalMs: 20,
+    idleReturnSeconds: 0,
     metricNamespace: 'OutboxTest',
     ...overrides,
   };
