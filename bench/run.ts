@@ -14,7 +14,7 @@
  * Options: `--full` (more rows and repeats, the peer tuning grid), `--scheduler-delay none` (the
  * lambda-lag section without its model of Scheduler's delays and cold starts), `--only a,b` or `--only a --only b` (run only these
  * sections: relay, rounds, peers, profile, grid, lag, claim, producer, bundle, lambda, scale,
- * lambda-lag, lambda-scale).
+ * lambda-lag, lambda-scale, db-cost).
  * Prints markdown tables as they are measured; writes JSON, markdown and an SVG chart to
  * bench/results/.
  */
@@ -37,6 +37,7 @@ import {
   seedPgTransactionalOutbox,
   setUpPgTransactionalOutbox,
 } from './pg-transactional-outbox.ts';
+import { dbCost } from './sections/db-cost.ts';
 import { type DeployedBenchContext, lambdaLag } from './sections/lambda-lag.ts';
 import { lambdaScale } from './sections/lambda-scale.ts';
 import { bundleComposition, findLambdaAsset, type LambdaAsset } from './support/bundle.ts';
@@ -1080,6 +1081,12 @@ const deployedContext = (): DeployedBenchContext => ({
 });
 if (want('lambda-lag')) results.lambdaLag = await lambdaLag(deployedContext(), P.lambdaLag);
 if (want('lambda-scale')) results.lambdaScale = await lambdaScale(deployedContext(), P.lambdaScale);
+// 14. The outbox's cost in the user's database: WAL and server CPU per event (issue 20).
+if (want('db-cost'))
+  results.dbCost = await dbCost(
+    { log, report },
+    { events: 20_000, aggregates: 5_000, clients: 4, repeats: 3 },
+  );
 
 const m = results.machine as Record<string, unknown>;
 m.loadPerCoreAtEnd = load();
