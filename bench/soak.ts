@@ -6,7 +6,7 @@
  * through (partial indexes bloat as rows leave them)?
  *
  * Producer: `enqueueMany` (through outbox_enqueue_many), `--per-txn` events per transaction over
- * `--aggregates` aggregates, at `--rate` events/s from 4 clients. Relay: two loops of `relayPass`
+ * `--aggregates` aggregates, at `--rate` events/s from 4 clients. Relay: `--relays` (4) loops of `relayPass`
  * at the default settings, to a local bus in a process of its own (no latency); each claim is
  * timed, and each claimed event's lag (claim time − created_at, one machine's clock). Monitor:
  * `prune` every 10 s with a published retention of `--retention` seconds, so that the table holds
@@ -43,6 +43,7 @@ const { values } = parseArgs({
     'schema-until': { type: 'string' },
     label: { type: 'string', default: 'soak' },
     'report-every': { type: 'string', default: '250000' },
+    relays: { type: 'string', default: '4' },
   },
 });
 const total = Number(values.events);
@@ -131,7 +132,7 @@ async function producer(k: number) {
   }
 }
 
-// Relay: two loops of passes, each claim timed.
+// Relay: loops of passes, each claim timed.
 async function relay() {
   const deps = { sql, client, settings };
   const timedClaim = async (o: Parameters<typeof claimBatch>[1]) => {
@@ -239,7 +240,11 @@ async function sample(): Promise<Sample> {
 const samples: Sample[] = [];
 const fresh = await sample();
 samples.push(fresh);
-const work = [...Array.from({ length: PRODUCERS }, (_, k) => producer(k)), relay(), relay(), monitor()];
+const work = [
+  ...Array.from({ length: PRODUCERS }, (_, k) => producer(k)),
+  ...Array.from({ length: Number(values.relays) }, () => relay()),
+  monitor(),
+];
 let nextReport = REPORT_EVERY;
 let busResetAt = 0;
 while (enqueued < total && errors.length < 20) {
