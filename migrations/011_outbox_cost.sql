@@ -2,15 +2,20 @@
 -- The outbox's cost in the user's database (issue 20; figures in the README, "What the outbox
 -- costs your database", and `npm run bench -- --only db-cost`). Same guarantees, fewer writes:
 --
--- 1. Two unique indexes on outbox go. Every enqueue wrote an entry into each, and every mark
---    (which cannot be a HOT update: published_at is in the partial indexes' predicates) wrote one
---    more into each:
+-- 1. Three unique indexes on the whole of outbox go (7 indexes written per enqueue become 4).
+--    Every enqueue wrote an entry into each, and every mark (which cannot be a HOT update:
+--    published_at is in the partial indexes' predicates) wrote one more into each:
 --    - outbox_event_id_key: event ids are random uuids (gen_random_uuid), never looked up by the
 --      relay; the operator commands find dead letters through outbox_dead_lettered_idx first, and
---      prune finds a key's event by its (aggregate, sequence), which the key row records.
+--      prune now finds a key's event by its row id, which the key row records (outbox_id).
 --    - outbox_idempotency_key_key: outbox_idempotency_key's primary key is what refuses a second
 --      event for a key (and what turns a concurrent key into 40001); the copy on outbox only
 --      repeated it, and indexed a NULL for every event enqueued without a key.
+--    - outbox_aggregate_sequence_key: the counter row's lock is what makes (aggregate, sequence)
+--      unique; every lookup by aggregate is of unfinished rows, which
+--      outbox_unfinished_by_aggregate_idx serves. That index is now unique, so a second row with
+--      an unfinished row's (aggregate, sequence) is still refused. Published rows were unique when
+--      they were unfinished: a row's aggregate and sequence never change.
 -- 2. fillfactor: outbox keeps room on each page so that the claim's lease update (lease_token,
 --    lease_expires_at, attempts: in no index) is a HOT update, written once in the heap and in no
 --    index; the per-aggregate counter keeps room so that its update at every enqueue is HOT too.
@@ -22,11 +27,100 @@
 --    row, until the caller's transaction ends), same numbering (sequence, typeSequence), same
 --    errors. A call with a key goes through outbox_enqueue_many as before.
 
+-- Before outbox_event_id_key goes: the key rows learn their event's row id. A key whose event
+-- has already left the outbox keeps NULL (prune then forgets it after its retention).
+alter table outbox_idempotency_key add column outbox_id bigint;
+update outbox_idempotency_key k set outbox_id = o.id from outbox o where o.event_id = k.event_id;
+
 alter table outbox drop constraint outbox_event_id_key;
 alter table outbox drop constraint outbox_idempotency_key_key;
 
+create unique index outbox_unfinished_by_aggregate_key on outbox (aggregate_type, aggregate_id, sequence)
+  where published_at is null;
+drop index outbox_unfinished_by_aggregate_idx;
+alter index outbox_unfinished_by_aggregate_key rename to outbox_unfinished_by_aggregate_idx;
+alter table outbox drop constraint outbox_aggregate_sequence_key;
+
 alter table outbox set (fillfactor = 50);
 alter table outbox_aggregate set (fillfactor = 80);
+
+-- The insert of outbox_enqueue_many, as migration 010 left it, but for the key row, which now
+-- records its event's row id (outbox_id): prune looks the event up by it.
+create or replace function outbox_enqueue_insert(
+  event_types text[], sources text[], aggregate_types text[], aggregate_ids text[], payloads jsonb[],
+  idempotency_keys text[], trace_headers text[], n integer)
+returns table (ord integer, event_id uuid, aggregate_type text, aggregate_id text, sequence bigint, duplicate boolean)
+language sql volatile as $fn$
+  with input as (
+    select t.ord::integer as ord, t.event_type, t.source, t.aggregate_type, t.aggregate_id,
+           t.payload, t.idempotency_key, t.trace_header
+    from unnest(event_types, sources, aggregate_types, aggregate_ids, payloads,
+                coalesce(idempotency_keys, array_fill(null::text, array[n])),
+                coalesce(trace_headers, array_fill(null::text, array[n])))
+         with ordinality as t(event_type, source, aggregate_type, aggregate_id, payload, idempotency_key, trace_header, ord)
+  ),
+  known as (
+    select i.ord, k.event_id, k.aggregate_type, k.aggregate_id, k.sequence
+    from input i join outbox_idempotency_key k on k.idempotency_key = i.idempotency_key
+  ),
+  fresh as (
+    select i.* from input i
+    where not exists (select from known k where k.ord = i.ord)
+      and (i.idempotency_key is null
+           or i.ord = (select min(j.ord) from input j where j.idempotency_key = i.idempotency_key))
+  ),
+  per_type as (
+    select f.aggregate_type, f.aggregate_id, f.event_type, count(*) as n
+    from fresh f group by f.aggregate_type, f.aggregate_id, f.event_type
+  ),
+  bumped as (
+    insert into outbox_aggregate as a (aggregate_type, aggregate_id, last_sequence, type_counts)
+    select p.aggregate_type, p.aggregate_id, sum(p.n)::bigint, jsonb_object_agg(p.event_type, p.n)
+    from per_type p
+    group by p.aggregate_type, p.aggregate_id
+    order by p.aggregate_type, p.aggregate_id
+    on conflict (aggregate_type, aggregate_id)
+      do update set
+        last_sequence = a.last_sequence + excluded.last_sequence,
+        type_counts = coalesce(a.type_counts, '{}'::jsonb) || (
+          select jsonb_object_agg(c.key, coalesce((a.type_counts ->> c.key)::bigint, 0) + c.value::bigint)
+          from jsonb_each_text(excluded.type_counts) as c)
+    returning a.aggregate_type, a.aggregate_id, a.last_sequence, a.type_counts
+  ),
+  numbered as (
+    select f.*, gen_random_uuid() as event_id,
+           b.last_sequence
+             - count(*) over (partition by f.aggregate_type, f.aggregate_id)
+             + row_number() over (partition by f.aggregate_type, f.aggregate_id order by f.ord) as sequence,
+           (b.type_counts ->> f.event_type)::bigint
+             - count(*) over (partition by f.aggregate_type, f.aggregate_id, f.event_type)
+             + row_number() over (partition by f.aggregate_type, f.aggregate_id, f.event_type order by f.ord) as type_sequence
+    from fresh f join bumped b using (aggregate_type, aggregate_id)
+  ),
+  inserted as (
+    insert into outbox (event_id, aggregate_type, aggregate_id, sequence, type_sequence, event_type, source, payload, trace_header, idempotency_key)
+    select event_id, aggregate_type, aggregate_id, sequence, type_sequence, event_type, source, payload, trace_header, idempotency_key
+    from numbered
+    order by ord
+    returning id, event_id
+  ),
+  remembered as (
+    insert into outbox_idempotency_key (idempotency_key, event_id, aggregate_type, aggregate_id, sequence, outbox_id)
+    select n.idempotency_key, n.event_id, n.aggregate_type, n.aggregate_id, n.sequence, r.id
+    from numbered n join inserted r using (event_id) where n.idempotency_key is not null
+  )
+  select i.ord,
+         coalesce(k.event_id, nn.event_id, r.event_id),
+         coalesce(k.aggregate_type, nn.aggregate_type, r.aggregate_type),
+         coalesce(k.aggregate_id, nn.aggregate_id, r.aggregate_id),
+         coalesce(k.sequence, nn.sequence, r.sequence),
+         nn.ord is null
+  from input i
+  left join known k on k.ord = i.ord
+  left join numbered nn on nn.ord = i.ord
+  left join numbered r on k.ord is null and nn.ord is null and r.idempotency_key = i.idempotency_key
+  order by i.ord
+$fn$;
 
 -- One event, with named parameters (migration 007 describes the contract). Owner's rights and a
 -- fixed search_path, as migration 009 set them.

@@ -110,8 +110,7 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
         select count(*) as n from outbox_idempotency_key k
         where k.created_at < now() - make_interval(secs => ${o.idempotencyKeyRetentionSeconds})
           and not exists (
-            select from outbox o
-            where o.aggregate_type = k.aggregate_type and o.aggregate_id = k.aggregate_id and o.sequence = k.sequence
+            select from outbox o where o.id = k.outbox_id
               and not coalesce(o.published_at < now() - make_interval(secs => ${o.publishedRetentionSeconds}), false)
               and not exists (
                 select from outbox d where d.id = o.id and ${expiredDeadLetter(sql, o.deadLetterRetentionSeconds)}))`;
@@ -191,23 +190,19 @@ async function deleteDeadLetters(sql: Queryable, o: PruneOptions): Promise<numbe
 async function deleteIdempotencyKeys(sql: Queryable, o: PruneOptions): Promise<number> {
   // No producer writes an expired key (a repeat of it reads it and writes nothing), so the only
   // race is a repeat arriving while the key is deleted: it then enqueues anew, which is what the
-  // window's end means. The key row records its event's (aggregate, sequence), unique in the
-  // outbox (outbox_aggregate_sequence_key): that finds the event without an index on event_id.
+  // window's end means. The key row records its event's row id (outbox_id, migration 011; NULL
+  // for a key whose event had left the outbox before it), found through the primary key.
   const r = await sql`
     delete from outbox_idempotency_key k
     using (
       select idempotency_key from outbox_idempotency_key old
       where created_at < now() - make_interval(secs => ${o.idempotencyKeyRetentionSeconds ?? 0})
-        and not exists (
-          select from outbox o
-          where o.aggregate_type = old.aggregate_type and o.aggregate_id = old.aggregate_id and o.sequence = old.sequence)
+        and not exists (select from outbox o where o.id = old.outbox_id)
       order by created_at
       limit ${o.batchSize}
     ) expired
     where k.idempotency_key = expired.idempotency_key
       and k.created_at < now() - make_interval(secs => ${o.idempotencyKeyRetentionSeconds ?? 0})
-      and not exists (
-        select from outbox o
-        where o.aggregate_type = k.aggregate_type and o.aggregate_id = k.aggregate_id and o.sequence = k.sequence)`;
+      and not exists (select from outbox o where o.id = k.outbox_id)`;
   return r.count;
 }
