@@ -25,7 +25,8 @@
 --    statements (bump the aggregate's counter, insert the row), with PL/pgSQL's cached plans.
 --    The many-events function planned its whole statement at every call. Same locks (the counter
 --    row, until the caller's transaction ends), same numbering (sequence, typeSequence), same
---    errors. A call with a key goes through outbox_enqueue_many as before.
+--    errors. A call with a key goes through outbox_enqueue_many as before; a call of
+--    outbox_enqueue_many with one event and no key (what enqueue() sends) takes this path.
 
 -- Before outbox_event_id_key goes: the key rows learn their event's row id. A key whose event
 -- has already left the outbox keeps NULL (prune then forgets it after its retention).
@@ -212,9 +213,97 @@ begin
 end
 $fn$;
 
+-- Many events at once (migration 007), with one event without a key sent to outbox_enqueue's path:
+-- that is what enqueue() in TypeScript (and the pg, Drizzle and Kysely adapters) sends for one
+-- event, and the general path plans its whole statement at every call. Anything else (several
+-- events, a key, an array of another shape) takes the general path as before.
+create or replace function outbox_enqueue_many(
+  event_types text[], sources text[], aggregate_types text[], aggregate_ids text[], payloads jsonb[],
+  idempotency_keys text[] default null, trace_headers text[] default null,
+  max_entry_bytes integer default 1048576)
+returns table (ord integer, event_id uuid, aggregate_type text, aggregate_id text, sequence bigint, duplicate boolean)
+language plpgsql volatile as $fn$
+#variable_conflict use_column
+declare
+  n integer := coalesce(cardinality(event_types), 0);
+  idx integer;
+  violated text;
+begin
+  -- One event without a key (what enqueue() sends for a single event): the single-event path,
+  -- which checks the event itself, with the same errors (no events[i] prefix for one event).
+  if n = 1 and idempotency_keys is null or n = 1 and cardinality(idempotency_keys) = 1
+     and array_ndims(idempotency_keys) = 1 and array_lower(idempotency_keys, 1) = 1 and idempotency_keys[1] is null then
+    if coalesce(array_ndims(event_types) = 1 and array_lower(event_types, 1) = 1
+         and array_ndims(sources) = 1 and array_lower(sources, 1) = 1 and cardinality(sources) = 1
+         and array_ndims(aggregate_types) = 1 and array_lower(aggregate_types, 1) = 1 and cardinality(aggregate_types) = 1
+         and array_ndims(aggregate_ids) = 1 and array_lower(aggregate_ids, 1) = 1 and cardinality(aggregate_ids) = 1
+         and array_ndims(payloads) = 1 and array_lower(payloads, 1) = 1 and cardinality(payloads) = 1
+         and (trace_headers is null or (array_ndims(trace_headers) = 1 and array_lower(trace_headers, 1) = 1
+                                        and cardinality(trace_headers) = 1)),
+         false) then
+      return query select 1, e.event_id, aggregate_types[1], aggregate_ids[1], e.sequence, e.duplicate
+        from outbox_enqueue(event_types[1], sources[1], aggregate_types[1], aggregate_ids[1], payloads[1],
+                            null, trace_headers[1], max_entry_bytes) as e;
+      return;
+    end if;
+  end if;
+  if max_entry_bytes is null or max_entry_bytes < 1 or max_entry_bytes > 1048576 then
+    perform outbox_enqueue_reject('max_entry_bytes',
+      'must be a number of bytes from 1 to 1048576 (the largest entry EventBridge accepts)', null);
+  end if;
+  perform outbox_enqueue_check_array('event_types', event_types);
+  perform outbox_enqueue_check_array('sources', sources);
+  perform outbox_enqueue_check_array('aggregate_types', aggregate_types);
+  perform outbox_enqueue_check_array('aggregate_ids', aggregate_ids);
+  perform outbox_enqueue_check_array('payloads', payloads);
+  perform outbox_enqueue_check_array('idempotency_keys', idempotency_keys);
+  perform outbox_enqueue_check_array('trace_headers', trace_headers);
+  if coalesce(cardinality(sources), 0) <> n or coalesce(cardinality(aggregate_types), 0) <> n
+     or coalesce(cardinality(aggregate_ids), 0) <> n or coalesce(cardinality(payloads), 0) <> n
+     or (idempotency_keys is not null and cardinality(idempotency_keys) <> n)
+     or (trace_headers is not null and cardinality(trace_headers) <> n) then
+    perform outbox_enqueue_reject('events', 'the arrays must all have one element per event', null);
+  end if;
+  for idx in 1 .. n loop
+    perform outbox_enqueue_check(event_types[idx], sources[idx], aggregate_types[idx], aggregate_ids[idx],
+      payloads[idx], idempotency_keys[idx], trace_headers[idx], max_entry_bytes,
+      case when n > 1 then idx - 1 end);
+  end loop;
+  if n = 0 then return; end if;
+
+  if idempotency_keys is null or not exists (select from unnest(idempotency_keys) as k where k is not null) then
+    -- Lock 2 only (the aggregates' counter rows, in `bumped`).
+    return query select * from outbox_enqueue_insert(
+      event_types, sources, aggregate_types, aggregate_ids, payloads, null, trace_headers, n);
+    return;
+  end if;
+
+  -- Lock 1: the keys, in one fixed order (the seed 7301 is shared by every version of enqueue).
+  -- This statement ends before the next one starts, so under READ COMMITTED the lookup in the
+  -- insert runs on a new snapshot that sees a key committed by the producer we waited for.
+  perform pg_advisory_xact_lock(hashtextextended(k, 7301))
+  from (select k from unnest(idempotency_keys) as k where k is not null group by k order by k collate "C") as keys;
+  begin
+    return query select * from outbox_enqueue_insert(
+      event_types, sources, aggregate_types, aggregate_ids, payloads, idempotency_keys, trace_headers, n);
+  exception when unique_violation then
+    get stacked diagnostics violated = constraint_name;
+    if violated <> 'outbox_idempotency_key_pkey' then raise; end if;
+    raise exception using
+      errcode = '40001',
+      message = 'outbox_enqueue: idempotency_key: a key of this call was enqueued by a transaction that '
+        || 'committed after this transaction''s snapshot was taken (REPEATABLE READ or SERIALIZABLE)',
+      hint = 'Retry the whole transaction: the retry returns the existing event with duplicate = true.';
+  end;
+end
+$fn$;
+
+
 do $do$
 begin
   execute format('alter function outbox_enqueue(text, text, text, text, jsonb, text, text, integer) '
+                 'security definer set search_path = pg_catalog, %I, pg_temp', current_schema());
+  execute format('alter function outbox_enqueue_many(text[], text[], text[], text[], jsonb[], text[], text[], integer) '
                  'security definer set search_path = pg_catalog, %I, pg_temp', current_schema());
 end
 $do$;

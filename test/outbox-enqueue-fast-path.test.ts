@@ -75,7 +75,7 @@ const payload = fc.oneof(
   },
 );
 
-/** Runs the checker and outbox_enqueue on one candidate, each in a transaction rolled back. */
+/** Runs the checker, outbox_enqueue and outbox_enqueue_many on one candidate, each in a transaction rolled back. */
 async function compare(c: Candidate): Promise<{ checked: string; enqueued: string }> {
   const checked = await outcome(() =>
     h.db.sql.begin(async (tx) => {
@@ -94,6 +94,17 @@ async function compare(c: Candidate): Promise<{ checked: string; enqueued: strin
       await tx`rollback and chain`;
     }),
   );
+  // One event through outbox_enqueue_many (what enqueue() sends): the same answer.
+  const many = await outcome(() =>
+    h.db.sql.begin(async (tx) => {
+      await tx`select * from outbox_enqueue_many(
+        array[${c.eventType}]::text[], array[${c.source}]::text[], array[${c.aggregateType}]::text[],
+        array[${c.aggregateId}]::text[], array[${c.payloadJson}::text::jsonb], null,
+        array[${c.traceHeader}]::text[], ${c.maxEntryBytes})`;
+      await tx`rollback and chain`;
+    }),
+  );
+  expect(many).toBe(enqueued);
   return { checked, enqueued };
 }
 
