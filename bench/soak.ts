@@ -151,7 +151,9 @@ async function relay() {
       const counts = await relayPass(deps, new Lease(settings.leaseSeconds), { claim: timedClaim });
       published += counts.published;
       if (counts.claimed === 0) {
-        if (stopping && published >= enqueued) return;
+        // Stopping and nothing left to claim now. (A pass that ran out of time loses its count,
+        // so `published` may never reach `enqueued`: waiting for it hung the first 5M run.)
+        if (stopping) return;
         await sleep(settings.pollIntervalMs);
       }
     } catch (e) {
