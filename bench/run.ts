@@ -14,7 +14,7 @@
  * Options: `--full` (more rows and repeats, the peer tuning grid), `--scheduler-delay none` (the
  * lambda-lag section without its model of Scheduler's delays and cold starts), `--only a,b` or
  * `--only a --only b` (run only these sections: relay, rounds, peers, profile, grid, lag, claim,
- * producer, bundle, lambda, scale, lambda-lag, lambda-scale; and economy, which runs only when
+ * producer, bundle, lambda, scale, lambda-lag, lambda-scale, db-cost; and economy, which runs only when
  * named or with `--full`: about 13 minutes of real schedule).
  * Prints markdown tables as they are measured; writes JSON, markdown and an SVG chart to
  * bench/results/. Each section is a module of bench/sections/; a new one goes into SECTIONS.
@@ -23,6 +23,7 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { runBundle } from './sections/bundle.ts';
 import { runClaim } from './sections/claim.ts';
+import { dbCost } from './sections/db-cost.ts';
 import { economy } from './sections/economy.ts';
 import { runGrid } from './sections/grid.ts';
 import { runLag } from './sections/lag.ts';
@@ -87,6 +88,13 @@ const SECTIONS: Section[] = [
     bundle: true,
     run: async (b) => {
       b.results.lambdaScale = await lambdaScale(b.deployedContext(), b.P.lambdaScale);
+    },
+  },
+  {
+    // The outbox's cost in the user's database: WAL and server CPU per event, beside the plain design.
+    names: ['db-cost'],
+    run: async (b) => {
+      b.results.dbCost = await dbCost(b, { events: 20_000, aggregates: 5_000, clients: 4, repeats: 3 });
     },
   },
   {

@@ -38,7 +38,7 @@ export async function countExpiredKeys(
         select count(*) as n from outbox_idempotency_key k
         where k.created_at < now() - make_interval(secs => ${keyRetentionSeconds})
           and not exists (
-            select from outbox o where o.event_id = k.event_id
+            select from outbox o where o.id = k.outbox_id
               and not coalesce(o.published_at < now() - make_interval(secs => ${publishedRetentionSeconds}), false)
               and not exists (
                 select from outbox d where d.id = o.id and ${expiredDeadLetter(sql, deadLetterRetentionSeconds)}))`;

@@ -1,0 +1,246 @@
+/**
+ * Bench section `db-cost` (issue 20): what the outbox costs the user's database per event — WAL
+ * bytes and the server's CPU time — for enqueue, relay and prune, this project beside the plain
+ * design (bench/plain-outbox.ts), and enqueue latency beside the plain insert.
+ *
+ * On a private cluster of its own (embedded Postgres at the server's defaults but fsync, as the
+ * bench's other clusters), so that WAL and CPU are this section's alone (bench/support/pg-cost.ts).
+ * Per repeat and design, on empty tables: `events` events over `aggregates` aggregates, each
+ * enqueued in its own transaction from `clients` clients (ours through `outbox_enqueue`, the SQL
+ * entry point every producer path shares); the relay drained to the local bus with no latency
+ * (ours: `runRelay` at the default settings; plain: claim, PutEvents, mark in one transaction, two
+ * loops as our two lanes); then prune with a retention of 0 s (every published row is past it,
+ * as after back-dating, without an UPDATE that would itself change the table). Each phase starts
+ * after a CHECKPOINT. The designs alternate; figures are medians over the repeats.
+ */
+import { randomUUID } from 'node:crypto';
+import postgres from 'postgres';
+import { startEmbeddedPostgres } from '../../dev/embedded-postgres.ts';
+import { prune } from '../../shared/operations/index.ts';
+import { connect, loadRelaySettings, migrate } from '../../shared/platform/index.ts';
+import { createEventBridgeClient, runRelay } from '../../shared/relay/index.ts';
+import { plainEnqueue, plainPrune, plainRelayDrain, setUpPlainOutbox } from '../plain-outbox.ts';
+import { type PgCost, PgCostProbe } from '../support/pg-cost.ts';
+import { median, startBusProcess } from '../support/processes.ts';
+
+/** Knobs of the section. */
+export interface DbCostOptions {
+  events: number;
+  aggregates: number;
+  clients: number;
+  repeats: number;
+}
+
+/** Per-event figures of one design (medians over the repeats). */
+export interface DbCostFigures {
+  enqueueWalBytes: number;
+  enqueueCpuUs: number;
+  relayWalBytes: number;
+  relayCpuUs: number;
+  pruneWalBytes: number;
+  pruneCpuUs: number;
+  lifetimeWalBytes: number;
+  lifetimeCpuUs: number;
+  /** One enqueue transaction (BEGIN, the statement, COMMIT) as the client sees it, ms. */
+  enqueueP50Ms: number;
+  enqueueP99Ms: number;
+}
+
+/** The section's result. */
+export interface DbCostResult {
+  project: DbCostFigures;
+  plain: DbCostFigures;
+  postgres: string;
+}
+
+interface Context {
+  log: (line: string) => void;
+  report: (markdown: string) => void;
+}
+
+type Phases = { enqueue: PgCost; relay: PgCost; prune: PgCost; latenciesMs: number[] };
+
+const TYPES = ['OrderPlaced', 'OrderPaid', 'OrderShipped'];
+const event = (i: number, aggregates: number) => ({
+  type: TYPES[i % TYPES.length] as string,
+  source: 'bench.orders',
+  aggregateId: String(i % aggregates),
+  payload: {
+    orderId: String(i % aggregates),
+    total: 120.5,
+    currency: 'EUR',
+    lines: [{ sku: 'A-1', qty: 2 }],
+  },
+});
+
+/** Runs `work(i)` for i in [0, n) from `clients` concurrent loops; returns each call's latency, ms. */
+async function fromClients(
+  n: number,
+  clients: number,
+  work: (i: number) => Promise<void>,
+): Promise<number[]> {
+  const latencies: number[] = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: clients }, async () => {
+      for (let i = next++; i < n; i = next++) {
+        const t0 = performance.now();
+        await work(i);
+        latencies.push(performance.now() - t0);
+      }
+    }),
+  );
+  return latencies;
+}
+
+/** Runs the section on a cluster of its own and reports its table. */
+export async function dbCost(ctx: Context, o: DbCostOptions): Promise<DbCostResult> {
+  const cluster = await startEmbeddedPostgres();
+  const admin = postgres(cluster.url, { max: 1, onnotice: () => {} });
+  await admin.unsafe('create database db_cost');
+  await admin.end();
+  const url = new URL(cluster.url);
+  url.pathname = '/db_cost';
+  await migrate(url.toString(), { log: () => {} });
+  const sql = connect({ url: url.toString(), max: o.clients + 4, env: {} });
+  const probeSql = connect({ url: url.toString(), max: 1, env: {} });
+  const probe = await PgCostProbe.open(probeSql);
+  const bus = await startBusProcess();
+  const settings = loadRelaySettings({ EVENT_BUS_NAME: 'db-cost-bus' });
+  const client = createEventBridgeClient({
+    endpoint: bus.url,
+    region: 'us-east-1',
+    credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
+  });
+  try {
+    const [v] = await sql<{ v: string }[]>`select current_setting('server_version') as v`;
+
+    const ours = async (): Promise<Phases> => {
+      await sql`truncate outbox, outbox_aggregate, outbox_idempotency_key restart identity`;
+      let latenciesMs: number[] = [];
+      const enqueue = await probe.measure(async () => {
+        latenciesMs = await fromClients(o.events, o.clients, async (i) => {
+          const e = event(i, o.aggregates);
+          await sql.begin(
+            (tx) => tx`
+              select event_id, sequence, duplicate from outbox_enqueue(
+                event_type => ${e.type}, source => ${e.source}, aggregate_type => 'order',
+                aggregate_id => ${e.aggregateId}, payload => ${tx.json(e.payload)})`,
+          );
+        });
+      });
+      const relay = await probe.measure(() => runRelay({ sql, client, settings, untilEmpty: true }));
+      if (relay.result.published !== o.events)
+        throw new Error(`db-cost: the relay published ${relay.result.published} of ${o.events}`);
+      const pruned = await probe.measure(() =>
+        prune(sql, {
+          publishedRetentionSeconds: 0,
+          deadLetterRetentionSeconds: 86_400,
+          batchSize: 1_000,
+          timeBudgetMs: 600_000,
+        }),
+      );
+      if (pruned.result.publishedDeleted !== o.events)
+        throw new Error(`db-cost: prune deleted ${pruned.result.publishedDeleted} of ${o.events}`);
+      return { enqueue: enqueue.cost, relay: relay.cost, prune: pruned.cost, latenciesMs };
+    };
+
+    const plain = async (): Promise<Phases> => {
+      await setUpPlainOutbox(sql);
+      let latenciesMs: number[] = [];
+      const enqueue = await probe.measure(async () => {
+        latenciesMs = await fromClients(o.events, o.clients, async (i) => {
+          const e = event(i, o.aggregates);
+          await sql.begin((tx) => plainEnqueue(tx, { ...e, dedupKey: randomUUID() }));
+        });
+      });
+      const relay = await probe.measure(async () => {
+        const drained = await Promise.all([1, 2].map(() => plainRelayDrain(sql, client, 'db-cost-bus')));
+        return drained.reduce((a, b) => a + b, 0);
+      });
+      if (relay.result !== o.events)
+        throw new Error(`db-cost: the plain relay published ${relay.result} of ${o.events}`);
+      const pruned = await probe.measure(() => plainPrune(sql, 0));
+      if (pruned.result !== o.events)
+        throw new Error(`db-cost: the plain prune deleted ${pruned.result} of ${o.events}`);
+      return { enqueue: enqueue.cost, relay: relay.cost, prune: pruned.cost, latenciesMs };
+    };
+
+    const runs: { project: Phases[]; plain: Phases[] } = { project: [], plain: [] };
+    for (let r = 0; r < o.repeats; r++) {
+      // Alternate which design goes first, so that neither always meets the other's leftovers
+      // (autovacuum of the previous run's tables, a warmer cache).
+      const order = r % 2 === 0 ? (['project', 'plain'] as const) : (['plain', 'project'] as const);
+      for (const design of order) {
+        const phases = design === 'project' ? await ours() : await plain();
+        runs[design].push(phases);
+        await bus.reset();
+        ctx.log(
+          `db-cost ${design} #${r + 1}: enqueue ${perEvent(phases.enqueue.walBytes, o.events)} B ${perEvent(phases.enqueue.cpuUs, o.events)} µs, relay ${perEvent(phases.relay.walBytes, o.events)} B ${perEvent(phases.relay.cpuUs, o.events)} µs, prune ${perEvent(phases.prune.walBytes, o.events)} B ${perEvent(phases.prune.cpuUs, o.events)} µs`,
+        );
+      }
+    }
+    const project = figures(runs.project, o.events);
+    const plainFigures = figures(runs.plain, o.events);
+    ctx.report(table(project, plainFigures, o, String(v?.v)));
+    return { project, plain: plainFigures, postgres: String(v?.v) };
+  } finally {
+    await sql.end();
+    await probeSql.end();
+    await bus.close();
+    await cluster.stop();
+  }
+}
+
+const perEvent = (x: number, n: number) => Math.round(x / n);
+
+function percentile(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? Number.NaN;
+}
+
+function figures(runs: Phases[], n: number): DbCostFigures {
+  const m = (f: (p: Phases) => number) => Math.round(median(runs.map(f)) / n);
+  const ms = (f: (p: Phases) => number) => Number(median(runs.map(f)).toFixed(2));
+  return {
+    enqueueWalBytes: m((p) => p.enqueue.walBytes),
+    enqueueCpuUs: m((p) => p.enqueue.cpuUs),
+    relayWalBytes: m((p) => p.relay.walBytes),
+    relayCpuUs: m((p) => p.relay.cpuUs),
+    pruneWalBytes: m((p) => p.prune.walBytes),
+    pruneCpuUs: m((p) => p.prune.cpuUs),
+    lifetimeWalBytes: m((p) => p.enqueue.walBytes + p.relay.walBytes + p.prune.walBytes),
+    lifetimeCpuUs: m((p) => p.enqueue.cpuUs + p.relay.cpuUs + p.prune.cpuUs),
+    enqueueP50Ms: ms((p) => percentile(p.latenciesMs, 50)),
+    enqueueP99Ms: ms((p) => percentile(p.latenciesMs, 99)),
+  };
+}
+
+function table(ours: DbCostFigures, plain: DbCostFigures, o: DbCostOptions, version: string): string {
+  const f = (x: number) => x.toLocaleString('en');
+  const row = (label: string, a: number, b: number, unit: string, bound?: number) => {
+    const ratio = a / b;
+    const verdict =
+      bound === undefined ? '' : ratio <= bound ? `≤ ${bound}×: met` : `≤ ${bound}×: **not met**`;
+    return `| ${label} | ${f(a)} ${unit} | ${f(b)} ${unit} | ${ratio.toFixed(2)}× | ${verdict} |`;
+  };
+  return `### The outbox's cost in the database, per event (${f(o.events)} events, ${f(o.aggregates)} aggregates)
+
+| per event | this project | plain design | ratio | bound |
+|---|---|---|---|---|
+${row('enqueue: WAL', ours.enqueueWalBytes, plain.enqueueWalBytes, 'B', 1.5)}
+${row('enqueue: DB CPU', ours.enqueueCpuUs, plain.enqueueCpuUs, 'µs', 2)}
+${row('relay: WAL', ours.relayWalBytes, plain.relayWalBytes, 'B')}
+${row('relay: DB CPU', ours.relayCpuUs, plain.relayCpuUs, 'µs')}
+${row('prune: WAL', ours.pruneWalBytes, plain.pruneWalBytes, 'B')}
+${row('prune: DB CPU', ours.pruneCpuUs, plain.pruneCpuUs, 'µs')}
+${row('lifetime: WAL', ours.lifetimeWalBytes, plain.lifetimeWalBytes, 'B', 1.5)}
+${row('lifetime: DB CPU', ours.lifetimeCpuUs, plain.lifetimeCpuUs, 'µs', 1.5)}
+
+| enqueue transaction (BEGIN, statement, COMMIT) | p50 | p99 |
+|---|---|---|
+| this project (\`outbox_enqueue\`) | ${ours.enqueueP50Ms} ms | ${ours.enqueueP99Ms} ms |
+| plain design (one INSERT) | ${plain.enqueueP50Ms} ms | ${plain.enqueueP99Ms} ms |
+
+A private Postgres ${version} cluster (embedded; autovacuum at its defaults), ${o.clients} clients, each event in its own transaction; the relay drained to the local bus with no latency; prune with 0 s retention. WAL from \`pg_current_wal_lsn()\` around each phase, after a CHECKPOINT; DB CPU is the user + system time of all the cluster's processes (/proc: backends, background workers, the postmaster's reaped children). Medians of ${o.repeats} runs, the designs alternating. The plain design (bench/plain-outbox.ts) has no per-aggregate order, lease, idempotency key or validation.`;
+}

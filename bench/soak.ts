@@ -1,0 +1,318 @@
+/**
+ * `npm run soak`: millions of events through one outbox table at a steady rate, on a private
+ * Postgres cluster at the server's defaults (autovacuum on, unlike the machine's own server), with
+ * the relay claiming and the monitor pruning as deployed. Answers issue 20's question: does the
+ * claim stay fast, and do the table and its indexes stay the same size, as the history passes
+ * through (partial indexes bloat as rows leave them)?
+ *
+ * Producer: `enqueueMany` (through outbox_enqueue_many), `--per-txn` events per transaction over
+ * `--aggregates` aggregates, at `--rate` events/s from 4 clients. Relay: `--relays` (4) loops of `relayPass`
+ * at the default settings, to a local bus in a process of its own (no latency); each claim is
+ * timed, and each claimed event's lag (claim time − created_at, one machine's clock). Monitor:
+ * `prune` every 10 s with a published retention of `--retention` seconds, so that the table holds
+ * a steady window of history as in production (7 days of it there, a minute here).
+ *
+ * Prints a line per 250,000 events (`--report-every`) (claim p50/p99 and lag over that stretch, table and index
+ * sizes) and writes bench/results/soak.md and .json with the table at the checkpoints.
+ *
+ * Options: --events (5,000,000), --rate (events/s, 1,500), --per-txn (10), --aggregates (100,000),
+ * --retention (s, 60), --schema-until <nnn> (apply the migrations up to this number only, to
+ * measure an older schema), --label (for the results' file name), --report-every (250,000).
+ */
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import postgres from 'postgres';
+import { startEmbeddedPostgres } from '../dev/embedded-postgres.ts';
+import { prune } from '../shared/operations/index.ts';
+import { connect, loadRelaySettings, migrate } from '../shared/platform/index.ts';
+import { enqueueMany } from '../shared/producer/index.ts';
+import { createEventBridgeClient } from '../shared/relay/index.ts';
+import { Lease } from '../shared/relay/lease.ts';
+import { relayPass } from '../shared/relay/pass.ts';
+import { claimBatch } from '../shared/relay/sql/index.ts';
+import { startBusProcess } from './support/processes.ts';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const { values } = parseArgs({
+  options: {
+    events: { type: 'string', default: '5000000' },
+    rate: { type: 'string', default: '1500' },
+    'per-txn': { type: 'string', default: '10' },
+    aggregates: { type: 'string', default: '100000' },
+    retention: { type: 'string', default: '60' },
+    'schema-until': { type: 'string' },
+    label: { type: 'string', default: 'soak' },
+    'report-every': { type: 'string', default: '250000' },
+    relays: { type: 'string', default: '4' },
+  },
+});
+const total = Number(values.events);
+const rate = Number(values.rate);
+const perTxn = Number(values['per-txn']);
+const aggregates = Number(values.aggregates);
+const retentionSeconds = Number(values.retention);
+const REPORT_EVERY = Number(values['report-every']);
+const CHECKPOINTS = [1_000_000, 2_500_000, 5_000_000, 10_000_000].filter((c) => c <= total);
+const PRODUCERS = 4;
+const log = (line: string) => process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
+
+const cluster = await startEmbeddedPostgres();
+const admin = postgres(cluster.url, { max: 1, onnotice: () => {} });
+await admin.unsafe('create database soak');
+await admin.end();
+const url = new URL(cluster.url);
+url.pathname = '/soak';
+const dbUrl = url.toString();
+if (values['schema-until']) {
+  // An older schema: the migration files up to this number, applied as they are.
+  const until = values['schema-until'];
+  const s = postgres(dbUrl, { max: 1, onnotice: () => {} });
+  const dir = join(root, 'migrations');
+  for (const f of readdirSync(dir).sort()) {
+    if (f.endsWith('.sql') && f.slice(0, 3) <= until) await s.unsafe(readFileSync(join(dir, f), 'utf8'));
+  }
+  await s.end();
+} else {
+  await migrate(dbUrl, { log: () => {} });
+}
+const sql = connect({ url: dbUrl, max: 12, env: {} });
+const [server] = await sql<{ v: string; av: string }[]>`
+  select current_setting('server_version') as v, current_setting('autovacuum') as av`;
+log(
+  `soak: Postgres ${server?.v}, autovacuum ${server?.av}; ${total} events at ${rate}/s, ${perTxn} per transaction`,
+);
+
+const bus = await startBusProcess();
+const settings = loadRelaySettings({ EVENT_BUS_NAME: 'soak-bus' });
+const client = createEventBridgeClient({
+  endpoint: bus.url,
+  region: 'us-east-1',
+  credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
+});
+
+let enqueued = 0;
+let stopping = false;
+let claimMs: number[] = [];
+let lagMs: number[] = [];
+let published = 0;
+const errors: string[] = [];
+/** Errors by where they happened. A relay pass that ran out of time on a loaded machine is counted and the loop goes on; enqueue errors stop the soak at 20. */
+const errorCounts: Record<string, number> = {};
+const noteError = (where: string, e: unknown) => {
+  errorCounts[where] = (errorCounts[where] ?? 0) + 1;
+  if (errors.length < 20) errors.push(`${where}: ${(e as Error).message}`);
+  log(`${where}: ${(e as Error).message}`);
+};
+
+// Producer: each client owns every PRODUCERS-th transaction and sends it when the schedule says.
+const started = performance.now();
+const payload = { total: 120.5, currency: 'EUR', lines: [{ sku: 'A-1', qty: 2 }], note: 'soak' };
+const types = ['OrderPlaced', 'OrderPaid', 'OrderShipped'];
+async function producer(k: number) {
+  for (let txn = k; !stopping; txn += PRODUCERS) {
+    const first = txn * perTxn;
+    if (first >= total) return;
+    const due = started + (first / rate) * 1000;
+    const wait = due - performance.now();
+    if (wait > 0) await sleep(wait);
+    const events = Array.from({ length: Math.min(perTxn, total - first) }, (_, j) => {
+      const i = first + j;
+      return {
+        type: types[i % types.length] as string,
+        source: 'soak.orders',
+        aggregateType: 'order',
+        aggregateId: String((i * 7919) % aggregates),
+        payload: { ...payload, n: i },
+      };
+    });
+    try {
+      await sql.begin((tx) => enqueueMany(tx, events));
+      enqueued += events.length;
+    } catch (e) {
+      noteError('enqueue', e);
+      txn -= PRODUCERS; // the schedule slips; the event count stays exact
+    }
+  }
+}
+
+// Relay: loops of passes, each claim timed.
+async function relay() {
+  const deps = { sql, client, settings };
+  const timedClaim = async (o: Parameters<typeof claimBatch>[1]) => {
+    const t0 = performance.now();
+    const rows = await claimBatch(sql, o);
+    const now = Date.now();
+    claimMs.push(performance.now() - t0);
+    for (const r of rows) lagMs.push(now - r.createdAt.getTime());
+    return rows;
+  };
+  while (!stopping || published < enqueued) {
+    try {
+      const counts = await relayPass(deps, new Lease(settings.leaseSeconds), { claim: timedClaim });
+      published += counts.published;
+      if (counts.claimed === 0) {
+        // Stopping and nothing left to claim now. (A pass that ran out of time loses its count,
+        // so `published` may never reach `enqueued`: waiting for it hung the first 5M run.)
+        if (stopping) return;
+        await sleep(settings.pollIntervalMs);
+      }
+    } catch (e) {
+      noteError('relay', e);
+      await sleep(1000);
+    }
+  }
+}
+
+// Monitor: prune every 10 s, as the scheduled monitor does (every minute there).
+async function monitor() {
+  while (!stopping) {
+    try {
+      await prune(sql, {
+        publishedRetentionSeconds: retentionSeconds,
+        deadLetterRetentionSeconds: 86_400,
+        batchSize: 1_000,
+        timeBudgetMs: 8_000,
+      });
+    } catch (e) {
+      noteError('prune', e);
+    }
+    await Promise.race([sleep(10_000), stopped]);
+  }
+}
+let markStopped = () => {};
+const stopped = new Promise<void>((r) => {
+  markStopped = r;
+});
+
+const pct = (xs: number[], p: number) => {
+  if (xs.length === 0) return Number.NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] as number;
+};
+const kB = (b: number) => Math.round(b / 1024);
+
+interface Sample {
+  events: number;
+  elapsedS: number;
+  claimP50Ms: number;
+  claimP99Ms: number;
+  claims: number;
+  lagP50Ms: number;
+  lagP99Ms: number;
+  lagMaxMs: number;
+  rows: number;
+  tableKiB: number;
+  indexesKiB: number;
+  indexKiB: Record<string, number>;
+  aggregateTableKiB: number;
+  deadTuples: number;
+  autovacuums: number;
+}
+async function sample(): Promise<Sample> {
+  const [t] = await sql<
+    { table: string; indexes: string; rows: string; dead: string; av: string; agg: string }[]
+  >`
+    select pg_table_size('outbox') as table, pg_indexes_size('outbox') as indexes,
+           (select count(*) from outbox) as rows,
+           s.n_dead_tup as dead, s.autovacuum_count as av,
+           pg_total_relation_size('outbox_aggregate') as agg
+    from pg_stat_user_tables s where s.relname = 'outbox'`;
+  const idx = await sql<{ name: string; size: string }[]>`
+    select indexrelid::regclass::text as name, pg_relation_size(indexrelid) as size
+    from pg_index where indrelid = 'outbox'::regclass order by 1`;
+  const s: Sample = {
+    events: enqueued,
+    elapsedS: Math.round((performance.now() - started) / 1000),
+    claimP50Ms: Number(pct(claimMs, 50).toFixed(2)),
+    claimP99Ms: Number(pct(claimMs, 99).toFixed(2)),
+    claims: claimMs.length,
+    lagP50Ms: Math.round(pct(lagMs, 50)),
+    lagP99Ms: Math.round(pct(lagMs, 99)),
+    lagMaxMs: Math.round(pct(lagMs, 100)),
+    rows: Number(t?.rows),
+    tableKiB: kB(Number(t?.table)),
+    indexesKiB: kB(Number(t?.indexes)),
+    indexKiB: Object.fromEntries(idx.map((i) => [i.name, kB(Number(i.size))])),
+    aggregateTableKiB: kB(Number(t?.agg)),
+    deadTuples: Number(t?.dead),
+    autovacuums: Number(t?.av),
+  };
+  claimMs = [];
+  lagMs = [];
+  return s;
+}
+
+const samples: Sample[] = [];
+const fresh = await sample();
+samples.push(fresh);
+const work = [
+  ...Array.from({ length: PRODUCERS }, (_, k) => producer(k)),
+  ...Array.from({ length: Number(values.relays) }, () => relay()),
+  monitor(),
+];
+let nextReport = REPORT_EVERY;
+let busResetAt = 0;
+while (enqueued < total && (errorCounts.enqueue ?? 0) < 20) {
+  await sleep(1000);
+  // The local bus keeps every accepted event: clear it as we go.
+  if (performance.now() - busResetAt > 10_000) {
+    await bus.reset();
+    busResetAt = performance.now();
+  }
+  if (enqueued >= nextReport) {
+    const s = await sample();
+    samples.push(s);
+    const behind = Math.round(((performance.now() - started) / 1000) * rate - enqueued);
+    log(
+      `${s.events} events (${s.elapsedS} s, ${behind > rate ? `${behind} behind schedule` : 'on schedule'}): claim p50 ${s.claimP50Ms} ms p99 ${s.claimP99Ms} ms (${s.claims} claims), lag p50 ${s.lagP50Ms} ms p99 ${s.lagP99Ms} ms max ${s.lagMaxMs} ms; ${s.rows} rows, table ${s.tableKiB} KiB, indexes ${s.indexesKiB} KiB ${JSON.stringify(s.indexKiB)}, outbox_aggregate ${s.aggregateTableKiB} KiB, dead tuples ${s.deadTuples}, autovacuums ${s.autovacuums}`,
+    );
+    nextReport += REPORT_EVERY;
+  }
+}
+stopping = true;
+markStopped();
+await Promise.all(work);
+if ((samples.at(-1)?.events ?? 0) < enqueued) samples.push(await sample());
+log(
+  `soak: ${enqueued} events in ${Math.round((performance.now() - started) / 1000)} s, ${published} published`,
+);
+
+const at = (n: number) => samples.find((s) => s.events >= n);
+const first = samples[1] ?? fresh;
+const cols = [
+  { label: `first ${Math.round(first.events / 1000)}k`, s: first },
+  ...CHECKPOINTS.map((c) => ({ label: `${c / 1e6}M`, s: at(c) })),
+];
+const row = (name: string, f: (s: Sample) => string | number) =>
+  `| ${name} | ${cols.map((c) => (c.s ? f(c.s) : '–')).join(' | ')} |`;
+const indexNames = Object.keys(samples.at(-1)?.indexKiB ?? {});
+const markdown = `### Soak: ${total.toLocaleString('en')} events through one table (${values.label})
+
+${rate} events/s, ${perTxn} per transaction, ${aggregates.toLocaleString('en')} aggregates; relay at the defaults; prune every 10 s with ${retentionSeconds} s retention; Postgres ${server?.v}, autovacuum ${server?.av}. Latencies over the ${REPORT_EVERY.toLocaleString('en')} events before each point (the first column: the first ${REPORT_EVERY.toLocaleString('en')}, from a fresh table).
+
+| | ${cols.map((c) => c.label).join(' | ')} |
+|---|${cols.map(() => '---').join('|')}|
+${row('claim p50 (ms)', (s) => s.claimP50Ms)}
+${row('claim p99 (ms)', (s) => s.claimP99Ms)}
+${row('lag at claim p50 / p99 (ms)', (s) => `${s.lagP50Ms} / ${s.lagP99Ms}`)}
+${row('rows in outbox', (s) => s.rows.toLocaleString('en'))}
+${row('outbox table (KiB)', (s) => s.tableKiB.toLocaleString('en'))}
+${row('outbox indexes (KiB)', (s) => s.indexesKiB.toLocaleString('en'))}
+${indexNames.map((n) => row(`\`${n}\``, (s) => (s.indexKiB[n] ?? 0).toLocaleString('en'))).join('\n')}
+${row('outbox_aggregate (KiB)', (s) => s.aggregateTableKiB.toLocaleString('en'))}
+${row('autovacuums of outbox', (s) => s.autovacuums)}
+${errors.length ? `\nErrors (${JSON.stringify(errorCounts)}; the first ones): ${errors.join('; ')}\n` : ''}`;
+process.stdout.write(`${markdown}\n`);
+mkdirSync(join(root, 'bench/results'), { recursive: true });
+writeFileSync(join(root, `bench/results/${values.label}.md`), markdown);
+writeFileSync(
+  join(root, `bench/results/${values.label}.json`),
+  JSON.stringify({ samples, errors, errorCounts }, null, 2),
+);
+
+await sql.end();
+await bus.close();
+await cluster.stop();
