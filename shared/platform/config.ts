@@ -275,23 +275,17 @@ export const migrateConfigSchema = schemaOf([
  * the database, the namespace, scale-out).
  */
 export const RELAY_TUNING_VARS = {
-  batchSize: EnvVar.batchSize,
-  leaseSeconds: EnvVar.leaseSeconds,
-  maxAttempts: EnvVar.maxAttempts,
-  backoffBaseMs: EnvVar.backoffBaseMs,
-  backoffMaxMs: EnvVar.backoffMaxMs,
-  publishConcurrency: EnvVar.publishConcurrency,
-  pipelineDepth: EnvVar.pipelineDepth,
-  maxRequestBytes: EnvVar.maxRequestBytes,
-  perAggregateLimit: EnvVar.perAggregateLimit,
-  ordering: EnvVar.ordering,
-  deadLetterPolicy: EnvVar.deadLetterPolicy,
-  pollIntervalMs: EnvVar.pollIntervalMs,
-  idleReturnSeconds: EnvVar.idleReturnSeconds,
+  // Every relay setting but the two the construct sets itself, and the pool's.
+  ...omit(RELAY_SETTING_VARS, ['eventBusName', 'metricNamespace']),
   dbPoolSize: EnvVar.dbPoolSize,
   dbConnectTimeoutSeconds: EnvVar.dbConnectTimeoutSeconds,
   dbStatementTimeoutMs: EnvVar.dbStatementTimeoutMs,
 } as const;
+
+/** `record` without the `keys`. */
+function omit<T extends object, K extends keyof T>(record: T, keys: readonly K[]): Omit<T, K> {
+  return Object.fromEntries(Object.entries(record).filter(([k]) => !keys.includes(k as K))) as Omit<T, K>;
+}
 
 /** See {@link RELAY_TUNING_VARS}. */
 export const MONITOR_TUNING_VARS = {
