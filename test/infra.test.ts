@@ -686,31 +686,35 @@ describe('OutboxRelay in an existing stack', () => {
   });
 });
 
+type RelayProps = Partial<ConstructorParameters<typeof OutboxRelay>[2]>;
+
+/** An OutboxRelay in a stack of its own, on imported resources (a proxy, a VPC, a bus); returns it with its stack. */
+function relayInStack(stackName: string, props: RelayProps) {
+  const stack = new Stack(newApp(), stackName, { env: { account: '123456789012', region: 'eu-west-1' } });
+  const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
+    vpcId: 'vpc-1',
+    availabilityZones: ['eu-west-1a'],
+    privateSubnetIds: ['subnet-1'],
+  });
+  const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
+    dbProxyName: 'p',
+    dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
+    endpoint: 'p.proxy-1.eu-west-1.rds.amazonaws.com',
+    securityGroups: [],
+  });
+  const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
+  const outbox = new OutboxRelay(stack, 'Outbox', {
+    vpc,
+    securityGroups: [sg],
+    database: { proxy, databaseName: 'orders' },
+    eventBus: events.EventBus.fromEventBusName(stack, 'Bus', 'orders'),
+    ...props,
+  });
+  return { outbox, stack };
+}
+
 describe('OutboxRelay: no gap between relay invocations, and relays that scale with the backlog', () => {
-  /** An OutboxRelay in a stack of its own, on imported resources; returns it with its template and warnings. */
-  function relayWith(props: Partial<ConstructorParameters<typeof OutboxRelay>[2]>) {
-    const stack = new Stack(newApp(), 'Scale', { env: { account: '123456789012', region: 'eu-west-1' } });
-    const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
-      vpcId: 'vpc-1',
-      availabilityZones: ['eu-west-1a'],
-      privateSubnetIds: ['subnet-1'],
-    });
-    const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
-      dbProxyName: 'p',
-      dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
-      endpoint: 'p.proxy-1.eu-west-1.rds.amazonaws.com',
-      securityGroups: [],
-    });
-    const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
-    const outbox = new OutboxRelay(stack, 'Outbox', {
-      vpc,
-      securityGroups: [sg],
-      database: { proxy, databaseName: 'orders' },
-      eventBus: events.EventBus.fromEventBusName(stack, 'Bus', 'orders'),
-      ...props,
-    });
-    return { outbox, stack };
-  }
+  const relayWith = (props: RelayProps) => relayInStack('Scale', props);
   const warnings = (stack: Stack) =>
     Annotations.fromStack(stack)
       .findWarning('*', Match.anyValue())
@@ -788,29 +792,7 @@ describe('OutboxRelay: no gap between relay invocations, and relays that scale w
 });
 
 describe('typed relay and monitor settings, validated at synth', () => {
-  function relayWith(props: Partial<ConstructorParameters<typeof OutboxRelay>[2]>) {
-    const stack = new Stack(newApp(), 'Settings', { env: { account: '123456789012', region: 'eu-west-1' } });
-    const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
-      vpcId: 'vpc-1',
-      availabilityZones: ['eu-west-1a'],
-      privateSubnetIds: ['subnet-1'],
-    });
-    const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
-      dbProxyName: 'p',
-      dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
-      endpoint: 'p.proxy-1.eu-west-1.rds.amazonaws.com',
-      securityGroups: [],
-    });
-    const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
-    const outbox = new OutboxRelay(stack, 'Outbox', {
-      vpc,
-      securityGroups: [sg],
-      database: { proxy, databaseName: 'orders' },
-      eventBus: events.EventBus.fromEventBusName(stack, 'Bus', 'orders'),
-      ...props,
-    });
-    return { outbox, stack };
-  }
+  const relayWith = (props: RelayProps) => relayInStack('Settings', props);
   const environmentOf = (stack: Stack, description: string) =>
     (
       Object.values(
