@@ -20,7 +20,7 @@ import { prune } from '../../shared/operations/index.ts';
 import { connect, loadRelaySettings, migrate } from '../../shared/platform/index.ts';
 import { createEventBridgeClient, runRelay } from '../../shared/relay/index.ts';
 import { plainEnqueue, plainPrune, plainRelayDrain, setUpPlainOutbox } from '../plain-outbox.ts';
-import { type PgCost, PgCostProbe } from '../support/pg-cost.ts';
+import { type PgCost, PgCostProbe, type WalRecordKind } from '../support/pg-cost.ts';
 import { median, startBusProcess } from '../support/processes.ts';
 
 /** Knobs of the section. */
@@ -46,10 +46,20 @@ export interface DbCostFigures {
   enqueueP99Ms: number;
 }
 
+/** Where one phase's WAL went, per event, by record kind (one run's, not a median). */
+export interface WalBreakdown {
+  projectEnqueue: WalRecordKind[];
+  plainEnqueue: WalRecordKind[];
+  projectRelay: WalRecordKind[];
+  plainRelay: WalRecordKind[];
+}
+
 /** The section's result. */
 export interface DbCostResult {
   project: DbCostFigures;
   plain: DbCostFigures;
+  /** From the last run of each design. */
+  wal: WalBreakdown;
   postgres: string;
 }
 
@@ -58,7 +68,15 @@ interface Context {
   report: (markdown: string) => void;
 }
 
-type Phases = { enqueue: PgCost; relay: PgCost; prune: PgCost; latenciesMs: number[] };
+type Phases = {
+  enqueue: PgCost;
+  relay: PgCost;
+  prune: PgCost;
+  latenciesMs: number[];
+  /** Read right after each phase, before the next CHECKPOINT recycles its WAL. */
+  enqueueWal: WalRecordKind[];
+  relayWal: WalRecordKind[];
+};
 
 const TYPES = ['OrderPlaced', 'OrderPaid', 'OrderShipped'];
 const event = (i: number, aggregates: number) => ({
@@ -129,7 +147,9 @@ export async function dbCost(ctx: Context, o: DbCostOptions): Promise<DbCostResu
           );
         });
       });
+      const enqueueWal = await probe.walRecords(enqueue.cost);
       const relay = await probe.measure(() => runRelay({ sql, client, settings, untilEmpty: true }));
+      const relayWal = await probe.walRecords(relay.cost);
       if (relay.result.published !== o.events)
         throw new Error(`db-cost: the relay published ${relay.result.published} of ${o.events}`);
       const pruned = await probe.measure(() =>
@@ -142,7 +162,14 @@ export async function dbCost(ctx: Context, o: DbCostOptions): Promise<DbCostResu
       );
       if (pruned.result.publishedDeleted !== o.events)
         throw new Error(`db-cost: prune deleted ${pruned.result.publishedDeleted} of ${o.events}`);
-      return { enqueue: enqueue.cost, relay: relay.cost, prune: pruned.cost, latenciesMs };
+      return {
+        enqueue: enqueue.cost,
+        relay: relay.cost,
+        prune: pruned.cost,
+        latenciesMs,
+        enqueueWal,
+        relayWal,
+      };
     };
 
     const plain = async (): Promise<Phases> => {
@@ -154,16 +181,25 @@ export async function dbCost(ctx: Context, o: DbCostOptions): Promise<DbCostResu
           await sql.begin((tx) => plainEnqueue(tx, { ...e, dedupKey: randomUUID() }));
         });
       });
+      const enqueueWal = await probe.walRecords(enqueue.cost);
       const relay = await probe.measure(async () => {
         const drained = await Promise.all([1, 2].map(() => plainRelayDrain(sql, client, 'db-cost-bus')));
         return drained.reduce((a, b) => a + b, 0);
       });
+      const relayWal = await probe.walRecords(relay.cost);
       if (relay.result !== o.events)
         throw new Error(`db-cost: the plain relay published ${relay.result} of ${o.events}`);
       const pruned = await probe.measure(() => plainPrune(sql, 0));
       if (pruned.result !== o.events)
         throw new Error(`db-cost: the plain prune deleted ${pruned.result} of ${o.events}`);
-      return { enqueue: enqueue.cost, relay: relay.cost, prune: pruned.cost, latenciesMs };
+      return {
+        enqueue: enqueue.cost,
+        relay: relay.cost,
+        prune: pruned.cost,
+        latenciesMs,
+        enqueueWal,
+        relayWal,
+      };
     };
 
     const runs: { project: Phases[]; plain: Phases[] } = { project: [], plain: [] };
@@ -182,8 +218,16 @@ export async function dbCost(ctx: Context, o: DbCostOptions): Promise<DbCostResu
     }
     const project = figures(runs.project, o.events);
     const plainFigures = figures(runs.plain, o.events);
-    ctx.report(table(project, plainFigures, o, String(v?.v)));
-    return { project, plain: plainFigures, postgres: String(v?.v) };
+    const lastProject = runs.project.at(-1) as Phases;
+    const lastPlain = runs.plain.at(-1) as Phases;
+    const wal: WalBreakdown = {
+      projectEnqueue: lastProject.enqueueWal,
+      plainEnqueue: lastPlain.enqueueWal,
+      projectRelay: lastProject.relayWal,
+      plainRelay: lastPlain.relayWal,
+    };
+    ctx.report(`${table(project, plainFigures, o, String(v?.v))}\n\n${walTable(wal, o.events)}`);
+    return { project, plain: plainFigures, wal, postgres: String(v?.v) };
   } finally {
     await sql.end();
     await probeSql.end();
@@ -243,4 +287,38 @@ ${row('lifetime: DB CPU', ours.lifetimeCpuUs, plain.lifetimeCpuUs, 'µs', 1.5)}
 | plain design (one INSERT) | ${plain.enqueueP50Ms} ms | ${plain.enqueueP99Ms} ms |
 
 A private Postgres ${version} cluster (embedded; autovacuum at its defaults), ${o.clients} clients, each event in its own transaction; the relay drained to the local bus with no latency; prune with 0 s retention. WAL from \`pg_current_wal_lsn()\` around each phase, after a CHECKPOINT; DB CPU is the user + system time of all the cluster's processes (/proc: backends, background workers, the postmaster's reaped children). Medians of ${o.repeats} runs, the designs alternating. The plain design (bench/plain-outbox.ts) has no per-aggregate order, lease, idempotency key or validation.`;
+}
+
+/**
+ * Where the WAL goes: bytes per event by record kind, for each phase that differs between the
+ * designs (prune is a DELETE in both). Kinds under 2 B per event in every column are summed in one
+ * row. A HOT update (`Heap/HOT_UPDATE`) writes no index entry; `Heap2/PRUNE*` is the page pruning
+ * that follows updates (dead row versions removed as pages are read).
+ */
+function walTable(wal: WalBreakdown, events: number): string {
+  const columns = [wal.projectEnqueue, wal.plainEnqueue, wal.projectRelay, wal.plainRelay];
+  const byKind = columns.map((c) => new Map(c.map((k) => [k.kind, k])));
+  const kinds = [...new Set(columns.flat().map((k) => k.kind))];
+  const perEventOf = (i: number, kind: string) => (byKind[i]?.get(kind)?.bytes ?? 0) / events;
+  const shown = kinds
+    .filter((kind) => columns.some((_, i) => perEventOf(i, kind) >= 2))
+    .sort((a, b) => perEventOf(0, b) + perEventOf(2, b) - (perEventOf(0, a) + perEventOf(2, a)));
+  const cell = (i: number, kind: string) => {
+    const k = byKind[i]?.get(kind);
+    return k ? `${Math.round(k.bytes / events)} B (${(k.count / events).toFixed(2)})` : '';
+  };
+  const rest = (i: number) =>
+    Math.round(
+      (columns[i] ?? []).filter((k) => !shown.includes(k.kind)).reduce((a, k) => a + k.bytes, 0) / events,
+    );
+  const total = (i: number) => Math.round((columns[i] ?? []).reduce((a, k) => a + k.bytes, 0) / events);
+  return `### Where the WAL goes, per event (the last run; records per event in brackets)
+
+| record kind | this project: enqueue | plain: enqueue | this project: relay | plain: relay |
+|---|---|---|---|---|
+${shown.map((kind) => `| ${kind} | ${[0, 1, 2, 3].map((i) => cell(i, kind)).join(' | ')} |`).join('\n')}
+| everything else | ${[0, 1, 2, 3].map((i) => `${rest(i)} B`).join(' | ')} |
+| **total** | ${[0, 1, 2, 3].map((i) => `**${total(i)} B**`).join(' | ')} |
+
+From pg_walinspect (\`pg_get_wal_stats\`, per record kind, full-page images included). \`Btree/INSERT_LEAF\` is one index entry; \`Heap/HOT_UPDATE\` an update that wrote no index entry; \`Heap2/PRUNE*\` the pruning of dead row versions that updates leave; \`Btree/SPLIT_*\` index page splits.`;
 }

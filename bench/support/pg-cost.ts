@@ -26,6 +26,18 @@ export interface PgCostReading {
 export interface PgCost {
   walBytes: number;
   cpuUs: number;
+  /** The WAL positions around the work, as `pg_current_wal_lsn()` printed them. */
+  fromLsn: string;
+  toLsn: string;
+}
+
+/** WAL records of one kind written between two positions (pg_walinspect's per-record stats). */
+export interface WalRecordKind {
+  /** Resource manager and record type, as pg_walinspect names them: `Heap/HOT_UPDATE`, `Btree/INSERT_LEAF`… */
+  kind: string;
+  count: number;
+  /** Bytes of the records, full-page images included. */
+  bytes: number;
 }
 
 /** Fields of /proc/<pid>/stat after the command name (which may hold spaces), from field 3. */
@@ -90,7 +102,27 @@ export class PgCostProbe {
     const after = await this.read();
     const [row] = await this.#sql<{ bytes: string }[]>`
       select pg_wal_lsn_diff(${after.lsn}::pg_lsn, ${before.lsn}::pg_lsn)::text as bytes`;
-    return { walBytes: Number(row?.bytes), cpuUs: after.cpuUs - before.cpuUs };
+    return {
+      walBytes: Number(row?.bytes),
+      cpuUs: after.cpuUs - before.cpuUs,
+      fromLsn: before.lsn,
+      toLsn: after.lsn,
+    };
+  }
+
+  /**
+   * The WAL a measured piece of work wrote, by record kind, largest first. Needs the pg_walinspect
+   * extension (contrib, shipped with Postgres 15+) in the probe's database; the WAL must still be
+   * on disk (read it before the next few checkpoints recycle it).
+   */
+  async walRecords(cost: PgCost): Promise<WalRecordKind[]> {
+    await this.#sql`create extension if not exists pg_walinspect`;
+    const rows = await this.#sql<{ kind: string; count: string; bytes: string }[]>`
+      select "resource_manager/record_type" as kind, count::text, combined_size::text as bytes
+      from pg_get_wal_stats(${cost.fromLsn}::pg_lsn, ${cost.toLsn}::pg_lsn, true)
+      where count > 0
+      order by combined_size desc`;
+    return rows.map((r) => ({ kind: r.kind, count: Number(r.count), bytes: Number(r.bytes) }));
   }
 
   /**
