@@ -111,15 +111,28 @@ function claimUnordered(sql: Queryable, o: ClaimOptions) {
 
 function claimOrdered(sql: Queryable, o: ClaimOptions) {
   const block = o.deadLetterPolicy === 'block';
-  // Parking: when this claim takes an aggregate's head, that aggregate's events beyond the
-  // claimed group and the next head (head + perAggregateLimit) get available_at pushed out by a
-  // lease length. The head walk then steps over a long backlog instead of re-reading it on every
-  // claim, so one hot aggregate cannot starve the rest. Only the owner of an aggregate's head
-  // parks its rows, and the owner unparks the next event when its group completes
-  // (unparkNextEvents); a park only ever delays a row, never loses it.
+  // Parking. The head walk (`heads`) reads outbox_pending_idx in (available_at, id) order and
+  // steps over every row that is not its aggregate's head; a hot aggregate's long backlog would be
+  // stepped over again by every claim, starving the rest of the table. So the claim parks what its
+  // walk stepped over: in the range the walk covered (up to the last head it took when it took a
+  // full batch, else every available row), the rows beyond their aggregate's head and the group
+  // that will be claimed with it (sequence > head + perAggregateLimit) get available_at pushed out
+  // by a lease length, and the next walks do not reach them. Successors are claimed whatever their
+  // available_at (`candidates`), and a relay whose group completes unparks its aggregate's next
+  // event (unparkNextEvents), so a park only ever delays a row, never loses it; a row left
+  // unparked is parked by a later claim (at most 10,000 a claim). Rows behind a blocked dead
+  // letter (policy `block`) are parked too: they could not be claimed anyway.
+  //
+  // Why not park "the claimed head's backlog beyond its group" (what migration 002's index on
+  // (aggregate, available_at) served, dropped by migration 013 to save its write at every
+  // enqueue): through outbox_unfinished_by_aggregate_idx (aggregate, sequence) that reads the
+  // aggregate's parked rows again on every claim of its head (a 100,000-event backlog: every row,
+  // every claim), while the walk's range is what the claim has just read: parking it costs a second
+  // pass over the same index range, and a head test only for the rows that were not heads (the
+  // claim's own heads are excluded first, so a claim that stepped over nothing pays no probe).
   return sql<DbClaimedRow[]>`
     with heads as (
-      select h.id, h.aggregate_type, h.aggregate_id, h.sequence
+      select h.id, h.aggregate_type, h.aggregate_id, h.sequence, h.available_at
       from outbox h
       where ${pendingRow(sql)}
         and h.available_at <= now()
@@ -138,50 +151,73 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
       limit ${o.batchSize}
       for update skip locked
     ),
+    -- Where the head walk stopped: at its last head when it found a full batch; no row when it
+    -- ran out of available rows (it then stepped over all of them).
+    walk_end as (
+      select e.available_at, e.id from heads e
+      where (select count(*) from heads) >= ${o.batchSize}
+      order by e.available_at desc, e.id desc
+      limit 1
+    ),
     parked as (
       update outbox w
       set available_at = now() + make_interval(secs => ${o.leaseSeconds})
-      -- re-checked on the row's latest version when this waited for another claim's lock: a row
-      -- that claim leased meanwhile is its own, not ours to park
-      where (w.lease_expires_at is null or w.lease_expires_at <= now())
+      -- re-checked on the row's latest version when this waited for another claim's lock (two
+      -- claims that walked the same range park the same rows; the second waits for the first to
+      -- commit): a row that claim leased, parked or put in backoff meanwhile is not ours to park
+      -- (a park must never shorten a backoff). Rows are locked in id order (the pkey scan of
+      -- \`any(array)\`), the same in every claim, so two parks cannot deadlock each other.
+      where ${pendingRow(sql)}
+        and w.available_at <= now()
+        and (w.lease_expires_at is null or w.lease_expires_at <= now())
         and w.id = any(array(
-        select x.id
-        from heads h
-        cross join lateral (
-          select b.id from outbox b
-          where b.aggregate_type = h.aggregate_type and b.aggregate_id = h.aggregate_id
-            and ${pendingRow(sql)}
-            and b.available_at <= now()
-            and b.sequence > h.sequence + ${o.perAggregateLimit}
-          -- bounded work per claim (and a LIMIT keeps the planner on the aggregate's index)
+          select x.id from outbox x
+          where ${pendingRow(sql)}
+            and x.available_at <= now()
+            and (x.lease_expires_at is null or x.lease_expires_at <= now())
+            -- the walk's range of outbox_pending_idx (a row comparison: an index bound)
+            and (x.available_at, x.id) <= (
+              coalesce((select e.available_at from walk_end e), 'infinity'::timestamptz),
+              coalesce((select e.id from walk_end e), 9223372036854775807))
+            and x.id <> all(array(select id from heads))
+            and x.sequence > (
+              select p.sequence from outbox p
+              where p.aggregate_type = x.aggregate_type and p.aggregate_id = x.aggregate_id
+                and ${unpublishedRow(sql)}
+                and (p.dead_lettered_at is null or (${block}::boolean and p.discarded_at is null))
+              order by p.sequence
+              limit 1
+            ) + ${o.perAggregateLimit}
+          order by x.available_at, x.id
+          -- bounded work per claim
           limit 10000
-        ) x
-      ))
+        ))
     ),
+    -- The head's successors to try: its aggregate's next perAggregateLimit − 1 unfinished rows
+    -- (a window of outbox_unfinished_by_aggregate_idx, read once, however long the backlog behind
+    -- it), each a candidate while the run from the head to it is open: no row still leased by
+    -- another relay (a relay that stopped this aggregate hands its rows back, but it may not have
+    -- done so yet) and, under \`block\`, no dead letter. A dead letter under \`continue\` is passed
+    -- over but takes its place in the window: this claim takes fewer successors, the next more.
     candidates as (
       select h.id as head_id, s.id, s.sequence
       from heads h
       cross join lateral (
-        select f.id, f.sequence from outbox f
-        where f.aggregate_type = h.aggregate_type and f.aggregate_id = h.aggregate_id
-          and f.sequence > h.sequence and ${pendingRow(sql)}
-          -- contiguous: stop before any row still leased by another relay (a relay that stopped
-          -- this aggregate hands its rows back, but it may not have done so yet)
-          and not exists (
-            select 1 from outbox l
-            where l.aggregate_type = h.aggregate_type and l.aggregate_id = h.aggregate_id
-              and l.sequence > h.sequence and l.sequence <= f.sequence
-              and ${unpublishedRow(sql)} and l.lease_expires_at > now()
-          )
-          and not exists (
-            select 1 from outbox d
-            where ${block}::boolean
-              and d.aggregate_type = h.aggregate_type and d.aggregate_id = h.aggregate_id
-              and d.sequence > h.sequence and d.sequence < f.sequence
-              and d.published_at is null and d.dead_lettered_at is not null and d.discarded_at is null
-          )
-        order by f.sequence
-        limit ${o.perAggregateLimit - 1}
+        select r.id, r.sequence from (
+          select n.id, n.sequence, n.dead_lettered_at,
+                 bool_and(
+                   (n.lease_expires_at is null or n.lease_expires_at <= now())
+                   and (not ${block}::boolean or n.dead_lettered_at is null or n.discarded_at is not null)
+                 ) over (order by n.sequence) as open
+          from (
+            select f.id, f.sequence, f.dead_lettered_at, f.discarded_at, f.lease_expires_at from outbox f
+            where f.aggregate_type = h.aggregate_type and f.aggregate_id = h.aggregate_id
+              and ${unpublishedRow(sql)} and f.sequence > h.sequence
+            order by f.sequence
+            limit ${o.perAggregateLimit - 1}
+          ) n
+        ) r
+        where r.open and r.dead_lettered_at is null
       ) s
     ),
     -- The candidates were chosen from this statement's snapshot: another claim may hold them
