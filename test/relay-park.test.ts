@@ -159,4 +159,41 @@ describe('parking', () => {
     const o = claimOptions(crypto.randomUUID(), { batchSize: 100, perAggregateLimit: 10 });
     expect((await explain(o, 'format json')).Plan['Total Cost']).toBeLessThan(100_000);
   });
+
+  it('parks without waiting for a row another transaction holds', async () => {
+    await seedHotAndCold(100, 5);
+    // Another transaction holds hot #50, as a claim that walked the same range and parks it does
+    // until it commits (for as long as its COMMIT is held up on the way).
+    let locked = () => {};
+    const lockTaken = new Promise<void>((resolve) => {
+      locked = resolve;
+    });
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const holder = h.db.sql.begin(async (tx) => {
+      await tx`select id from outbox where aggregate_id = 'hot' and sequence = 50 for update`;
+      locked();
+      await released;
+    });
+    await lockTaken;
+
+    const token = crypto.randomUUID();
+    const claim = claimBatch(h.db.sql, claimOptions(token, { batchSize: 10, perAggregateLimit: 10 }));
+    const first = await Promise.race([
+      claim.then(() => 'the claim'),
+      new Promise((resolve) => setTimeout(() => resolve('the timer (the claim waited)'), 5_000)),
+    ]);
+    release();
+    await holder;
+    await claim;
+    expect(first).toBe('the claim');
+    // Everything beyond #11 is parked but the row that was held, left for a later claim.
+    const unparked = await h.db.sql<{ sequence: string }[]>`
+      select sequence from outbox
+      where aggregate_id = 'hot' and available_at <= now() and lease_token is distinct from ${token}::uuid
+      order by sequence`;
+    expect(unparked.map((r) => Number(r.sequence))).toEqual([11, 50]);
+  });
 });

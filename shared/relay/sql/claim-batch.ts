@@ -169,40 +169,46 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
     parked as (
       update outbox w
       set available_at = now() + make_interval(secs => ${o.leaseSeconds})
-      -- re-checked on the row's latest version when this waited for another claim's lock (two
-      -- claims that walked the same range park the same rows; the second waits for the first to
-      -- commit): a row that claim leased, parked or put in backoff meanwhile is not ours to park
-      -- (a park must never shorten a backoff). Rows are locked in id order (the pkey scan of
-      -- \`any(array)\`), the same in every claim, so two parks cannot deadlock each other.
-      where ${pendingRow(sql)}
-        and w.available_at <= now()
-        and (w.lease_expires_at is null or w.lease_expires_at <= now())
-        and w.id = any(array(
-          select x.id from (
-            select x.id, x.aggregate_type, x.aggregate_id, x.sequence from outbox x
-            where ${pendingRow(sql)}
-              and x.available_at <= now()
-              and (x.lease_expires_at is null or x.lease_expires_at <= now())
-              -- the walk's range of outbox_pending_idx (a row comparison: an index bound)
-              and (x.available_at, x.id) <= (
-                coalesce((select e.available_at from walk_end e), 'infinity'::timestamptz),
-                coalesce((select e.id from walk_end e), 9223372036854775807))
-              and x.id <> all(array(select id from heads))
-            order by x.available_at, x.id
-            -- bounded work per claim: the first 10,000 rows stepped over, and a head test for
-            -- each (a limit on the rows parked instead would let the planner price 10,000 head
-            -- tests and more, and compile the statement: see jit_above_cost above)
-            limit 10000
-          ) x
-          where x.sequence > (
-            select p.sequence from outbox p
-            where p.aggregate_type = x.aggregate_type and p.aggregate_id = x.aggregate_id
-              and ${unpublishedRow(sql)}
-              and (p.dead_lettered_at is null or (${block}::boolean and p.discarded_at is null))
-            order by p.sequence
-            limit 1
-          ) + ${o.perAggregateLimit}
-        ))
+      where w.id = any(array(
+        -- Locked without waiting: a row another claim holds (one parking the same rows, having
+        -- walked the same range) is skipped, left to a later claim. Waiting would tie this claim
+        -- to the other's transaction; when that one's COMMIT is held up (a stalled connection or
+        -- proxy), this claim would go on past its deadline, and its relay, having given up on it,
+        -- would lose the attempt it spent on its heads. The conditions are re-checked on a row's
+        -- latest version: a row leased, parked or put in backoff meanwhile is not ours to park
+        -- (a park must never shorten a backoff).
+        select y.id from outbox y
+        where y.id = any(array(
+            select x.id from (
+              select x.id, x.aggregate_type, x.aggregate_id, x.sequence from outbox x
+              where ${pendingRow(sql)}
+                and x.available_at <= now()
+                and (x.lease_expires_at is null or x.lease_expires_at <= now())
+                -- the walk's range of outbox_pending_idx (a row comparison: an index bound)
+                and (x.available_at, x.id) <= (
+                  coalesce((select e.available_at from walk_end e), 'infinity'::timestamptz),
+                  coalesce((select e.id from walk_end e), 9223372036854775807))
+                and x.id <> all(array(select id from heads))
+              order by x.available_at, x.id
+              -- bounded work per claim: the first 10,000 rows stepped over, and a head test for
+              -- each (a limit on the rows parked instead would let the planner price 10,000 head
+              -- tests and more, and compile the statement: see jit_above_cost above)
+              limit 10000
+            ) x
+            where x.sequence > (
+              select p.sequence from outbox p
+              where p.aggregate_type = x.aggregate_type and p.aggregate_id = x.aggregate_id
+                and ${unpublishedRow(sql)}
+                and (p.dead_lettered_at is null or (${block}::boolean and p.discarded_at is null))
+              order by p.sequence
+              limit 1
+            ) + ${o.perAggregateLimit}
+          ))
+          and ${pendingRow(sql)}
+          and y.available_at <= now()
+          and (y.lease_expires_at is null or y.lease_expires_at <= now())
+        for no key update skip locked
+      ))
     ),
     -- The head's successors to try: its aggregate's next perAggregateLimit − 1 unfinished rows
     -- (a window of outbox_unfinished_by_aggregate_idx, read once, however long the backlog behind
