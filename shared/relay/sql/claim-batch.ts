@@ -125,6 +125,10 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
   // Rows behind a blocked dead letter (policy `block`) are parked too: they could not be claimed
   // anyway. What is never parked, and so stepped over by every walk, is at most
   // perAggregateLimit rows an aggregate: the group after a head that is in flight or waiting.
+  // The head test is this statement's snapshot: a group completed since is not seen, but only rows
+  // beyond head + perAggregateLimit as seen are parked, past the next head of any group claimed
+  // from that head, so parking a new head (which then waits out the park, one lease length) takes
+  // two groups of one aggregate completing while this statement runs.
   //
   // Why not park "the claimed head's backlog beyond its group" (what migration 002's index on
   // (aggregate, available_at) served, dropped by migration 013 to save its write at every
@@ -133,6 +137,9 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
   // every claim), while the walk's range is what the claim has just read: parking it costs a second
   // pass over the same index range, and a head test only for the rows that were not heads (the
   // claim's own heads are excluded first, so a claim that stepped over nothing pays no probe).
+  // Measured (npm run bench -- --only claim, a 100,000-event backlog ahead of 10,000 aggregates):
+  // the index did not even serve it there, the planner chose (aggregate, sequence) and re-read the
+  // parked backlog at every claim of the hot head.
   return sql<DbClaimedRow[]>`
     with heads as (
       select h.id, h.aggregate_type, h.aggregate_id, h.sequence, h.available_at
