@@ -7,7 +7,7 @@
  * it again costs few buffers here, but about one a row where it was written over hours).
  */
 import { describe, expect, it } from 'vitest';
-import type { Queryable } from '../shared/platform/index.ts';
+import { connect, type Queryable } from '../shared/platform/index.ts';
 import { type ClaimOptions, claimBatch } from '../shared/relay/sql/index.ts';
 import { useHarness } from './support/harness.ts';
 import { claimOptions } from './support/relay.ts';
@@ -58,6 +58,8 @@ async function explain(o: ClaimOptions, options: string): Promise<{ Plan: PlanNo
         return [];
       });
   }) as unknown as Queryable;
+  // the claim writes its settings into the statement's text with unsafe fragments
+  Object.assign(explaining, { unsafe: h.db.sql.unsafe.bind(h.db.sql) });
   await claimBatch(explaining, o);
   if (plan === undefined) throw new Error('the claim sent no statement starting with its head walk');
   return plan;
@@ -195,5 +197,29 @@ describe('parking', () => {
       where aggregate_id = 'hot' and available_at <= now() and lease_token is distinct from ${token}::uuid
       order by sequence`;
     expect(unparked.map((r) => Number(r.sequence))).toEqual([11, 50]);
+  });
+
+  it('is planned once per connection, not at every claim', async () => {
+    await h.db.sql`
+      insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload)
+      select 'item', g::text, 1, 'Changed', 'test.park', '{}'::jsonb from generate_series(1, 10000) g`;
+    await h.db.sql`vacuum analyze outbox`;
+    // One connection, which prepares its statements (as the relay's own pool does): after five
+    // custom plans Postgres keeps the generic plan if it is priced no higher than they were. (With
+    // 10,000 pending rows, a generic plan that assumes a LIMIT reads a tenth of its input is not.)
+    const one = connect({ url: h.db.url, max: 1, env: {} });
+    try {
+      for (let i = 0; i < 8; i++) {
+        const token = crypto.randomUUID();
+        await claimBatch(one, claimOptions(token, { batchSize: 100, perAggregateLimit: 10 }));
+        await one`update outbox set lease_token = null, lease_expires_at = null where lease_token = ${token}::uuid`;
+      }
+      const plans = await one<{ generic: number; custom: number }[]>`
+        select generic_plans::int as generic, custom_plans::int as custom from pg_prepared_statements
+        where statement like '%with heads as%' and statement not like '%pg_prepared_statements%'`;
+      expect(plans).toEqual([{ generic: 3, custom: 5 }]);
+    } finally {
+      await one.end({ timeout: 5 });
+    }
   });
 });
