@@ -126,6 +126,9 @@ function settingInText(sql: Queryable, n: number | boolean) {
   return sql.unsafe(String(n));
 }
 
+/** Rows stepped over that one claim tests for parking, at most. */
+const PARK_SCAN_LIMIT = 10_000;
+
 function claimOrdered(sql: Queryable, o: ClaimOptions) {
   const block = settingInText(sql, o.deadLetterPolicy === 'block');
   const batchSize = settingInText(sql, o.batchSize);
@@ -219,8 +222,13 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
               order by x.available_at, x.id
               -- bounded work per claim: the first 10,000 rows stepped over, and a head test for
               -- each (a limit on the rows parked instead would let the planner price 10,000 head
-              -- tests and more, and compile the statement: see jit_above_cost above)
-              limit 10000
+              -- tests and more, and compile the statement: see jit_above_cost above). A parameter,
+              -- unlike the settings above: a generic plan prices it as a tenth of the range, well
+              -- below a custom plan's 10,000 head tests, so Postgres keeps the generic plan even
+              -- after new statistics raise the claim's estimate (priced equal, it went back to
+              -- planning every claim for thousands of calls: the custom plans' running average
+              -- stays below the new generic cost)
+              limit ${PARK_SCAN_LIMIT}
             ) x
             where x.sequence > (
               select p.sequence from outbox p
