@@ -109,24 +109,74 @@ function claimUnordered(sql: Queryable, o: ClaimOptions) {
   `;
 }
 
+/**
+ * A setting written into the statement's text rather than sent as a parameter: the planner then
+ * prices the prepared statement's generic plan as it prices a custom one. With the batch size a
+ * parameter, a generic plan assumes a LIMIT reads a tenth of its input, priced above the custom
+ * plan, and the claim was planned again at every call (0.3–0.4 ms of the server's CPU per claim,
+ * idle polls included).
+ * @param n a boolean, or a non-negative integer (a RangeError otherwise: it goes into SQL text)
+ */
+function settingInText(sql: Queryable, n: number | boolean) {
+  if (typeof n === 'number' && !(Number.isSafeInteger(n) && n >= 0)) {
+    throw new RangeError(
+      `claim: a setting written into the statement must be a non-negative integer, got ${n}`,
+    );
+  }
+  return sql.unsafe(String(n));
+}
+
+/** Rows stepped over that one claim tests for parking, at most. */
+const PARK_SCAN_LIMIT = 10_000;
+
 function claimOrdered(sql: Queryable, o: ClaimOptions) {
-  const block = o.deadLetterPolicy === 'block';
-  // Parking: when this claim takes an aggregate's head, that aggregate's events beyond the
-  // claimed group and the next head (head + perAggregateLimit) get available_at pushed out by a
-  // lease length. The head walk then steps over a long backlog instead of re-reading it on every
-  // claim, so one hot aggregate cannot starve the rest. Only the owner of an aggregate's head
-  // parks its rows, and the owner unparks the next event when its group completes
-  // (unparkNextEvents); a park only ever delays a row, never loses it.
+  const block = settingInText(sql, o.deadLetterPolicy === 'block');
+  const batchSize = settingInText(sql, o.batchSize);
+  const perAggregateLimit = settingInText(sql, o.perAggregateLimit);
+  const successorLimit = settingInText(sql, o.perAggregateLimit - 1);
+  // Parking. The head walk (`heads`) reads outbox_pending_idx in (available_at, id) order and
+  // steps over every row that is not its aggregate's head; a hot aggregate's long backlog would be
+  // stepped over again by every claim, starving the rest of the table. So the claim parks what its
+  // walk stepped over: in the range the walk covered (up to the last head it took when it took a
+  // full batch, else every available row), the rows beyond their aggregate's head and the group
+  // that will be claimed with it (sequence > head + perAggregateLimit) get available_at pushed out
+  // by a lease length, and the next walks do not reach them. Successors are claimed whatever their
+  // available_at (`candidates`), and a relay whose group completes unparks its aggregate's next
+  // event (unparkNextEvents), so a park only ever delays a row, never loses it. A claim tests the
+  // first 10,000 rows it stepped over; rows further on are parked by the next claims, each of
+  // which walks only what is still unparked (a 100,000-event burst ahead of the rest: ten claims).
+  // Rows behind a blocked dead letter (policy `block`) are parked too: they could not be claimed
+  // anyway. What is never parked, and so stepped over by every walk, is at most
+  // perAggregateLimit rows an aggregate: the group after a head that is in flight or waiting.
+  // The head test is this statement's snapshot: a group completed since is not seen, but only rows
+  // beyond head + perAggregateLimit as seen are parked, past the next head of any group claimed
+  // from that head, so parking a new head (which then waits out the park, one lease length) takes
+  // two groups of one aggregate completing while this statement runs.
+  //
+  // Why not park "the claimed head's backlog beyond its group" (what migration 002's index on
+  // (aggregate, available_at) served, dropped by migration 013 to save its write at every
+  // enqueue): through outbox_unfinished_by_aggregate_idx (aggregate, sequence) that reads the
+  // aggregate's parked rows again on every claim of its head (a 100,000-event backlog: every row,
+  // every claim), while the walk's range is what the claim has just read: parking it costs a second
+  // pass over the same index range, and a head test only for the rows that were not heads (the
+  // claim's own heads are excluded first, so a claim that stepped over nothing pays no probe).
+  // Measured (npm run bench -- --only claim, a 100,000-event backlog ahead of 10,000 aggregates):
+  // the index did not even serve it there, the planner chose (aggregate, sequence) and re-read the
+  // parked backlog at every claim of the hot head.
   return sql<DbClaimedRow[]>`
     with heads as (
-      select h.id, h.aggregate_type, h.aggregate_id, h.sequence
+      select h.id, h.aggregate_type, h.aggregate_id, h.sequence, h.available_at
       from outbox h
       where ${pendingRow(sql)}
         and h.available_at <= now()
         and (h.lease_expires_at is null or h.lease_expires_at <= now())
         -- the head: the lowest unfinished sequence of its aggregate (ORDER BY … LIMIT 1 reads
-        -- one entry of the (aggregate, sequence) index, whatever the statistics say)
-        and h.sequence = (
+        -- one entry of the (aggregate, sequence) index, whatever the statistics say). Written
+        -- <=, which is the same test (h is one of the rows the subquery reads): for = the
+        -- planner guesses 1 row in 200 passes, so it costs the walk of 20,000 rows for 100 heads,
+        -- and from about 20,000 pending rows the statement's estimate went past jit_above_cost
+        -- (100,000): every claim then spent ~30 ms compiling itself.
+        and h.sequence <= (
           select p.sequence from outbox p
           where p.aggregate_type = h.aggregate_type and p.aggregate_id = h.aggregate_id
             and ${unpublishedRow(sql)}
@@ -135,53 +185,91 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
           limit 1
         )
       order by h.available_at, h.id
-      limit ${o.batchSize}
+      limit ${batchSize}
       for update skip locked
+    ),
+    -- Where the head walk stopped: at its last head when it found a full batch; no row when it
+    -- ran out of available rows (it then stepped over all of them).
+    walk_end as (
+      select e.available_at, e.id from heads e
+      where (select count(*) from heads) >= ${batchSize}
+      order by e.available_at desc, e.id desc
+      limit 1
     ),
     parked as (
       update outbox w
       set available_at = now() + make_interval(secs => ${o.leaseSeconds})
-      -- re-checked on the row's latest version when this waited for another claim's lock: a row
-      -- that claim leased meanwhile is its own, not ours to park
-      where (w.lease_expires_at is null or w.lease_expires_at <= now())
-        and w.id = any(array(
-        select x.id
-        from heads h
-        cross join lateral (
-          select b.id from outbox b
-          where b.aggregate_type = h.aggregate_type and b.aggregate_id = h.aggregate_id
-            and ${pendingRow(sql)}
-            and b.available_at <= now()
-            and b.sequence > h.sequence + ${o.perAggregateLimit}
-          -- bounded work per claim (and a LIMIT keeps the planner on the aggregate's index)
-          limit 10000
-        ) x
+      where w.id = any(array(
+        -- Locked without waiting: a row another claim holds (one parking the same rows, having
+        -- walked the same range) is skipped, left to a later claim. Waiting would tie this claim
+        -- to the other's transaction; when that one's COMMIT is held up (a stalled connection or
+        -- proxy), this claim would go on past its deadline, and its relay, having given up on it,
+        -- would lose the attempt it spent on its heads. The conditions are re-checked on a row's
+        -- latest version: a row leased, parked or put in backoff meanwhile is not ours to park
+        -- (a park must never shorten a backoff).
+        select y.id from outbox y
+        where y.id = any(array(
+            select x.id from (
+              select x.id, x.aggregate_type, x.aggregate_id, x.sequence from outbox x
+              where ${pendingRow(sql)}
+                and x.available_at <= now()
+                and (x.lease_expires_at is null or x.lease_expires_at <= now())
+                -- the walk's range of outbox_pending_idx (a row comparison: an index bound)
+                and (x.available_at, x.id) <= (
+                  coalesce((select e.available_at from walk_end e), 'infinity'::timestamptz),
+                  coalesce((select e.id from walk_end e), 9223372036854775807))
+                and x.id <> all(array(select id from heads))
+              order by x.available_at, x.id
+              -- bounded work per claim: the first 10,000 rows stepped over, and a head test for
+              -- each (a limit on the rows parked instead would let the planner price 10,000 head
+              -- tests and more, and compile the statement: see jit_above_cost above). A parameter,
+              -- unlike the settings above: a generic plan prices it as a tenth of the range, well
+              -- below a custom plan's 10,000 head tests, so Postgres keeps the generic plan even
+              -- after new statistics raise the claim's estimate (priced equal, it went back to
+              -- planning every claim for thousands of calls: the custom plans' running average
+              -- stays below the new generic cost)
+              limit ${PARK_SCAN_LIMIT}
+            ) x
+            where x.sequence > (
+              select p.sequence from outbox p
+              where p.aggregate_type = x.aggregate_type and p.aggregate_id = x.aggregate_id
+                and ${unpublishedRow(sql)}
+                and (p.dead_lettered_at is null or (${block}::boolean and p.discarded_at is null))
+              order by p.sequence
+              limit 1
+            ) + ${perAggregateLimit}
+          ))
+          and ${pendingRow(sql)}
+          and y.available_at <= now()
+          and (y.lease_expires_at is null or y.lease_expires_at <= now())
+        for no key update skip locked
       ))
     ),
+    -- The head's successors to try: its aggregate's next perAggregateLimit − 1 unfinished rows
+    -- (a window of outbox_unfinished_by_aggregate_idx, read once, however long the backlog behind
+    -- it), each a candidate while the run from the head to it is open: no row still leased by
+    -- another relay (a relay that stopped this aggregate hands its rows back, but it may not have
+    -- done so yet) and, under \`block\`, no dead letter. A dead letter under \`continue\` is passed
+    -- over but takes its place in the window: this claim takes fewer successors, the next more.
     candidates as (
       select h.id as head_id, s.id, s.sequence
       from heads h
       cross join lateral (
-        select f.id, f.sequence from outbox f
-        where f.aggregate_type = h.aggregate_type and f.aggregate_id = h.aggregate_id
-          and f.sequence > h.sequence and ${pendingRow(sql)}
-          -- contiguous: stop before any row still leased by another relay (a relay that stopped
-          -- this aggregate hands its rows back, but it may not have done so yet)
-          and not exists (
-            select 1 from outbox l
-            where l.aggregate_type = h.aggregate_type and l.aggregate_id = h.aggregate_id
-              and l.sequence > h.sequence and l.sequence <= f.sequence
-              and ${unpublishedRow(sql)} and l.lease_expires_at > now()
-          )
-          and not exists (
-            select 1 from outbox d
-            where ${block}::boolean
-              and d.aggregate_type = h.aggregate_type and d.aggregate_id = h.aggregate_id
-              and d.sequence > h.sequence and d.sequence < f.sequence
-              and d.published_at is null and d.dead_lettered_at is not null and d.discarded_at is null
-          )
-        order by f.sequence
-        limit ${o.perAggregateLimit - 1}
+        select r.id, r.sequence from (
+          select n.id, n.sequence, n.dead_lettered_at,
+                 bool_and(
+                   (n.lease_expires_at is null or n.lease_expires_at <= now())
+                   and (not ${block}::boolean or n.dead_lettered_at is null or n.discarded_at is not null)
+                 ) over (order by n.sequence) as open
+          from (
+            select f.id, f.sequence, f.dead_lettered_at, f.discarded_at, f.lease_expires_at from outbox f
+            where f.aggregate_type = h.aggregate_type and f.aggregate_id = h.aggregate_id
+              and ${unpublishedRow(sql)} and f.sequence > h.sequence
+            order by f.sequence
+            limit ${successorLimit}
+          ) n
+        ) r
+        where r.open and r.dead_lettered_at is null
       ) s
     ),
     -- The candidates were chosen from this statement's snapshot: another claim may hold them

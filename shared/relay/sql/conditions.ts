@@ -11,7 +11,7 @@ import type { Queryable } from '../../platform/index.ts';
 
 /**
  * A row still to publish: neither published nor dead-lettered. The predicate of
- * `outbox_pending_idx` and `outbox_pending_by_aggregate_available_idx`.
+ * `outbox_pending_idx`.
  */
 export function pendingRow(sql: Queryable) {
   return sql`published_at is null and dead_lettered_at is null`;

@@ -1,0 +1,14 @@
+-- Up Migration
+-- The outbox's cost in the user's database (issue 20): one index entry fewer at every enqueue, and
+-- at every update that is not HOT (a mark, a retry, a park).
+--
+-- outbox_pending_by_aggregate_available_idx (migration 002) served only parking in the ordered
+-- claim ("this aggregate's pending rows that are available now"). The claim now parks the rows its
+-- head walk stepped over, found in the range of outbox_pending_idx it has just read, with the head
+-- test through outbox_unfinished_by_aggregate_idx (shared/relay/sql/claim-batch.ts says why).
+-- Each entry of the index cost about 74 B of WAL per enqueue, plus its page splits, and DB CPU.
+--
+-- A plain DROP INDEX (migrations run in a transaction, where DROP INDEX CONCURRENTLY cannot): it
+-- takes an ACCESS EXCLUSIVE lock on outbox for as long as the drop takes, which is a catalog
+-- change and the unlinking of the index's file, not a scan of the table.
+drop index outbox_pending_by_aggregate_available_idx;
