@@ -434,11 +434,24 @@ describe('database roles, each doing its real work as itself', () => {
   it('sets the statement timeout on the role, so clients need no SET (which pins RDS Proxy sessions)', async () => {
     const [row] = await db.sql<{ setconfig: string[] }[]>`
       select s.setconfig from pg_db_role_setting s join pg_roles r on r.oid = s.setrole where r.rolname = ${roles.relay}`;
-    expect(row?.setconfig).toEqual(['statement_timeout=7000ms']);
+    expect(row?.setconfig).toEqual(['statement_timeout=7000ms', 'jit=off']);
     // A client that sends no startup parameter (as behind RDS Proxy) gets the role's default.
     const plain = postgres(testRoles.urlOf(roles.relay), { max: 1, onnotice: () => {} });
     const [current] = await plain<{ t: string }[]>`select current_setting('statement_timeout') as t`;
     await plain.end();
     expect(current?.t).toBe('7s');
   });
+
+  it('turns JIT off for the relay and the monitor, on the role (no SET, which pins RDS Proxy sessions)', async () => {
+    // Their statements are short and run every few hundred ms; a claim priced past
+    // jit_above_cost (a large OUTBOX_BATCH_SIZE) compiled itself first at every call, ~30 ms of
+    // the database's CPU for a statement of a few.
+    for (const role of [roles.relay, roles.monitor]) {
+      const login = postgres(testRoles.urlOf(role), { max: 1, onnotice: () => {} });
+      const [current] = await login<{ jit: string }[]>`select current_setting('jit') as jit`;
+      await login.end();
+      expect({ role, jit: current?.jit }).toEqual({ role, jit: 'off' });
+    }
+  });
 });
+

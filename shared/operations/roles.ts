@@ -76,6 +76,10 @@ export async function ensureRoles(
         'revoke all on outbox, outbox_aggregate, outbox_idempotency_key from %I',
         'grant select on outbox to %I',
         `grant update (${RELAY_WRITES.join(', ')}) on outbox to %I`,
+        // Short statements, every few hundred ms: a claim priced past jit_above_cost (a large
+        // OUTBOX_BATCH_SIZE) would compile itself at every call, ~30 ms of the database's CPU.
+        // On the role, like the statement timeout: a SET would pin RDS Proxy sessions.
+        'alter role %I set jit = off',
       ],
     ],
     [
@@ -91,6 +95,8 @@ export async function ensureRoles(
         // the inbox's order state, pruned with its records (shared/operations/inbox.ts)
         'grant select, delete on inbox_aggregate, inbox_gap to %I',
         'grant select, delete on outbox_idempotency_key to %I',
+        // as for the relay: its prune and count statements gain nothing from JIT
+        'alter role %I set jit = off',
       ],
     ],
     [
