@@ -454,4 +454,3 @@ describe('database roles, each doing its real work as itself', () => {
     }
   });
 });
-
