@@ -9,6 +9,13 @@
 -- Each entry of the index cost about 74 B of WAL per enqueue, plus its page splits, and DB CPU.
 --
 -- A plain DROP INDEX (migrations run in a transaction, where DROP INDEX CONCURRENTLY cannot): it
--- takes an ACCESS EXCLUSIVE lock on outbox for as long as the drop takes, which is a catalog
--- change and the unlinking of the index's file, not a scan of the table.
+-- takes an ACCESS EXCLUSIVE lock on outbox until the migrations' transaction commits; the drop
+-- itself is a catalog change and the unlinking of the index's file, not a scan of the table. To get
+-- the lock it waits for every open transaction that has touched outbox (producers' business
+-- transactions among them), and while it waits, every new enqueue and claim queues behind it. So
+-- it waits 5 s at most: past that the migration fails (SQLSTATE 55P03, lock_not_available) and
+-- changes nothing, and the deploy can be retried when no long transaction holds outbox. (The
+-- setting lasts to the end of the transaction: migrations applied after this one in the same run
+-- wait 5 s at most too.)
+set local lock_timeout = '5s';
 drop index outbox_pending_by_aggregate_available_idx;

@@ -272,4 +272,29 @@ describe('parking', () => {
     // Each successor is matched with its lock once, not with every locked row (300 × 300).
     expect(c.joinPairsRemoved).toBeLessThan(1_000);
   });
+
+  it('parks every row behind a dead letter that blocks its aggregate (policy block), not only those beyond its group', async () => {
+    // Under `block` nothing behind an undiscarded dead letter can be claimed until an operator
+    // replays or discards it; left unparked, its next perAggregateLimit rows would be stepped over
+    // (and tested for parking, using up the claim's bound) by every claim. With a burst of dead
+    // letters (a permission error on every head), that is every claim's whole bound.
+    await h.db.sql`
+      insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload, dead_lettered_at)
+      values ('item', 'blocked', 1, 'Changed', 'test.park', '{}'::jsonb, now())`;
+    await h.db.sql`
+      insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload)
+      select 'item', 'blocked', g, 'Changed', 'test.park', '{}'::jsonb from generate_series(2, 21) g`;
+    await h.db.sql`
+      insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload)
+      select 'item', 'cold-' || g, 1, 'Changed', 'test.park', '{}'::jsonb from generate_series(1, 5) g`;
+    const c = await explainClaim(
+      claimOptions(crypto.randomUUID(), { batchSize: 10, perAggregateLimit: 10, deadLetterPolicy: 'block' }),
+    );
+    expect(c.claimed).toHaveLength(5);
+    const unparked = await h.db.sql<{ sequence: string }[]>`
+      select sequence from outbox
+      where aggregate_id = 'blocked' and dead_lettered_at is null and available_at <= now()
+      order by sequence`;
+    expect(unparked.map((r) => Number(r.sequence))).toEqual([]);
+  });
 });

@@ -138,20 +138,26 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
   // steps over every row that is not its aggregate's head; a hot aggregate's long backlog would be
   // stepped over again by every claim, starving the rest of the table. So the claim parks what its
   // walk stepped over: in the range the walk covered (up to the last head it took when it took a
-  // full batch, else every available row), the rows beyond their aggregate's head and the group
-  // that will be claimed with it (sequence > head + perAggregateLimit) get available_at pushed out
+  // full batch, else every available row), the rows beyond their aggregate's head, the group
+  // that will be claimed with it and the next head (sequence > head + perAggregateLimit; behind a
+  // dead letter that blocks its aggregate under \`block\`, every row) get available_at pushed out
   // by a lease length, and the next walks do not reach them. Successors are claimed whatever their
   // available_at (`candidates`), and a relay whose group completes unparks its aggregate's next
   // event (unparkNextEvents), so a park only ever delays a row, never loses it. A claim tests the
   // first 10,000 rows it stepped over; rows further on are parked by the next claims, each of
   // which walks only what is still unparked (a 100,000-event burst ahead of the rest: ten claims).
-  // Rows behind a blocked dead letter (policy `block`) are parked too: they could not be claimed
-  // anyway. What is never parked, and so stepped over by every walk, is at most
-  // perAggregateLimit rows an aggregate: the group after a head that is in flight or waiting.
+  // Rows behind a blocked dead letter (policy `block`) are parked too, all of them: they could not
+  // be claimed anyway. What is never parked, and so stepped over by every walk, is at most
+  // perAggregateLimit rows an aggregate: the group after a head that is in flight or waiting. The
+  // bound counts rows tested, not parked: where more than 10,000 such rows come first in the walk
+  // (perAggregateLimit rows behind each of more than 1,000 heads in flight or in backoff), a claim
+  // parks nothing further on, and a hot backlog behind them is walked again until they clear.
   // The head test is this statement's snapshot: a group completed since is not seen, but only rows
   // beyond head + perAggregateLimit as seen are parked, past the next head of any group claimed
   // from that head, so parking a new head (which then waits out the park, one lease length) takes
-  // two groups of one aggregate completing while this statement runs.
+  // two groups of one aggregate completing while this statement runs (or one, where published rows
+  // sit between unfinished ones: a dead letter replayed after later events of its aggregate went
+  // out).
   //
   // Why not park "the claimed head's backlog beyond its group" (what migration 002's index on
   // (aggregate, available_at) served, dropped by migration 013 to save its write at every
@@ -171,7 +177,10 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
         and h.available_at <= now()
         and (h.lease_expires_at is null or h.lease_expires_at <= now())
         -- the head: the lowest unfinished sequence of its aggregate (ORDER BY … LIMIT 1 reads
-        -- one entry of the (aggregate, sequence) index, whatever the statistics say). Written
+        -- the (aggregate, sequence) index from its lowest entry, whatever the statistics say: one
+        -- entry, or more where dead letters that do not hold the aggregate back sit below the
+        -- head, under \`continue\` every one, under \`block\` the discarded ones, until prune
+        -- removes them). Written
         -- <=, which is the same test (h is one of the rows the subquery reads): for = the
         -- planner guesses 1 row in 200 passes, so it costs the walk of 20,000 rows for 100 heads,
         -- and from about 20,000 pending rows the statement's estimate went past jit_above_cost
@@ -195,6 +204,34 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
       where (select count(*) from heads) >= ${batchSize}
       order by e.available_at desc, e.id desc
       limit 1
+    ),
+    -- The head's successors to try: its aggregate's next perAggregateLimit − 1 unfinished rows
+    -- (a window of outbox_unfinished_by_aggregate_idx, read once, however long the backlog behind
+    -- it), each a candidate while the run from the head to it is open: no row still leased by
+    -- another relay (a relay that stopped this aggregate hands its rows back, but it may not have
+    -- done so yet) and, under \`block\`, no dead letter that was not discarded. A dead letter under
+    -- \`continue\` is passed over but takes its place in the window: this claim takes fewer
+    -- successors than perAggregateLimit − 1, and the dead letter has left the next claim's window.
+    candidates as (
+      select h.id as head_id, s.id, s.sequence
+      from heads h
+      cross join lateral (
+        select r.id, r.sequence from (
+          select n.id, n.sequence, n.dead_lettered_at,
+                 bool_and(
+                   (n.lease_expires_at is null or n.lease_expires_at <= now())
+                   and (not ${block}::boolean or n.dead_lettered_at is null or n.discarded_at is not null)
+                 ) over (order by n.sequence) as open
+          from (
+            select f.id, f.sequence, f.dead_lettered_at, f.discarded_at, f.lease_expires_at from outbox f
+            where f.aggregate_type = h.aggregate_type and f.aggregate_id = h.aggregate_id
+              and ${unpublishedRow(sql)} and f.sequence > h.sequence
+            order by f.sequence
+            limit ${successorLimit}
+          ) n
+        ) r
+        where r.open and r.dead_lettered_at is null
+      ) s
     ),
     parked as (
       update outbox w
@@ -230,47 +267,30 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
               -- stays below the new generic cost)
               limit ${PARK_SCAN_LIMIT}
             ) x
+            -- beyond the aggregate's head and the group claimed with it, or, when the lowest row
+            -- is a dead letter that blocks its aggregate (\`block\`), anywhere behind it: nothing
+            -- there can be claimed until an operator replays it (its successors are then claimed
+            -- whatever their available_at) or discards it (the next row then waits out its park)
             where x.sequence > (
-              select p.sequence from outbox p
+              select p.sequence + case when p.dead_lettered_at is null then ${perAggregateLimit} else 0 end
+              from outbox p
               where p.aggregate_type = x.aggregate_type and p.aggregate_id = x.aggregate_id
                 and ${unpublishedRow(sql)}
                 and (p.dead_lettered_at is null or (${block}::boolean and p.discarded_at is null))
               order by p.sequence
               limit 1
-            ) + ${perAggregateLimit}
+            )
           ))
+          -- never a row this claim takes: a successor's sequence may pass head + perAggregateLimit
+          -- when published rows sit between unfinished ones (a dead letter replayed after later
+          -- events went out), and a row updated twice by one statement would keep one update
+          -- only, whichever CTE Postgres happened to run last
+          and y.id <> all(array(select id from candidates))
           and ${pendingRowById(sql)}
           and y.available_at <= now()
           and (y.lease_expires_at is null or y.lease_expires_at <= now())
         for no key update skip locked
       ))
-    ),
-    -- The head's successors to try: its aggregate's next perAggregateLimit − 1 unfinished rows
-    -- (a window of outbox_unfinished_by_aggregate_idx, read once, however long the backlog behind
-    -- it), each a candidate while the run from the head to it is open: no row still leased by
-    -- another relay (a relay that stopped this aggregate hands its rows back, but it may not have
-    -- done so yet) and, under \`block\`, no dead letter. A dead letter under \`continue\` is passed
-    -- over but takes its place in the window: this claim takes fewer successors, the next more.
-    candidates as (
-      select h.id as head_id, s.id, s.sequence
-      from heads h
-      cross join lateral (
-        select r.id, r.sequence from (
-          select n.id, n.sequence, n.dead_lettered_at,
-                 bool_and(
-                   (n.lease_expires_at is null or n.lease_expires_at <= now())
-                   and (not ${block}::boolean or n.dead_lettered_at is null or n.discarded_at is not null)
-                 ) over (order by n.sequence) as open
-          from (
-            select f.id, f.sequence, f.dead_lettered_at, f.discarded_at, f.lease_expires_at from outbox f
-            where f.aggregate_type = h.aggregate_type and f.aggregate_id = h.aggregate_id
-              and ${unpublishedRow(sql)} and f.sequence > h.sequence
-            order by f.sequence
-            limit ${successorLimit}
-          ) n
-        ) r
-        where r.open and r.dead_lettered_at is null
-      ) s
     ),
     -- The candidates were chosen from this statement's snapshot: another claim may hold them
     -- (not committed yet) or have leased them since (committed after the snapshot). Lock them, and

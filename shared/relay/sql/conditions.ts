@@ -1,6 +1,7 @@
 /**
  * Row conditions that several relay statements share, written once. Each equals the predicate of
- * the partial indexes that serve it (test/relay-sql.test.ts compares them with `pg_indexes`): a
+ * the partial indexes that serve it (test/relay-sql.test.ts compares them with `pg_indexes`), but
+ * {@link pendingRowById}, which must not match one (it says why): a
  * statement whose condition drifted from its index's predicate would quietly stop using the index
  * and scan the table's whole published history.
  *
