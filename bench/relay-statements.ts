@@ -5,7 +5,7 @@
  * printing per kind of statement the calls per 1,000 events, server time (execution and planning)
  * per event, and the cluster's CPU per event over the phase (bench/support/pg-cost.ts).
  *
- * `node bench/relay-statements.ts [repeats]` (default 1). `EXPLAIN=<ms>` also writes the plan, with
+ * `npm run bench:statements -- [repeats]` (default 1). `EXPLAIN=<ms>` also writes the plan, with
  * actual rows, time and buffers, of every statement slower than that to /tmp/relay-explain.log
  * (auto_explain); `ANALYZE=1` analyzes the outbox before the relay phase (the db-cost section does
  * not, so its claims are planned without the table's statistics).
