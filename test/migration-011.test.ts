@@ -5,26 +5,17 @@
  * a repeat of it is still a duplicate.
  */
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { prune } from '../shared/operations/index.ts';
-import { MIGRATIONS_DIR } from '../shared/platform/migrate.ts';
-import { withDatabase } from './support/db.ts';
+import { applyMigrationFiles, withDatabase } from './support/db.ts';
 
 const serverUrl = inject('databaseUrl');
 const name = `outbox_test_m011_${randomBytes(6).toString('hex')}`;
 let sql: postgres.Sql;
 
 /** Applies the migration files whose number is in [from, to], as they are. */
-async function applyFiles(from: string, to: string) {
-  for (const f of readdirSync(MIGRATIONS_DIR).sort()) {
-    const n = f.slice(0, 3);
-    if (f.endsWith('.sql') && n >= from && n <= to)
-      await sql.unsafe(readFileSync(join(MIGRATIONS_DIR, f), 'utf8'));
-  }
-}
+const applyFiles = (from: string, to: string) => applyMigrationFiles(sql, from, to);
 
 beforeAll(async () => {
   const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });

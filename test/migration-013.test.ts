@@ -3,17 +3,14 @@
  * leased and parked, and the relay then publishes every event, in order per aggregate.
  */
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type LocalBus, startLocalBus } from '../dev/local-bus.ts';
 import { connect, type Sql } from '../shared/platform/db.ts';
 import type { Envelope } from '../shared/platform/envelope.ts';
-import { MIGRATIONS_DIR } from '../shared/platform/migrate.ts';
 import { relayOnce } from '../shared/relay/loop.ts';
 import { claimBatch } from '../shared/relay/sql/index.ts';
-import { withDatabase } from './support/db.ts';
+import { applyMigrationFiles, withDatabase } from './support/db.ts';
 import { claimOptions, testClient, testSettings } from './support/relay.ts';
 
 const serverUrl = inject('databaseUrl');
@@ -23,13 +20,7 @@ let relaySql: Sql;
 let bus: LocalBus;
 
 /** Applies the migration files whose number is in [from, to], as they are. */
-async function applyFiles(from: string, to: string) {
-  for (const f of readdirSync(MIGRATIONS_DIR).sort()) {
-    const n = f.slice(0, 3);
-    if (f.endsWith('.sql') && n >= from && n <= to)
-      await sql.unsafe(readFileSync(join(MIGRATIONS_DIR, f), 'utf8'));
-  }
-}
+const applyFiles = (from: string, to: string) => applyMigrationFiles(sql, from, to);
 
 beforeAll(async () => {
   const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });

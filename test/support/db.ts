@@ -1,9 +1,11 @@
 /** A database of its own for each test file, migrated with the real migrations. */
 import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import postgres from 'postgres';
 import { inject } from 'vitest';
 import { connect, type Sql } from '../../shared/platform/db.ts';
-import { migrate } from '../../shared/platform/migrate.ts';
+import { MIGRATIONS_DIR, migrate } from '../../shared/platform/migrate.ts';
 
 /** A migrated database for one test file. */
 export interface TestDatabase {
@@ -40,4 +42,17 @@ export async function createTestDatabase(options: { max?: number } = {}): Promis
       await a.end();
     },
   };
+}
+
+/**
+ * Applies the migration files whose three-digit number is in [from, to] (e.g. `'001'`, `'011'`),
+ * in order, as they are: each file's text in one simple-query call, outside a transaction, as a
+ * test of an upgrade from an older schema needs them (node-pg-migrate would apply them all).
+ */
+export async function applyMigrationFiles(sql: postgres.Sql, from: string, to: string): Promise<void> {
+  for (const f of readdirSync(MIGRATIONS_DIR).sort()) {
+    const n = f.slice(0, 3);
+    if (f.endsWith('.sql') && n >= from && n <= to)
+      await sql.unsafe(readFileSync(join(MIGRATIONS_DIR, f), 'utf8'));
+  }
 }
