@@ -14,19 +14,15 @@
  * so it adds up to more than the cluster's CPU; read it for the shares.
  */
 import { appendFileSync } from 'node:fs';
-import postgres from 'postgres';
-import { startEmbeddedPostgres } from '../dev/embedded-postgres.ts';
-import { connect, loadRelaySettings, migrate } from '../shared/platform/index.ts';
-import { createEventBridgeClient, runRelay } from '../shared/relay/index.ts';
-import { PgCostProbe } from './support/pg-cost.ts';
-import { startBusProcess } from './support/processes.ts';
+import { runRelay } from '../shared/relay/index.ts';
+import { enqueueThroughFunction, openDbCostRig } from './sections/db-cost.ts';
 
 const EVENTS = 20_000;
 const AGGREGATES = 5_000;
 const CLIENTS = 4;
 const repeats = Number(process.argv[2] ?? 1);
 
-const cluster = await startEmbeddedPostgres({
+const rig = await openDbCostRig(CLIENTS, {
   postgresFlags: [
     '-c',
     'shared_preload_libraries=pg_stat_statements',
@@ -53,41 +49,13 @@ const cluster = await startEmbeddedPostgres({
     if (process.env.EXPLAIN) appendFileSync('/tmp/relay-explain.log', `${line}\n`);
   },
 });
-const admin = postgres(cluster.url, { max: 1, onnotice: () => {} });
-await admin.unsafe('create database db_cost');
-await admin.end();
-const url = new URL(cluster.url);
-url.pathname = '/db_cost';
-await migrate(url.toString(), { log: () => {} });
-const sql = connect({ url: url.toString(), max: CLIENTS + 4, env: {} });
-const probeSql = connect({ url: url.toString(), max: 1, env: {} });
+const { sql, probeSql, probe, client, settings } = rig;
 await probeSql`create extension if not exists pg_stat_statements`;
-const probe = await PgCostProbe.open(probeSql);
-const bus = await startBusProcess();
-const settings = loadRelaySettings({ EVENT_BUS_NAME: 'db-cost-bus' });
-const client = createEventBridgeClient({
-  endpoint: bus.url,
-  region: 'us-east-1',
-  credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
-});
 
 try {
   for (let r = 0; r < repeats; r++) {
     await sql`truncate outbox, outbox_aggregate, outbox_idempotency_key restart identity`;
-    let next = 0;
-    await Promise.all(
-      Array.from({ length: CLIENTS }, async () => {
-        for (let i = next++; i < EVENTS; i = next++) {
-          await sql.begin(
-            (tx) => tx`
-              select event_id, sequence, duplicate from outbox_enqueue(
-                event_type => 'OrderPlaced', source => 'bench.orders', aggregate_type => 'order',
-                aggregate_id => ${String(i % AGGREGATES)},
-                payload => ${tx.json({ orderId: String(i % AGGREGATES), total: 120.5, currency: 'EUR', lines: [{ sku: 'A-1', qty: 2 }] })})`,
-          );
-        }
-      }),
-    );
+    await enqueueThroughFunction(sql, { events: EVENTS, aggregates: AGGREGATES, clients: CLIENTS });
     // ANALYZE=1: the relay phase with the table's statistics fresh (as autovacuum would leave them
     // on a table that has been filling for a while) rather than those of the empty table.
     if (process.env.ANALYZE) await probeSql`analyze outbox`;
@@ -134,8 +102,5 @@ try {
     }
   }
 } finally {
-  await sql.end();
-  await probeSql.end();
-  await bus.close();
-  await cluster.stop();
+  await rig.close();
 }

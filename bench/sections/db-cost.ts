@@ -14,10 +14,17 @@
  * after a CHECKPOINT. The designs alternate; figures are medians over the repeats.
  */
 import { randomUUID } from 'node:crypto';
+import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import postgres from 'postgres';
 import { startEmbeddedPostgres } from '../../dev/embedded-postgres.ts';
 import { prune } from '../../shared/operations/index.ts';
-import { connect, loadRelaySettings, migrate } from '../../shared/platform/index.ts';
+import {
+  connect,
+  loadRelaySettings,
+  migrate,
+  type RelaySettings,
+  type Sql,
+} from '../../shared/platform/index.ts';
 import { createEventBridgeClient, runRelay } from '../../shared/relay/index.ts';
 import { plainEnqueue, plainPrune, plainRelayDrain, setUpPlainOutbox } from '../plain-outbox.ts';
 import { type PgCost, PgCostProbe, type WalRecordKind } from '../support/pg-cost.ts';
@@ -111,16 +118,37 @@ async function fromClients(
   return latencies;
 }
 
-/** Runs the section on a cluster of its own and reports its table. */
-export async function dbCost(ctx: Context, o: DbCostOptions): Promise<DbCostResult> {
-  const cluster = await startEmbeddedPostgres();
+/** What the section (and bench/relay-statements.ts) measures on: a private cluster and its clients. */
+export interface DbCostRig {
+  cluster: { url: string };
+  /** Pool for the work: `clients` + 4 connections. */
+  sql: Sql;
+  /** One connection of its own for the probe's readings. */
+  probeSql: Sql;
+  probe: PgCostProbe;
+  bus: Awaited<ReturnType<typeof startBusProcess>>;
+  settings: RelaySettings;
+  client: EventBridgeClient;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts a private cluster (embedded Postgres, with `clusterOptions`: extra server flags, its
+ * log), creates and migrates database `db_cost`, and opens the pools, the cost probe, and the
+ * local bus.
+ */
+export async function openDbCostRig(
+  clients: number,
+  clusterOptions: Parameters<typeof startEmbeddedPostgres>[0] = {},
+): Promise<DbCostRig> {
+  const cluster = await startEmbeddedPostgres(clusterOptions);
   const admin = postgres(cluster.url, { max: 1, onnotice: () => {} });
   await admin.unsafe('create database db_cost');
   await admin.end();
   const url = new URL(cluster.url);
   url.pathname = '/db_cost';
   await migrate(url.toString(), { log: () => {} });
-  const sql = connect({ url: url.toString(), max: o.clients + 4, env: {} });
+  const sql = connect({ url: url.toString(), max: clients + 4, env: {} });
   const probeSql = connect({ url: url.toString(), max: 1, env: {} });
   const probe = await PgCostProbe.open(probeSql);
   const bus = await startBusProcess();
@@ -130,6 +158,47 @@ export async function dbCost(ctx: Context, o: DbCostOptions): Promise<DbCostResu
     region: 'us-east-1',
     credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
   });
+  return {
+    cluster,
+    sql,
+    probeSql,
+    probe,
+    bus,
+    settings,
+    client,
+    close: async () => {
+      await sql.end();
+      await probeSql.end();
+      await bus.close();
+      await cluster.stop();
+    },
+  };
+}
+
+/**
+ * Enqueues `events` events over `aggregates` aggregates, each in its own transaction through
+ * `outbox_enqueue`, from `clients` concurrent loops.
+ * @returns each transaction's latency as the client saw it, ms
+ */
+export function enqueueThroughFunction(
+  sql: Sql,
+  o: { events: number; aggregates: number; clients: number },
+): Promise<number[]> {
+  return fromClients(o.events, o.clients, async (i) => {
+    const e = event(i, o.aggregates);
+    await sql.begin(
+      (tx) => tx`
+        select event_id, sequence, duplicate from outbox_enqueue(
+          event_type => ${e.type}, source => ${e.source}, aggregate_type => 'order',
+          aggregate_id => ${e.aggregateId}, payload => ${tx.json(e.payload)})`,
+    );
+  });
+}
+
+/** Runs the section on a cluster of its own and reports its table. */
+export async function dbCost(ctx: Context, o: DbCostOptions): Promise<DbCostResult> {
+  const rig = await openDbCostRig(o.clients);
+  const { sql, probe, bus, settings, client } = rig;
   try {
     const [v] = await sql<{ v: string }[]>`select current_setting('server_version') as v`;
 
@@ -137,15 +206,7 @@ export async function dbCost(ctx: Context, o: DbCostOptions): Promise<DbCostResu
       await sql`truncate outbox, outbox_aggregate, outbox_idempotency_key restart identity`;
       let latenciesMs: number[] = [];
       const enqueue = await probe.measure(async () => {
-        latenciesMs = await fromClients(o.events, o.clients, async (i) => {
-          const e = event(i, o.aggregates);
-          await sql.begin(
-            (tx) => tx`
-              select event_id, sequence, duplicate from outbox_enqueue(
-                event_type => ${e.type}, source => ${e.source}, aggregate_type => 'order',
-                aggregate_id => ${e.aggregateId}, payload => ${tx.json(e.payload)})`,
-          );
-        });
+        latenciesMs = await enqueueThroughFunction(sql, o);
       });
       const enqueueWal = await probe.walRecords(enqueue.cost);
       const relay = await probe.measure(() => runRelay({ sql, client, settings, untilEmpty: true }));
@@ -229,10 +290,7 @@ export async function dbCost(ctx: Context, o: DbCostOptions): Promise<DbCostResu
     ctx.report(`${table(project, plainFigures, o, String(v?.v))}\n\n${walTable(wal, o.events)}`);
     return { project, plain: plainFigures, wal, postgres: String(v?.v) };
   } finally {
-    await sql.end();
-    await probeSql.end();
-    await bus.close();
-    await cluster.stop();
+    await rig.close();
   }
 }
 
