@@ -1,14 +1,16 @@
 /**
- * The driver and ORM adapters (`outbox-relay-aws/pg`, `outbox-relay-aws/drizzle`,
- * `outbox-relay-aws/kysely`) against real Postgres: a committed event is published by the relay, a rolled-back one never is, a repeated
- * idempotency key is a no-op, and errors arrive typed.
+ * The main entry point (postgres.js) and the driver and ORM adapters (`outbox-relay-aws/pg`,
+ * `outbox-relay-aws/drizzle`, `outbox-relay-aws/kysely`) against real Postgres: a committed event
+ * is published by the relay, a rolled-back one never is, a repeated idempotency key is a no-op,
+ * one event without a key costs one function call (`outbox_enqueue`), every path returns the same
+ * results, and errors arrive typed.
  */
 
 import { randomBytes } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
-import { Kysely, PostgresDialect } from 'kysely';
+import { Kysely, sql as kyselySql, PostgresDialect } from 'kysely';
 import { PostgresJSDialect } from 'kysely-postgres-js';
 import pg from 'pg';
 import postgres from 'postgres';
@@ -16,6 +18,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Envelope } from '../shared/platform/index.ts';
 import * as viaDrizzle from '../shared/producer/drizzle.ts';
 import {
+  enqueueMany as enqueueManyWithPostgres,
   enqueue as enqueueWithPostgres,
   OutboxDeadlockError,
   type OutboxEvent,
@@ -75,17 +78,43 @@ async function relayed(): Promise<Envelope[]> {
 
 class RollBack extends Error {}
 
-/** A transaction per adapter: `work` gets what that adapter's `enqueue` takes. */
+/**
+ * A transaction per adapter: `work` gets what that adapter's `enqueue` takes, and `query` runs
+ * plain SQL on it (in that transaction) and returns the rows.
+ */
 interface Adapter {
   name: string;
-  enqueue: typeof viaPg.enqueue | typeof viaDrizzle.enqueue | typeof viaKysely.enqueue;
+  enqueue:
+    | typeof enqueueWithPostgres
+    | typeof viaPg.enqueue
+    | typeof viaDrizzle.enqueue
+    | typeof viaKysely.enqueue;
+  enqueueMany:
+    | typeof enqueueManyWithPostgres
+    | typeof viaPg.enqueueMany
+    | typeof viaDrizzle.enqueueMany
+    | typeof viaKysely.enqueueMany;
   transaction<T>(work: (tx: never) => Promise<T>): Promise<T>;
+  query(tx: never, text: string): Promise<Record<string, unknown>[]>;
 }
+
+/** Drizzle's rows: node-postgres returns { rows }, postgres.js an array of rows. */
+const drizzleRows = (result: unknown) =>
+  (Array.isArray(result) ? result : (result as { rows: unknown[] }).rows) as Record<string, unknown>[];
 
 const adapters: Adapter[] = [
   {
+    name: 'postgres.js (the main entry point)',
+    enqueue: enqueueWithPostgres,
+    enqueueMany: enqueueManyWithPostgres,
+    transaction: (work) => porsager.begin((tx) => work(tx as never)) as never,
+    query: async (tx, text) => [...(await (tx as postgres.TransactionSql).unsafe(text))],
+  },
+  {
     name: 'node-postgres PoolClient',
     enqueue: viaPg.enqueue,
+    enqueueMany: viaPg.enqueueMany,
+    query: async (tx, text) => (await (tx as pg.PoolClient).query(text)).rows,
     async transaction(work) {
       const client = await pool.connect();
       try {
@@ -104,21 +133,31 @@ const adapters: Adapter[] = [
   {
     name: 'Drizzle on node-postgres',
     enqueue: viaDrizzle.enqueue,
+    enqueueMany: viaDrizzle.enqueueMany,
+    query: async (tx, text) => drizzleRows(await (tx as viaDrizzle.DrizzleExecutor).execute(sql.raw(text))),
     transaction: (work) => drizzlePg(pool).transaction((tx) => work(tx as never)),
   },
   {
     name: 'Drizzle on postgres.js',
     enqueue: viaDrizzle.enqueue,
+    enqueueMany: viaDrizzle.enqueueMany,
+    query: async (tx, text) => drizzleRows(await (tx as viaDrizzle.DrizzleExecutor).execute(sql.raw(text))),
     transaction: (work) => drizzlePostgresJs(porsager).transaction((tx) => work(tx as never)),
   },
   {
     name: 'Kysely on node-postgres',
     enqueue: viaKysely.enqueue,
+    enqueueMany: viaKysely.enqueueMany,
+    query: async (trx, text) =>
+      (await kyselySql.raw<Record<string, unknown>>(text).execute(trx as viaKysely.KyselyExecutor)).rows,
     transaction: (work) => kyselyPg.transaction().execute((trx) => work(trx as never)),
   },
   {
     name: 'Kysely on postgres.js',
     enqueue: viaKysely.enqueue,
+    enqueueMany: viaKysely.enqueueMany,
+    query: async (trx, text) =>
+      (await kyselySql.raw<Record<string, unknown>>(text).execute(trx as viaKysely.KyselyExecutor)).rows,
     transaction: (work) => kyselyPostgresJs.transaction().execute((trx) => work(trx as never)),
   },
 ];
@@ -163,6 +202,123 @@ describe.each(adapters)('enqueue through $name', (adapter) => {
       .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(OutboxValidationError);
     expect((error as OutboxValidationError).field).toBe('source');
+    expect(await count()).toBe(0);
+  });
+});
+
+/**
+ * The calls of each enqueue function this session has counted and not yet reported to the
+ * cumulative statistics (track_functions = 'pl' must be on when they ran). A backend reports them
+ * only when idle outside a transaction, at most once a second, so the figure can include earlier
+ * transactions on the same connection: compare two readings taken inside one transaction.
+ */
+const CALLS_SQL = `select
+  coalesce(pg_stat_get_xact_function_calls('outbox_enqueue'::regproc), 0)::int as one,
+  coalesce(pg_stat_get_xact_function_calls('outbox_enqueue_many'::regproc), 0)::int as many`;
+
+describe.each(adapters)('the database functions $name calls', (adapter) => {
+  const enqueue = adapter.enqueue as (
+    tx: never,
+    e: OutboxEvent,
+    options?: { maxEntryBytes?: number },
+  ) => ReturnType<typeof viaPg.enqueue>;
+  const enqueueMany = adapter.enqueueMany as (
+    tx: never,
+    e: OutboxEvent[],
+  ) => ReturnType<typeof viaPg.enqueueMany>;
+
+  it('calls outbox_enqueue alone for one event without a key, outbox_enqueue_many for several or a key', async () => {
+    // Counted by the server, in this session: no other session's calls, no reporting delay.
+    const calls = await adapter.transaction(async (tx) => {
+      await adapter.query(tx, "set local track_functions = 'pl'");
+      const [before] = await adapter.query(tx, CALLS_SQL);
+      const since = async () => {
+        const [now] = await adapter.query(tx, CALLS_SQL);
+        return {
+          one: Number(now?.one) - Number(before?.one),
+          many: Number(now?.many) - Number(before?.many),
+        };
+      };
+      await enqueue(tx, event('f-1'));
+      const one = await since();
+      await enqueueMany(tx, [event('f-1'), event('f-2')]);
+      const several = await since();
+      await enqueue(tx, event('f-3', { idempotencyKey: 'f-3-placed' }));
+      return [one, several, await since()];
+    });
+    expect(calls).toEqual([
+      { one: 1, many: 0 },
+      { one: 1, many: 1 },
+      { one: 1, many: 2 },
+    ]);
+    expect(await count()).toBe(4);
+  });
+
+  it('returns the same results on both paths, numbering sequence and typeSequence across them', async () => {
+    const results = [
+      await adapter.transaction((tx) => enqueue(tx, event('n-1'))),
+      ...(await adapter.transaction((tx) =>
+        enqueueMany(tx, [event('n-1', { type: 'OrderPaid' }), event('n-1'), event('n-2')]),
+      )),
+      await adapter.transaction((tx) => enqueue(tx, event('n-1', { type: 'OrderPaid' }))),
+      await adapter.transaction((tx) =>
+        enqueue(tx, event('n-1', { type: 'OrderShipped', idempotencyKey: 'k' })),
+      ),
+      await adapter.transaction((tx) =>
+        enqueue(tx, event('n-1', { type: 'OrderShipped', idempotencyKey: 'k', payload: { changed: true } })),
+      ),
+      await adapter.transaction((tx) => enqueue(tx, event('n-1', { aggregateId: 7 }))),
+    ];
+    const rows = await h.db.sql<{ event_id: string; row: string }[]>`
+      select event_id, aggregate_id || '/' || sequence || ':' || event_type || type_sequence as row
+      from outbox order by id`;
+    expect(rows.map((r) => r.row)).toEqual([
+      'n-1/1:OrderPlaced1',
+      'n-1/2:OrderPaid1',
+      'n-1/3:OrderPlaced2',
+      'n-2/1:OrderPlaced1',
+      'n-1/4:OrderPaid2',
+      'n-1/5:OrderShipped1',
+      '7/1:OrderPlaced1',
+    ]);
+    // Each result's eventId is its row's (the duplicate's, the first event's with that key).
+    const row = (r: { eventId: string }) => rows.findIndex((x) => x.event_id === r.eventId);
+    const result = (at: number, aggregateId: string, sequence: string, duplicate = false) => ({
+      eventId: at,
+      aggregateType: 'order',
+      aggregateId,
+      sequence,
+      duplicate,
+    });
+    expect(results.map((r) => ({ ...r, eventId: row(r) }))).toStrictEqual([
+      result(0, 'n-1', '1'),
+      result(1, 'n-1', '2'),
+      result(2, 'n-1', '3'),
+      result(3, 'n-2', '1'),
+      result(4, 'n-1', '4'),
+      result(5, 'n-1', '5'),
+      result(5, 'n-1', '5', true),
+      result(6, '7', '1'),
+    ]);
+  });
+
+  it('turns the database’s own refusal of one event into OutboxValidationError naming the field', async () => {
+    // JSON.stringify writes 1e-300 in 6 characters, Postgres in 302 (0.000…1): the TypeScript
+    // check passes this event, the database function measures Postgres's spelling and refuses it.
+    const error = await adapter
+      .transaction((tx) =>
+        enqueue(tx, event('v-2', { payload: { x: [1e-300, 1e-300, 1e-300] } }), { maxEntryBytes: 600 }),
+      )
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OutboxValidationError);
+    expect((error as OutboxValidationError).field).toBe('payload');
+    expect((error as OutboxValidationError).index).toBeUndefined();
+    expect((error as Error).message).toMatch(
+      /^payload: makes the EventBridge entry \d+ bytes, over the 600-byte limit$/,
+    );
+    let cause = (error as Error).cause as { code?: string; cause?: unknown } | undefined;
+    if (cause && cause.code === undefined) cause = cause.cause as typeof cause;
+    expect(cause?.code).toBe('22023');
     expect(await count()).toBe(0);
   });
 });
@@ -227,7 +383,8 @@ describe('adapter errors from the database', () => {
 
 describe('enqueue on a database without the outbox schema', () => {
   // A database as a service has it before anyone ran `outbox migrate`: the tables and the
-  // function do not exist, so Postgres answers 42883 (undefined_function) for outbox_enqueue_many.
+  // functions do not exist, so Postgres answers 42883 (undefined_function) for outbox_enqueue (one
+  // event without a key) or outbox_enqueue_many (several events, or a key).
   const name = `outbox_test_empty_${randomBytes(6).toString('hex')}`;
   const serverUrl = inject('databaseUrl');
   const url = withDatabase(serverUrl, name);
@@ -244,7 +401,7 @@ describe('enqueue on a database without the outbox schema', () => {
     await admin.end();
   });
 
-  const paths: { name: string; enqueue(): Promise<unknown> }[] = [
+  const paths: { name: string; enqueue(): Promise<unknown>; missing?: RegExp }[] = [
     {
       name: 'postgres (the main entry point)',
       enqueue: () => {
@@ -252,6 +409,15 @@ describe('enqueue on a database without the outbox schema', () => {
         clients.push({ end: () => sql.end({ timeout: 1 }) });
         return sql.begin((tx) => enqueueWithPostgres(tx, event('s-1')));
       },
+    },
+    {
+      name: 'postgres (the main entry point), several events',
+      enqueue: () => {
+        const sql = postgres(url, { max: 1, onnotice: () => {} });
+        clients.push({ end: () => sql.end({ timeout: 1 }) });
+        return sql.begin((tx) => enqueueManyWithPostgres(tx, [event('s-1'), event('s-2')]));
+      },
+      missing: /function outbox_enqueue_many\(/,
     },
     {
       name: 'node-postgres',
@@ -287,7 +453,7 @@ describe('enqueue on a database without the outbox schema', () => {
     expect(error).toBeInstanceOf(OutboxSchemaError);
     expect((error as OutboxSchemaError).sqlState).toBe('42883');
     expect((error as Error).message).toMatch(/run `npx outbox migrate`/);
-    expect((error as Error).message).toMatch(/outbox_enqueue_many/);
+    expect((error as Error).message).toMatch(path.missing ?? /function outbox_enqueue\(event_type => text/);
     // The driver's error stays reachable (Drizzle's wraps it once more).
     let cause = (error as Error).cause as { code?: string; cause?: unknown } | undefined;
     if (cause && cause.code === undefined) cause = cause.cause as typeof cause;

@@ -12,11 +12,13 @@
  * });
  * ```
  *
- * Locks and errors are those of the main `enqueue` (it calls the same database function,
- * `outbox_enqueue_many`): the aggregate's sequence lock is held until the transaction ends.
+ * Locks and errors are those of the main `enqueue` (it calls the same database functions:
+ * `outbox_enqueue` for one event without an idempotency key, one function call instead of two;
+ * `outbox_enqueue_many` for anything else): the aggregate's sequence lock is held until the
+ * transaction ends.
  */
 import { type SQL, sql } from 'drizzle-orm';
-import { type EnqueuedRow, producerFor } from './statement.ts';
+import { type EnqueuedOneRow, type EnqueuedRow, producerFor } from './statement.ts';
 import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 
 export {
@@ -36,17 +38,29 @@ export interface DrizzleExecutor {
   execute(query: SQL): PromiseLike<unknown>;
 }
 
-const producer = producerFor<DrizzleExecutor>(async (tx, p) => {
+/** The rows of a result: node-postgres returns { rows }, postgres.js an array of rows. */
+const rowsOf = (result: unknown): unknown[] =>
+  Array.isArray(result) ? result : (result as { rows: unknown[] }).rows;
+
+const producer = producerFor<DrizzleExecutor>({
+  one: async (tx, p) =>
+    rowsOf(
+      await tx.execute(sql`select event_id, sequence::text as sequence, duplicate
+      from outbox_enqueue(event_type => ${p.eventType}::text, source => ${p.source}::text,
+        aggregate_type => ${p.aggregateType}::text, aggregate_id => ${p.aggregateId}::text,
+        payload => ${p.payload}::text::jsonb, trace_header => ${p.traceHeader}::text,
+        max_entry_bytes => ${p.maxEntryBytes}::integer)`),
+    ) as EnqueuedOneRow[],
   // sql.param keeps each array one bound parameter (a bare array would expand into a list).
-  const result =
-    await tx.execute(sql`select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
-    from outbox_enqueue_many(
-      ${sql.param(p.eventTypes)}::text[], ${sql.param(p.sources)}::text[],
-      ${sql.param(p.aggregateTypes)}::text[], ${sql.param(p.aggregateIds)}::text[],
-      ${sql.param(p.payloads)}::text[]::jsonb[], ${sql.param(p.idempotencyKeys)}::text[],
-      ${sql.param(p.traceHeaders)}::text[], ${p.maxEntryBytes}::integer)`);
-  // node-postgres returns { rows }, postgres.js an array of rows.
-  return (Array.isArray(result) ? result : (result as { rows: unknown[] }).rows) as EnqueuedRow[];
+  many: async (tx, p) =>
+    rowsOf(
+      await tx.execute(sql`select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
+      from outbox_enqueue_many(
+        ${sql.param(p.eventTypes)}::text[], ${sql.param(p.sources)}::text[],
+        ${sql.param(p.aggregateTypes)}::text[], ${sql.param(p.aggregateIds)}::text[],
+        ${sql.param(p.payloads)}::text[]::jsonb[], ${sql.param(p.idempotencyKeys)}::text[],
+        ${sql.param(p.traceHeaders)}::text[], ${p.maxEntryBytes}::integer)`),
+    ) as EnqueuedRow[],
 });
 
 /**
@@ -54,7 +68,7 @@ const producer = producerFor<DrizzleExecutor>(async (tx, p) => {
  * @throws {OutboxValidationError} naming the bad field; nothing was sent to the database
  * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock: retry the whole transaction
  * @throws {OutboxConflictError} under REPEATABLE READ or SERIALIZABLE, when a concurrent transaction committed one of its idempotency keys after this one's snapshot: retry the whole transaction
- * @throws {OutboxSchemaError} when the database has no outbox schema, or an older one (SQLSTATE 42883 for `outbox_enqueue_many`): run `outbox migrate`
+ * @throws {OutboxSchemaError} when the database has no outbox schema, or an older one (SQLSTATE 42883 for `outbox_enqueue` or `outbox_enqueue_many`): run `outbox migrate`
  * @throws Drizzle's error otherwise
  */
 export const enqueue: (

@@ -10,9 +10,13 @@
  * });
  * ```
  *
- * The write itself is the database function `outbox_enqueue_many` (migrations/007), which every
- * producer shares — this API, the `pg` and Drizzle adapters and raw SQL from other languages — so
- * all of them take the same locks in the same order and follow the same rules.
+ * The write itself is a database function (migrations/007, 011), which every producer shares —
+ * this API, the `pg`, Drizzle and Kysely adapters and raw SQL from other languages — so all of them
+ * take the same locks in the same order and follow the same rules: `outbox_enqueue` for one event
+ * without an idempotency key, `outbox_enqueue_many` for several events or any key. The first is
+ * one function call where `outbox_enqueue_many` would make two (it hands such an event to
+ * `outbox_enqueue`): about 87 µs of database CPU per enqueue transaction instead of 103 µs
+ * (statement.ts).
  *
  * Locks: each call takes, and holds until the caller's transaction commits or rolls back,
  * 1. a transaction-scoped advisory lock per idempotency key (sorted), then
@@ -24,28 +28,51 @@
  * {@link OutboxDeadlockError} (retry the whole transaction).
  */
 import type { Queryable, Sql } from '../platform/db.ts';
-import { type EnqueuedRow, type EnqueueParameters, producerFor } from './statement.ts';
+import {
+  type EnqueuedOneRow,
+  type EnqueuedRow,
+  type EnqueueOneParameters,
+  type EnqueueParameters,
+  producerFor,
+} from './statement.ts';
 import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 
-function run(tx: Queryable, p: EnqueueParameters): Promise<readonly EnqueuedRow[]> {
+function inTransaction<T>(tx: Queryable, statement: (tx: Queryable) => Promise<T>): Promise<T> {
   // Called on a pool rather than in a transaction: make the call one transaction of its own, so the
   // idempotency locks and the sequence bump hold until the insert commits.
   if ('begin' in tx && typeof tx.begin === 'function')
-    return (tx as Sql).begin((inner) => statement(inner, p));
-  return statement(tx, p);
+    return (tx as Sql).begin((inner) => statement(inner)) as Promise<T>;
+  return statement(tx);
 }
 
-function statement(tx: Queryable, p: EnqueueParameters): Promise<readonly EnqueuedRow[]> {
-  return tx<EnqueuedRow[]>`
-    select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
-    from outbox_enqueue_many(
-      ${p.eventTypes}::text[], ${p.sources}::text[], ${p.aggregateTypes}::text[], ${p.aggregateIds}::text[],
-      ${p.payloads}::text[]::jsonb[], ${p.idempotencyKeys}::text[], ${p.traceHeaders}::text[],
-      ${p.maxEntryBytes}::integer
-    )`;
+function one(tx: Queryable, p: EnqueueOneParameters): Promise<readonly EnqueuedOneRow[]> {
+  return inTransaction(
+    tx,
+    (q) => q<EnqueuedOneRow[]>`
+      select event_id, sequence::text as sequence, duplicate
+      from outbox_enqueue(
+        event_type => ${p.eventType}::text, source => ${p.source}::text,
+        aggregate_type => ${p.aggregateType}::text, aggregate_id => ${p.aggregateId}::text,
+        payload => ${p.payload}::text::jsonb, trace_header => ${p.traceHeader}::text,
+        max_entry_bytes => ${p.maxEntryBytes}::integer
+      )`,
+  );
 }
 
-const producer = producerFor(run);
+function many(tx: Queryable, p: EnqueueParameters): Promise<readonly EnqueuedRow[]> {
+  return inTransaction(
+    tx,
+    (q) => q<EnqueuedRow[]>`
+      select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
+      from outbox_enqueue_many(
+        ${p.eventTypes}::text[], ${p.sources}::text[], ${p.aggregateTypes}::text[], ${p.aggregateIds}::text[],
+        ${p.payloads}::text[]::jsonb[], ${p.idempotencyKeys}::text[], ${p.traceHeaders}::text[],
+        ${p.maxEntryBytes}::integer
+      )`,
+  );
+}
+
+const producer = producerFor({ one, many });
 
 /**
  * Enqueues one event in the caller's transaction. Validates first; nothing is written when it throws.
@@ -53,7 +80,7 @@ const producer = producerFor(run);
  * @throws {OutboxValidationError} naming the bad field
  * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock (retry the transaction)
  * @throws {OutboxConflictError} under REPEATABLE READ or SERIALIZABLE, when a concurrent transaction committed one of its idempotency keys after this one's snapshot: retry the whole transaction
- * @throws {OutboxSchemaError} when the database has no outbox schema, or an older one (SQLSTATE 42883 for `outbox_enqueue_many`): run `outbox migrate`
+ * @throws {OutboxSchemaError} when the database has no outbox schema, or an older one (SQLSTATE 42883 for `outbox_enqueue` or `outbox_enqueue_many`): run `outbox migrate`
  * @throws the database's error (e.g. the caller's transaction was aborted)
  */
 export const enqueue: (

@@ -12,11 +12,13 @@
  * });
  * ```
  *
- * Locks and errors are those of the main `enqueue` (it calls the same database function,
- * `outbox_enqueue_many`): the aggregate's sequence lock is held until the transaction ends.
+ * Locks and errors are those of the main `enqueue` (it calls the same database functions:
+ * `outbox_enqueue` for one event without an idempotency key, one function call instead of two;
+ * `outbox_enqueue_many` for anything else): the aggregate's sequence lock is held until the
+ * transaction ends.
  */
 import { type Kysely, sql } from 'kysely';
-import { type EnqueuedRow, producerFor } from './statement.ts';
+import { type EnqueuedOneRow, type EnqueuedRow, producerFor } from './statement.ts';
 import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 
 export {
@@ -36,15 +38,24 @@ export type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
  */
 export type KyselyExecutor = Pick<Kysely<unknown>, 'getExecutor'>;
 
-const producer = producerFor<KyselyExecutor>(async (db, p) => {
-  // Kysely's sql tag binds each interpolated value as one parameter, arrays included.
-  const result =
-    await sql<EnqueuedRow>`select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
-    from outbox_enqueue_many(
-      ${p.eventTypes}::text[], ${p.sources}::text[], ${p.aggregateTypes}::text[], ${p.aggregateIds}::text[],
-      ${p.payloads}::text[]::jsonb[], ${p.idempotencyKeys}::text[], ${p.traceHeaders}::text[],
-      ${p.maxEntryBytes}::integer)`.execute(db);
-  return result.rows;
+// Kysely's sql tag binds each interpolated value as one parameter, arrays included.
+const producer = producerFor<KyselyExecutor>({
+  one: async (db, p) =>
+    (
+      await sql<EnqueuedOneRow>`select event_id, sequence::text as sequence, duplicate
+      from outbox_enqueue(event_type => ${p.eventType}::text, source => ${p.source}::text,
+        aggregate_type => ${p.aggregateType}::text, aggregate_id => ${p.aggregateId}::text,
+        payload => ${p.payload}::text::jsonb, trace_header => ${p.traceHeader}::text,
+        max_entry_bytes => ${p.maxEntryBytes}::integer)`.execute(db)
+    ).rows,
+  many: async (db, p) =>
+    (
+      await sql<EnqueuedRow>`select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
+      from outbox_enqueue_many(
+        ${p.eventTypes}::text[], ${p.sources}::text[], ${p.aggregateTypes}::text[], ${p.aggregateIds}::text[],
+        ${p.payloads}::text[]::jsonb[], ${p.idempotencyKeys}::text[], ${p.traceHeaders}::text[],
+        ${p.maxEntryBytes}::integer)`.execute(db)
+    ).rows,
 });
 
 /**
@@ -52,7 +63,7 @@ const producer = producerFor<KyselyExecutor>(async (db, p) => {
  * @throws {OutboxValidationError} naming the bad field; nothing was sent to the database
  * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock: retry the whole transaction
  * @throws {OutboxConflictError} under REPEATABLE READ or SERIALIZABLE, when a concurrent transaction committed one of its idempotency keys after this one's snapshot: retry the whole transaction
- * @throws {OutboxSchemaError} when the database has no outbox schema, or an older one (SQLSTATE 42883 for `outbox_enqueue_many`): run `outbox migrate`
+ * @throws {OutboxSchemaError} when the database has no outbox schema, or an older one (SQLSTATE 42883 for `outbox_enqueue` or `outbox_enqueue_many`): run `outbox migrate`
  * @throws the driver's error otherwise
  */
 export const enqueue: (

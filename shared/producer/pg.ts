@@ -19,10 +19,20 @@
  * }
  * ```
  *
- * Locks and errors are those of the main `enqueue` (it calls the same database function,
- * `outbox_enqueue_many`): the aggregate's sequence lock is held until your `commit` or `rollback`.
+ * Locks and errors are those of the main `enqueue` (it calls the same database functions:
+ * `outbox_enqueue` for one event without an idempotency key, one function call instead of two;
+ * `outbox_enqueue_many` for anything else): the aggregate's sequence lock is held until your
+ * `commit` or `rollback`.
  */
-import { ENQUEUE_MANY_SQL, type EnqueuedRow, positional, producerFor } from './statement.ts';
+import {
+  ENQUEUE_MANY_SQL,
+  ENQUEUE_ONE_SQL,
+  type EnqueuedOneRow,
+  type EnqueuedRow,
+  positional,
+  positionalOne,
+  producerFor,
+} from './statement.ts';
 import type { EnqueueOptions, EnqueueResult, OutboxEvent } from './types.ts';
 
 export {
@@ -43,16 +53,17 @@ export interface PgQueryable {
   query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
 }
 
-const producer = producerFor<PgQueryable>(
-  async (client, p) => (await client.query(ENQUEUE_MANY_SQL, positional(p))).rows as EnqueuedRow[],
-);
+const producer = producerFor<PgQueryable>({
+  one: async (client, p) => (await client.query(ENQUEUE_ONE_SQL, positionalOne(p))).rows as EnqueuedOneRow[],
+  many: async (client, p) => (await client.query(ENQUEUE_MANY_SQL, positional(p))).rows as EnqueuedRow[],
+});
 
 /**
  * Enqueues one event on a node-postgres client, in its current transaction.
  * @throws {OutboxValidationError} naming the bad field; nothing was sent to the database
  * @throws {OutboxDeadlockError} when Postgres aborted the transaction to break a deadlock: roll back and retry the whole transaction
  * @throws {OutboxConflictError} under REPEATABLE READ or SERIALIZABLE, when a concurrent transaction committed one of its idempotency keys after this one's snapshot: retry the whole transaction
- * @throws {OutboxSchemaError} when the database has no outbox schema, or an older one (SQLSTATE 42883 for `outbox_enqueue_many`): run `outbox migrate`
+ * @throws {OutboxSchemaError} when the database has no outbox schema, or an older one (SQLSTATE 42883 for `outbox_enqueue` or `outbox_enqueue_many`): run `outbox migrate`
  * @throws the driver's error otherwise (e.g. the transaction was already aborted)
  */
 export const enqueue: (

@@ -1,6 +1,8 @@
 /**
  * Turns the database errors of an enqueue into the package's typed errors, for every producer
- * path (the porsager API, the `pg` and Drizzle adapters). Matched on SQLSTATE, never on text.
+ * path (the porsager API, the `pg`, Drizzle and Kysely adapters) and both statements they send
+ * (`outbox_enqueue` for one event without a key, `outbox_enqueue_many` otherwise: both raise the
+ * same errors). Matched on SQLSTATE and the error's column, never on text.
  */
 import {
   OutboxConflictError,
@@ -9,7 +11,10 @@ import {
   OutboxValidationError,
 } from '../platform/errors.ts';
 
-/** SQLSTATE of `outbox_enqueue`'s validation errors (invalid_parameter_value); COLUMN names the field. */
+/**
+ * SQLSTATE of the enqueue functions' validation errors (invalid_parameter_value, raised by
+ * `outbox_enqueue_reject` for `outbox_enqueue` and `outbox_enqueue_many`); COLUMN names the field.
+ */
 export const ENQUEUE_INVALID_SQLSTATE = '22023';
 /** SQLSTATE of a deadlock (deadlock_detected). */
 export const DEADLOCK_SQLSTATE = '40P01';
@@ -17,16 +22,17 @@ export const DEADLOCK_SQLSTATE = '40P01';
 export const SERIALIZATION_SQLSTATE = '40001';
 /**
  * SQLSTATEs of a schema that is missing or older than this code: undefined_function (42883, e.g.
- * `outbox_enqueue_many` before `outbox migrate`), undefined_table (42P01), undefined_column (42703).
+ * `outbox_enqueue` or `outbox_enqueue_many` before `outbox migrate`; Postgres's message names the
+ * one called), undefined_table (42P01), undefined_column (42703).
  */
 const SCHEMA_SQLSTATES = new Set(['42883', '42P01', '42703'] as const);
 
 /**
  * Maps a failed enqueue statement's error: 40P01 → {@link OutboxDeadlockError}; 40001 →
  * {@link OutboxConflictError} (a key committed after the snapshot; retry); 22023 with a
- * column (raised by `outbox_enqueue`) → {@link OutboxValidationError} naming that parameter;
- * 42883, 42P01 or 42703 → {@link OutboxSchemaError} (run `outbox migrate`); anything else is
- * returned unchanged.
+ * column (raised by either enqueue function; for one event its message has no `events[i].`
+ * prefix) → {@link OutboxValidationError} naming that parameter; 42883, 42P01 or 42703 →
+ * {@link OutboxSchemaError} (run `outbox migrate`); anything else is returned unchanged.
  * @param events what the call was enqueueing (their aggregates are named in a deadlock error)
  */
 export function translateEnqueueError(
