@@ -14,7 +14,7 @@
  * Options: `--full` (more rows and repeats, the peer tuning grid), `--scheduler-delay none` (the
  * lambda-lag section without its model of Scheduler's delays and cold starts), `--only a,b` or
  * `--only a --only b` (run only these sections: relay, rounds, peers, profile, grid, lag, claim,
- * producer, bundle, lambda, scale, lambda-lag, lambda-scale, db-cost; and economy, which runs only when
+ * producer, bundle, lambda, scale, lambda-lag, lambda-scale, db-cost, enqueue-anatomy; and economy, which runs only when
  * named or with `--full`: about 13 minutes of real schedule).
  * Prints markdown tables as they are measured; writes JSON, markdown and an SVG chart to
  * bench/results/. Each section is a module of bench/sections/; a new one goes into SECTIONS.
@@ -25,6 +25,7 @@ import { runBundle } from './sections/bundle.ts';
 import { runClaim } from './sections/claim.ts';
 import { dbCost } from './sections/db-cost.ts';
 import { economy } from './sections/economy.ts';
+import { enqueueAnatomy } from './sections/enqueue-anatomy.ts';
 import { runGrid } from './sections/grid.ts';
 import { runLag } from './sections/lag.ts';
 import { runLambda } from './sections/lambda.ts';
@@ -95,6 +96,18 @@ const SECTIONS: Section[] = [
     names: ['db-cost'],
     run: async (b) => {
       b.results.dbCost = await dbCost(b, { events: 20_000, aggregates: 5_000, clients: 4, repeats: 3 });
+    },
+  },
+  {
+    // What each part of an enqueue costs the database: the plain INSERT built up to outbox_enqueue.
+    names: ['enqueue-anatomy'],
+    run: async (b) => {
+      b.results.enqueueAnatomy = await enqueueAnatomy(b, {
+        events: 20_000,
+        aggregates: 5_000,
+        clients: 4,
+        repeats: 3,
+      });
     },
   },
   {

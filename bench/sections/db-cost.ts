@@ -86,7 +86,8 @@ type Phases = {
 };
 
 const TYPES = ['OrderPlaced', 'OrderPaid', 'OrderShipped'];
-const event = (i: number, aggregates: number) => ({
+/** The i-th event of the section: three types in turn, aggregate i mod `aggregates`, a small order payload. */
+export const benchEvent = (i: number, aggregates: number) => ({
   type: TYPES[i % TYPES.length] as string,
   source: 'bench.orders',
   aggregateId: String(i % aggregates),
@@ -99,7 +100,7 @@ const event = (i: number, aggregates: number) => ({
 });
 
 /** Runs `work(i)` for i in [0, n) from `clients` concurrent loops; returns each call's latency, ms. */
-async function fromClients(
+export async function fromClients(
   n: number,
   clients: number,
   work: (i: number) => Promise<void>,
@@ -185,7 +186,7 @@ export function enqueueThroughFunction(
   o: { events: number; aggregates: number; clients: number },
 ): Promise<number[]> {
   return fromClients(o.events, o.clients, async (i) => {
-    const e = event(i, o.aggregates);
+    const e = benchEvent(i, o.aggregates);
     await sql.begin(
       (tx) => tx`
         select event_id, sequence, duplicate from outbox_enqueue(
@@ -238,7 +239,7 @@ export async function dbCost(ctx: Context, o: DbCostOptions): Promise<DbCostResu
       let latenciesMs: number[] = [];
       const enqueue = await probe.measure(async () => {
         latenciesMs = await fromClients(o.events, o.clients, async (i) => {
-          const e = event(i, o.aggregates);
+          const e = benchEvent(i, o.aggregates);
           await sql.begin((tx) => plainEnqueue(tx, { ...e, dedupKey: randomUUID() }));
         });
       });
