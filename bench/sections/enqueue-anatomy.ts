@@ -12,9 +12,10 @@
  * 2. this project's row, inserted by the client (its columns and its three indexes; `sequence`
  *    from a Postgres sequence, as nothing orders it);
  * 3. the same INSERT inside a PL/pgSQL function (the call, nothing else);
- * 4. + the aggregate's counter: `UPDATE … RETURNING last_sequence` (the row lock that orders an
+ * 4. + the aggregate's counter: `UPDATE … RETURNING` its last sequence (the row lock that orders an
  *    aggregate's events by commit, and `sequence`);
- * 5. + the per-type counts (`typeSequence`), as outbox_enqueue keeps them (jsonb);
+ * 5. + the per-type counts (`typeSequence`), as outbox_enqueue keeps them (jsonb; the counter's
+ *    number last in the row, as migration 014 keeps it);
  * 6. `outbox_enqueue` as shipped: + the validation of every field, SECURITY DEFINER with a
  *    pinned search_path;
  * 7. `enqueue()` from the TypeScript producer (what it sends for one event).
@@ -70,9 +71,9 @@ const HELPERS = `
     out event_id uuid, out sequence bigint)
   language plpgsql volatile as $fn$
   begin
-    update outbox_aggregate as a set last_sequence = a.last_sequence + 1
+    update outbox_aggregate as a set sequence_offset = a.sequence_offset + 1
     where a.aggregate_type = with_counter.aggregate_type and a.aggregate_id = with_counter.aggregate_id
-    returning a.last_sequence into with_counter.sequence;
+    returning a.last_sequence + a.sequence_offset into with_counter.sequence;
     event_id := gen_random_uuid();
     insert into outbox (event_id, aggregate_type, aggregate_id, sequence, event_type, source, payload)
     values (with_counter.event_id, with_counter.aggregate_type, with_counter.aggregate_id, with_counter.sequence,
@@ -84,11 +85,11 @@ const HELPERS = `
   declare type_sequence bigint;
   begin
     update outbox_aggregate as a
-    set last_sequence = a.last_sequence + 1,
-        type_counts = coalesce(a.type_counts, '{}'::jsonb) || jsonb_build_object(
-          with_type_counts.event_type, coalesce((a.type_counts ->> with_type_counts.event_type)::bigint, 0) + 1)
+    set type_counts = coalesce(a.type_counts, '{}'::jsonb) || jsonb_build_object(
+          with_type_counts.event_type, coalesce((a.type_counts ->> with_type_counts.event_type)::bigint, 0) + 1),
+        sequence_offset = a.sequence_offset + 1
     where a.aggregate_type = with_type_counts.aggregate_type and a.aggregate_id = with_type_counts.aggregate_id
-    returning a.last_sequence, (a.type_counts ->> with_type_counts.event_type)::bigint
+    returning a.last_sequence + a.sequence_offset, (a.type_counts ->> with_type_counts.event_type)::bigint
     into with_type_counts.sequence, type_sequence;
     event_id := gen_random_uuid();
     insert into outbox (event_id, aggregate_type, aggregate_id, sequence, type_sequence, event_type, source, payload)

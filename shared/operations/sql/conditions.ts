@@ -12,7 +12,7 @@ import { pendingRow } from '../../relay/sql/conditions.ts';
  * enqueued later, and deleting it would let the claim publish them and leave nothing to replay.
  * Prune does not know the relay's policy, so it keeps a dead letter that is not discarded until
  * its aggregate has moved past it: a later event was enqueued (the per-aggregate counter, which
- * outlives pruned rows, says so) and none of the later events is still to publish. Under
+ * outlives pruned rows, says so: its last sequence is last_sequence + sequence_offset, migration 014) and none of the later events is still to publish. Under
  * `continue` that happens once the events behind it are published; a dead letter that is the last
  * event of its aggregate stays until an operator acts or a later event goes out. `d` is the dead
  * letter's alias; the checks read the counter's primary key and `outbox_unfinished_by_aggregate_idx`.
@@ -26,7 +26,7 @@ export function expiredDeadLetter(sql: Queryable, retentionSeconds: number) {
       exists (
         select from outbox_aggregate a
         where a.aggregate_type = d.aggregate_type and a.aggregate_id = d.aggregate_id
-          and a.last_sequence > d.sequence)
+          and a.last_sequence + a.sequence_offset > d.sequence)
       and not exists (
         select from outbox n
         where n.aggregate_type = d.aggregate_type and n.aggregate_id = d.aggregate_id
