@@ -4,31 +4,22 @@
  * index on event_id is gone), so a key whose event is still in the outbox is never forgotten, and
  * a repeat of it is still a duplicate.
  */
-import { randomBytes } from 'node:crypto';
-import postgres from 'postgres';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { prune } from '../shared/operations/index.ts';
-import { applyMigrationFiles, withDatabase } from './support/db.ts';
+import { applyMigrationFiles, createEmptyDatabase, type EmptyDatabase } from './support/db.ts';
 
-const serverUrl = inject('databaseUrl');
-const name = `outbox_test_m011_${randomBytes(6).toString('hex')}`;
+let db: EmptyDatabase;
 let sql: postgres.Sql;
 
 /** Applies the migration files whose number is in [from, to], as they are. */
 const applyFiles = (from: string, to: string) => applyMigrationFiles(sql, from, to);
 
 beforeAll(async () => {
-  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
-  await admin.unsafe(`create database ${name}`);
-  await admin.end();
-  sql = postgres(withDatabase(serverUrl, name), { max: 2, onnotice: () => {} });
+  db = await createEmptyDatabase();
+  sql = db.sql;
 });
-afterAll(async () => {
-  await sql.end({ timeout: 5 });
-  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
-  await admin.unsafe(`drop database if exists ${name} with (force)`);
-  await admin.end();
-});
+afterAll(() => db.drop());
 
 describe('migration 011 on a database with events', () => {
   it('keeps every key of an event still in the outbox, and forgets only the ones whose event is gone', async () => {

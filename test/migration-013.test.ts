@@ -2,19 +2,17 @@
  * Migration 013 on a database that already holds events: the parking index goes while rows are
  * leased and parked, and the relay then publishes every event, in order per aggregate.
  */
-import { randomBytes } from 'node:crypto';
-import postgres from 'postgres';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LocalBus, startLocalBus } from '../dev/local-bus.ts';
 import { connect, type Sql } from '../shared/platform/db.ts';
 import type { Envelope } from '../shared/platform/envelope.ts';
 import { relayOnce } from '../shared/relay/loop.ts';
 import { claimBatch } from '../shared/relay/sql/index.ts';
-import { applyMigrationFiles, withDatabase } from './support/db.ts';
+import { applyMigrationFiles, createEmptyDatabase, type EmptyDatabase } from './support/db.ts';
 import { claimOptions, testClient, testSettings } from './support/relay.ts';
 
-const serverUrl = inject('databaseUrl');
-const name = `outbox_test_m013_${randomBytes(6).toString('hex')}`;
+let db: EmptyDatabase;
 let sql: postgres.Sql;
 let relaySql: Sql;
 let bus: LocalBus;
@@ -23,20 +21,15 @@ let bus: LocalBus;
 const applyFiles = (from: string, to: string) => applyMigrationFiles(sql, from, to);
 
 beforeAll(async () => {
-  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
-  await admin.unsafe(`create database ${name}`);
-  await admin.end();
-  sql = postgres(withDatabase(serverUrl, name), { max: 2, onnotice: () => {} });
-  relaySql = connect({ url: withDatabase(serverUrl, name), max: 4, env: {} });
+  db = await createEmptyDatabase();
+  sql = db.sql;
+  relaySql = connect({ url: db.url, max: 4, env: {} });
   bus = await startLocalBus();
 });
 afterAll(async () => {
   await relaySql.end({ timeout: 5 });
-  await sql.end({ timeout: 5 });
   await bus.close();
-  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
-  await admin.unsafe(`drop database if exists ${name} with (force)`);
-  await admin.end();
+  await db.drop();
 });
 
 describe('migration 013 on a database with events', () => {

@@ -3,27 +3,18 @@
  * last_sequence + sequence_offset, and every aggregate's numbering (sequence and typeSequence)
  * goes on from where it was, on both enqueue paths, with no gap and no repeat.
  */
-import { randomBytes } from 'node:crypto';
-import postgres from 'postgres';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { applyMigrationFiles, withDatabase } from './support/db.ts';
+import type postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { applyMigrationFiles, createEmptyDatabase, type EmptyDatabase } from './support/db.ts';
 
-const serverUrl = inject('databaseUrl');
-const name = `outbox_test_m014_${randomBytes(6).toString('hex')}`;
+let db: EmptyDatabase;
 let sql: postgres.Sql;
 
 beforeAll(async () => {
-  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
-  await admin.unsafe(`create database ${name}`);
-  await admin.end();
-  sql = postgres(withDatabase(serverUrl, name), { max: 2, onnotice: () => {} });
+  db = await createEmptyDatabase();
+  sql = db.sql;
 });
-afterAll(async () => {
-  await sql.end({ timeout: 5 });
-  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
-  await admin.unsafe(`drop database if exists ${name} with (force)`);
-  await admin.end();
-});
+afterAll(() => db.drop());
 
 /** One event through the single-event function. */
 const one = (id: string, type: string) => sql<{ sequence: string }[]>`

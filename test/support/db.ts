@@ -22,14 +22,26 @@ export function withDatabase(serverUrl: string, database: string): string {
   return url.toString();
 }
 
-/** Creates and migrates a fresh database on the test server. */
-export async function createTestDatabase(options: { max?: number } = {}): Promise<TestDatabase> {
+/** A database of the test server, with a drop that closes nothing but what it opened. */
+async function newDatabase(): Promise<{ url: string; dropDatabase(): Promise<void> }> {
   const serverUrl = inject('databaseUrl');
   const name = `outbox_test_${randomBytes(6).toString('hex')}`;
   const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
   await admin.unsafe(`create database ${name}`);
   await admin.end();
-  const url = withDatabase(serverUrl, name);
+  return {
+    url: withDatabase(serverUrl, name),
+    async dropDatabase() {
+      const a = postgres(serverUrl, { max: 1, onnotice: () => {} });
+      await a.unsafe(`drop database if exists ${name} with (force)`);
+      await a.end();
+    },
+  };
+}
+
+/** Creates and migrates a fresh database on the test server. */
+export async function createTestDatabase(options: { max?: number } = {}): Promise<TestDatabase> {
+  const { url, dropDatabase } = await newDatabase();
   await migrate(url);
   const sql = connect({ url, max: options.max ?? 8, env: {} });
   return {
@@ -37,9 +49,30 @@ export async function createTestDatabase(options: { max?: number } = {}): Promis
     sql,
     async drop() {
       await sql.end({ timeout: 5 });
-      const a = postgres(serverUrl, { max: 1, onnotice: () => {} });
-      await a.unsafe(`drop database if exists ${name} with (force)`);
-      await a.end();
+      await dropDatabase();
+    },
+  };
+}
+
+/** An empty database (no migrations applied), for a test of an upgrade from an older schema. */
+export interface EmptyDatabase {
+  url: string;
+  /** A pool of 2 connections, notices ignored (`applyMigrationFiles` takes it). */
+  sql: postgres.Sql;
+  /** Closes the pool and drops the database. */
+  drop(): Promise<void>;
+}
+
+/** Creates an empty database on the test server. */
+export async function createEmptyDatabase(): Promise<EmptyDatabase> {
+  const { url, dropDatabase } = await newDatabase();
+  const sql = postgres(url, { max: 2, onnotice: () => {} });
+  return {
+    url,
+    sql,
+    async drop() {
+      await sql.end({ timeout: 5 });
+      await dropDatabase();
     },
   };
 }
