@@ -27,6 +27,31 @@ alter table outbox_aggregate add column sequence_offset bigint not null default 
 comment on column outbox_aggregate.sequence_offset is
   'Sequences handed out since last_sequence was written: the aggregate''s last sequence is last_sequence + sequence_offset (migration 014).';
 
+-- A call of the old functions that was already running when this migration committed (it waited
+-- for the ALTER's lock) goes on with the old code, which bumps and returns last_sequence alone. If
+-- a call of the new code has added to sequence_offset first, that would hand out a sequence given
+-- before and skip one (test/migration-014-in-flight.test.ts). This trigger refuses such an update
+-- with a serialization failure: the producer retries its transaction, and the retry runs the new
+-- code. The new code never sets last_sequence, so the trigger never fires for it; an AFTER trigger
+-- (a BEFORE row trigger would lock each counter row first, a WAL record per enqueue) with a
+-- column list and a WHEN costs an enqueue no write. An old call that finds sequence_offset still 0
+-- numbers correctly and goes through.
+create function outbox_aggregate_refuse_stale_bump() returns trigger
+language plpgsql as $fn$
+begin
+  raise exception using
+    errcode = '40001',
+    message = 'outbox_enqueue: the outbox schema was upgraded (migration 014) while this call was running',
+    hint = 'Retry the whole transaction: the retry runs the upgraded functions.';
+end
+$fn$;
+revoke execute on function outbox_aggregate_refuse_stale_bump() from public;
+
+create trigger outbox_aggregate_refuse_stale_bump
+  after update of last_sequence on outbox_aggregate
+  for each row when (old.sequence_offset <> 0)
+  execute function outbox_aggregate_refuse_stale_bump();
+
 -- The insert of outbox_enqueue_many, as migration 011 left it, but for the counter: it adds to
 -- sequence_offset and returns last_sequence + sequence_offset.
 create or replace function outbox_enqueue_insert(

@@ -8,6 +8,9 @@
  * published earlier event the partial unique index (unfinished rows only, migration 011) does not
  * refuse the duplicate.
  *
+ * Migration 014 refuses such a call with a serialization failure (40001, a trigger on
+ * last_sequence), and the producer's retry runs 014's body.
+ *
  * The order is made deterministic with a lock queue: X asks for SHARE ROW EXCLUSIVE on the table
  * before A's call asks for ROW EXCLUSIVE, so when the migration commits X gets the table first and
  * A waits for X's transaction, in which X enqueues with 014's body.
@@ -77,12 +80,18 @@ describe('migration 014 with a producer in flight', () => {
     await x`commit`;
     x.release();
 
-    const [aRow] = await aResult;
+    // A's call ran migration 011's body after the commit; it is refused as a serialization
+    // failure, and its retry runs 014's.
+    await expect(aResult).rejects.toMatchObject({ code: '40001' });
+    const [retried] = await aSql.begin(
+      (tx) => tx<{ sequence: string }[]>`
+        select sequence::text from outbox_enqueue('Changed', 'shop.orders', 'order', 'hot', '{}'::jsonb)`,
+    );
     const events = await sql<{ sequence: string }[]>`
       select sequence::text from outbox where aggregate_id = 'hot' order by sequence, id`;
     const [counter] = await sql<{ last: string }[]>`
       select (last_sequence + sequence_offset)::text as last from outbox_aggregate where aggregate_id = 'hot'`;
-    expect({ a: aRow?.sequence, events: events.map((e) => e.sequence), last: counter?.last }).toEqual({
+    expect({ a: retried?.sequence, events: events.map((e) => e.sequence), last: counter?.last }).toEqual({
       a: '5',
       events: ['1', '2', '3', '4', '5'],
       last: '5',
