@@ -70,7 +70,8 @@ export interface DbCostResult {
   postgres: string;
 }
 
-interface Context {
+/** What a section needs of the bench: a progress line, and a markdown table for the report. */
+export interface SectionContext {
   log: (line: string) => void;
   report: (markdown: string) => void;
 }
@@ -197,7 +198,7 @@ export function enqueueThroughFunction(
 }
 
 /** Runs the section on a cluster of its own and reports its table. */
-export async function dbCost(ctx: Context, o: DbCostOptions): Promise<DbCostResult> {
+export async function dbCost(ctx: SectionContext, o: DbCostOptions): Promise<DbCostResult> {
   const rig = await openDbCostRig(o.clients);
   const { sql, probe, bus, settings, client } = rig;
   try {

@@ -28,7 +28,7 @@ import { enqueue } from '../../shared/producer/index.ts';
 import { plainEnqueue, setUpPlainOutbox } from '../plain-outbox.ts';
 import type { PgCost } from '../support/pg-cost.ts';
 import { median } from '../support/processes.ts';
-import { benchEvent, fromClients, openDbCostRig } from './db-cost.ts';
+import { benchEvent, fromClients, openDbCostRig, type SectionContext } from './db-cost.ts';
 
 /** Knobs of the section. */
 export interface AnatomyOptions {
@@ -43,11 +43,6 @@ export interface AnatomyStep {
   step: string;
   cpuUs: number;
   walBytes: number;
-}
-
-interface Context {
-  log: (line: string) => void;
-  report: (markdown: string) => void;
 }
 
 type Event = ReturnType<typeof benchEvent>;
@@ -147,7 +142,7 @@ const STEPS: { step: string; write: (tx: Sql, e: Event) => Promise<unknown> }[] 
 ];
 
 /** Runs the section on a cluster of its own and reports its table. */
-export async function enqueueAnatomy(ctx: Context, o: AnatomyOptions): Promise<AnatomyStep[]> {
+export async function enqueueAnatomy(ctx: SectionContext, o: AnatomyOptions): Promise<AnatomyStep[]> {
   const rig = await openDbCostRig(o.clients);
   const { sql, probe } = rig;
   try {
