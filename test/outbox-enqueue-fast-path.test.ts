@@ -20,6 +20,8 @@ interface Candidate {
   payloadJson: string;
   traceHeader: string | null;
   maxEntryBytes: number;
+  /** None when absent. */
+  idempotencyKey?: string | undefined;
 }
 
 /** The outcome of a statement: 'ok', or the error's SQLSTATE, column and message. */
@@ -81,7 +83,7 @@ async function compare(c: Candidate): Promise<{ checked: string; enqueued: strin
     h.db.sql.begin(async (tx) => {
       if (c.maxEntryBytes < 1 || c.maxEntryBytes > 1_048_576)
         await tx`select outbox_enqueue_reject('max_entry_bytes', 'must be a number of bytes from 1 to 1048576 (the largest entry EventBridge accepts)', null)`;
-      await tx`select outbox_enqueue_check(${c.eventType}, ${c.source}, ${c.aggregateType}, ${c.aggregateId}, ${c.payloadJson}::text::jsonb, null, ${c.traceHeader}, ${c.maxEntryBytes}, null)`;
+      await tx`select outbox_enqueue_check(${c.eventType}, ${c.source}, ${c.aggregateType}, ${c.aggregateId}, ${c.payloadJson}::text::jsonb, ${c.idempotencyKey ?? null}, ${c.traceHeader}, ${c.maxEntryBytes}, null)`;
       await tx`rollback and chain`;
     }),
   );
@@ -90,7 +92,7 @@ async function compare(c: Candidate): Promise<{ checked: string; enqueued: strin
       await tx`select * from outbox_enqueue(
         event_type => ${c.eventType}, source => ${c.source}, aggregate_type => ${c.aggregateType},
         aggregate_id => ${c.aggregateId}, payload => ${c.payloadJson}::text::jsonb, trace_header => ${c.traceHeader},
-        max_entry_bytes => ${c.maxEntryBytes})`;
+        max_entry_bytes => ${c.maxEntryBytes}, idempotency_key => ${c.idempotencyKey ?? null})`;
       await tx`rollback and chain`;
     }),
   );
@@ -99,7 +101,7 @@ async function compare(c: Candidate): Promise<{ checked: string; enqueued: strin
     h.db.sql.begin(async (tx) => {
       await tx`select * from outbox_enqueue_many(
         array[${c.eventType}]::text[], array[${c.source}]::text[], array[${c.aggregateType}]::text[],
-        array[${c.aggregateId}]::text[], array[${c.payloadJson}::text::jsonb], null,
+        array[${c.aggregateId}]::text[], array[${c.payloadJson}::text::jsonb], array[${c.idempotencyKey ?? null}]::text[],
         array[${c.traceHeader}]::text[], ${c.maxEntryBytes})`;
       await tx`rollback and chain`;
     }),
@@ -115,6 +117,16 @@ const valid: Candidate = {
   aggregateId: '42',
   payloadJson: '{"total": 1}',
   traceHeader: null,
+  maxEntryBytes: 1_048_576,
+};
+/** Every field at its limit in bytes, and a payload whose text is 2,001 bytes long. */
+const largest: Candidate = {
+  eventType: 'a'.repeat(128),
+  source: 's'.repeat(256),
+  aggregateType: 't'.repeat(512),
+  aggregateId: 'i'.repeat(512),
+  payloadJson: `{"p": "${'x'.repeat(1_992)}"}`,
+  traceHeader: 'h'.repeat(500),
   maxEntryBytes: 1_048_576,
 };
 const limits = {
@@ -164,6 +176,11 @@ describe('outbox_enqueue, the single-event path', () => {
       ...Object.entries(limits).flatMap(([field, n]) => edges(n).map((v) => ({ ...valid, [field]: v }))),
       ...payloadEdges.map((p) => ({ ...valid, payloadJson: p })),
       ...[0, 1, 300, 400, 1_048_577].map((m) => ({ ...valid, maxEntryBytes: m })),
+      // The largest event the cheap conditions let through: every field at its limit, a payload of
+      // 2,001 characters. The checker counts its entry as 3,635 bytes; the cheap bound is 8,793,
+      // below which outbox_enqueue sums the entry (migration 015) and from which it does not.
+      ...[3_634, 3_635, 8_792, 8_793, 8_794, 1_048_576].map((m) => ({ ...largest, maxEntryBytes: m })),
+      ...[3_634, 3_635, 8_793].map((m) => ({ ...largest, idempotencyKey: 'k', maxEntryBytes: m })),
     ];
     let accepted = 0;
     for (const c of cases) {
@@ -186,7 +203,8 @@ describe('outbox_enqueue, the single-event path', () => {
           aggregateId: text(512),
           payloadJson: payload,
           traceHeader: text(500),
-          maxEntryBytes: fc.constantFrom(1_048_576, 1_048_576, 1_048_576, 600, 700, 0),
+          maxEntryBytes: fc.constantFrom(1_048_576, 1_048_576, 1_048_576, 8_793, 8_792, 600, 700, 0),
+          idempotencyKey: fc.constantFrom(undefined, undefined, undefined, 'k'),
         }),
         async (c) => {
           const { checked, enqueued } = await compare(c);
