@@ -12,9 +12,11 @@
  * invokes it as Lambda's Node.js runtime does, with the heap limits the runtime sets.
  *
  * Options: `--full` (more rows and repeats, the peer tuning grid), `--scheduler-delay none` (the
- * lambda-lag section without its model of Scheduler's delays and cold starts), `--only a,b` or
+ * lambda-lag section without its model of Scheduler's delays and cold starts),
+ * `--instructions-events n` (the enqueue-instructions section's transactions per variant), `--only a,b` or
  * `--only a --only b` (run only these sections: relay, rounds, peers, profile, grid, lag, claim,
- * producer, bundle, lambda, scale, lambda-lag, lambda-scale, db-cost, enqueue-anatomy; and economy, which runs only when
+ * producer, bundle, lambda, scale, lambda-lag, lambda-scale, db-cost, enqueue-anatomy,
+ * enqueue-instructions (needs valgrind); and economy, which runs only when
  * named or with `--full`: about 13 minutes of real schedule).
  * Prints markdown tables as they are measured; writes JSON, markdown and an SVG chart to
  * bench/results/. Each section is a module of bench/sections/; a new one goes into SECTIONS.
@@ -26,6 +28,7 @@ import { runClaim } from './sections/claim.ts';
 import { dbCost } from './sections/db-cost.ts';
 import { economy } from './sections/economy.ts';
 import { enqueueAnatomy } from './sections/enqueue-anatomy.ts';
+import { enqueueInstructions } from './sections/enqueue-instructions.ts';
 import { runGrid } from './sections/grid.ts';
 import { runLag } from './sections/lag.ts';
 import { runLambda } from './sections/lambda.ts';
@@ -49,6 +52,8 @@ const { values } = parseArgs({
     'economy-gap-seconds': { type: 'string' },
     /** `economy`: `steady,economy` (default) or one of them. */
     'economy-modes': { type: 'string' },
+    /** `enqueue-instructions`: transactions per variant (default 2,000). */
+    'instructions-events': { type: 'string' },
   },
 });
 
@@ -107,6 +112,16 @@ const SECTIONS: Section[] = [
         aggregates: 5_000,
         clients: 4,
         repeats: 3,
+      });
+    },
+  },
+  {
+    // An enqueue's database CPU as instructions counted by callgrind: deterministic, unlike CPU time.
+    names: ['enqueue-instructions'],
+    run: async (b) => {
+      b.results.enqueueInstructions = await enqueueInstructions(b, {
+        events: Number(values['instructions-events'] ?? 2_000),
+        aggregates: 500,
       });
     },
   },

