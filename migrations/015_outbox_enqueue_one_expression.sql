@@ -11,9 +11,10 @@
 -- which about 69k went to validating the event. Two changes, behaviour unchanged:
 --
 -- 1. outbox_enqueue decides the common case (no idempotency key, max_entry_bytes of at least
---    8793, every cheap condition true) with one expression, not three; the entry-size sum, the
---    key's branch and the max_entry_bytes refusal are only built when they can matter. RETURN NEXT
---    through the OUT parameters replaces RETURN QUERY (a query, so an executor, per call).
+--    8793, every cheap condition true) with two expressions (the payload's text, and one test),
+--    where migration 014 evaluated four; the entry-size sum, the key's branch and the
+--    max_entry_bytes refusal are only built when they can matter. RETURN NEXT through the OUT
+--    parameters replaces RETURN QUERY (a query, so an executor, per call).
 -- 2. The CHECK (attempts >= 0) of migration 001 is dropped. Postgres turns a table's CHECK
 --    constraints into executable form again in every statement that inserts or updates a row
 --    (about 13k instructions per enqueue). attempts is written only by the relay's statements,
@@ -40,7 +41,12 @@ declare
   new_sequence bigint;
   new_type_sequence bigint;
 begin
-  payload_text := outbox_enqueue.payload::text;
+  -- The payload's text, for the common case only: an event with a key, or a max_entry_bytes out of
+  -- range, is answered first (as migration 014 did), and a payload's text can be too large to make
+  -- (over 1 GB, test/migration-015-errors.test.ts).
+  payload_text := case when outbox_enqueue.idempotency_key is null
+                         and outbox_enqueue.max_entry_bytes between 8793 and 1048576
+                       then outbox_enqueue.payload::text end;
   -- The common case, decided by one expression: no idempotency key, a max_entry_bytes of at least
   -- 8793 (up to EventBridge's 1048576), and migration 014's sufficient conditions for
   -- outbox_enqueue_check to pass (each text field no longer in UTF-8 bytes than its limit in UTF-16
@@ -78,6 +84,7 @@ begin
       perform outbox_enqueue_reject('max_entry_bytes',
         'must be a number of bytes from 1 to 1048576 (the largest entry EventBridge accepts)', null);
     end if;
+    payload_text := coalesce(payload_text, outbox_enqueue.payload::text);
     -- Migration 014's sufficient conditions, the entry's upper bound among them.
     if not coalesce(
          octet_length(outbox_enqueue.event_type) <= 128 and ascii(outbox_enqueue.event_type) between 33 and 126
