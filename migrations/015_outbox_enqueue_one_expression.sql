@@ -12,9 +12,11 @@
 --
 -- 1. outbox_enqueue decides the common case (no idempotency key, max_entry_bytes of at least
 --    8793, every cheap condition true) with two expressions (the payload's text, and one test),
---    where migration 014 evaluated four; the entry-size sum, the key's branch and the
---    max_entry_bytes refusal are only built when they can matter. RETURN NEXT through the OUT
---    parameters replaces RETURN QUERY (a query, so an executor, per call).
+--    where migration 014 evaluated four. Anything else goes, as before, to a key's path or the
+--    max_entry_bytes refusal, and then to the checker, outbox_enqueue_check (014 first tried its
+--    cheap conditions with the entry's sum, which spared the checker only a valid event under a
+--    max_entry_bytes below 8793). RETURN NEXT through the OUT parameters replaces RETURN QUERY (a
+--    query, so an executor, per call).
 -- 2. The CHECK (attempts >= 0) of migration 001 is dropped. Postgres turns a table's CHECK
 --    constraints into executable form again in every statement that inserts or updates a row
 --    (about 13k instructions per enqueue). attempts is written only by the relay's statements,
@@ -54,7 +56,7 @@ begin
   -- 19 digits, shorter than 2,002 characters). Those conditions bound the entry (as
   -- outbox_enqueue_check counts it) by 14 + 256 + 128 + 512 * 6 + 512 * 6 + 250 + 2001 = 8793
   -- bytes, so at such a max_entry_bytes its sum need not be computed. Anything else takes the
-  -- branch below, which decides as migration 014 did.
+  -- branch below: a key's path, the max_entry_bytes refusal, else the checker.
   if not coalesce(
        outbox_enqueue.idempotency_key is null
        and outbox_enqueue.max_entry_bytes between 8793 and 1048576
@@ -84,27 +86,11 @@ begin
       perform outbox_enqueue_reject('max_entry_bytes',
         'must be a number of bytes from 1 to 1048576 (the largest entry EventBridge accepts)', null);
     end if;
-    payload_text := coalesce(payload_text, outbox_enqueue.payload::text);
-    -- Migration 014's sufficient conditions, the entry's upper bound among them.
-    if not coalesce(
-         octet_length(outbox_enqueue.event_type) <= 128 and ascii(outbox_enqueue.event_type) between 33 and 126
-         and octet_length(outbox_enqueue.source) <= 256 and ascii(outbox_enqueue.source) between 33 and 126
-         and lower(outbox_enqueue.source) not like 'aws.%'
-         and octet_length(outbox_enqueue.aggregate_type) <= 512 and ascii(outbox_enqueue.aggregate_type) between 33 and 126
-         and octet_length(outbox_enqueue.aggregate_id) <= 512 and ascii(outbox_enqueue.aggregate_id) between 33 and 126
-         and (outbox_enqueue.trace_header is null
-              or (octet_length(outbox_enqueue.trace_header) <= 500 and ascii(outbox_enqueue.trace_header) between 33 and 126))
-         and jsonb_typeof(outbox_enqueue.payload) = 'object'
-         and octet_length(payload_text) < 2002
-         and payload_text !~ '[0-9]{19}'
-         and 14 + octet_length(outbox_enqueue.source) + octet_length(outbox_enqueue.event_type)
-             + octet_length(outbox_enqueue.aggregate_type) * 6 + octet_length(outbox_enqueue.aggregate_id) * 6 + 250
-             + octet_length(payload_text) <= outbox_enqueue.max_entry_bytes,
-         false) then
-      perform outbox_enqueue_check(outbox_enqueue.event_type, outbox_enqueue.source,
-        outbox_enqueue.aggregate_type, outbox_enqueue.aggregate_id, outbox_enqueue.payload, null,
-        outbox_enqueue.trace_header, outbox_enqueue.max_entry_bytes, null);
-    end if;
+    -- The checker decides (migration 014 first tried its cheap conditions with the entry's sum,
+    -- for a max_entry_bytes below 8793; such a call now always takes the checker).
+    perform outbox_enqueue_check(outbox_enqueue.event_type, outbox_enqueue.source,
+      outbox_enqueue.aggregate_type, outbox_enqueue.aggregate_id, outbox_enqueue.payload, null,
+      outbox_enqueue.trace_header, outbox_enqueue.max_entry_bytes, null);
   end if;
 
   -- Lock 2 of migration 007: the counter row, held until the caller's transaction ends, so that
