@@ -13,7 +13,7 @@
  *
  * Options: `--full` (more rows and repeats, the peer tuning grid), `--scheduler-delay none` (the
  * lambda-lag section without its model of Scheduler's delays and cold starts),
- * `--instructions-events n` (the enqueue-instructions section's transactions per variant), `--only a,b` or
+ * `--instructions-events n` (the enqueue-instructions section's transactions per step), `--only a,b` or
  * `--only a --only b` (run only these sections: relay, rounds, peers, profile, grid, lag, claim,
  * producer, bundle, lambda, scale, lambda-lag, lambda-scale, db-cost, enqueue-anatomy,
  * enqueue-instructions (needs valgrind); and economy, which runs only when
@@ -52,7 +52,7 @@ const { values } = parseArgs({
     'economy-gap-seconds': { type: 'string' },
     /** `economy`: `steady,economy` (default) or one of them. */
     'economy-modes': { type: 'string' },
-    /** `enqueue-instructions`: transactions per variant (default 2,000). */
+    /** `enqueue-instructions`: transactions per step (default 2,000). */
     'instructions-events': { type: 'string' },
   },
 });

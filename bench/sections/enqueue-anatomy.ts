@@ -47,8 +47,12 @@ export interface AnatomyStep {
 
 type Event = ReturnType<typeof benchEvent>;
 
-/** The section's helper functions: the INSERT of outbox_enqueue, with less around it. */
-const HELPERS = `
+/**
+ * The section's helper functions (schema `anatomy`, dropped and created anew): the INSERT of
+ * outbox_enqueue, with less around it. SQL to run once on a database with the outbox's tables;
+ * STEPS 2–5 call them. Also run by the enqueue-instructions section, which counts the same steps.
+ */
+export const HELPERS = `
   drop schema if exists anatomy cascade;
   create schema anatomy;
   create sequence anatomy.sequence;
@@ -93,8 +97,17 @@ const HELPERS = `
             with_type_counts.payload);
   end $fn$;`;
 
-/** Each step: a label and how one event is written in the caller's transaction. */
-const STEPS: { step: string; write: (tx: Sql, e: Event) => Promise<unknown> }[] = [
+/** One step of the anatomy: a label and how one event is written in the caller's transaction. */
+export interface AnatomyStepDef {
+  step: string;
+  write: (tx: Sql, e: Event) => Promise<unknown>;
+}
+
+/**
+ * The steps, in order (1 … 7 of the section's docstring); steps 2–5 need HELPERS and step 1 the
+ * plain design's table (setUpPlainOutbox). Also counted by the enqueue-instructions section.
+ */
+export const STEPS: AnatomyStepDef[] = [
   {
     step: 'plain design: one INSERT of its row',
     write: (tx, e) => plainEnqueue(tx, { ...e, dedupKey: crypto.randomUUID() }),
@@ -154,6 +167,21 @@ export async function emptyWithCountersSeen(sql: Sql, aggregates: number): Promi
     from generate_series(0, ${aggregates - 1}) as g`;
 }
 
+/**
+ * Writes `o.events` events with step `s`, each in a transaction of its own, from `o.clients`
+ * clients of `sql`, event `n` being `benchEvent(n, o.aggregates)`.
+ */
+export async function writeStep(
+  sql: Sql,
+  s: AnatomyStepDef,
+  o: { events: number; aggregates: number; clients: number },
+): Promise<void> {
+  await fromClients(o.events, o.clients, async (n) => {
+    const e = benchEvent(n, o.aggregates);
+    await sql.begin((tx) => s.write(tx as unknown as Sql, e));
+  });
+}
+
 /** Runs the section on a cluster of its own and reports its table. */
 export async function enqueueAnatomy(ctx: SectionContext, o: AnatomyOptions): Promise<AnatomyStep[]> {
   const rig = await openDbCostRig(o.clients);
@@ -167,14 +195,9 @@ export async function enqueueAnatomy(ctx: SectionContext, o: AnatomyOptions): Pr
       const order = STEPS.map((_, i) => i);
       if (r % 2 === 1) order.reverse();
       for (const i of order) {
-        const s = STEPS[i] as (typeof STEPS)[number];
+        const s = STEPS[i] as AnatomyStepDef;
         await emptyWithCountersSeen(sql, o.aggregates);
-        const { cost } = await probe.measure(() =>
-          fromClients(o.events, o.clients, async (n) => {
-            const e = benchEvent(n, o.aggregates);
-            await sql.begin((tx) => s.write(tx as unknown as Sql, e));
-          }),
-        );
+        const { cost } = await probe.measure(() => writeStep(sql, s, o));
         costs[i]?.push(cost);
         ctx.log(
           `enqueue-anatomy #${r + 1} ${s.step}: ${Math.round(cost.cpuUs / o.events)} µs ${Math.round(cost.walBytes / o.events)} B`,

@@ -1,68 +1,64 @@
 /**
  * Bench section `enqueue-instructions` (issue 20): the database CPU of one enqueue transaction as
- * the number of instructions its backend executes, counted by valgrind's callgrind, beside the
- * plain design's INSERT (bench/plain-outbox.ts) and a transaction of `select 1`. Process CPU time
- * (the db-cost and enqueue-anatomy sections) varies ±10% run to run, which leaves the bound
- * "enqueue ≤ 2× the plain design's CPU" undecided when the ratio is near it; instruction counts
- * repeat to within 1%. They are not time: a cache miss costs more than an add, and callgrind counts
- * only the backend's own (user-space) instructions, not the kernel's work for it (the socket reads
- * and writes of every statement, the WAL writes), which is much the same per transaction in every
- * variant. So the ratio to the plain design is higher than the CPU-time ratio; what it decides
- * without noise is whether a change made the database's own work smaller or larger, and by how much.
+ * the number of instructions its backend executes, counted by valgrind's callgrind, at each step of
+ * the enqueue-anatomy section (the plain design's INSERT built up, one part at a time, to
+ * `outbox_enqueue` as shipped and the TypeScript `enqueue()`: its STEPS and HELPERS), above a
+ * transaction of `select 1`, the floor. Process CPU time (the db-cost and enqueue-anatomy sections)
+ * varies ±10% run to run, which leaves the bound "enqueue ≤ 2× the plain design's CPU" undecided
+ * when the ratio is near it, and a step's few µs lost in the noise; instruction counts repeat to
+ * within 1%. They are not time: a cache miss costs more than an add, and callgrind counts only the
+ * backend's own (user-space) instructions, not the kernel's work for it (the socket reads and
+ * writes of every statement, the WAL writes), which is much the same per transaction in every
+ * step. So the ratio to the plain design is higher than the CPU-time ratio; what it decides
+ * without noise is whether a change made the database's own work smaller or larger, by how much,
+ * and which part of the enqueue it is in.
  *
  * On a private cluster (embedded Postgres, its server under `valgrind --tool=callgrind`, which
- * writes one file per process, each backend's when it exits). Per variant, on one connection of
+ * writes one file per process, each backend's when it exits). Per step, on one connection of
  * its own (postgres.js with prepared statements, as the other sections): `events` events over
  * `aggregates` aggregates, each in its own transaction (BEGIN, the statement, COMMIT), after a
  * CHECKPOINT, on empty tables whose aggregates all have counters (the steady state of an
  * aggregate seen before, as enqueue-anatomy measures). Instructions per event = (the backend's
- * total − that of a backend that only connected, the mean of one before the variants and one
+ * total − that of a backend that only connected, the mean of one before the steps and one
  * after) / `events`. Autovacuum is off and checkpoints
- * happen only when asked, so that nothing but the variant's own work changes the count.
+ * happen only when asked, so that nothing but the step's own work changes the count.
  *
  * Needs `valgrind` on the PATH; without it the section reports that it was skipped.
  */
 import { execFileSync } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import { chmodSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { searchableByOthers } from '../../dev/permissions.ts';
 import { connect, type Sql } from '../../shared/platform/index.ts';
-import { enqueue } from '../../shared/producer/index.ts';
-import { plainEnqueue, setUpPlainOutbox } from '../plain-outbox.ts';
-import {
-  benchEvent,
-  enqueueThroughFunction,
-  fromClients,
-  openDbCostRig,
-  type SectionContext,
-} from './db-cost.ts';
-import { emptyWithCountersSeen } from './enqueue-anatomy.ts';
+import { setUpPlainOutbox } from '../plain-outbox.ts';
+import { fromClients, openDbCostRig, type SectionContext } from './db-cost.ts';
+import { emptyWithCountersSeen, HELPERS, STEPS, writeStep } from './enqueue-anatomy.ts';
 
 /** Knobs of the section. */
 export interface InstructionsOptions {
-  /** Transactions per variant, one event each. */
+  /** Transactions per step, one event each. */
   events: number;
   /** Aggregates the events are spread over (each has a counter beforehand). */
   aggregates: number;
 }
 
-/** One variant's figures. */
-export interface InstructionsVariant {
-  variant: string;
+/** One step's figures. */
+export interface InstructionsStep {
+  /** The floor (`select 1`), then enqueue-anatomy's steps as `n. label`. */
+  step: string;
   /** Instructions the backend executed per transaction, beyond a backend that only connected. */
   perEvent: number;
-  /** `perEvent` ÷ the plain design's. */
+  /** `perEvent` ÷ the plain design's (step 1). */
   perPlain: number;
 }
 
 /** The section's result; undefined when skipped (no valgrind). */
 export interface InstructionsResult {
-  variants: InstructionsVariant[];
+  steps: InstructionsStep[];
   /**
-   * Instructions of a backend that only connected (and asked its pid), before the variants and
+   * Instructions of a backend that only connected (and asked its pid), before the steps and
    * after them; their mean is subtracted.
    */
   connectOnly: [number, number];
@@ -71,43 +67,19 @@ export interface InstructionsResult {
   valgrind: string;
 }
 
-/** The variants: a label, and the section's `events` transactions on `sql`, one connection. */
-const VARIANTS: {
-  variant: string;
-  run: (sql: Sql, o: InstructionsOptions) => Promise<unknown>;
-}[] = [
+/**
+ * What is counted, in order: the floor, then enqueue-anatomy's steps; each a label and the
+ * section's `events` transactions on `sql`, one connection. The plain design is row 1 (step 1).
+ */
+const ROWS: { step: string; run: (sql: Sql, o: InstructionsOptions) => Promise<unknown> }[] = [
   {
-    variant: '`select 1` (the floor: BEGIN, a statement, COMMIT)',
+    step: '`select 1` (the floor: BEGIN, a statement, COMMIT)',
     run: (sql, o) => fromClients(o.events, 1, () => sql.begin((tx) => tx`select 1`).then(() => {})),
   },
-  {
-    variant: 'plain design: one INSERT of its row',
-    run: (sql, o) =>
-      fromClients(o.events, 1, async (i) => {
-        const e = benchEvent(i, o.aggregates);
-        await sql.begin((tx) => plainEnqueue(tx, { ...e, dedupKey: randomUUID() }));
-      }),
-  },
-  {
-    variant: '`outbox_enqueue`',
-    run: (sql, o) => enqueueThroughFunction(sql, { ...o, clients: 1 }),
-  },
-  {
-    variant: '`enqueue()` from TypeScript',
-    run: (sql, o) =>
-      fromClients(o.events, 1, async (i) => {
-        const e = benchEvent(i, o.aggregates);
-        await sql.begin((tx) =>
-          enqueue(tx as unknown as Sql, {
-            type: e.type,
-            source: e.source,
-            aggregateType: 'order',
-            aggregateId: e.aggregateId,
-            payload: e.payload,
-          }),
-        );
-      }),
-  },
+  ...STEPS.map((s, i) => ({
+    step: `${i + 1}. ${s.step}`,
+    run: (sql: Sql, o: InstructionsOptions) => writeStep(sql, s, { ...o, clients: 1 }),
+  })),
 ];
 
 /**
@@ -143,6 +115,7 @@ export async function enqueueInstructions(
   try {
     const [v] = await rig.sql<{ v: string }[]>`select current_setting('server_version') as v`;
     await setUpPlainOutbox(rig.sql);
+    await rig.sql.unsafe(HELPERS);
     const backend = async (work: (sql: Sql) => Promise<unknown>): Promise<number> => {
       await emptyWithCountersSeen(rig.sql, o.aggregates);
       await rig.sql`checkpoint`;
@@ -162,15 +135,15 @@ export async function enqueueInstructions(
       `enqueue-instructions: a backend that only connected: ${connectOnlyBefore.toLocaleString('en')} instructions`,
     );
     const totals: number[] = [];
-    for (const s of VARIANTS) {
+    for (const s of ROWS) {
       const total = await backend((sql) => s.run(sql, o));
       totals.push(total);
       ctx.log(
-        `enqueue-instructions ${s.variant}: ${Math.round((total - connectOnlyBefore) / o.events).toLocaleString('en')} per event`,
+        `enqueue-instructions ${s.step}: ${Math.round((total - connectOnlyBefore) / o.events).toLocaleString('en')} per event`,
       );
     }
     // Once more at the end: the two agree (a forked backend does not carry the postmaster's count
-    // with it), which is what makes one subtraction right for every variant.
+    // with it), which is what makes one subtraction right for every step.
     const connectOnlyAfter = await backend(async () => {});
     ctx.log(
       `enqueue-instructions: a backend that only connected, at the end: ${connectOnlyAfter.toLocaleString('en')} instructions`,
@@ -178,13 +151,13 @@ export async function enqueueInstructions(
     const connectOnly = (connectOnlyBefore + connectOnlyAfter) / 2;
     const perEvent = totals.map((t) => (t - connectOnly) / o.events);
     const plain = perEvent[1] as number;
-    const variants = VARIANTS.map((s, i) => ({
-      variant: s.variant,
+    const steps = ROWS.map((s, i) => ({
+      step: s.step,
       perEvent: Math.round(perEvent[i] as number),
       perPlain: Number(((perEvent[i] as number) / plain).toFixed(3)),
     }));
     const result: InstructionsResult = {
-      variants,
+      steps,
       connectOnly: [connectOnlyBefore, connectOnlyAfter],
       events: o.events,
       postgres: String(v?.v),
@@ -222,16 +195,18 @@ async function callgrindTotal(file: string): Promise<number> {
 
 function table(r: InstructionsResult, o: InstructionsOptions): string {
   const k = (x: number) => (x / 1000).toFixed(1);
-  const floor = r.variants[0] as InstructionsVariant;
-  const lines = r.variants.map(
-    (s, i) =>
-      `| ${s.variant} | ${k(s.perEvent)} | ${s.perPlain.toFixed(2)}× | ${i === 0 ? '' : k(s.perEvent - floor.perEvent)} |`,
-  );
-  return `### An enqueue's database CPU in instructions, per event (${o.events.toLocaleString('en')} transactions per variant, ${o.aggregates.toLocaleString('en')} aggregates seen before)
+  const floor = r.steps[0] as InstructionsStep;
+  const lines = r.steps.map((s, i) => {
+    const prev = r.steps[i - 1];
+    const over =
+      prev === undefined ? '' : `${s.perEvent >= prev.perEvent ? '+' : ''}${k(s.perEvent - prev.perEvent)}`;
+    return `| ${s.step} | ${k(s.perEvent)} | ${s.perPlain.toFixed(2)}× | ${over} | ${i === 0 ? '' : k(s.perEvent - floor.perEvent)} |`;
+  });
+  return `### An enqueue's database CPU in instructions, step by step, per event (${o.events.toLocaleString('en')} transactions per step, ${o.aggregates.toLocaleString('en')} aggregates seen before)
 
-| variant | instructions per event (thousands) | ÷ plain | beyond \`select 1\` (thousands) |
-|---|---|---|---|
+| step | instructions per event (thousands) | ÷ plain | over the previous step (thousands) | beyond \`select 1\` (thousands) |
+|---|---|---|---|---|
 ${lines.join('\n')}
 
-Instructions executed by the variant's backend, counted by callgrind (${r.valgrind}), Postgres ${r.postgres} on a private cluster: (the backend's total − that of a backend that only connected: ${r.connectOnly.map(k).join(' and ')} thousand, before and after the variants) ÷ ${o.events.toLocaleString('en')} transactions, each BEGIN, one statement, COMMIT, over one connection with prepared statements. Deterministic to within 1% run to run, unlike the CPU time of db-cost and enqueue-anatomy; not a measure of time: user-space instructions only, without the kernel's work for each transaction (socket, WAL writes), which is about the same in every variant, so the ratios are higher than those of CPU time. Autovacuum off, a CHECKPOINT before each variant.`;
+The steps of enqueue-anatomy (each the one above it plus one part; steps 2–5 are that section's own functions, bench/sections/enqueue-anatomy.ts, writing the product's tables). Instructions executed by the step's backend, counted by callgrind (${r.valgrind}), Postgres ${r.postgres} on a private cluster: (the backend's total − that of a backend that only connected: ${r.connectOnly.map(k).join(' and ')} thousand, before and after the steps) ÷ ${o.events.toLocaleString('en')} transactions, each BEGIN, one statement, COMMIT, over one connection with prepared statements. Deterministic to within 1% run to run, unlike the CPU time of db-cost and enqueue-anatomy; not a measure of time: user-space instructions only, without the kernel's work for each transaction (socket, WAL writes), which is about the same in every step, so the ratios are higher than those of CPU time. Autovacuum off, a CHECKPOINT before each step.`;
 }
