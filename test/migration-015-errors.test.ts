@@ -42,18 +42,22 @@ describe('migration 015: errors as migration 014 gave them', () => {
   it('refuses max_entry_bytes 0 as max_entry_bytes, whatever the payload text size', {
     timeout: 120_000,
   }, async () => {
-    const error = await refusal((tx) => tx`
+    const error = await refusal(
+      (tx) => tx`
       select * from outbox_enqueue('OrderPlaced', 'shop.orders', 'order', 'o-1',
-        jsonb_build_object('a', repeat(chr(1), 180000000)), null, null, 0)`);
+        jsonb_build_object('a', repeat(chr(1), 180000000)), null, null, 0)`,
+    );
     expect(error).toEqual({ code: '22023', column: 'max_entry_bytes' });
   });
 
   it('refuses a blank event_type with a key as event_type, whatever the payload text size', {
     timeout: 120_000,
   }, async () => {
-    const error = await refusal((tx) => tx`
+    const error = await refusal(
+      (tx) => tx`
       select * from outbox_enqueue(' ', 'shop.orders', 'order', 'o-1',
-        jsonb_build_object('a', repeat(chr(1), 180000000)), 'key-1')`);
+        jsonb_build_object('a', repeat(chr(1), 180000000)), 'key-1')`,
+    );
     expect(error).toEqual({ code: '22023', column: 'event_type' });
   });
 });
