@@ -178,7 +178,8 @@ describe('outbox_enqueue, the single-event path', () => {
       ...[0, 1, 300, 400, 1_048_577].map((m) => ({ ...valid, maxEntryBytes: m })),
       // The largest event the cheap conditions let through: every field at its limit, a payload of
       // 2,001 characters. The checker counts its entry as 3,635 bytes; the cheap bound is 8,793,
-      // below which outbox_enqueue sums the entry (migration 015) and from which it does not.
+      // below which outbox_enqueue leaves the decision to the checker (migration 015) and from
+      // which it decides alone.
       ...[3_634, 3_635, 8_792, 8_793, 8_794, 1_048_576].map((m) => ({ ...largest, maxEntryBytes: m })),
       ...[3_634, 3_635, 8_793].map((m) => ({ ...largest, idempotencyKey: 'k', maxEntryBytes: m })),
     ];
