@@ -119,10 +119,13 @@ const SECTIONS: Section[] = [
     // An enqueue's database CPU as instructions counted by callgrind: deterministic, unlike CPU time.
     names: ['enqueue-instructions'],
     run: async (b) => {
-      b.results.enqueueInstructions = await enqueueInstructions(b, {
-        events: Number(values['instructions-events'] ?? 2_000),
-        aggregates: 500,
-      });
+      const events = Number(values['instructions-events'] ?? 2_000);
+      if (!Number.isInteger(events) || events < 1) {
+        throw new Error(
+          `--instructions-events: ${JSON.stringify(values['instructions-events'])} is not a whole number of transactions of at least 1`,
+        );
+      }
+      b.results.enqueueInstructions = await enqueueInstructions(b, { events, aggregates: 500 });
     },
   },
   {
