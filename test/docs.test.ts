@@ -333,6 +333,32 @@ describe('repository documents', () => {
     expect(broken).toEqual([]);
   });
 
+  it('cite the README by a section name it has (a database hint says: see the README, "…")', async () => {
+    const self = fileURLToPath(import.meta.url);
+    const readme = readPage('README.md');
+    // A heading, or a paragraph's bold lead ("**Enqueue from SQL** …"), names a section.
+    const sections = [
+      ...readme.headings,
+      ...[...readme.prose.matchAll(/^\*\*([^*]+)\*\*/gm)].map((m) => m[1]),
+    ];
+    const missing: string[] = [];
+    let cited = 0;
+    for await (const path of files(root)) {
+      if (path === self || path.endsWith('.md')) continue;
+      const lines = (await readFile(path, 'utf8')).split('\n');
+      lines.forEach((line, i) => {
+        for (const m of line.matchAll(/\bREADME(?:'s|,)\s+"([^"]+)"/g)) {
+          cited++;
+          const name = m[1].replace(/[.,]$/, '');
+          if (!sections.some((s) => s.includes(name)))
+            missing.push(`${relative(root, path)}:${i + 1}: "${name}"`);
+        }
+      });
+    }
+    expect(cited).toBeGreaterThan(0);
+    expect(missing).toEqual([]);
+  });
+
   it('cite nothing outside the repository: no DESIGN.md, no numbered guarantee of a brief it does not ship', async () => {
     const self = fileURLToPath(import.meta.url);
     const offending: string[] = [];
