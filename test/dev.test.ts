@@ -14,8 +14,8 @@ import { createTestDatabase, type TestDatabase } from './support/db.ts';
 const repo = fileURLToPath(new URL('..', import.meta.url));
 
 /** Runs `npm run <script>` in a process group of its own, as a terminal's foreground job. */
-function npmRun(script: string, env: NodeJS.ProcessEnv): ChildProcess {
-  return spawn('npm', ['run', '--silent', script], {
+function npmRun(script: string, env: NodeJS.ProcessEnv, args: string[] = []): ChildProcess {
+  return spawn('npm', ['run', '--silent', script, ...(args.length > 0 ? ['--', ...args] : [])], {
     cwd: repo,
     env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -166,5 +166,67 @@ describe('npm run bus', () => {
     } finally {
       await db.drop();
     }
+  }, 60_000);
+
+  it('--refuse <text> refuses the events whose detail holds the text, so a dead letter can be tried locally', async () => {
+    const db = await createTestDatabase({ max: 1 });
+    try {
+      const child = npmRun('bus', { LOCAL_BUS_PORT: '0' }, ['--refuse', 'poison']);
+      running.push(child);
+      const run = collect(child);
+      await waitForOutput(() => run.output().stdout, /refusing .*poison/);
+      const url = /listening on (http:\/\/\S+)/.exec(run.output().stdout)?.[1] ?? '';
+      for (const [id, note] of [
+        ['1', 'poison'],
+        ['2', 'fine'],
+      ]) {
+        await db.sql`select * from outbox_enqueue(event_type => 'BusRefusal', source => 'dev.test',
+          aggregate_type => 'try', aggregate_id => ${id}, payload => ${db.sql.json({ note })})`;
+      }
+      const env = {
+        HOME: process.env.HOME,
+        AWS_EC2_METADATA_DISABLED: 'true',
+        DATABASE_URL: db.url,
+        EVENT_BUS_NAME: 'demo',
+        AWS_ENDPOINT_URL_EVENTBRIDGE: url,
+        AWS_REGION: 'us-east-1',
+        AWS_ACCESS_KEY_ID: 'local',
+        AWS_SECRET_ACCESS_KEY: 'local',
+      };
+      await runCli(['relay', '--until-empty'], { env });
+      const rows = await db.sql<
+        { aggregate_id: string; published: boolean; dead: boolean; last_error: string | null }[]
+      >`
+        select aggregate_id, published_at is not null as published, dead_lettered_at is not null as dead, last_error
+        from outbox order by aggregate_id`;
+      expect(rows.map((r) => [r.aggregate_id, r.published, r.dead])).toEqual([
+        ['1', false, true],
+        ['2', true, false],
+      ]);
+      expect(rows[0].last_error).toMatch(/InvalidArgument/);
+      const listed = await runCli(['dead-letters', 'list', '--json'], { env });
+      expect(JSON.parse(listed.stdout).map((d: { aggregateId: string }) => d.aggregateId)).toEqual(['1']);
+      ctrlC(child);
+      expect((await run).code).toBe(0);
+    } finally {
+      await db.drop();
+    }
+  }, 60_000);
+
+  it('--help prints its options and exits 0 without starting', async () => {
+    const child = npmRun('bus', { LOCAL_BUS_PORT: '0' }, ['--help']);
+    running.push(child);
+    const r = await collect(child);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/--refuse <text>/);
+    expect(r.stdout).not.toMatch(/listening/);
+  }, 60_000);
+
+  it('refuses an unknown option, naming it', async () => {
+    const child = npmRun('bus', { LOCAL_BUS_PORT: '0' }, ['--refuse-all']);
+    running.push(child);
+    const r = await collect(child);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--refuse-all/);
   }, 60_000);
 });
