@@ -339,6 +339,19 @@ describe('enqueue validation', () => {
     expect(await count()).toBe(1);
   });
 
+  it('says an aggregateId may be a string or a safe integer when it is neither', async () => {
+    const error = await db.sql
+      .begin((tx) => enqueue(tx, event({ aggregateId: {} as unknown as string })))
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OutboxValidationError);
+    expect((error as Error).message).toBe('aggregateId: must be a string or a safe integer');
+    const other = await db.sql
+      .begin((tx) => enqueue(tx, event({ aggregateType: 7 as unknown as string })))
+      .catch((e: unknown) => e);
+    expect((other as Error).message).toBe('aggregateType: must be a string');
+    expect(await count()).toBe(0);
+  });
+
   it('names the position of the bad event in a many-events call and writes none of them', async () => {
     const error = await db.sql
       .begin((tx) => enqueueMany(tx, [event(), event({ source: 'aws.ec2' })]))

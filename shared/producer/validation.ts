@@ -102,6 +102,7 @@ export function validateEvent(event: OutboxEvent, options: EnqueueOptions, index
     'aggregateId',
     MAX_AGGREGATE_LENGTH,
     fail,
+    'must be a string or a safe integer',
   );
   const idempotencyKey =
     event.idempotencyKey === undefined || event.idempotencyKey === null
@@ -169,8 +170,10 @@ function requireText(
   field: string,
   maxLength: number,
   fail: (field: string, message: string) => never,
+  /** What to say when the value is there but not a string; the field may accept more than strings. */
+  notAString = 'must be a string',
 ): string {
-  if (typeof value !== 'string') return fail(field, value === undefined ? 'is required' : 'must be a string');
+  if (typeof value !== 'string') return fail(field, value === undefined ? 'is required' : notAString);
   if (value.trim() === '') return fail(field, 'must not be empty');
   if (value.length > maxLength)
     return fail(field, `must be at most ${maxLength} characters (got ${value.length})`);
