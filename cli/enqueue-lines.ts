@@ -62,7 +62,15 @@ export async function enqueueFromLines(
       validateEvent(event, { defaultSource: options.defaultSource, maxEntryBytes: options.maxEntryBytes });
       events.push(event);
     } catch (error) {
-      if (errors.length < MAX_REPORTED_ERRORS) errors.push({ line: n, message: (error as Error).message });
+      let message = (error as Error).message;
+      // The library's error knows no CLI: say how this command supplies a Source.
+      if (
+        error instanceof OutboxValidationError &&
+        error.field === 'source' &&
+        message === 'source: is required'
+      )
+        message += '; give the line a "source", or pass --source or set OUTBOX_DEFAULT_SOURCE';
+      if (errors.length < MAX_REPORTED_ERRORS) errors.push({ line: n, message });
     }
   }
   if (errors.length > 0) return { enqueued: 0, duplicates: 0, errors };
