@@ -8,16 +8,8 @@ import { Readable } from 'node:stream';
 import type { Sql } from '../shared/platform/index.ts';
 import { OutboxValidationError, parseExactJson } from '../shared/platform/index.ts';
 import { enqueueMany, type OutboxEvent, validateEvent } from '../shared/producer/index.ts';
+import { checkKnownFields } from '../shared/producer/validation.ts';
 
-const FIELDS = new Set([
-  'type',
-  'aggregateType',
-  'aggregateId',
-  'payload',
-  'source',
-  'idempotencyKey',
-  'traceHeader',
-]);
 /** Invalid lines reported before giving up reading more errors. */
 const MAX_REPORTED_ERRORS = 50;
 
@@ -70,7 +62,15 @@ export async function enqueueFromLines(
       validateEvent(event, { defaultSource: options.defaultSource, maxEntryBytes: options.maxEntryBytes });
       events.push(event);
     } catch (error) {
-      if (errors.length < MAX_REPORTED_ERRORS) errors.push({ line: n, message: (error as Error).message });
+      let message = (error as Error).message;
+      // The library's error knows no CLI: say how this command supplies a Source.
+      if (
+        error instanceof OutboxValidationError &&
+        error.field === 'source' &&
+        message === 'source: is required'
+      )
+        message += '; give the line a "source", or pass --source or set OUTBOX_DEFAULT_SOURCE';
+      if (errors.length < MAX_REPORTED_ERRORS) errors.push({ line: n, message });
     }
   }
   if (errors.length > 0) return { enqueued: 0, duplicates: 0, errors };
@@ -102,14 +102,7 @@ function parseLine(text: string): OutboxEvent {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     throw new OutboxValidationError('line', 'must be a JSON object');
   }
-  for (const key of Object.keys(value)) {
-    if (!FIELDS.has(key)) {
-      throw new OutboxValidationError(
-        key,
-        `is not a known field (expected one of ${[...FIELDS].join(', ')})`,
-      );
-    }
-  }
+  checkKnownFields(value);
   const event = value as OutboxEvent;
   // The payload again, with every number kept as written (1234567890123456789 would otherwise
   // be enqueued as 1234567890123456800): it is written to the database digit for digit.

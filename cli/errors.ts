@@ -9,6 +9,7 @@ import {
   OutboxConfigError,
   OutboxError,
   OutboxSchemaError,
+  sameConnectionSettings,
 } from '../shared/platform/index.ts';
 
 /** Exit statuses of the `outbox` command. */
@@ -54,7 +55,7 @@ export function explainError(thrown: unknown, env: NodeJS.ProcessEnv): { message
     return {
       message:
         `${what} database "${target.database}" at ${target.address} (${e.message}, ${e.code}): ` +
-        'run `outbox migrate` first, with the same DATABASE_URL.',
+        `run \`outbox migrate\` first, ${sameConnectionSettings(env)}.`,
       exitCode: EXIT.failure,
     };
   }

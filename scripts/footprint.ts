@@ -14,19 +14,41 @@
  * Then the example consumer handlers bundled with esbuild, minified (scripts/measure.ts).
  *
  * The figures depend on the machine and its load: compare lines of one run, not runs.
- * Flags: `--no-build` reuses dist/packages; `--keep` leaves the temporary projects (path printed).
+ * Flags: `--no-build` reuses dist/packages; `--keep` leaves the temporary projects (path printed);
+ * `--help` prints the usage and exits 0; an unknown flag exits 2 with the usage.
  */
 import { execFile } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
+import { parseArgs, promisify } from 'node:util';
 import { bundleSize, CONSUMER_EXAMPLES, countPackages, folderBytes, IMPORT_PROBE } from './measure.ts';
 
 const exec = promisify(execFile);
 const root = fileURLToPath(new URL('..', import.meta.url));
-const args = new Set(process.argv.slice(2));
+const usage =
+  'usage: npm run footprint -- [--no-build] [--keep] [--help]\n' +
+  '  builds and packs each package, installs it in a fresh project, and prints its install size and import time\n' +
+  '  --no-build  reuse dist/packages instead of running scripts/build.ts first\n' +
+  '  --keep      leave the temporary projects (their path is printed)';
+let args: { 'no-build'?: boolean; keep?: boolean; help?: boolean };
+try {
+  ({ values: args } = parseArgs({
+    options: {
+      'no-build': { type: 'boolean' },
+      keep: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  }));
+} catch (error) {
+  console.error(`${(error as Error).message}\n${usage}`);
+  process.exit(2);
+}
+if (args.help) {
+  console.log(usage);
+  process.exit(0);
+}
 const RUNS = 5;
 
 /** Each role's package, what its service already has installed, and what its import is measured on. */
@@ -113,7 +135,7 @@ async function measureImports(
 const mb = (bytes: number) => (bytes / 1e6).toFixed(2);
 const kib = (bytes: number) => (bytes / 1024).toFixed(0);
 
-if (!args.has('--no-build')) await exec(process.execPath, [join(root, 'scripts', 'build.ts')], { cwd: root });
+if (!args['no-build']) await exec(process.execPath, [join(root, 'scripts', 'build.ts')], { cwd: root });
 const work = await mkdtemp(join(tmpdir(), 'outbox-footprint-'));
 try {
   const tarballs: Record<string, string> = {};
@@ -166,6 +188,6 @@ try {
     console.log(`| ${entry} | ${kib(bundled.bytes)} KiB | ${kib(external.bytes)} KiB |`);
   }
 } finally {
-  if (args.has('--keep')) console.log(`footprint: projects kept in ${work}`);
+  if (args.keep) console.log(`footprint: projects kept in ${work}`);
   else await rm(work, { recursive: true, force: true });
 }

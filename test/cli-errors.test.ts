@@ -268,3 +268,36 @@ describe('a privilege the database user lacks', () => {
     }
   });
 });
+
+describe('a database that was never migrated, reached without DATABASE_URL', () => {
+  const name = `outbox_unmigrated_pg_${randomBytes(4).toString('hex')}`;
+  beforeAll(async () => {
+    const admin = postgres(inject('databaseUrl'), { max: 1, onnotice: () => {} });
+    await admin.unsafe(`create database ${name}`);
+    await admin.end();
+  });
+  afterAll(async () => {
+    const admin = postgres(inject('databaseUrl'), { max: 1, onnotice: () => {} });
+    await admin.unsafe(`drop database if exists ${name} with (force)`);
+    await admin.end();
+  });
+
+  it('says to run `outbox migrate` with the same PG variables, not "the same DATABASE_URL"', async () => {
+    const server = new URL(inject('databaseUrl'));
+    const r = await runCli(['status'], {
+      env: env({
+        DATABASE_URL: undefined,
+        PGHOST: server.hostname,
+        PGPORT: server.port || '5432',
+        PGUSER: decodeURIComponent(server.username),
+        PGPASSWORD: decodeURIComponent(server.password) || undefined,
+        PGDATABASE: name,
+      }),
+    });
+    expect(r.stderr).toMatch(new RegExp(`the outbox tables are missing from database "${name}"`));
+    expect(r.stderr).toMatch(/run `outbox migrate` first/);
+    expect(r.stderr).not.toMatch(/same DATABASE_URL/);
+    expect(r.stderr).toMatch(/DATABASE_URL is not set, so libpq's PGHOST, PGPORT, PGUSER and PGDATABASE/);
+    expect(r.code).toBe(1);
+  });
+});

@@ -101,7 +101,9 @@ describe('outbox CLI', () => {
     expect(r.stderr).toContain('line 2: line: is not valid JSON');
     expect(r.stderr).toContain('line 3: payload: must be a plain JSON object');
     expect(r.stderr).toContain('line 4: aggregateID: is not a known field');
-    expect(r.stderr).toContain('line 5: source: is required');
+    expect(r.stderr).toContain(
+      'line 5: source: is required; give the line a "source", or pass --source or set OUTBOX_DEFAULT_SOURCE',
+    );
     expect(r.stderr).toContain('4 invalid line(s); nothing was written');
     const [count] = await h.db.sql`select count(*)::int as n from outbox`;
     expect(count?.n).toBe(0);
@@ -159,7 +161,10 @@ describe('outbox CLI', () => {
   it('relay fails fast with a message naming a missing or malformed variable', async () => {
     const missing = await run(['relay', '--once'], { env: env({ EVENT_BUS_NAME: '' }) });
     expect(missing.code).toBe(2);
-    expect(missing.stderr.trim()).toBe('error: EVENT_BUS_NAME: is required');
+    expect(missing.stderr.trim()).toBe(
+      'error: EVENT_BUS_NAME: is required: the name or ARN of the EventBridge event bus to publish to; ' +
+        'for a local bus, `npm run bus` in a checkout of outbox-relay-aws prints the exports to set',
+    );
     const malformed = await run(['relay', '--once'], { env: env({ OUTBOX_BATCH_SIZE: 'lots' }) });
     expect(malformed.code).toBe(2);
     expect(malformed.stderr).toMatch(/^error: OUTBOX_BATCH_SIZE: .*\(got "lots"\)/);
@@ -184,6 +189,9 @@ describe('outbox CLI', () => {
     const r = await run(['relay', '--until-empty'], { env: env({ AWS_REGION: '' }) });
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/^error: AWS_REGION: is required to sign PutEvents requests/);
+    // What to set, not only what is missing.
+    expect(r.stderr).toMatch(/set the bus's region, e\.g\. AWS_REGION=eu-west-1/);
+    expect(r.stderr).toMatch(/`npm run bus`/);
     const [row] = await h.db.sql`select attempts, dead_lettered_at from outbox`;
     expect(row).toEqual({ attempts: 0, dead_lettered_at: null });
   });

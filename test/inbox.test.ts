@@ -11,9 +11,14 @@ import {
   inbox,
 } from '../shared/consumer/index.ts';
 import { connect, type Sql } from '../shared/platform/db.ts';
-import { OutboxValidationError } from '../shared/platform/errors.ts';
+import { OutboxSchemaError, OutboxValidationError } from '../shared/platform/errors.ts';
 import { defineEvent } from '../shared/producer/typed-events.ts';
-import { createTestDatabase, type TestDatabase } from './support/db.ts';
+import {
+  createEmptyDatabase,
+  createTestDatabase,
+  type EmptyDatabase,
+  type TestDatabase,
+} from './support/db.ts';
 import { delivery } from './support/events.ts';
 
 let db: TestDatabase;
@@ -219,7 +224,12 @@ describe('inbox middleware', () => {
     // A failure inside the transaction (the record table is locked out) rolls everything back.
     await db.sql`alter table inbox_message rename to inbox_message_away`;
     try {
-      await expect(consumer('billing').handler(eventFor(1))).rejects.toMatchObject({ code: '42P01' });
+      // Typed as the missing schema it is, the driver's error kept as the cause.
+      await expect(consumer('billing').handler(eventFor(1))).rejects.toMatchObject({
+        name: 'OutboxSchemaError',
+        sqlState: '42P01',
+        cause: { code: '42P01' },
+      });
     } finally {
       await db.sql`alter table inbox_message_away rename to inbox_message`;
     }
@@ -291,4 +301,33 @@ describe('typed events', () => {
     expect((refused as Error).message).toMatch(/^detail\.data\.total: /);
     expect(await db.sql`select * from inbox_message where consumer = 'typed'`).toHaveLength(1);
   });
+});
+
+describe('inbox on a database without the inbox schema', () => {
+  let empty: EmptyDatabase;
+  beforeAll(async () => {
+    empty = await createEmptyDatabase();
+  });
+  afterAll(async () => {
+    await empty?.drop();
+  });
+
+  it.each(['ignore-stale', 'none'] as const)(
+    'fails with OutboxSchemaError telling to run `npx outbox migrate` (order %s), not the driver error, and runs no handler',
+    async (order) => {
+      let calls = 0;
+      const handler = inbox({ sql: empty.sql, consumer: 'billing', order, metrics: false }, async () => {
+        calls++;
+      });
+      const error = await handler(eventFor(1), context).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(OutboxSchemaError);
+      expect(error).toMatchObject({ name: 'OutboxSchemaError', sqlState: '42P01' });
+      expect((error as Error).message).toContain('inbox');
+      expect((error as Error).message).toContain('npx outbox migrate');
+      expect((error as Error).message).toContain('relation "inbox_');
+      expect(calls).toBe(0);
+      // Still no inbox tables: nothing was created or recorded on the way.
+      expect(await empty.sql`select 1 from pg_tables where tablename like 'inbox%'`).toHaveLength(0);
+    },
+  );
 });

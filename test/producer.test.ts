@@ -305,6 +305,53 @@ describe('enqueue validation', () => {
     },
   );
 
+  it('refuses a misspelt field (idempotency_key) instead of ignoring it, writing nothing', async () => {
+    const misspelt = { ...event(), idempotency_key: 'k1' } as OutboxEvent;
+    for (let i = 0; i < 2; i++) {
+      const error = await db.sql.begin((tx) => enqueue(tx, misspelt)).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(OutboxValidationError);
+      expect((error as OutboxValidationError).field).toBe('idempotency_key');
+      expect((error as Error).message).toContain('is not a known field');
+      expect((error as Error).message).toContain('idempotencyKey');
+      expect((error as Error).message).toMatch(/did you mean idempotencyKey\?/);
+    }
+    expect(await count()).toBe(0);
+  });
+
+  it('suggests the field for a case variant (AggregateId) and names the position in enqueueMany', async () => {
+    const { aggregateId, ...rest } = event();
+    const error = await db.sql
+      .begin((tx) =>
+        enqueueMany(tx, [event(), { ...rest, AggregateId: aggregateId } as unknown as OutboxEvent]),
+      )
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OutboxValidationError);
+    expect((error as OutboxValidationError).index).toBe(1);
+    expect((error as Error).message).toMatch(/^events\[1\]\.AggregateId: is not a known field/);
+    expect((error as Error).message).toMatch(/did you mean aggregateId\?/);
+    expect(await count()).toBe(0);
+  });
+
+  it('accepts known optional fields set to undefined', async () => {
+    await db.sql.begin((tx) =>
+      enqueue(tx, { ...event(), source: 'shop.orders', idempotencyKey: undefined, traceHeader: undefined }),
+    );
+    expect(await count()).toBe(1);
+  });
+
+  it('says an aggregateId may be a string or a safe integer when it is neither', async () => {
+    const error = await db.sql
+      .begin((tx) => enqueue(tx, event({ aggregateId: {} as unknown as string })))
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OutboxValidationError);
+    expect((error as Error).message).toBe('aggregateId: must be a string or a safe integer');
+    const other = await db.sql
+      .begin((tx) => enqueue(tx, event({ aggregateType: 7 as unknown as string })))
+      .catch((e: unknown) => e);
+    expect((other as Error).message).toBe('aggregateType: must be a string');
+    expect(await count()).toBe(0);
+  });
+
   it('names the position of the bad event in a many-events call and writes none of them', async () => {
     const error = await db.sql
       .begin((tx) => enqueueMany(tx, [event(), event({ source: 'aws.ec2' })]))

@@ -4,7 +4,27 @@
  * and, after its last retry, hands it to the function's on-failure destination with the error's
  * name and message in the record: nothing is acknowledged without being applied or counted.
  */
-import { OutboxError } from '../platform/errors.ts';
+import { OutboxError, OutboxSchemaError } from '../platform/errors.ts';
+
+/** undefined_function, undefined_table, undefined_column: the inbox schema is missing or older. */
+const SCHEMA_SQLSTATES: ReadonlySet<string> = new Set(['42883', '42P01', '42703']);
+
+/**
+ * A database error of the inbox's own statements that says its schema is missing (SQLSTATE
+ * 42883, 42P01 or 42703) becomes an {@link OutboxSchemaError} saying to run `npx outbox migrate`;
+ * any other error is returned unchanged. Not for the handler's statements: there a missing table
+ * is the application's own.
+ */
+export function translateSchemaError(error: unknown): unknown {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string' || !SCHEMA_SQLSTATES.has(code)) return error;
+  const message = (error as { message?: unknown }).message;
+  return new OutboxSchemaError(
+    code as '42883' | '42P01' | '42703',
+    typeof message === 'string' ? message : 'undefined object',
+    { cause: error, part: 'inbox' },
+  );
+}
 
 /**
  * `wait-for-gap`: the event arrived ahead of a missing one of its chain; thrown so that Lambda

@@ -28,7 +28,7 @@ import type { EnvelopeMetadata } from '../platform/envelope.ts';
 import { InboxMetricName } from '../platform/names.ts';
 import type { PayloadSchema } from '../producer/typed-events.ts';
 import { type InboxEvent, readDelivery } from './delivery.ts';
-import { InboxGapError, InboxOptionsError } from './errors.ts';
+import { InboxGapError, InboxOptionsError, translateSchemaError } from './errors.ts';
 import { InboxAbortedError, InvocationTransaction, lambdaDeadline } from './invocation.ts';
 import { type InboxMetricsOptions, inboxMetrics } from './metrics.ts';
 import {
@@ -242,6 +242,8 @@ const ARRIVAL_METRIC: Partial<Record<InboxArrival, InboxMetricName>> = {
  * @throws {InboxPayloadError} when `detail.data` does not match `schema` (it names the field)
  * @throws {InboxGapError} (wait-for-gap) to make Lambda retry the event later
  * @throws {InboxAbortedError} when the deadline or a lost connection ended the transaction
+ * @throws {OutboxSchemaError} when the database has no inbox tables or functions (SQLSTATE 42P01,
+ *   42883 or 42703): run `npx outbox migrate` against it; the handler did not run
  * @throws {InboxCommitError} when the transaction did not commit, e.g. a statement failed in it
  *   although the handler caught the error
  * @throws the handler's error, and database errors, never swallowed: the invocation fails and
@@ -297,12 +299,13 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
         // Remembered outside the transaction, which the gap rolled back.
         await invocation.outside(rememberGap(sql, settings, metadata.eventId)).catch((e: unknown) => {
           recover(e);
-          throw e;
+          throw translateSchemaError(e);
         });
       }
       await invocation.abandon(error);
       recover(error);
-      throw error;
+      // Only the inbox's own statements ran here, so a missing table or function is its schema.
+      throw translateSchemaError(error);
     }
 
     if ('skip' in decision) {

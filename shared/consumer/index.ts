@@ -6,7 +6,7 @@
 // The pool an inbox consumer should pass: replaceable after a lost connection (see InboxOptions.sql).
 export { ConnectionPool, type ConnectOptions, connect, type Sql, type Tx } from '../platform/db.ts';
 export type { Envelope, EnvelopeMetadata } from '../platform/envelope.ts';
-export { OutboxError } from '../platform/errors.ts';
+export { OutboxError, OutboxSchemaError } from '../platform/errors.ts';
 // The consumer's database role by default (`outbox_consumer`), which its own tables are granted to.
 export { DEFAULT_ROLES, type OutboxRoles } from '../platform/names.ts';
 export {

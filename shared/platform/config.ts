@@ -424,6 +424,13 @@ function describeSetting(
   };
 }
 
+/** What a required variable holds and where to get it, said when it is unset. */
+const REQUIRED_HINTS: Partial<Record<string, string>> = {
+  [EnvVar.eventBusName]:
+    'the name or ARN of the EventBridge event bus to publish to; for a local bus, `npm run bus` in a ' +
+    'checkout of outbox-relay-aws prints the exports to set',
+};
+
 /**
  * Parses `env` with a zod object schema; an empty string counts as unset (so defaults apply).
  * A number or enum setting that is refused is reported with what it accepts and its default, e.g.
@@ -443,7 +450,10 @@ export function parseEnv<S extends $ZodObject>(schema: S, env: NodeJS.ProcessEnv
     const issue = result.error.issues[0];
     const variable = String(issue?.path[0] ?? 'environment');
     const got = cleaned[variable];
-    if (got === undefined) throw new OutboxConfigError(variable, 'is required');
+    if (got === undefined) {
+      const what = REQUIRED_HINTS[variable];
+      throw new OutboxConfigError(variable, what === undefined ? 'is required' : `is required: ${what}`);
+    }
     const accepted = describeSetting(variable, shape[variable]);
     throw new OutboxConfigError(
       variable,

@@ -295,6 +295,21 @@ function likelyCause(code: string): string | undefined {
   return undefined;
 }
 
+/** What connected when DATABASE_URL is unset: said by every message that names the connection settings. */
+export const PG_VARIABLES_USED =
+  "DATABASE_URL is not set, so libpq's PGHOST, PGPORT, PGUSER and PGDATABASE or their defaults were used";
+
+/**
+ * How to run another command against the same database as this one, for advice like "run
+ * `outbox migrate` first, …": `with the same DATABASE_URL`, or, when DATABASE_URL is unset, with
+ * the same PG* variables (saying that they, or libpq's defaults, were used). No trailing period.
+ */
+export function sameConnectionSettings(env: NodeJS.ProcessEnv = process.env): string {
+  return databaseTarget(env).from === 'DATABASE_URL'
+    ? 'with the same DATABASE_URL'
+    : `with the same PG variables (${PG_VARIABLES_USED})`;
+}
+
 /**
  * Explains a failed connection: where it went, as whom, the driver's reason, the likely cause, and
  * which variable to fix. Multi-line; no password.
@@ -308,8 +323,7 @@ export function describeConnectionFailure(error: unknown, env: NodeJS.ProcessEnv
   const source =
     target.from === 'DATABASE_URL'
       ? `DATABASE_URL is ${maskDatabaseUrl(env[EnvVar.databaseUrl] ?? '')}; fix it to point at your Postgres.`
-      : `DATABASE_URL is not set, so libpq's PGHOST, PGPORT, PGUSER and PGDATABASE or their defaults ` +
-        `were used; set DATABASE_URL, like ${EXAMPLE_URL}.`;
+      : `${PG_VARIABLES_USED}; set DATABASE_URL, like ${EXAMPLE_URL}.`;
   return [
     `cannot connect to Postgres at ${target.address} (database "${target.database}", user "${target.user}"): ${reason}`,
     ...(cause ? [`  ${cause[0]?.toUpperCase()}${cause.slice(1)}`] : []),

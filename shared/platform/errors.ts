@@ -115,7 +115,9 @@ export class OutboxDeadlineError extends OutboxError {
 /**
  * The database has no outbox schema, or an older one than this code: a statement named a
  * function, table or column that does not exist there (SQLSTATE 42883 undefined_function, 42P01
- * undefined_table or 42703 undefined_column). Nothing was written. What to do: apply the
+ * undefined_table or 42703 undefined_column). Raised by the producer's enqueue (nothing was
+ * written) and by the consumer's inbox (`part: 'inbox'`: the handler did not run, nothing was
+ * recorded, and the invocation fails so that Lambda retries it). What to do: apply the
  * migrations to that database — `DATABASE_URL=… npx outbox migrate` (or the construct's deploy-time
  * migration) — or, if they were applied into another schema, put that schema on the connection's
  * `search_path`. Not retryable until then.
@@ -124,15 +126,28 @@ export class OutboxSchemaError extends OutboxError {
   override name = 'OutboxSchemaError';
   /** The SQLSTATE Postgres raised. */
   readonly sqlState: '42883' | '42P01' | '42703';
-  constructor(sqlState: '42883' | '42P01' | '42703', detail: string, options?: { cause?: unknown }) {
+  /**
+   * @param detail Postgres's message, naming the missing object
+   * @param options.part which side found the schema missing: `outbox` (enqueue, the default) or `inbox` (a consumer)
+   */
+  constructor(
+    sqlState: '42883' | '42P01' | '42703',
+    detail: string,
+    options?: { cause?: unknown; part?: 'outbox' | 'inbox' },
+  ) {
+    const part = options?.part ?? 'outbox';
     const what =
       sqlState === '42P01'
-        ? 'the outbox tables are missing from this database'
-        : 'the outbox schema is missing from this database, or older than this version of outbox-relay-aws';
+        ? `the ${part} tables are missing from this database`
+        : `the ${part} schema is missing from this database, or older than this version of outbox-relay-aws`;
+    const outcome =
+      part === 'inbox'
+        ? 'The handler did not run and nothing was recorded; the invocation fails, so Lambda retries it.'
+        : 'Nothing was written.';
     super(
       `${what} (${detail}, SQLSTATE ${sqlState}): run \`npx outbox migrate\` against it with the same ` +
         'connection settings (DATABASE_URL or PG*), or let the deploy-time migration do it; if the schema ' +
-        "was migrated into another schema, put that one on the connection's search_path. Nothing was written.",
+        `was migrated into another schema, put that one on the connection's search_path. ${outcome}`,
       { cause: options?.cause },
     );
     this.sqlState = sqlState;

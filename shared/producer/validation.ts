@@ -28,6 +28,46 @@ export interface ValidEvent {
   idempotencyKey: string | null;
 }
 
+/**
+ * The fields of an {@link OutboxEvent}, in the order the docs list them. Any other own property is
+ * refused: a misspelt optional field (`idempotency_key`) would otherwise be ignored silently.
+ */
+export const OUTBOX_EVENT_FIELDS: readonly (keyof OutboxEvent)[] = [
+  'type',
+  'aggregateType',
+  'aggregateId',
+  'payload',
+  'source',
+  'idempotencyKey',
+  'traceHeader',
+];
+const KNOWN_FIELDS: ReadonlySet<string> = new Set(OUTBOX_EVENT_FIELDS);
+/** `idempotency_key`, `IdempotencyKey`, `idempotency-key` → `idempotencykey`, to suggest the field meant. */
+const FIELD_BY_LOOSE_NAME = new Map(OUTBOX_EVENT_FIELDS.map((f) => [looseName(f), f]));
+
+function looseName(key: string): string {
+  return key.replace(/[-_\s]/g, '').toLowerCase();
+}
+
+/**
+ * Refuses an event object with a property that is not one of {@link OUTBOX_EVENT_FIELDS}, naming
+ * it, listing the known fields, and suggesting the one meant for a snake_case or case variant.
+ * Known fields set to `undefined` are fine.
+ * @throws {OutboxValidationError} with `field` the unknown property's name
+ */
+export function checkKnownFields(event: object, index?: number): void {
+  for (const key of Object.keys(event)) {
+    if (KNOWN_FIELDS.has(key)) continue;
+    const meant = FIELD_BY_LOOSE_NAME.get(looseName(key));
+    throw new OutboxValidationError(
+      key,
+      `is not a known field (expected one of ${OUTBOX_EVENT_FIELDS.join(', ')})` +
+        (meant === undefined ? '' : `; did you mean ${meant}?`),
+      { index },
+    );
+  }
+}
+
 const MAX_KEY_LENGTH = 512;
 const MAX_AGGREGATE_LENGTH = 512;
 const MAX_TRACE_HEADER_LENGTH = 500;
@@ -40,13 +80,15 @@ const PLACEHOLDER_SEQUENCE = '9223372036854775807';
 /**
  * Checks one event and returns it normalised.
  * @param index position in an `enqueueMany` call, used in the error's field path
- * @throws {OutboxValidationError} naming the first bad field
+ * @throws {OutboxValidationError} naming the first bad field; a property that is not a field of
+ *   {@link OutboxEvent} (e.g. `idempotency_key`) is refused by name, with the field probably meant
  */
 export function validateEvent(event: OutboxEvent, options: EnqueueOptions, index?: number): ValidEvent {
   const fail = (field: string, message: string, cause?: unknown): never => {
     throw new OutboxValidationError(field, message, { index, cause });
   };
   if (event === null || typeof event !== 'object') fail('event', 'must be an object');
+  checkKnownFields(event, index);
 
   const type = requireText(event.type, 'type', MAX_DETAIL_TYPE_LENGTH, fail);
   const source = requireText(event.source ?? options.defaultSource, 'source', 256, fail);
@@ -60,6 +102,7 @@ export function validateEvent(event: OutboxEvent, options: EnqueueOptions, index
     'aggregateId',
     MAX_AGGREGATE_LENGTH,
     fail,
+    'must be a string or a safe integer',
   );
   const idempotencyKey =
     event.idempotencyKey === undefined || event.idempotencyKey === null
@@ -127,8 +170,10 @@ function requireText(
   field: string,
   maxLength: number,
   fail: (field: string, message: string) => never,
+  /** What to say when the value is there but not a string; the field may accept more than strings. */
+  notAString = 'must be a string',
 ): string {
-  if (typeof value !== 'string') return fail(field, value === undefined ? 'is required' : 'must be a string');
+  if (typeof value !== 'string') return fail(field, value === undefined ? 'is required' : notAString);
   if (value.trim() === '') return fail(field, 'must not be empty');
   if (value.length > maxLength)
     return fail(field, `must be at most ${maxLength} characters (got ${value.length})`);
