@@ -179,7 +179,7 @@ describe('npm run bus', () => {
       for (const [id, note] of [
         ['1', 'poison'],
         ['2', 'fine'],
-      ]) {
+      ] as const) {
         await db.sql`select * from outbox_enqueue(event_type => 'BusRefusal', source => 'dev.test',
           aggregate_type => 'try', aggregate_id => ${id}, payload => ${db.sql.json({ note })})`;
       }
@@ -203,7 +203,7 @@ describe('npm run bus', () => {
         ['1', false, true],
         ['2', true, false],
       ]);
-      expect(rows[0].last_error).toMatch(/InvalidArgument/);
+      expect(rows[0]?.last_error).toMatch(/InvalidArgument/);
       const listed = await runCli(['dead-letters', 'list', '--json'], { env });
       expect(JSON.parse(listed.stdout).map((d: { aggregateId: string }) => d.aggregateId)).toEqual(['1']);
       ctrlC(child);

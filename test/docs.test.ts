@@ -339,7 +339,7 @@ describe('repository documents', () => {
     // A heading, or a paragraph's bold lead ("**Enqueue from SQL** …"), names a section.
     const sections = [
       ...readme.headings,
-      ...[...readme.prose.matchAll(/^\*\*([^*]+)\*\*/gm)].map((m) => m[1]),
+      ...[...readme.prose.matchAll(/^\*\*([^*]+)\*\*/gm)].map((m) => m[1] ?? ''),
     ];
     const missing: string[] = [];
     let cited = 0;
@@ -349,7 +349,7 @@ describe('repository documents', () => {
       lines.forEach((line, i) => {
         for (const m of line.matchAll(/\bREADME(?:'s|,)\s+"([^"]+)"/g)) {
           cited++;
-          const name = m[1].replace(/[.,]$/, '');
+          const name = (m[1] ?? '').replace(/[.,]$/, '');
           if (!sections.some((s) => s.includes(name)))
             missing.push(`${relative(root, path)}:${i + 1}: "${name}"`);
         }
