@@ -21,6 +21,7 @@
  */
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -203,6 +204,13 @@ interface Sample {
   lagP50Ms: number;
   lagP99Ms: number;
   lagMaxMs: number;
+  /**
+   * This process's event-loop delay over the stretch, ms (p99, max): producers, relay loops and
+   * the monitor share one Node process, so a busy loop shows up as slow claims and lag that the
+   * database did not cause.
+   */
+  loopDelayP99Ms: number;
+  loopDelayMaxMs: number;
   rows: number;
   tableKiB: number;
   indexesKiB: number;
@@ -232,6 +240,8 @@ async function sample(): Promise<Sample> {
     lagP50Ms: Math.round(pct(lagMs, 50)),
     lagP99Ms: Math.round(pct(lagMs, 99)),
     lagMaxMs: Math.round(pct(lagMs, 100)),
+    loopDelayP99Ms: Math.round(loopDelay.percentile(99) / 1e6),
+    loopDelayMaxMs: Math.round(loopDelay.max / 1e6),
     rows: Number(t?.rows),
     tableKiB: kB(Number(t?.table)),
     indexesKiB: kB(Number(t?.indexes)),
@@ -242,9 +252,12 @@ async function sample(): Promise<Sample> {
   };
   claimMs = [];
   lagMs = [];
+  loopDelay.reset();
   return s;
 }
 
+const loopDelay = monitorEventLoopDelay({ resolution: 20 });
+loopDelay.enable();
 const samples: Sample[] = [];
 const fresh = await sample();
 samples.push(fresh);
@@ -267,7 +280,7 @@ while (enqueued < total && (errorCounts.enqueue ?? 0) < 20) {
     samples.push(s);
     const behind = Math.round(((performance.now() - started) / 1000) * rate - enqueued);
     log(
-      `${s.events} events (${s.elapsedS} s, ${behind > rate ? `${behind} behind schedule` : 'on schedule'}): claim p50 ${s.claimP50Ms} ms p99 ${s.claimP99Ms} ms (${s.claims} claims), lag p50 ${s.lagP50Ms} ms p99 ${s.lagP99Ms} ms max ${s.lagMaxMs} ms; ${s.rows} rows, table ${s.tableKiB} KiB, indexes ${s.indexesKiB} KiB ${JSON.stringify(s.indexKiB)}, outbox_aggregate ${s.aggregateTableKiB} KiB, dead tuples ${s.deadTuples}, autovacuums ${s.autovacuums}`,
+      `${s.events} events (${s.elapsedS} s, ${behind > rate ? `${behind} behind schedule` : 'on schedule'}): claim p50 ${s.claimP50Ms} ms p99 ${s.claimP99Ms} ms (${s.claims} claims), lag p50 ${s.lagP50Ms} ms p99 ${s.lagP99Ms} ms max ${s.lagMaxMs} ms, event loop delay p99 ${s.loopDelayP99Ms} ms max ${s.loopDelayMaxMs} ms; ${s.rows} rows, table ${s.tableKiB} KiB, indexes ${s.indexesKiB} KiB ${JSON.stringify(s.indexKiB)}, outbox_aggregate ${s.aggregateTableKiB} KiB, dead tuples ${s.deadTuples}, autovacuums ${s.autovacuums}`,
     );
     nextReport += REPORT_EVERY;
   }
@@ -298,6 +311,7 @@ ${rate} events/s, ${perTxn} per transaction, ${aggregates.toLocaleString('en')} 
 ${row('claim p50 (ms)', (s) => s.claimP50Ms)}
 ${row('claim p99 (ms)', (s) => s.claimP99Ms)}
 ${row('lag at claim p50 / p99 (ms)', (s) => `${s.lagP50Ms} / ${s.lagP99Ms}`)}
+${row("this process's event-loop delay p99 / max (ms)", (s) => `${s.loopDelayP99Ms} / ${s.loopDelayMaxMs}`)}
 ${row('rows in outbox', (s) => s.rows.toLocaleString('en'))}
 ${row('outbox table (KiB)', (s) => s.tableKiB.toLocaleString('en'))}
 ${row('outbox indexes (KiB)', (s) => s.indexesKiB.toLocaleString('en'))}
