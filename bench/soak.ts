@@ -18,8 +18,10 @@
  * Options: --events (5,000,000), --rate (events/s, 1,500), --per-txn (10), --aggregates (100,000),
  * --retention (s, 60), --schema-until <nnn> (apply the migrations up to this number only, to
  * measure an older schema), --label (for the results' file name), --report-every (250,000).
+ * `EXPLAIN=<ms>` writes the server's log to bench/results/<label>-server.log: the plans of
+ * statements slower than that, lock waits over a second, every autovacuum and autoanalyze.
  */
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -60,7 +62,29 @@ const CHECKPOINTS = [1_000_000, 2_500_000, 5_000_000, 10_000_000].filter((c) => 
 const PRODUCERS = 4;
 const log = (line: string) => process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
 
-const cluster = await startEmbeddedPostgres();
+// EXPLAIN=<ms>: the server's log goes to bench/results/<label>-server.log, with the plans of
+// statements slower than that (auto_explain, actual rows and timing), lock waits over a second
+// and every autovacuum and autoanalyze of the run: what a stretch of slow claims coincided with.
+const explainMs = process.env.EXPLAIN;
+const serverLogPath = join(root, `bench/results/${values.label}-server.log`);
+if (explainMs !== undefined) {
+  mkdirSync(join(root, 'bench/results'), { recursive: true });
+  writeFileSync(serverLogPath, '');
+}
+const cluster = await startEmbeddedPostgres(
+  explainMs === undefined
+    ? {}
+    : {
+        postgresFlags: [
+          ...['-c', 'session_preload_libraries=auto_explain'],
+          ...['-c', `auto_explain.log_min_duration=${Number(explainMs)}`],
+          ...['-c', 'auto_explain.log_analyze=on', '-c', 'auto_explain.log_buffers=on'],
+          ...['-c', 'log_lock_waits=on', '-c', 'log_autovacuum_min_duration=0'],
+        ],
+        serverLog: true,
+        log: (line) => appendFileSync(serverLogPath, `${line}\n`),
+      },
+);
 const admin = postgres(cluster.url, { max: 1, onnotice: () => {} });
 await admin.unsafe('create database soak');
 await admin.end();
