@@ -4,10 +4,7 @@
  * and, after its last retry, hands it to the function's on-failure destination with the error's
  * name and message in the record: nothing is acknowledged without being applied or counted.
  */
-import { OutboxError, OutboxSchemaError } from '../platform/errors.ts';
-
-/** undefined_function, undefined_table, undefined_column: the inbox schema is missing or older. */
-const SCHEMA_SQLSTATES: ReadonlySet<string> = new Set(['42883', '42P01', '42703']);
+import { OutboxError, schemaErrorFrom } from '../platform/errors.ts';
 
 /**
  * A database error of the inbox's own statements that says its schema is missing (SQLSTATE
@@ -16,14 +13,7 @@ const SCHEMA_SQLSTATES: ReadonlySet<string> = new Set(['42883', '42P01', '42703'
  * is the application's own.
  */
 export function translateSchemaError(error: unknown): unknown {
-  const code = (error as { code?: unknown } | null)?.code;
-  if (typeof code !== 'string' || !SCHEMA_SQLSTATES.has(code)) return error;
-  const message = (error as { message?: unknown }).message;
-  return new OutboxSchemaError(
-    code as '42883' | '42P01' | '42703',
-    typeof message === 'string' ? message : 'undefined object',
-    { cause: error, part: 'inbox' },
-  );
+  return schemaErrorFrom(error, undefined, 'inbox') ?? error;
 }
 
 /**

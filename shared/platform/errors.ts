@@ -153,3 +153,33 @@ export class OutboxSchemaError extends OutboxError {
     this.sqlState = sqlState;
   }
 }
+
+/**
+ * SQLSTATEs of a schema that is missing or older than this code: undefined_function (42883, e.g.
+ * `outbox_enqueue` before `outbox migrate`; Postgres's message names the one called),
+ * undefined_table (42P01), undefined_column (42703).
+ */
+const SCHEMA_SQLSTATES: ReadonlySet<string> = new Set(['42883', '42P01', '42703']);
+
+/**
+ * An {@link OutboxSchemaError} for a database error with a schema SQLSTATE (42883, 42P01 or
+ * 42703), keeping it as `cause`; `undefined` for any other error.
+ * @param error the driver's error (porsager or node-postgres: `code` and `message`)
+ * @param databaseError where its `code` and `message` are read (the error itself, or the cause a
+ *   query builder wrapped)
+ * @param part which side's statement found the schema missing (see {@link OutboxSchemaError})
+ */
+export function schemaErrorFrom(
+  error: unknown,
+  databaseError: { code?: unknown; message?: unknown } | undefined = error as { code?: unknown },
+  part: 'outbox' | 'inbox' = 'outbox',
+): OutboxSchemaError | undefined {
+  const code = databaseError?.code;
+  if (typeof code !== 'string' || !SCHEMA_SQLSTATES.has(code)) return undefined;
+  const message = databaseError?.message;
+  return new OutboxSchemaError(
+    code as '42883' | '42P01' | '42703',
+    typeof message === 'string' ? message : 'undefined object',
+    { cause: error, part },
+  );
+}

@@ -7,8 +7,8 @@
 import {
   OutboxConflictError,
   OutboxDeadlockError,
-  OutboxSchemaError,
   OutboxValidationError,
+  schemaErrorFrom,
 } from '../platform/errors.ts';
 
 /**
@@ -20,13 +20,6 @@ export const ENQUEUE_INVALID_SQLSTATE = '22023';
 export const DEADLOCK_SQLSTATE = '40P01';
 /** SQLSTATE of a snapshot that missed a concurrent commit (serialization_failure). */
 export const SERIALIZATION_SQLSTATE = '40001';
-/**
- * SQLSTATEs of a schema that is missing or older than this code: undefined_function (42883, e.g.
- * `outbox_enqueue` or `outbox_enqueue_many` before `outbox migrate`; Postgres's message names the
- * one called), undefined_table (42P01), undefined_column (42703).
- */
-const SCHEMA_SQLSTATES = new Set(['42883', '42P01', '42703'] as const);
-
 /**
  * Maps a failed enqueue statement's error: 40P01 → {@link OutboxDeadlockError}; 40001 →
  * {@link OutboxConflictError} (a key committed after the snapshot; retry); 22023 with a
@@ -57,10 +50,8 @@ export function translateEnqueueError(
       { cause: error },
     );
   }
-  if (typeof e?.code === 'string' && SCHEMA_SQLSTATES.has(e.code as '42883')) {
-    const text = typeof e.message === 'string' ? e.message : 'undefined object';
-    return new OutboxSchemaError(e.code as '42883' | '42P01' | '42703', text, { cause: error });
-  }
+  const schema = schemaErrorFrom(error, e ?? undefined);
+  if (schema !== undefined) return schema;
   // porsager names the field `column_name`, node-postgres `column`.
   const column = typeof e?.column_name === 'string' ? e.column_name : e?.column;
   if (e?.code === ENQUEUE_INVALID_SQLSTATE && typeof column === 'string' && column !== '') {
