@@ -49,7 +49,7 @@ const rig = await openDbCostRig(CLIENTS, {
     if (process.env.EXPLAIN) appendFileSync('/tmp/relay-explain.log', `${line}\n`);
   },
 });
-const { sql, probeSql, probe, client, settings } = rig;
+const { sql, relaySql, probeSql, probe, client, settings } = rig;
 await probeSql`create extension if not exists pg_stat_statements`;
 
 try {
@@ -65,7 +65,7 @@ try {
       select n_tup_upd::text as upd, n_tup_hot_upd::text as hot from pg_stat_user_tables where relname = 'outbox'`;
     const before = await probe.read();
     const t0 = performance.now();
-    const result = await runRelay({ sql, client, settings, untilEmpty: true });
+    const result = await runRelay({ sql: relaySql, client, settings, untilEmpty: true });
     const wallMs = performance.now() - t0;
     const cost = await probe.since(before);
     await probeSql`select pg_stat_force_next_flush()`;

@@ -32,7 +32,7 @@ import { startEmbeddedPostgres } from '../dev/embedded-postgres.ts';
 import { prune } from '../shared/operations/index.ts';
 import { connect, loadRelaySettings, migrate } from '../shared/platform/index.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
-import { createEventBridgeClient } from '../shared/relay/index.ts';
+import { createEventBridgeClient, RELAY_PLAN_CACHE_MODE } from '../shared/relay/index.ts';
 import { Lease } from '../shared/relay/lease.ts';
 import { relayPass } from '../shared/relay/pass.ts';
 import { claimBatch } from '../shared/relay/sql/index.ts';
@@ -104,6 +104,8 @@ if (values['schema-until']) {
   await migrate(dbUrl, { log: () => {} });
 }
 const sql = connect({ url: dbUrl, max: 12, env: {} });
+// The relays' pool, opened as createRelay opens its own: every claim planned for the table as it is.
+const relaySql = connect({ url: dbUrl, max: 12, env: {}, planCacheMode: RELAY_PLAN_CACHE_MODE });
 const [server] = await sql<{ v: string; av: string }[]>`
   select current_setting('server_version') as v, current_setting('autovacuum') as av`;
 log(
@@ -165,10 +167,10 @@ async function producer(k: number) {
 
 // Relay: loops of passes, each claim timed.
 async function relay() {
-  const deps = { sql, client, settings };
+  const deps = { sql: relaySql, client, settings };
   const timedClaim = async (o: Parameters<typeof claimBatch>[1]) => {
     const t0 = performance.now();
-    const rows = await claimBatch(sql, o);
+    const rows = await claimBatch(relaySql, o);
     const now = Date.now();
     claimMs.push(performance.now() - t0);
     for (const r of rows) lagMs.push(now - r.createdAt.getTime());
@@ -352,5 +354,6 @@ writeFileSync(
 );
 
 await sql.end();
+await relaySql.end();
 await bus.close();
 await cluster.stop();

@@ -434,7 +434,11 @@ describe('database roles, each doing its real work as itself', () => {
   it('sets the statement timeout on the role, so clients need no SET (which pins RDS Proxy sessions)', async () => {
     const [row] = await db.sql<{ setconfig: string[] }[]>`
       select s.setconfig from pg_db_role_setting s join pg_roles r on r.oid = s.setrole where r.rolname = ${roles.relay}`;
-    expect(row?.setconfig).toEqual(['statement_timeout=7000ms', 'jit=off']);
+    expect(row?.setconfig).toEqual([
+      'statement_timeout=7000ms',
+      'jit=off',
+      'plan_cache_mode=force_custom_plan',
+    ]);
     // A client that sends no startup parameter (as behind RDS Proxy) gets the role's default.
     const plain = postgres(testRoles.urlOf(roles.relay), { max: 1, onnotice: () => {} });
     const [current] = await plain<{ t: string }[]>`select current_setting('statement_timeout') as t`;

@@ -25,7 +25,7 @@ import {
   type RelaySettings,
   type Sql,
 } from '../../shared/platform/index.ts';
-import { createEventBridgeClient, runRelay } from '../../shared/relay/index.ts';
+import { createEventBridgeClient, RELAY_PLAN_CACHE_MODE, runRelay } from '../../shared/relay/index.ts';
 import { plainEnqueue, plainPrune, plainRelayDrain, setUpPlainOutbox } from '../plain-outbox.ts';
 import { type PgCost, PgCostProbe, type WalRecordKind } from '../support/pg-cost.ts';
 import { median, startBusProcess } from '../support/processes.ts';
@@ -127,6 +127,8 @@ export interface DbCostRig {
   url: string;
   /** Pool for the work: `clients` + 4 connections. */
   sql: Sql;
+  /** The relay's pool, opened as `createRelay` opens its own (`RELAY_PLAN_CACHE_MODE`): 5 connections. */
+  relaySql: Sql;
   /** One connection of its own for the probe's readings. */
   probeSql: Sql;
   probe: PgCostProbe;
@@ -153,6 +155,12 @@ export async function openDbCostRig(
   url.pathname = '/db_cost';
   await migrate(url.toString(), { log: () => {} });
   const sql = connect({ url: url.toString(), max: clients + 4, env: {} });
+  const relaySql = connect({
+    url: url.toString(),
+    max: 5,
+    env: {},
+    planCacheMode: RELAY_PLAN_CACHE_MODE,
+  });
   const probeSql = connect({ url: url.toString(), max: 1, env: {} });
   const probe = await PgCostProbe.open(probeSql);
   const bus = await startBusProcess();
@@ -166,6 +174,7 @@ export async function openDbCostRig(
     cluster,
     url: url.toString(),
     sql,
+    relaySql,
     probeSql,
     probe,
     bus,
@@ -173,6 +182,7 @@ export async function openDbCostRig(
     client,
     close: async () => {
       await sql.end();
+      await relaySql.end();
       await probeSql.end();
       await bus.close();
       await cluster.stop();
@@ -203,7 +213,7 @@ export function enqueueThroughFunction(
 /** Runs the section on a cluster of its own and reports its table. */
 export async function dbCost(ctx: SectionContext, o: DbCostOptions): Promise<DbCostResult> {
   const rig = await openDbCostRig(o.clients);
-  const { sql, probe, bus, settings, client } = rig;
+  const { sql, relaySql, probe, bus, settings, client } = rig;
   try {
     const [v] = await sql<{ v: string }[]>`select current_setting('server_version') as v`;
 
@@ -214,7 +224,9 @@ export async function dbCost(ctx: SectionContext, o: DbCostOptions): Promise<DbC
         latenciesMs = await enqueueThroughFunction(sql, o);
       });
       const enqueueWal = await probe.walRecords(enqueue.cost);
-      const relay = await probe.measure(() => runRelay({ sql, client, settings, untilEmpty: true }));
+      const relay = await probe.measure(() =>
+        runRelay({ sql: relaySql, client, settings, untilEmpty: true }),
+      );
       const relayWal = await probe.walRecords(relay.cost);
       if (relay.result.published !== o.events)
         throw new Error(`db-cost: the relay published ${relay.result.published} of ${o.events}`);

@@ -80,6 +80,9 @@ export async function ensureRoles(
         // OUTBOX_BATCH_SIZE) would compile itself at every call, ~30 ms of the database's CPU.
         // On the role, like the statement timeout: a SET would pin RDS Proxy sessions.
         'alter role %I set jit = off',
+        // The claim planned at every call, for the table as it is now (RELAY_PLAN_CACHE_MODE):
+        // for a pool of the user's own that prepares statements and sends no plan_cache_mode.
+        'alter role %I set plan_cache_mode = force_custom_plan',
       ],
     ],
     [

@@ -28,6 +28,14 @@ export interface ConnectOptions {
   max?: number;
   /** Name shown in `pg_stat_activity`. */
   applicationName?: string;
+  /**
+   * The sessions' `plan_cache_mode`, a startup parameter on a connection straight to Postgres.
+   * Not sent behind a pooler, which refuses or pins on it; there every statement is unnamed, and
+   * Postgres plans an unnamed statement at every call anyway. Default: the role's or server's
+   * (`auto`: a prepared statement's generic plan after five calls, kept until the next ANALYZE of
+   * its tables). The relay's pools use `force_custom_plan` (`RELAY_PLAN_CACHE_MODE`).
+   */
+  planCacheMode?: 'auto' | 'force_custom_plan';
   env?: NodeJS.ProcessEnv;
 }
 
@@ -80,6 +88,7 @@ export function connect(options: ConnectOptions = {}): Sql {
       : {
           application_name: options.applicationName ?? 'outbox',
           statement_timeout: env[EnvVar.dbStatementTimeoutMs],
+          ...(options.planCacheMode ? { plan_cache_mode: options.planCacheMode } : {}),
         },
     // Named prepared statements are session state: a pooler runs the next transaction on another
     // server connection, where the statement does not exist (and RDS Proxy pins for them).

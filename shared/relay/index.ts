@@ -36,4 +36,10 @@ export {
   createEventBridgeClient,
   PERMANENT_ENTRY_ERRORS,
 } from './publish.ts';
-export { type CreateRelayOptions, createRelay, type Relay, type RelayRunOptions } from './relay.ts';
+export {
+  type CreateRelayOptions,
+  createRelay,
+  RELAY_PLAN_CACHE_MODE,
+  type Relay,
+  type RelayRunOptions,
+} from './relay.ts';

@@ -1,0 +1,94 @@
+/**
+ * The claim's plan after the outbox grows. A connection that prepares its statements (any pool
+ * straight to Postgres; behind a pooler statements are unnamed and planned at every call) gets a
+ * generic plan of the claim after five calls, and Postgres keeps it until the outbox's next
+ * ANALYZE. A plan priced while the table held 20 rows read the whole backlog once for every row
+ * its head walk met: 227 million rows, 44 s, once 15,000 rows were pending (the first stall of the
+ * 5M soak, docs/performance.md). Measured on what the relay runs: the pool `createRelay` opens,
+ * and the relay role's sessions.
+ */
+import postgres from 'postgres';
+import { afterAll, describe, expect, it } from 'vitest';
+import { currentSql, type Sql } from '../shared/platform/index.ts';
+import { createRelay, type Relay } from '../shared/relay/index.ts';
+import { claimBatch } from '../shared/relay/sql/index.ts';
+import { useHarness } from './support/harness.ts';
+import { claimOptions, testClient, testSettings } from './support/relay.ts';
+import { createTestRoles } from './support/roles.ts';
+
+const h = useHarness({ max: 2 });
+const closing: (() => Promise<unknown>)[] = [];
+afterAll(async () => {
+  for (const close of closing) await close();
+});
+
+/** `aggregates` aggregates of `perAggregate` events each, straight into the table (no ANALYZE). */
+async function seed(prefix: string, aggregates: number, perAggregate: number) {
+  await h.db.sql`
+    insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload)
+    select 'item', ${prefix} || a, s, 'Changed', 'test.plan', '{}'::jsonb
+    from generate_series(1, ${aggregates}) a, generate_series(1, ${perAggregate}) s`;
+}
+
+/** Hands every lease back, as if each claim's relay had failed its pass. */
+const releaseAll = () => h.db.sql`update outbox set lease_token = null, lease_expires_at = null`;
+
+/**
+ * One claim on `sql`, in a transaction that then reads what it cost: the outbox rows its scans
+ * returned (`seq_tup_read` and every index's `idx_tup_read`, as this transaction counts them).
+ */
+async function claimAndCount(sql: Sql) {
+  return sql.begin(async (tx) => {
+    const claimed = await claimBatch(tx, claimOptions(crypto.randomUUID(), { batchSize: 100 }));
+    const [read] = await tx<{ rows: string }[]>`
+      select pg_stat_get_xact_tuples_returned('outbox'::regclass) + (
+        select sum(pg_stat_get_xact_tuples_returned(indexrelid)) from pg_index
+        where indrelid = 'outbox'::regclass) as rows`;
+    return { claimed: claimed.length, rowsRead: Number(read?.rows) };
+  });
+}
+
+describe("the claim's plan", () => {
+  it('is priced for the table as it is now, after 15,000 rows arrived on a 20-row plan', async () => {
+    // the test's own ANALYZE only: autoanalyze would invalidate the plan the test is about
+    await h.db.sql`alter table outbox set (autovacuum_enabled = false)`;
+    // The relay's own pool (OUTBOX_DB_POOL_SIZE 1: every claim on one connection), straight to
+    // Postgres, with a statement timeout that ends a runaway plan's claim (the test then fails).
+    const relay: Relay = createRelay({
+      url: h.db.url,
+      env: { OUTBOX_DB_POOL_SIZE: '1', OUTBOX_DB_STATEMENT_TIMEOUT_MS: '20000' },
+      settings: testSettings(),
+      client: testClient(h.bus.url),
+    });
+    closing.push(() => relay.close(1));
+    const sql = currentSql(relay.sql);
+
+    await seed('small-', 20, 1);
+    await h.db.sql`vacuum analyze outbox`;
+    for (let i = 0; i < 8; i++) {
+      expect((await claimAndCount(sql)).claimed).toBe(20);
+      await releaseAll();
+    }
+
+    // (no TRUNCATE: a new relfilenode would make Postgres plan the claim again)
+    await h.db.sql`delete from outbox`;
+    await seed('big-', 1_500, 10);
+    const { claimed, rowsRead } = await claimAndCount(sql);
+
+    // 100 heads and their successors (perAggregateLimit 10: every event of 100 aggregates); a plan
+    // for this table reads about 3,100 rows (the walk, each head's lookup and successors, the
+    // parking range), the 20-row plan 227 million
+    expect(claimed).toBe(1_000);
+    expect(rowsRead).toBeLessThan(20_000);
+  }, 60_000);
+
+  it("is planned at every call in the relay role's sessions, whatever client logs in as it", async () => {
+    const roles = await createTestRoles(h.db);
+    closing.push(() => roles.drop());
+    // a client of the user's own, preparing statements (postgres.js's default)
+    const own = postgres(roles.urlOf(roles.roles.relay), { max: 1, onnotice: () => {} });
+    closing.push(() => own.end({ timeout: 1 }));
+    const [setting] = await own<{ mode: string }[]>`select current_setting('plan_cache_mode') as mode`;
+    expect(setting?.mode).toBe('force_custom_plan');
+  });
+});
