@@ -63,7 +63,8 @@ const PRODUCERS = 4;
 const log = (line: string) => process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
 
 // EXPLAIN=<ms>: the server's log goes to bench/results/<label>-server.log, with the plans of
-// statements slower than that (auto_explain, actual rows and timing), lock waits over a second
+// statements slower than that (auto_explain, actual rows; no per-node timing, whose clock reads
+// would slow every statement of the run, logged or not), lock waits over a second
 // and every autovacuum and autoanalyze of the run: what a stretch of slow claims coincided with.
 const explainMs = process.env.EXPLAIN;
 const serverLogPath = join(root, `bench/results/${values.label}-server.log`);
@@ -79,6 +80,7 @@ const cluster = await startEmbeddedPostgres(
           ...['-c', 'session_preload_libraries=auto_explain'],
           ...['-c', `auto_explain.log_min_duration=${Number(explainMs)}`],
           ...['-c', 'auto_explain.log_analyze=on', '-c', 'auto_explain.log_buffers=on'],
+          ...['-c', 'auto_explain.log_timing=off'],
           ...['-c', 'log_lock_waits=on', '-c', 'log_autovacuum_min_duration=0'],
         ],
         serverLog: true,
