@@ -17,7 +17,7 @@
  */
 import { compactJsonb, type Queryable } from '../../platform/index.ts';
 import type { ClaimedEvent } from '../types.ts';
-import { pendingRow, pendingRowById, unpublishedRow } from './conditions.ts';
+import { holdsBackAggregate, pendingRow, pendingRowById, unpublishedRow } from './conditions.ts';
 
 /** Parameters of one claim. */
 export interface ClaimOptions {
@@ -188,8 +188,7 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
         and h.sequence <= (
           select p.sequence from outbox p
           where p.aggregate_type = h.aggregate_type and p.aggregate_id = h.aggregate_id
-            and ${unpublishedRow(sql)}
-            and (p.dead_lettered_at is null or (${block}::boolean and p.discarded_at is null))
+            and ${holdsBackAggregate(sql, block)}
           order by p.sequence
           limit 1
         )
@@ -275,8 +274,7 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
               select p.sequence + case when p.dead_lettered_at is null then ${perAggregateLimit} else 0 end
               from outbox p
               where p.aggregate_type = x.aggregate_type and p.aggregate_id = x.aggregate_id
-                and ${unpublishedRow(sql)}
-                and (p.dead_lettered_at is null or (${block}::boolean and p.discarded_at is null))
+                and ${holdsBackAggregate(sql, block)}
               order by p.sequence
               limit 1
             )
