@@ -1,6 +1,6 @@
 /** Makes the next event of each settled aggregate claimable at once (undoing the claim's park). */
 import type { Sql } from '../../platform/index.ts';
-import { pendingRow } from './conditions.ts';
+import { pendingRowById, unpublishedRow } from './conditions.ts';
 
 /**
  * Makes the next unfinished event of each aggregate claimable now, undoing the park a claim put
@@ -27,7 +27,12 @@ export async function unparkNextEvents(
     where o.id = any(array(
       select (
         select n.id from outbox n
-        where n.aggregate_type = a.t and n.aggregate_id = a.i and ${pendingRow(sql)}
+        -- through outbox_unfinished_by_aggregate_idx: the pending test written so that it does not
+        -- imply outbox_pending_idx's predicate, which the planner, with statistics that saw almost
+        -- nothing pending, preferred, reading the whole backlog for each aggregate (1.5 million rows
+        -- for 100 aggregates with 15,000 pending: test/claim-plan.test.ts)
+        where n.aggregate_type = a.t and n.aggregate_id = a.i
+          and ${unpublishedRow(sql)} and ${pendingRowById(sql)}
         order by n.sequence
         limit 1
       )
