@@ -1,11 +1,21 @@
 /**
- * The claim's plan after the outbox grows. A connection that prepares its statements (any pool
+ * The relay's plans when the statistics no longer describe the outbox: the two causes of the 5M
+ * soak's stalls (docs/performance.md, "Stalls in the soak, and their fixes").
+ *
+ * A plan kept from a small table. A connection that prepares its statements (any pool
  * straight to Postgres; behind a pooler statements are unnamed and planned at every call) gets a
  * generic plan of the claim after five calls, and Postgres keeps it until the outbox's next
  * ANALYZE. A plan priced while the table held 20 rows read the whole backlog once for every row
  * its head walk met: 227 million rows, 44 s, once 15,000 rows were pending (the first stall of the
- * 5M soak, docs/performance.md). Measured on what the relay runs: the pool `createRelay` opens,
- * and the relay role's sessions.
+ * 5M soak). Measured on what the relay runs: the pool `createRelay` opens, and the relay role's
+ * sessions.
+ *
+ * Statistics taken when almost nothing was pending. Even a fresh plan found an aggregate's lowest
+ * row through outbox_pending_idx when the lookup's condition implied its predicate: the whole
+ * backlog read for each aggregate (the claim's head lookups, and unparkNextEvents).
+ *
+ * Rows read: what the statement's scans returned, as the transaction's own table statistics count
+ * them (`pg_stat_get_xact_tuples_returned`).
  */
 import postgres from 'postgres';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -78,8 +88,8 @@ describe("the relay's plans", () => {
     const { claimed, rowsRead } = await claimAndCount(sql);
 
     // 100 heads and their successors (perAggregateLimit 10: every event of 100 aggregates); a plan
-    // for this table reads about 3,100 rows (the walk, each head's lookup and successors, the
-    // parking range), the 20-row plan 227 million
+    // for this table reads about 10,000 rows as these counters count them (the walk, each head's
+    // lookup and successors, the parking range, the lookups by id), the 20-row plan 227 million
     expect(claimed).toBe(1_000);
     expect(rowsRead).toBeLessThan(20_000);
   }, 60_000);

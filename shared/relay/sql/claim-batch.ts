@@ -114,7 +114,9 @@ function claimUnordered(sql: Queryable, o: ClaimOptions) {
  * prices the prepared statement's generic plan as it prices a custom one. With the batch size a
  * parameter, a generic plan assumes a LIMIT reads a tenth of its input, priced above the custom
  * plan, and the claim was planned again at every call (0.3–0.4 ms of the server's CPU per claim,
- * idle polls included).
+ * idle polls included). That is for a pool left at `plan_cache_mode` auto (a user's own): the relay's
+ * own pools and role plan every call (`RELAY_PLAN_CACHE_MODE`), since a kept plan does not follow
+ * the backlog.
  * @param n a boolean, or a non-negative integer (a RangeError otherwise: it goes into SQL text)
  */
 function settingInText(sql: Queryable, n: number | boolean) {
