@@ -40,6 +40,24 @@ async function seed(prefix: string, aggregates: number, perAggregate: number) {
     from generate_series(1, ${aggregates}) a, generate_series(1, ${perAggregate}) s`;
 }
 
+/**
+ * The soak's steady state, then a backlog: 20,000 published rows and one pending (history-1)
+ * when ANALYZE samples the table, so the planner expects about one pending row; then 15,000
+ * pending rows over 1,500 aggregates (big-1 … big-1500), with no ANALYZE.
+ * @returns a connection of its own (prepared statements, a 20 s statement timeout that ends a
+ *   runaway plan), closed after the file
+ */
+async function staleStatisticsThenBacklog() {
+  await h.db.sql`alter table outbox set (autovacuum_enabled = false)`;
+  await seed('history-', 20_000, 1);
+  await h.db.sql`update outbox set published_at = now() where aggregate_id <> 'history-1'`;
+  await h.db.sql`vacuum analyze outbox`;
+  await seed('big-', 1_500, 10);
+  const sql = postgres(h.db.url, { max: 1, onnotice: () => {}, connection: { statement_timeout: 20_000 } });
+  closing.push(() => sql.end({ timeout: 1 }));
+  return sql;
+}
+
 /** Hands every lease back, as if each claim's relay had failed its pass. */
 const releaseAll = () => h.db.sql`update outbox set lease_token = null, lease_expires_at = null`;
 
@@ -95,20 +113,13 @@ describe("the relay's plans", () => {
   }, 60_000);
 
   it('reads each head through the aggregate index when the statistics saw almost nothing pending', async () => {
-    await h.db.sql`alter table outbox set (autovacuum_enabled = false)`;
-    // The soak's steady state: the outbox holds the retention window's published history and a
-    // handful of pending rows when autoanalyze samples it, so the planner expects about one
-    // pending row; then a backlog builds before the next ANALYZE. A fresh (custom) plan of the
-    // claim then found each head from outbox_pending_idx, whose predicate the lookup's condition
-    // implied, filtering the whole backlog for one aggregate's rows: 2,963 rows read per lookup,
-    // 700 lookups, 2.7 s per claim, until the claims ran out of time (the 5M soak, 1M events in).
-    await seed('history-', 20_000, 1);
-    await h.db.sql`update outbox set published_at = now() where aggregate_id <> 'history-1'`;
-    await h.db.sql`vacuum analyze outbox`;
-    await seed('big-', 1_500, 10);
-
-    const sql = postgres(h.db.url, { max: 1, onnotice: () => {}, connection: { statement_timeout: 20_000 } });
-    closing.push(() => sql.end({ timeout: 1 }));
+    // The outbox holds the retention window's published history and a handful of pending rows
+    // when autoanalyze samples it; then a backlog builds before the next ANALYZE. A fresh
+    // (custom) plan of the claim then found each head from outbox_pending_idx, whose predicate
+    // the lookup's condition implied, filtering the whole backlog for one aggregate's rows: 2,963
+    // rows read per lookup, 700 lookups, 2.7 s per claim, until the claims ran out of time (the
+    // 5M soak, 1M events in).
+    const sql = await staleStatisticsThenBacklog();
     const { claimed, rowsRead } = await claimAndCount(sql);
 
     // history-1's one pending event (its head) and 99 aggregates of the backlog, 10 events each
@@ -117,17 +128,10 @@ describe("the relay's plans", () => {
   }, 60_000);
 
   it("unparks each aggregate's next event through the aggregate index when the statistics saw almost nothing pending", async () => {
-    await h.db.sql`alter table outbox set (autovacuum_enabled = false)`;
-    await seed('history-', 20_000, 1);
-    await h.db.sql`update outbox set published_at = now() where aggregate_id <> 'history-1'`;
-    await h.db.sql`vacuum analyze outbox`;
-    await seed('big-', 1_500, 10);
+    const sql = await staleStatisticsThenBacklog();
     // every event parked, as claims leave the rows they stepped over (history-1's too: the one
     // pending row the statistics saw, which is what makes outbox_pending_idx look cheapest)
     await h.db.sql`update outbox set available_at = now() + interval '1 minute' where published_at is null`;
-
-    const sql = postgres(h.db.url, { max: 1, onnotice: () => {}, connection: { statement_timeout: 20_000 } });
-    closing.push(() => sql.end({ timeout: 1 }));
     const aggregates = Array.from({ length: 100 }, (_, i) => ({
       aggregateType: 'item',
       aggregateId: `big-${i + 1}`,
