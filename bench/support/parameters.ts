@@ -1,0 +1,70 @@
+/** The parameters of a bench profile: rows, repeats, latencies and each section's knobs. */
+import { PGTO_DEFAULTS } from '../pg-transactional-outbox.ts';
+
+/**
+ * The parameters of a profile: rows, repeats, latencies and each section's knobs (quick, or
+ * `--full`: more rows and repeats).
+ * @param schedulerDelay `model` or `none` (the lambda-lag section)
+ */
+export function benchParameters(full: boolean, schedulerDelay: string) {
+  const values = { 'scheduler-delay': schedulerDelay };
+  return {
+    rows: full ? 50_000 : 20_000,
+    repeats: full ? 5 : 3,
+    latencies: [0, 20, 100],
+    /** Rows for the 100 ms point of the chart: at the bound of 400 events/s, 20,000 would take 50 s. */
+    slowRows: full ? 20_000 : 5_000,
+    peerBudgetMs: full ? 20_000 : 6_000,
+    pgtoGrid: full
+      ? [
+          PGTO_DEFAULTS,
+          { batchSize: 10, pollingIntervalMs: 10, poolSize: 10 },
+          { batchSize: 25, pollingIntervalMs: 10, poolSize: 25 },
+          { batchSize: 40, pollingIntervalMs: 10, poolSize: 40 },
+          { batchSize: 60, pollingIntervalMs: 10, poolSize: 60 },
+        ]
+      : [],
+    grid: full
+      ? { batch: [50, 100, 500], concurrency: [1, 4, 16] }
+      : { batch: [100, 500], concurrency: [1, 4, 16] },
+    gridRows: full ? 20_000 : 8_000,
+    lagRate: 1_000,
+    lagSeconds: full ? 60 : 15,
+    bloatRows: full ? 1_000_000 : 300_000,
+    producerTxns: full ? 5_000 : 2_000,
+    lambdaRows: 100_000,
+    lambdaMemory: [128, 256, 512],
+    lambdaCpuRows: full ? 50_000 : 20_000,
+    initRepeats: full ? 9 : 5,
+    scaleRows: 100_000,
+    scaleRelays: [1, 2, 4],
+    lambdaLag: {
+      ratePerSecond: 100,
+      boundaries: full ? 5 : 3,
+      busLatencyMs: 20,
+      ...(values['scheduler-delay'] === 'none'
+        ? { schedulerJitterMs: 0, coldStartExtraMs: 0 }
+        : { schedulerJitterMs: 2_000, lateInvocation: { k: 2, ms: 15_000 }, coldStartExtraMs: 1_000 }),
+      seed: 19,
+    },
+    economy: {
+      meanGapMs: 15_000,
+      periods: full ? 10 : 6,
+      busLatencyMs: 20,
+      schedulerJitterMs: 2_000,
+      coldStartExtraMs: 1_000,
+      idleReturnSeconds: 10,
+      seed: 21,
+    },
+    lambdaScale: {
+      rows: 100_000,
+      relays: [1, 2, 4],
+      busLatencyMs: 20,
+      coldStartExtraMs: 1_000,
+      drainTimeoutMs: 300_000,
+    },
+  };
+}
+
+/** The parameters of the run (see {@link benchParameters}). */
+export type BenchParameters = ReturnType<typeof benchParameters>;
