@@ -8,7 +8,7 @@
  * shown and replayed locally (see local-bus.ts, `Faults.poisonMarker`).
  */
 import { parseArgs } from 'node:util';
-import { onInterrupt } from '../cli/signals.ts';
+import { onInterrupt } from '../shared/relay/cli/signals.ts';
 import { type AcceptedEvent, startLocalBus } from './local-bus.ts';
 
 const USAGE = `usage: npm run bus [-- --refuse <text>]

@@ -5,11 +5,8 @@
  * accepts it plus the backlog and lag. Ctrl-C stops everything.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { explainError } from '../cli/errors.ts';
-import { onInterrupt } from '../cli/signals.ts';
 import { createBillingHandler, createBillingSchema } from '../examples/billing/consumer.ts';
 import { OrderPlaced } from '../examples/billing/events.ts';
-import { getStatus } from '../shared/operations/index.ts';
 import {
   checkDatabaseUrl,
   connect,
@@ -20,7 +17,10 @@ import {
   type Sql,
 } from '../shared/platform/index.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
+import { explainError } from '../shared/relay/cli/errors.ts';
+import { onInterrupt } from '../shared/relay/cli/signals.ts';
 import { createRelay } from '../shared/relay/index.ts';
+import { getStatus } from '../shared/relay/operations/index.ts';
 import { startEmbeddedPostgres } from './embedded-postgres.ts';
 import { type AcceptedEvent, startLocalBus } from './local-bus.ts';
 

@@ -193,12 +193,12 @@ export interface OutboxDatabaseProps extends OutboxDatabaseTarget {
   /** Database name. */
   readonly databaseName: string;
   /**
-   * Database user of the relay (its grants: shared/operations/roles.ts).
+   * Database user of the relay (its grants: shared/relay/operations/roles.ts).
    * @default 'outbox_relay' (DEFAULT_ROLES.relay)
    */
   readonly relayUser?: string;
   /**
-   * Database user of the monitor (its grants: shared/operations/roles.ts).
+   * Database user of the monitor (its grants: shared/relay/operations/roles.ts).
    * @default 'outbox_monitor' (DEFAULT_ROLES.monitor)
    */
   readonly monitorUser?: string;

@@ -12,7 +12,7 @@
 --    types, same schema). outbox_enqueue_check_array(text, anyarray) becomes
 --    outbox_enqueue_check_array(text, integer, integer): an exact overload beats a polymorphic one.
 --    The bodies below are written with `@extschema@` for the outbox's schema (as PostgreSQL's
---    extension scripts are) and created with it substituted. test/enqueue-definer.test.ts plants
+--    extension scripts are) and created with it substituted. test/producer/enqueue-definer.test.ts plants
 --    the overloads.
 -- 2. occurredAt (created_at, EventBridge's Time) was the producer transaction's start (now()), so
 --    within an aggregate sequence 2 could carry an earlier time than sequence 1. An enqueue now
@@ -283,7 +283,7 @@ declare
 begin
   -- The payload's text, for the common case only: an event with a key, or a max_entry_bytes out of
   -- range, is answered first (as migration 014 did), and a payload's text can be too large to make
-  -- (over 1 GB, test/migration-015-errors.test.ts).
+  -- (over 1 GB, test/relay/schema/migration-015-errors.test.ts).
   payload_text := case when outbox_enqueue.idempotency_key is null
                          and outbox_enqueue.max_entry_bytes between 8793 and 1048576
                        then outbox_enqueue.payload::text end;

@@ -1,6 +1,6 @@
 /**
  * `npm run build`: the packages as they are published, one per role, each ready for `npm pack`
- * in `dist/packages/<role>/` (packages/<role>/ holds their manifests):
+ * in `dist/packages/<role>/` (each role's folder holds its manifest beside its code: see ROLE_FOLDERS):
  *
  * | role | package | what it needs installed |
  * |---|---|---|
@@ -19,8 +19,9 @@
  * - per package: the compiled modules its entry points reach (found by esbuild over the compiled
  *   JavaScript, and by following the .d.ts imports), copied at the same paths under dist/, so that
  *   every module's `import.meta.url` arithmetic (the migrations folder, the Lambda bundles) holds;
- *   and a manifest whose exports name the compiled files instead of the repository's source
- *   shims. The build fails when a package's code or types import a package it does not declare:
+ *   and a manifest whose exports name the compiled files instead of the TypeScript sources. The
+ *   platform modules a package reaches are copied into it (shared/platform is not published on its
+ *   own). The build fails when a package's code or types import a package it does not declare:
  *   that is the check that keeps the producer free of the relay's dependencies.
  */
 import { execFileSync } from 'node:child_process';
@@ -34,17 +35,23 @@ import { HANDLER_ENTRIES, type HandlerName, OUTBOX_BUNDLING } from '../infra/out
 const root = fileURLToPath(new URL('..', import.meta.url));
 const dist = join(root, 'dist');
 
-/** The package folders under packages/, each one role. */
-const ROLES = ['producer', 'consumer', 'relay', 'cdk'] as const;
-type Role = (typeof ROLES)[number];
+/** Each published package's folder: its manifest beside its code. */
+const ROLE_FOLDERS = {
+  producer: 'shared/producer',
+  consumer: 'shared/consumer',
+  relay: 'shared/relay',
+  cdk: 'infra',
+} as const;
+type Role = keyof typeof ROLE_FOLDERS;
+const ROLES = Object.keys(ROLE_FOLDERS) as Role[];
 
 /** What a package carries beyond its exports' modules (paths relative to the repository). */
 const EXTRAS: Partial<Record<Role, { entries?: string[]; copy?: string[]; bin?: Record<string, string> }>> = {
-  // bin/outbox.js runs dist/cli/main.js when the TypeScript sources are absent, as in the package.
+  // shared/relay/bin/outbox.js runs dist/cli/main.js when the TypeScript sources are absent, as in the package.
   relay: {
-    entries: ['cli/main.ts'],
-    copy: ['dist/migrations', 'bin/outbox.js', 'scripts/check-node.cjs'],
-    bin: { outbox: 'bin/outbox.js' },
+    entries: ['shared/relay/cli/main.ts'],
+    copy: ['dist/migrations', 'shared/relay/bin/outbox.js', 'scripts/check-node.cjs'],
+    bin: { outbox: 'shared/relay/bin/outbox.js' },
   },
   cdk: { copy: ['dist/lambda'] },
 };
@@ -61,14 +68,6 @@ interface Manifest {
 /** The folder `npm pack` packs for a role. */
 function stageDir(role: Role): string {
   return join(dist, 'packages', role);
-}
-
-/** The repository source a shim (`export * from '../../../shared/…ts'`) re-exports, repo-relative. */
-async function shimTarget(shim: string): Promise<string> {
-  const text = await readFile(shim, 'utf8');
-  const match = /export \* from '([^']+\.ts)';/.exec(text);
-  if (!match?.[1]) throw new Error(`${relative(root, shim)}: expected one \`export * from '…ts'\` line`);
-  return relative(root, join(dirname(shim), match[1]));
 }
 
 const builtins = new Set(builtinModules);
@@ -129,7 +128,7 @@ async function typeGraph(entries: string[]): Promise<{ files: string[]; packages
 }
 
 async function stagePackage(role: Role): Promise<void> {
-  const folder = join(root, 'packages', role);
+  const folder = join(root, ROLE_FOLDERS[role]);
   const manifest = JSON.parse(await readFile(join(folder, 'package.json'), 'utf8')) as Manifest;
   const extras = EXTRAS[role] ?? {};
   const exportsMap: Manifest['exports'] = {};
@@ -140,7 +139,7 @@ async function stagePackage(role: Role): Promise<void> {
       exportsMap[key] = './package.json';
       continue;
     }
-    const source = await shimTarget(join(folder, target as string));
+    const source = relative(root, join(folder, target as string));
     const js = source.replace(/\.ts$/, '.js');
     const types = source.replace(/\.ts$/, '.d.ts');
     exportsMap[key] = { types: `./dist/${types}`, default: `./dist/${js}` };
@@ -162,7 +161,7 @@ async function stagePackage(role: Role): Promise<void> {
       .map((p) => `${p} (named by its types)`),
   ];
   if (undeclared.length > 0) {
-    throw new Error(`${manifest.name} (packages/${role}) does not declare: ${undeclared.join(', ')}`);
+    throw new Error(`${manifest.name} (${ROLE_FOLDERS[role]}) does not declare: ${undeclared.join(', ')}`);
   }
 
   const stage = stageDir(role);

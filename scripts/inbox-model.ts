@@ -29,7 +29,7 @@ const root = fileURLToPath(new URL('..', import.meta.url));
 const started = performance.now();
 const run = spawnSync(
   process.execPath,
-  [`${root}node_modules/vitest/vitest.mjs`, 'run', 'test/inbox-model.test.ts'],
+  [`${root}node_modules/vitest/vitest.mjs`, 'run', 'test/consumer/inbox-model.test.ts'],
   {
     cwd: root,
     stdio: 'inherit',

@@ -1,7 +1,7 @@
 /**
  * Measures of what the packages cost a service (issue 21), used by `npm run footprint` (which
- * prints them) and by the tests that hold them to the issue's bounds (test/packages.test.ts,
- * test/package.test.ts):
+ * prints them) and by the tests that hold them to the issue's bounds (test/repo/packages.test.ts,
+ * test/repo/package.test.ts):
  * - the consumer's Lambda bundle as a service would build it: esbuild, bundled, minified, ESM for
  *   Node 24, from the example handlers (examples/), whose imports name the packages as a user's do;
  * - an installed node_modules: its packages and its size;

@@ -17,7 +17,6 @@ import { randomUUID } from 'node:crypto';
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import postgres from 'postgres';
 import { startEmbeddedPostgres } from '../../dev/embedded-postgres.ts';
-import { prune } from '../../shared/operations/index.ts';
 import {
   connect,
   loadRelaySettings,
@@ -26,6 +25,7 @@ import {
   type Sql,
 } from '../../shared/platform/index.ts';
 import { createEventBridgeClient, RELAY_PLAN_CACHE_MODE, runRelay } from '../../shared/relay/index.ts';
+import { prune } from '../../shared/relay/operations/index.ts';
 import { plainEnqueue, plainPrune, plainRelayDrain, setUpPlainOutbox } from '../plain-outbox.ts';
 import { type PgCost, PgCostProbe, type WalRecordKind } from '../support/pg-cost.ts';
 import { median, startBusProcess } from '../support/processes.ts';

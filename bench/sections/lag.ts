@@ -12,7 +12,7 @@ export async function runLag(b: Bench): Promise<void> {
     await reset();
     const committedAt = new Map<string, number>();
     const relay = startMeasured({
-      args: [`${root}bin/outbox.js`, 'relay', '--quiet'],
+      args: [`${root}shared/relay/bin/outbox.js`, 'relay', '--quiet'],
       env: busEnv,
     });
     log(`lag: ${P.lagRate} events/s for ${P.lagSeconds} s`);

@@ -69,7 +69,7 @@ export function relayRuns(env: BenchEnvironment, root: string, baselineDir: stri
   ): Promise<RelayRun> {
     const r: Measured = await runMeasured({
       nodeArgs,
-      args: [`${dir}bin/outbox.js`, 'relay', ...args, '--quiet'],
+      args: [`${dir}shared/relay/bin/outbox.js`, 'relay', ...args, '--quiet'],
       env: { ...busEnv, ...env },
       keepStdout: true,
     });

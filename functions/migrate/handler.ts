@@ -6,8 +6,8 @@
 
 import { Logger } from '@aws-lambda-powertools/logger';
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import { migrateWithRoles } from '../../shared/operations/index.ts';
 import { EnvVar, migrateConfigSchema, parseEnv, ServiceName } from '../../shared/platform/index.ts';
+import { migrateWithRoles } from '../../shared/relay/operations/index.ts';
 
 const env = parseEnv(migrateConfigSchema, process.env);
 const logger = new Logger({ serviceName: ServiceName.migrate });

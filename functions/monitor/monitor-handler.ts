@@ -10,6 +10,8 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import type { LambdaClient } from '@aws-sdk/client-lambda';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
+import type { MonitorSettings, Sql } from '../../shared/platform/index.ts';
+import { ServiceName } from '../../shared/platform/index.ts';
 import {
   addMonitorMetrics,
   createMetrics,
@@ -19,9 +21,7 @@ import {
   prune,
   type ScaleOutResult,
   startExtraRelays,
-} from '../../shared/operations/index.ts';
-import type { MonitorSettings, Sql } from '../../shared/platform/index.ts';
-import { ServiceName } from '../../shared/platform/index.ts';
+} from '../../shared/relay/operations/index.ts';
 
 /** What one monitor invocation did. */
 export interface MonitorSummary {
@@ -49,7 +49,7 @@ const SCALE_OUT_BUDGET_MS = 10_000;
 /**
  * Builds the middy handler: prunes within min(OUTBOX_PRUNE_TIME_BUDGET_MS, remaining − 5 s), then
  * measures the backlog, starts the extra relays it asks for (`settings.scaleOut`: see
- * shared/operations/scale-out.ts), and emits the backlog metrics even if pruning failed (and then
+ * shared/relay/operations/scale-out.ts), and emits the backlog metrics even if pruning failed (and then
  * fails the invocation).
  */
 export function createMonitorHandler(deps: MonitorHandlerDeps) {

@@ -8,9 +8,9 @@ import type { Metrics } from '@aws-lambda-powertools/metrics';
 import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
-import { addRelayMetrics, createMetrics, readRelayEvent } from '../../shared/operations/index.ts';
 import { ServiceName } from '../../shared/platform/index.ts';
 import type { Relay, RelayCounts, StopReason } from '../../shared/relay/index.ts';
+import { addRelayMetrics, createMetrics, readRelayEvent } from '../../shared/relay/operations/index.ts';
 
 /** What one invocation did. */
 export interface RelayInvocationSummary extends RelayCounts {
@@ -42,7 +42,7 @@ export interface RelayHandlerDeps {
  * warm invocation.
  *
  * The payload: EventBridge Scheduler's (`{}`) relays until the deadline; the monitor's
- * `{ "scaleOut": { "forSeconds": n } }` (an extra relay, shared/operations/scale-out.ts) relays
+ * `{ "scaleOut": { "forSeconds": n } }` (an extra relay, shared/relay/operations/scale-out.ts) relays
  * until nothing is pending, n seconds at most. A malformed one fails the invocation with an
  * `OutboxValidationError` naming the field, before anything is claimed.
  */

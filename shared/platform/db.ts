@@ -8,7 +8,7 @@ import postgres from 'postgres';
 import { databaseConfigSchema, parseEnv } from './config.ts';
 
 import { isTransientDatabaseError } from './connection-errors.ts';
-import { checkDatabaseUrl, databasePasswords, redactError } from './database-target.ts';
+import { checkDatabaseUrl, databasePasswords, redactError } from './connection-url.ts';
 import { OutboxConfigError, OutboxDeadlineError } from './errors.ts';
 import { EnvVar } from './names.ts';
 import { oneStatementPerConnection } from './pooler.ts';

@@ -4,7 +4,7 @@
  */
 export * from './config.ts';
 export * from './connection-errors.ts';
-export * from './database-target.ts';
+export * from './connection-url.ts';
 export * from './db.ts';
 export * from './envelope.ts';
 export * from './errors.ts';

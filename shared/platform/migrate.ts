@@ -5,7 +5,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { runner } from 'node-pg-migrate';
-import { checkDatabaseUrl, databasePasswords, redactError, redactPasswords } from './database-target.ts';
+import { checkDatabaseUrl, databasePasswords, redactError, redactPasswords } from './connection-url.ts';
 import { EnvVar } from './names.ts';
 
 /**

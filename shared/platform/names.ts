@@ -49,7 +49,7 @@ export const METRIC_DIMENSION = 'service';
 
 /**
  * Metric names, each with the service that emits it (its `service` dimension). Units are set where
- * the metric is added (shared/operations/metrics.ts).
+ * the metric is added (shared/relay/operations/metrics.ts).
  */
 export const MetricName = {
   // monitor
@@ -115,7 +115,7 @@ export type InboxMetricName = (typeof InboxMetricName)[keyof typeof InboxMetricN
 /** The dimension of the inbox's metrics: its value is the consumer's name. */
 export const INBOX_METRIC_DIMENSION = 'consumer';
 
-/** Database roles a deployment creates (see shared/operations/roles.ts for their grants). */
+/** Database roles a deployment creates (see shared/relay/operations/roles.ts for their grants). */
 export interface OutboxRoles {
   /** Claims and marks outbox rows (select, update on `outbox`). */
   relay: string;

@@ -5,7 +5,7 @@
  */
 // Each platform module by its own path, never platform/index.ts: that front door also loads the
 // connection (AWS SDK's RDS signer) and migration (node-pg-migrate) modules, which a producer-only
-// service does not install (packages/producer).
+// service does not install (the producer package, shared/producer).
 import {
   DEFAULT_MAX_REQUEST_BYTES,
   detailJson,

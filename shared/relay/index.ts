@@ -42,4 +42,4 @@ export {
   RELAY_PLAN_CACHE_MODE,
   type Relay,
   type RelayRunOptions,
-} from './relay.ts';
+} from './run-relay.ts';

@@ -23,7 +23,7 @@ import {
 } from '../../shared/platform/index.ts';
 import { migrate } from '../../shared/platform/migrate.ts';
 
-const BIN = fileURLToPath(new URL('../../bin/outbox.js', import.meta.url));
+const BIN = fileURLToPath(new URL('../../shared/relay/bin/outbox.js', import.meta.url));
 const PRODUCER = fileURLToPath(new URL('./producer.ts', import.meta.url));
 const POISON = 'chaos-poison-pill';
 

@@ -25,7 +25,7 @@ import { migrate } from '../../shared/platform/migrate.ts';
 import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
 import { countOrderViolations } from './chaos.ts';
 
-const BIN = fileURLToPath(new URL('../../bin/outbox.js', import.meta.url));
+const BIN = fileURLToPath(new URL('../../shared/relay/bin/outbox.js', import.meta.url));
 
 const { values } = parseArgs({
   options: {

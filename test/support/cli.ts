@@ -1,12 +1,12 @@
 /**
- * Runs the real `outbox` command (bin/outbox.js) as a child process, as a user would, with an
+ * Runs the real `outbox` command (shared/relay/bin/outbox.js) as a child process, as a user would, with an
  * environment built from scratch so that nothing from the test runner's own environment leaks in.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 /** The CLI's entry point. */
-export const OUTBOX_BIN = fileURLToPath(new URL('../../bin/outbox.js', import.meta.url));
+export const OUTBOX_BIN = fileURLToPath(new URL('../../shared/relay/bin/outbox.js', import.meta.url));
 
 /**
  * The configuration contract's environment for a CLI run against a test database and a local bus,

@@ -4,8 +4,8 @@
  * in with a password (in AWS they log in with IAM tokens; the embedded server checks a password).
  */
 import { randomBytes } from 'node:crypto';
-import { ensureRoles } from '../../shared/operations/index.ts';
 import { connect, type OutboxRoles, type Sql } from '../../shared/platform/index.ts';
+import { ensureRoles } from '../../shared/relay/operations/index.ts';
 import type { TestDatabase } from './db.ts';
 
 /** Roles of a test file, and pools logged in as them. */

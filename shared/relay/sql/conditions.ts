@@ -1,6 +1,6 @@
 /**
  * Row conditions that several relay statements share, written once. Each equals the predicate of
- * the partial indexes that serve it (test/relay-sql.test.ts compares them with `pg_indexes`), but
+ * the partial indexes that serve it (test/relay/relay-sql.test.ts compares them with `pg_indexes`), but
  * {@link pendingRowById}, which must not match one (it says why): a
  * statement whose condition drifted from its index's predicate would quietly stop using the index
  * and scan the table's whole published history.
@@ -32,7 +32,7 @@ export function unpublishedRow(sql: Queryable) {
  * does, the planner may serve `id = any(…)` from that index (its predicate implies the clause, and
  * it is smaller than the primary key), which means reading every pending row to find a few hundred,
  * a cost that grows with the backlog (without statistics, as on a table just filled, 8,000 pending
- * rows made a claim read 24,600 rows: test/relay-park.test.ts). By id, the primary key reads one
+ * rows made a claim read 24,600 rows: test/relay/relay-park.test.ts). By id, the primary key reads one
  * entry per row.
  */
 export function pendingRowById(sql: Queryable) {
@@ -50,7 +50,7 @@ export function pendingRowById(sql: Queryable) {
  * reading every pending row in (available_at, id) order and keeping that aggregate's, one
  * pending row estimated, the whole backlog read. With statistics taken when almost nothing was
  * pending (the steady state autoanalyze samples), a claim read 1.5 million rows for 100 heads
- * with 15,000 pending (test/claim-plan.test.ts); in the 5M soak, claims took seconds until they
+ * with 15,000 pending (test/relay/claim-plan.test.ts); in the 5M soak, claims took seconds until they
  * ran out of time.
  */
 export function holdsBackAggregate(sql: Queryable, block: ReturnType<Queryable['unsafe']>) {

@@ -30,7 +30,7 @@ export async function unparkNextEvents(
         -- through outbox_unfinished_by_aggregate_idx: the pending test written so that it does not
         -- imply outbox_pending_idx's predicate, which the planner, with statistics that saw almost
         -- nothing pending, preferred, reading the whole backlog for each aggregate (1.5 million rows
-        -- for 100 aggregates with 15,000 pending: test/claim-plan.test.ts)
+        -- for 100 aggregates with 15,000 pending: test/relay/claim-plan.test.ts)
         where n.aggregate_type = a.t and n.aggregate_id = a.i
           and ${unpublishedRow(sql)} and ${pendingRowById(sql)}
         order by n.sequence

@@ -1,0 +1,75 @@
+/**
+ * What the CLI prints for an error that ended a command, and its exit status. Each message says
+ * what happened and what to do; Postgres errors are recognised by SQLSTATE, never by message text.
+ */
+import {
+  databaseTarget,
+  describeConnectionFailure,
+  isConnectFailure,
+  OutboxConfigError,
+  OutboxError,
+  OutboxSchemaError,
+  sameConnectionSettings,
+} from '../../platform/index.ts';
+
+/** Exit statuses of the `outbox` command. */
+export const EXIT = {
+  ok: 0,
+  /** The command ran and failed: the database, the bus, invalid input, nothing published. */
+  failure: 1,
+  /** The command was called wrongly: an unknown option, a bad value, a missing or malformed variable. */
+  usage: 2,
+} as const;
+
+/** How to get a database when none is reachable; the checkout's `npm run db` starts one. */
+export const LOCAL_DATABASE_HINT =
+  'For a local Postgres that keeps its data between runs, run `npm run db` in a checkout of ' +
+  'outbox-relay-aws and export the DATABASE_URL it prints.';
+
+/**
+ * SQLSTATEs that mean the schema is missing or older than this code: undefined table (42P01),
+ * column (42703) or function (42883).
+ */
+const SCHEMA_BEHIND = new Set(['42P01', '42703', '42883']);
+
+/** The message (possibly several lines, without the `error: ` prefix) and exit status for `error`. */
+export function explainError(thrown: unknown, env: NodeJS.ProcessEnv): { message: string; exitCode: number } {
+  // The library's schema error (from enqueue) is explained below like the driver's own, with the
+  // database the command used.
+  const error = thrown instanceof OutboxSchemaError ? thrown.cause : thrown;
+  if (error instanceof OutboxConfigError) return { message: error.message, exitCode: EXIT.usage };
+  if (error instanceof OutboxError) return { message: error.message, exitCode: EXIT.failure };
+  const e = error as Error & { code?: string };
+  if (isConnectFailure(e)) {
+    return {
+      message: `${describeConnectionFailure(e, env)}\n  ${LOCAL_DATABASE_HINT}`,
+      exitCode: EXIT.failure,
+    };
+  }
+  if (typeof e?.code === 'string' && SCHEMA_BEHIND.has(e.code)) {
+    const target = databaseTarget(env);
+    const what =
+      e.code === '42P01'
+        ? 'the outbox tables are missing from'
+        : 'the outbox schema is older than this version of outbox in';
+    return {
+      message:
+        `${what} database "${target.database}" at ${target.address} (${e.message}, ${e.code}): ` +
+        `run \`outbox migrate\` first, ${sameConnectionSettings(env)}.`,
+      exitCode: EXIT.failure,
+    };
+  }
+  if (e?.code === '42501') {
+    // insufficient_privilege: most often `migrate --roles` as a user that may not create roles, or
+    // a command run as a deployment role that lacks the grant (see docs/deploying.md#grants-that-are-yours-to-make).
+    return {
+      message:
+        `${e.message} (42501): the database user of DATABASE_URL lacks a privilege this command needs. ` +
+        '`outbox migrate --roles` needs a user that may create roles (the RDS master user, or CREATEROLE); ' +
+        'the deployment roles get exactly the grants their own work needs.',
+      exitCode: EXIT.failure,
+    };
+  }
+  const text = e instanceof Error ? e.message || e.name : String(error);
+  return { message: `${text}${e?.code ? ` (${e.code})` : ''}`, exitCode: EXIT.failure };
+}

@@ -1,0 +1,231 @@
+/**
+ * `outbox inbox parked list|replay|discard --consumer <name>`: what an operator does with the events
+ * an inbox parked (wait-for-gap, `onGapTimeout: 'park'`). The database user needs the consumer
+ * role's grants (`outbox_consumer`): reading and updating `inbox_message`.
+ *
+ * `replay` marks the events for re-application, then, with `--function-name`, invokes the
+ * consumer's function with each one, oldest first, one at a time (RequestResponse, so that each
+ * result is seen before the next is sent, and the events of one aggregate keep their order), and
+ * checks that the inbox recorded it applied. It stops at the first failure; running it again
+ * resumes. Without `--function-name` it prints each event as one JSON line, the payload to invoke
+ * the function with by other means (`aws lambda invoke --payload …`).
+ */
+import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
+import type { Command } from 'commander';
+import type { Sql } from '../../platform/index.ts';
+import {
+  discardParked,
+  listParked,
+  markParkedForReplay,
+  type ParkedEvent,
+  type ParkedSelection,
+} from '../operations/index.ts';
+import { EXIT } from './errors.ts';
+import type { OperationsContext } from './operations.ts';
+import { positiveInteger } from './parsers.ts';
+
+interface Selected {
+  consumer: string;
+  all?: boolean;
+  yes?: boolean;
+  json?: boolean;
+}
+
+const usage = (command: Command, message: string): never =>
+  command.error(`error: ${message}`, { exitCode: EXIT.usage, code: 'outbox.usage' });
+
+/** The event ids given, or every parked event of the consumer with --all; never both, never neither. */
+function selection(command: Command, ids: string[] | undefined, o: Selected, verb: string): ParkedSelection {
+  const eventIds = ids ?? [];
+  if (eventIds.length > 0 && o.all) usage(command, 'give event ids or --all, not both');
+  if (eventIds.length === 0 && !o.all) {
+    usage(
+      command,
+      `say which parked events to ${verb}: their event ids (\`outbox inbox parked list --consumer ${o.consumer}\` shows them), or --all`,
+    );
+  }
+  return { consumer: o.consumer, ...(o.all ? {} : { eventIds }) };
+}
+
+/** Asks before acting on more than one event, unless --yes; reports unknown ids and stops. */
+async function confirmed(
+  ctx: OperationsContext,
+  sql: Sql,
+  s: ParkedSelection,
+  o: Selected,
+  verb: string,
+): Promise<boolean> {
+  const found = await listParked(sql, s, 100_000);
+  const unknown = (s.eventIds ?? []).filter((id) => !found.some((p) => p.eventId === id));
+  for (const id of unknown) ctx.err(`no parked event ${id} for consumer ${s.consumer}`);
+  if (unknown.length > 0) {
+    ctx.err(`nothing was changed (outbox inbox parked list --consumer ${s.consumer} shows them)`);
+    ctx.setExitCode(EXIT.failure);
+    return false;
+  }
+  if (found.length > 1 && !o.yes && !(await ctx.confirm(`${verb} ${found.length} parked events? [y/N] `))) {
+    ctx.err(`not confirmed: nothing was changed (use --yes to ${verb.toLowerCase()} them without asking)`);
+    ctx.setExitCode(EXIT.failure);
+    return false;
+  }
+  return true;
+}
+
+/** One line of `list`. */
+const row = (p: ParkedEvent) =>
+  [
+    p.eventId,
+    p.type,
+    `${p.aggregateType}/${p.aggregateId}`,
+    p.sequence,
+    p.state,
+    p.parkedAt.toISOString(),
+    p.reason.slice(0, 120),
+  ].join('\t');
+
+/** Adds `inbox parked list|replay|discard` to the program. */
+export function registerInbox(program: Command, ctx: OperationsContext): void {
+  const parked = program
+    .command('inbox')
+    .description("the inbox's parked events (order: 'wait-for-gap', onGapTimeout: 'park')")
+    .command('parked')
+    .description('list, re-apply or discard the events an inbox parked');
+
+  parked
+    .command('list')
+    .description('list the parked events of a consumer, oldest first')
+    .requiredOption('--consumer <name>', 'the inbox consumer (its `consumer` option)')
+    .option('--limit <n>', 'at most n events', positiveInteger, 100)
+    .option('--json', 'print one JSON document: an array of parked events, each with the whole event')
+    .action(async (o: { consumer: string; limit: number; json?: boolean }) => {
+      await ctx.withDb(async (sql) => {
+        const events = await listParked(sql, { consumer: o.consumer }, o.limit);
+        if (o.json) {
+          ctx.json(events);
+          return;
+        }
+        if (events.length === 0) {
+          ctx.out(`no parked events for consumer ${o.consumer}`);
+          return;
+        }
+        ctx.out('eventId\ttype\taggregate\tsequence\tstate\tparked at\treason');
+        for (const p of events) ctx.out(row(p));
+        ctx.out(
+          `${events.length} parked event(s)${events.length === o.limit ? ` (the first ${o.limit}; --limit for more)` : ''}`,
+        );
+      });
+    });
+
+  const replay = parked
+    .command('replay')
+    .argument('[eventIds...]', 'event ids (metadata.eventId)')
+    .description("re-apply parked events: the consumer's inbox applies each one's next delivery once")
+    .requiredOption('--consumer <name>', 'the inbox consumer (its `consumer` option)')
+    .option('--all', 'every parked event of the consumer')
+    .option(
+      '--function-name <name>',
+      "invoke the consumer's Lambda function (name or ARN) with each event, one at a time; without it the events are printed, one JSON line each, to invoke it yourself",
+    )
+    .option(
+      '--timeout <seconds>',
+      'longest wait for one invocation (above the function timeout)',
+      positiveInteger,
+      900,
+    )
+    .option('--yes', 'do not ask for confirmation')
+    .option('--json', 'print one JSON document: {"replaying": n, "applied": n, "events": [...]}')
+    .action(async (ids: string[] | undefined, o: Selected & { functionName?: string; timeout: number }) => {
+      const s = selection(replay, ids, o, 'replay');
+      await ctx.withDb(async (sql) => {
+        if (!(await confirmed(ctx, sql, s, o, 'Replay'))) return;
+        const events = await markParkedForReplay(sql, s);
+        if (!o.functionName) {
+          if (o.json) ctx.json({ replaying: events.length, applied: 0, events: events.map((e) => e.event) });
+          else {
+            for (const e of events) ctx.out(JSON.stringify(e.event));
+            ctx.err(
+              `marked ${events.length} parked event(s) for replay: invoke the consumer's function with each line above; its inbox applies each once`,
+            );
+          }
+          return;
+        }
+        const applied = await invokeEach(ctx, sql, events, o.functionName, o.timeout, o.json ?? false);
+        if (o.json) ctx.json({ replaying: events.length, applied, events: events.map((e) => e.eventId) });
+        else ctx.out(`replayed ${applied} of ${events.length} parked event(s) through ${o.functionName}`);
+        if (applied < events.length) ctx.setExitCode(EXIT.failure);
+      });
+    });
+
+  const discard = parked
+    .command('discard')
+    .argument('[eventIds...]', 'event ids (metadata.eventId)')
+    .description('discard parked events: never applied, kept on record (with your reason) until pruned')
+    .requiredOption('--consumer <name>', 'the inbox consumer (its `consumer` option)')
+    .requiredOption('--reason <text>', 'why: kept in the record')
+    .option('--all', 'every parked event of the consumer')
+    .option('--yes', 'do not ask for confirmation')
+    .option('--json', 'print one JSON document: {"discarded": n}')
+    .action(async (ids: string[] | undefined, o: Selected & { reason: string }) => {
+      const s = selection(discard, ids, o, 'discard');
+      if (o.reason.trim() === '') usage(discard, '--reason must say why');
+      await ctx.withDb(async (sql) => {
+        if (!(await confirmed(ctx, sql, s, o, 'Discard'))) return;
+        const n = await discardParked(sql, s, o.reason.trim());
+        if (o.json) ctx.json({ discarded: n });
+        else ctx.out(`discarded ${n} parked event(s)`);
+      });
+    });
+}
+
+/**
+ * Invokes the function with each event in turn and checks the inbox's record: applied when its
+ * outcome became `processed`. Stops at the first event that was not.
+ * @returns how many were applied
+ */
+async function invokeEach(
+  ctx: OperationsContext,
+  sql: Sql,
+  events: ParkedEvent[],
+  functionName: string,
+  timeoutSeconds: number,
+  quiet: boolean,
+): Promise<number> {
+  // Region, credentials and endpoint (AWS_ENDPOINT_URL_LAMBDA) come from the SDK's own settings.
+  // No retries of its own: a retried invocation would apply nothing twice (the inbox), but a
+  // timeout must say so rather than run the event again unseen.
+  const client = new LambdaClient({ maxAttempts: 1 });
+  let applied = 0;
+  try {
+    for (const p of events) {
+      const answer = await client.send(
+        new InvokeCommand({
+          FunctionName: functionName,
+          InvocationType: 'RequestResponse',
+          Payload: Buffer.from(JSON.stringify(p.event)),
+        }),
+        { abortSignal: AbortSignal.timeout(timeoutSeconds * 1000) },
+      );
+      const payload = answer.Payload ? Buffer.from(answer.Payload).toString('utf8') : '';
+      const [record] = await sql<{ outcome: string }[]>`
+        select outcome from inbox_message where consumer = ${p.consumer} and event_id = ${p.eventId}`;
+      if (answer.FunctionError || record?.outcome !== 'processed') {
+        ctx.err(
+          `${p.eventId} (${p.type} ${p.aggregateType}/${p.aggregateId} #${p.sequence}): not applied` +
+            (answer.FunctionError
+              ? ` — the function failed (${answer.FunctionError}): ${payload.slice(0, 500)}`
+              : ` — the function answered ${payload.slice(0, 200) || 'nothing'} but the record is ${record?.outcome ?? 'gone'}: is ${functionName} the function of consumer ${p.consumer}?`),
+        );
+        ctx.err(
+          'stopped: the remaining events stay marked for replay; run the command again once the cause is fixed',
+        );
+        return applied;
+      }
+      applied++;
+      if (!quiet)
+        ctx.err(`applied ${p.eventId} (${p.type} ${p.aggregateType}/${p.aggregateId} #${p.sequence})`);
+    }
+    return applied;
+  } finally {
+    client.destroy();
+  }
+}

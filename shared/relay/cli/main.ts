@@ -1,0 +1,260 @@
+/**
+ * The `outbox` command line, on commander. Every command reads the configuration contract's
+ * environment variables (DATABASE_URL or PG*, EVENT_BUS_NAME, OUTBOX_*; the endpoint through the
+ * AWS SDK's own AWS_ENDPOINT_URL_EVENTBRIDGE).
+ *
+ * Conventions: results on stdout, progress and errors on stderr; `--json` prints exactly one JSON
+ * document on stdout (an object, or an array for lists) and nothing else there; exit 0 success,
+ * 1 failure, 2 usage or configuration error (see {@link EXIT}).
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { createInterface } from 'node:readline/promises';
+import { fileURLToPath } from 'node:url';
+import { Command, CommanderError } from 'commander';
+import {
+  connect,
+  DEFAULT_ROLES,
+  databasePasswords,
+  databaseUrlFromEnv,
+  EnvVar,
+  migrate,
+  readSetting,
+  redactPasswords,
+  type Sql,
+} from '../../platform/index.ts';
+import { getStatus, migrateWithRoles } from '../operations/index.ts';
+import { type EnqueueProgress, enqueueFromLines } from './enqueue-lines.ts';
+import { EXIT, explainError } from './errors.ts';
+import { registerInbox } from './inbox-commands.ts';
+import { type OperationsContext, registerOperations } from './operations.ts';
+import { positiveInteger } from './parsers.ts';
+import { registerRelay } from './relay-command.ts';
+
+/** Where the CLI writes; tests pass their own. */
+export interface CliIo {
+  out: (line: string) => void;
+  err: (line: string) => void;
+  stdin: AsyncIterable<string | Buffer>;
+  env: NodeJS.ProcessEnv;
+  /** Asks a yes/no question on the terminal; false when there is none. */
+  confirm: (question: string) => Promise<boolean>;
+}
+
+const defaultIo = (): CliIo => ({
+  out: (line) => process.stdout.write(`${line}\n`),
+  err: (line) => process.stderr.write(`${line}\n`),
+  stdin: process.stdin,
+  env: process.env,
+  confirm: async (question) => {
+    if (!process.stdin.isTTY) return false;
+    const rl = createInterface({ input: process.stdin, output: process.stderr });
+    try {
+      return /^y(es)?$/i.test((await rl.question(question)).trim());
+    } finally {
+      rl.close();
+    }
+  },
+});
+
+/** Least time between two `enqueue` progress lines, ms. */
+const ENQUEUE_PROGRESS_EVERY_MS = 1_000;
+
+/** The package's version: from the nearest package.json above this file (source or built layout). */
+function packageVersion(): string {
+  for (let dir = dirname(fileURLToPath(import.meta.url)); dir !== dirname(dir); dir = dirname(dir)) {
+    const file = join(dir, 'package.json');
+    if (existsSync(file))
+      return (JSON.parse(readFileSync(file, 'utf8')) as { version?: string }).version ?? '0.0.0';
+  }
+  return '0.0.0';
+}
+
+/**
+ * Runs the CLI.
+ * @param argv `process.argv` shape (node, script, …args)
+ * @returns the exit code: 0 ok, 1 failure, 2 usage or configuration error
+ */
+export async function main(argv: string[], cliIo: CliIo = defaultIo()): Promise<number> {
+  let code: number = EXIT.ok;
+  const ctx = commandContext(redacted(cliIo), (c) => {
+    code = c;
+  });
+  const program = createProgram(ctx);
+  registerMigrate(program, ctx);
+  registerRelay(program, ctx);
+  registerEnqueue(program, ctx);
+  registerStatus(program, ctx);
+  registerOperations(program, ctx);
+  registerInbox(program, ctx);
+  try {
+    await program.parseAsync(argv);
+    return code;
+  } catch (error) {
+    // Commander has printed its own message (unknown option, invalid value, missing argument…).
+    if (error instanceof CommanderError) return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
+    const { message, exitCode } = explainError(error, ctx.env);
+    ctx.err(`error: ${message}`);
+    return exitCode;
+  }
+}
+
+/**
+ * The last line of defence: no line printed, whatever produced it (a driver's message included),
+ * carries a database password. Messages built here never hold one (maskDatabaseUrl).
+ */
+function redacted(cliIo: CliIo): CliIo {
+  const passwords = databasePasswords(cliIo.env);
+  return {
+    ...cliIo,
+    out: (line) => cliIo.out(redactPasswords(line, passwords)),
+    err: (line) => cliIo.err(redactPasswords(line, passwords)),
+  };
+}
+
+/** What every command gets: where to write, the environment, a database, the exit code, stdin. */
+interface CommandContext extends OperationsContext {
+  stdin: CliIo['stdin'];
+}
+
+/** What every command gets: where to write, the environment, a database, the exit code. */
+function commandContext(io: CliIo, setExitCode: (code: number) => void): CommandContext {
+  return {
+    stdin: io.stdin,
+    out: io.out,
+    err: io.err,
+    json: (value) => io.out(JSON.stringify(value)),
+    env: io.env,
+    withDb: async (fn: (sql: Sql) => Promise<void>) => {
+      const sql = connect({ env: io.env, applicationName: 'outbox-cli' });
+      try {
+        await fn(sql);
+      } finally {
+        await sql.end({ timeout: 5 });
+      }
+    },
+    confirm: io.confirm,
+    setExitCode,
+  };
+}
+
+/** The `outbox` command itself: its version, help and output conventions. */
+function createProgram(ctx: OperationsContext): Command {
+  return new Command('outbox')
+    .description('Transactional outbox relay: Postgres outbox table → Amazon EventBridge')
+    .version(packageVersion(), '-V, --version', 'print the version')
+    .exitOverride()
+    .showHelpAfterError('(add --help for usage)')
+    .configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) })
+    .addHelpText(
+      'after',
+      `
+Environment:
+  DATABASE_URL                  postgres://user:password@host:5432/database (else libpq's PGHOST, PGPORT,
+                                PGUSER, PGPASSWORD, PGDATABASE); \`npm run db\` in a checkout starts a local one
+  EVENT_BUS_NAME                the EventBridge bus (relay)
+  AWS_REGION, AWS credentials   to sign PutEvents (relay); AWS_ENDPOINT_URL_EVENTBRIDGE for a local bus
+  OUTBOX_*                      tuning, each with a default (docs/configuration.md)
+
+Output: results on stdout, progress and errors on stderr; --json prints one JSON document.
+Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
+    );
+}
+
+/** `outbox migrate [--roles]`. */
+function registerMigrate(program: Command, ctx: OperationsContext): void {
+  program
+    .command('migrate')
+    .description('apply pending schema migrations (outbox tables) to the database')
+    .option(
+      '--roles',
+      'also create or update the deployment roles (outbox_relay, outbox_monitor, outbox_producer, outbox_consumer) exactly as the deploy-time migrate function does; needs a user that may create roles',
+    )
+    .option('--json', 'print one JSON document: {"applied": [names], "roles": [names]}')
+    .action(async (opts: { roles?: boolean; json?: boolean }) => {
+      const url = databaseUrlFromEnv(ctx.env);
+      const applied = opts.roles ? await migrateWithRoles(url) : await migrate(url, { log: () => {} });
+      const roles = opts.roles ? Object.values(DEFAULT_ROLES) : [];
+      if (opts.json) {
+        ctx.json(opts.roles ? { applied, roles } : { applied });
+        return;
+      }
+      ctx.out(
+        applied.length === 0
+          ? 'schema is up to date'
+          : `applied ${applied.length} migration(s): ${applied.join(', ')}`,
+      );
+      if (opts.roles) ctx.out(`roles ensured: ${roles.join(', ')}`);
+    });
+}
+
+/** `outbox enqueue`: JSON lines on stdin, all validated before any is written. */
+function registerEnqueue(program: Command, ctx: CommandContext): void {
+  program
+    .command('enqueue')
+    .description(
+      'enqueue events from JSON lines on stdin (backfills); all lines are validated before any is written',
+    )
+    .option('--source <source>', 'Source for lines without one (default: $OUTBOX_DEFAULT_SOURCE)')
+    .option('--batch-size <n>', 'events per transaction', positiveInteger, 1000)
+    .option('--json', 'print one JSON document: {"enqueued", "duplicates", "errors"}')
+    .action(async (opts: { source?: string; batchSize: number; json?: boolean }) => {
+      // The bus's request limit bounds an entry too: what the relay could not send is refused here.
+      const maxEntryBytes = readSetting(EnvVar.maxRequestBytes, ctx.env);
+      const defaultSource = opts.source ?? readSetting(EnvVar.defaultSource, ctx.env);
+      await ctx.withDb(async (sql) => {
+        let lastProgressAt = performance.now();
+        const result = await enqueueFromLines(sql, ctx.stdin, {
+          defaultSource,
+          maxEntryBytes,
+          batchSize: opts.batchSize,
+          reading: (lines) => ctx.err(`enqueue: ${lines} lines read and checked…`),
+          progress: (p: EnqueueProgress) => {
+            // One transaction's worth is reported by the summary alone; longer work gets a line
+            // a second and one at the end.
+            if (p.total <= opts.batchSize) return;
+            const now = performance.now();
+            if (p.done < p.total && now - lastProgressAt < ENQUEUE_PROGRESS_EVERY_MS) return;
+            lastProgressAt = now;
+            ctx.err(
+              `enqueue: ${p.done} of ${p.total} events done: ${p.enqueued} enqueued, ${p.duplicates} duplicate(s) skipped`,
+            );
+          },
+        });
+        if (result.errors.length > 0) {
+          for (const e of result.errors) ctx.err(`line ${e.line}: ${e.message}`);
+          ctx.err(`enqueue: ${result.errors.length} invalid line(s); nothing was written`);
+          if (opts.json) ctx.json(result);
+          ctx.setExitCode(EXIT.failure);
+          return;
+        }
+        if (opts.json) ctx.json(result);
+        else ctx.out(`enqueued ${result.enqueued} event(s), ${result.duplicates} duplicate(s) skipped`);
+      });
+    });
+}
+
+/** `outbox status`. */
+function registerStatus(program: Command, ctx: OperationsContext): void {
+  program
+    .command('status')
+    .description(
+      'show the backlog: pending, oldest pending age, in flight, dead-lettered, published, parked inbox events',
+    )
+    .option('--json', 'print one JSON document')
+    .action(async (opts: { json?: boolean }) => {
+      await ctx.withDb(async (sql) => {
+        const s = await getStatus(sql);
+        if (opts.json) {
+          ctx.json(s);
+          return;
+        }
+        ctx.out(`pending:             ${s.pending}`);
+        ctx.out(`oldest pending age:  ${s.oldestPendingAgeSeconds.toFixed(1)} s`);
+        ctx.out(`in flight:           ${s.inFlight}`);
+        ctx.out(`dead-lettered:       ${s.deadLettered}`);
+        ctx.out(`published:           ${s.published}`);
+        ctx.out(`inbox parked:        ${s.inboxParked}`);
+      });
+    });
+}

@@ -1,0 +1,154 @@
+/**
+ * Least-privilege database roles for a deployment, created by the migrate function after the
+ * schema migrations (roles are cluster-wide, so they are not part of the numbered migrations).
+ * Each can do exactly its work, also where PUBLIC's default privileges were revoked (`revoke
+ * execute on all functions in schema public from public`, `revoke all on schema public from
+ * public`), and reads nothing its work does not need:
+ * - relay: reads `outbox` and writes only the columns of a row's delivery state (lease, attempts,
+ *   backoff, outcome); it cannot change an event;
+ * - monitor: reads `outbox` without the events' payloads and trace headers, deletes expired rows,
+ *   inbox records (without reading a parked event's payload), the inbox's order state and
+ *   idempotency keys;
+ * - producer: executes `outbox_enqueue` and `outbox_enqueue_many` (which run with their owner's
+ *   rights, migration 009) and has no privilege on any table: it writes events only through them,
+ *   and reads no other service's events;
+ * - consumer: the inbox tables, and re-applying or discarding its parked events (an update of the
+ *   record's outcome);
+ * Each logs in through RDS Proxy with IAM (`rds_iam`, granted where it exists, i.e. on RDS), and
+ * gets its statement timeout as a role default, so clients need no `SET` (which would pin).
+ * Grants are revoked first where older versions gave more, so a redeploy takes them away.
+ */
+import type { Queryable } from '../../platform/index.ts';
+import {
+  connect,
+  DEFAULT_ROLES,
+  databasePasswords,
+  migrate,
+  type OutboxRoles,
+  redactError,
+} from '../../platform/index.ts';
+
+/** The columns of `outbox` the relay writes: a row's delivery state, never the event. */
+export const RELAY_WRITES = [
+  'available_at',
+  'published_at',
+  'attempts',
+  'lease_token',
+  'lease_expires_at',
+  'last_error',
+  'dead_lettered_at',
+] as const;
+
+/** The columns of `outbox` the monitor reads (to prune and count): all but the event's data. */
+export const MONITOR_READS = [
+  'id',
+  'event_id',
+  'aggregate_type',
+  'aggregate_id',
+  'sequence',
+  'event_type',
+  'source',
+  'idempotency_key',
+  'created_at',
+  'available_at',
+  'published_at',
+  'attempts',
+  'lease_token',
+  'lease_expires_at',
+  'last_error',
+  'dead_lettered_at',
+  'discarded_at',
+] as const;
+
+/**
+ * Creates the roles if missing and (re)applies their grants; safe to run on every deploy.
+ * @param statementTimeoutMs role default `statement_timeout`
+ */
+export async function ensureRoles(
+  sql: Queryable,
+  roles: OutboxRoles = DEFAULT_ROLES,
+  statementTimeoutMs = 15_000,
+): Promise<void> {
+  const grants: [string, string[]][] = [
+    [
+      roles.relay,
+      [
+        'revoke all on outbox, outbox_aggregate, outbox_idempotency_key from %I',
+        'grant select on outbox to %I',
+        `grant update (${RELAY_WRITES.join(', ')}) on outbox to %I`,
+        // Short statements, every few hundred ms: a claim priced past jit_above_cost (a large
+        // OUTBOX_BATCH_SIZE) would compile itself at every call, ~30 ms of the database's CPU.
+        // On the role, like the statement timeout: a SET would pin RDS Proxy sessions.
+        'alter role %I set jit = off',
+        // The claim planned at every call, for the table as it is now (RELAY_PLAN_CACHE_MODE):
+        // for a pool of the user's own that prepares statements and sends no plan_cache_mode.
+        'alter role %I set plan_cache_mode = force_custom_plan',
+      ],
+    ],
+    [
+      roles.monitor,
+      [
+        'revoke all on outbox from %I',
+        `grant select (${MONITOR_READS.join(', ')}), delete on outbox to %I`,
+        // prune keeps a dead letter until its aggregate has moved past it (a later sequence)
+        'grant select on outbox_aggregate to %I',
+        // inbox records: what pruning and the parked count read, not a parked event's `event`
+        'revoke all on inbox_message from %I',
+        'grant select (consumer, message_key, outcome, processed_at), delete on inbox_message to %I',
+        // the inbox's order state, pruned with its records (shared/relay/operations/parked-events.ts)
+        'grant select, delete on inbox_aggregate, inbox_gap to %I',
+        'grant select, delete on outbox_idempotency_key to %I',
+        // as for the relay: its prune and count statements gain nothing from JIT
+        'alter role %I set jit = off',
+      ],
+    ],
+    [
+      roles.producer,
+      [
+        // Older versions let the producer write (and read) the tables itself.
+        'revoke all on outbox, outbox_aggregate, outbox_idempotency_key from %I',
+        'revoke execute on function outbox_enqueue_check, outbox_enqueue_reject, outbox_json_bytes from %I',
+        'grant execute on function outbox_enqueue, outbox_enqueue_many to %I',
+      ],
+    ],
+    [
+      roles.consumer,
+      [
+        // The inbox, and the operator's `outbox inbox parked list|replay|discard` (an update of
+        // the record's outcome): nothing here deletes a record, which only the monitor prunes.
+        'grant select, insert, update on inbox_message to %I',
+        'grant select, insert, update on inbox_aggregate to %I',
+        'grant select, insert, update, delete on inbox_gap to %I',
+      ],
+    ],
+  ];
+  for (const [role, statements] of grants) {
+    // DDL takes no bind parameters: outbox_ensure_role (migration 004) quotes names with format().
+    await sql`select outbox_ensure_role(${role}, ${statementTimeoutMs}, ${statements}::text[])`;
+  }
+}
+
+/**
+ * What the deploy-time migrate function (the CDK Trigger) does, and `outbox migrate --roles` does
+ * for a database you bring yourself: applies pending migrations, then creates or updates the roles.
+ * @param url admin connection string (a user that may create roles); include `sslmode=verify-full`
+ *   for a server reached over the network
+ * @returns the names of the migrations applied now
+ * @throws the database's error; migrations apply in one transaction, roles are idempotent
+ */
+export async function migrateWithRoles(
+  url: string | undefined,
+  options: { roles?: OutboxRoles; statementTimeoutMs?: number; log?: (line: string) => void } = {},
+): Promise<string[]> {
+  const applied = await migrate(url, { log: options.log ?? (() => {}) });
+  const sql = connect({ ...(url ? { url } : {}), max: 1, env: url ? {} : process.env });
+  try {
+    await ensureRoles(sql, options.roles ?? DEFAULT_ROLES, options.statementTimeoutMs);
+  } catch (error) {
+    // The deploy-time function logs what it throws; the admin password must not be in it.
+    throw redactError(error, databasePasswords(process.env, url));
+  } finally {
+    await sql.end({ timeout: 5 });
+  }
+  return applied;
+}

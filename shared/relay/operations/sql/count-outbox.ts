@@ -1,0 +1,42 @@
+/** The outbox's backlog figures, in one statement. */
+import type { Queryable } from '../../../platform/index.ts';
+import { pendingRow } from '../../sql/conditions.ts';
+import { deadLetterRow } from './conditions.ts';
+
+/** The counts (int8 as strings) and the oldest pending row's age (seconds). */
+export interface DbOutboxCounts {
+  pending: string;
+  oldest: number | null;
+  in_flight: string;
+  dead: string;
+  /** Null when not counted. */
+  published: string | null;
+  inbox_parked: string;
+}
+
+/**
+ * Counts the outbox by state. Pending figures read only unfinished rows (partial indexes) and the
+ * dead-letter count the dead-letter index; the published count, which scans the whole table, only
+ * when `includePublished`. Ages use the database clock.
+ */
+export async function countOutbox(
+  sql: Queryable,
+  includePublished: boolean,
+): Promise<DbOutboxCounts | undefined> {
+  const [row] = await sql<DbOutboxCounts[]>`
+    select p.pending, p.oldest, p.in_flight,
+      -- the partial index on parked records (migration 010): a few rows at most
+      (select count(*) from inbox_message where outcome in ('parked', 'replaying')) as inbox_parked,
+      (select count(*) from outbox
+       where ${deadLetterRow(sql)} and discarded_at is null) as dead,
+      case when ${includePublished}::boolean
+        then (select count(*) from outbox where published_at is not null) end as published
+    from (
+      select count(*) as pending,
+             extract(epoch from now() - min(created_at))::float8 as oldest,
+             count(*) filter (where lease_expires_at > now()) as in_flight
+      from outbox where ${pendingRow(sql)}
+    ) p
+  `;
+  return row;
+}

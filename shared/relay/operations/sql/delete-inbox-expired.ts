@@ -1,0 +1,67 @@
+/**
+ * One batch of pruning the inbox, one statement per table: records, chains' order state, and
+ * wait-for-gap rows. Each repeats its condition on the DELETE itself: Postgres re-checks only the
+ * outer WHERE against a row that changed while the DELETE waited for it (a chain a consumer just
+ * moved on, an event an operator just asked to replay), which must then stay.
+ */
+import type { Queryable } from '../../../platform/index.ts';
+
+/**
+ * Deletes up to `batchSize` inbox records older than the retention (seconds, by `processed_at`),
+ * oldest first; never a parked event still waiting for an operator.
+ * @returns rows deleted
+ */
+export async function deleteExpiredMessages(sql: Queryable, retentionSeconds: number, batchSize: number) {
+  const records = await sql`
+    delete from inbox_message m
+    using (
+      select consumer, message_key from inbox_message
+      where processed_at < now() - make_interval(secs => ${retentionSeconds})
+        and outcome not in ('parked', 'replaying')
+      order by processed_at
+      limit ${batchSize}
+    ) old
+    where m.consumer = old.consumer and m.message_key = old.message_key
+      and m.processed_at < now() - make_interval(secs => ${retentionSeconds})
+      and m.outcome not in ('parked', 'replaying')`;
+  return records.count;
+}
+
+/**
+ * Deletes up to `batchSize` chains' order state untouched for longer than the retention (seconds,
+ * by `updated_at`), oldest first.
+ * @returns rows deleted
+ */
+export async function deleteExpiredChains(sql: Queryable, retentionSeconds: number, batchSize: number) {
+  const chains = await sql`
+    delete from inbox_aggregate a
+    using (
+      select consumer, aggregate_type, aggregate_id, source, chain from inbox_aggregate
+      where updated_at < now() - make_interval(secs => ${retentionSeconds})
+      order by updated_at
+      limit ${batchSize}
+    ) old
+    where (a.consumer, a.aggregate_type, a.aggregate_id, a.source, a.chain)
+          = (old.consumer, old.aggregate_type, old.aggregate_id, old.source, old.chain)
+      and a.updated_at < now() - make_interval(secs => ${retentionSeconds})`;
+  return chains.count;
+}
+
+/**
+ * Deletes up to `batchSize` wait-for-gap rows of events last seen longer ago than the retention
+ * (seconds), oldest first.
+ * @returns rows deleted
+ */
+export async function deleteExpiredGaps(sql: Queryable, retentionSeconds: number, batchSize: number) {
+  const gaps = await sql`
+    delete from inbox_gap g
+    using (
+      select consumer, message_key from inbox_gap
+      where last_seen_at < now() - make_interval(secs => ${retentionSeconds})
+      order by last_seen_at
+      limit ${batchSize}
+    ) old
+    where g.consumer = old.consumer and g.message_key = old.message_key
+      and g.last_seen_at < now() - make_interval(secs => ${retentionSeconds})`;
+  return gaps.count;
+}

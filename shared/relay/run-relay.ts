@@ -1,0 +1,149 @@
+/**
+ * The relay's composition root: one function that wires the settings, the database pool, the
+ * EventBridge client and the loop. The relay Lambda, the `outbox relay` command, `npm start`, the
+ * bench and a team's own host (ECS, a long-running process) all build their relay with it.
+ */
+import type { EventBridgeClient, EventBridgeClientConfig } from '@aws-sdk/client-eventbridge';
+import {
+  ConnectionPool,
+  loadRelaySettings,
+  openPool,
+  poolSize,
+  type RelaySettings,
+  relayPoolSize,
+  type Sql,
+} from '../platform/index.ts';
+import { AnswerTimeout } from './answer-timeout.ts';
+import type { RelayCounts } from './counts.ts';
+import { type RelayRunResult, type RunRelayOptions, relayOnce, runRelay, UnreturnedLeases } from './loop.ts';
+import type { RelayFailure } from './pass.ts';
+import { checkEventBridgeClient, createEventBridgeClient } from './publish.ts';
+
+/**
+ * The relay's sessions plan every statement at each call (`plan_cache_mode`). The claim's best plan
+ * depends on how many rows are pending, which changes faster than ANALYZE runs: a generic plan
+ * kept from a 20-row table read the whole backlog once for every row its head walk met (227
+ * million rows, 44 s, with 15,000 rows pending), where a plan made for the table as it is read a
+ * few thousand (test/relay/claim-plan.test.ts). Planning at every call costs about 1 ms of the
+ * database's CPU per claim and 4 µs per event with the other statements' (`npm run
+ * bench:statements`, 2 cores); through RDS Proxy (unnamed statements) every statement was planned
+ * at each call anyway. Sent by the relay's own pool, and set on the relay role (`ensureRoles`)
+ * for a pool of the user's own.
+ */
+export const RELAY_PLAN_CACHE_MODE = 'force_custom_plan';
+
+/** Options of {@link createRelay}; everything has a default read from the environment. */
+export interface CreateRelayOptions {
+  /** Where the settings and the database are read from (docs/configuration.md#environment-variables). Default `process.env`. */
+  env?: NodeJS.ProcessEnv;
+  /** The settings; default `loadRelaySettings(env)` (`EVENT_BUS_NAME` required, the rest defaulted). */
+  settings?: RelaySettings;
+  /**
+   * The database. Default: a pool of its own from `openPool` (`DATABASE_URL` or libpq's `PG*`
+   * variables in `env`), closed by {@link Relay.close}, of `OUTBOX_DB_POOL_SIZE` connections or,
+   * unset, one per PutEvents call in flight plus one (`relayPoolSize`). A pool given here is the
+   * caller's to close; give a {@link ConnectionPool} so that broken connections are replaced,
+   * and open it with `planCacheMode: RELAY_PLAN_CACHE_MODE` (or log in as the relay role) when it
+   * prepares statements.
+   */
+  sql?: Sql | ConnectionPool;
+  /** Connection string for the pool of its own (instead of `DATABASE_URL`). */
+  url?: string;
+  /** `application_name` of its pool's sessions. Default `outbox-relay`. */
+  applicationName?: string;
+  /** The EventBridge client; default `createEventBridgeClient(clientConfig)` (the endpoint from `AWS_ENDPOINT_URL_EVENTBRIDGE`). */
+  client?: EventBridgeClient;
+  /** Configuration of the default client (region, credentials, endpoint). */
+  clientConfig?: EventBridgeClientConfig;
+}
+
+/** What a relay run is told: everything of `runRelay`'s options but what {@link createRelay} wired. */
+export type RelayRunOptions = Omit<
+  RunRelayOptions,
+  'sql' | 'client' | 'settings' | 'unreturned' | 'answerTimeout' | 'publishSlots'
+>;
+
+/** A wired relay. Runs share what a relay learns: the bus's answer time and leases still to hand back. */
+export interface Relay {
+  readonly settings: RelaySettings;
+  /** The database (a {@link ConnectionPool} unless one was given). */
+  readonly sql: Sql | ConnectionPool;
+  readonly client: EventBridgeClient;
+  /**
+   * Checks once that the client can sign PutEvents requests (region and credentials resolve).
+   * @throws {OutboxConfigError} naming AWS_REGION or the credentials
+   */
+  check(): Promise<void>;
+  /**
+   * Relays until stopped (see `runRelay`: `signal`, `once`, `untilEmpty`, `remainingMs`,
+   * `idleReturnMs`), after {@link check}. Leases a failed run could not hand back are handed back
+   * by the next run.
+   * @returns the totals and the stop reason
+   * @throws what `runRelay` throws
+   */
+  run(options?: RelayRunOptions): Promise<RelayRunResult>;
+  /**
+   * One claim-publish-mark pass with a lease of its own; on failure its rows are handed back
+   * (attempt returned) if the database answers.
+   * @throws a database error of the pass
+   */
+  once(options?: {
+    leaseSeconds?: number;
+    onFailure?: (failure: RelayFailure) => void;
+  }): Promise<RelayCounts>;
+  /** Ends the pool it opened (not one it was given), within `timeoutSeconds` (default 5). */
+  close(timeoutSeconds?: number): Promise<void>;
+}
+
+/**
+ * Builds a relay from the environment and what is given.
+ * @example
+ * const relay = createRelay({ applicationName: 'orders-relay' });
+ * try { await relay.run({ signal }); } finally { await relay.close(); }
+ * @throws {OutboxConfigError} naming the first relay or `OUTBOX_DB_*` variable that is missing or malformed
+ */
+export function createRelay(options: CreateRelayOptions = {}): Relay {
+  const env = options.env ?? process.env;
+  const settings = options.settings ?? loadRelaySettings(env);
+  const owned = options.sql === undefined;
+  const sql =
+    options.sql ??
+    openPool({
+      url: options.url,
+      env,
+      applicationName: options.applicationName ?? 'outbox-relay',
+      planCacheMode: RELAY_PLAN_CACHE_MODE,
+      max: poolSize(relayPoolSize(settings.publishConcurrency), env),
+    });
+  const client = options.client ?? createEventBridgeClient(options.clientConfig);
+  const unreturned = new UnreturnedLeases();
+  // Kept across runs (a Lambda's warm invocations): a slow bus is learned once, not every minute.
+  const answerTimeout = new AnswerTimeout();
+  let checked: Promise<void> | undefined;
+  const check = () => {
+    checked ??= checkEventBridgeClient(client);
+    return checked;
+  };
+  return {
+    settings,
+    sql,
+    client,
+    check,
+    async run(runOptions = {}) {
+      await check();
+      return runRelay({ ...runOptions, sql, client, settings, unreturned, answerTimeout });
+    },
+    async once(onceOptions = {}) {
+      await check();
+      return relayOnce(
+        { sql, client, settings, answerTimeout, onFailure: onceOptions.onFailure },
+        onceOptions.leaseSeconds,
+      );
+    },
+    async close(timeoutSeconds = 5) {
+      if (!owned) return;
+      if (sql instanceof ConnectionPool) await sql.end(timeoutSeconds);
+      else await sql.end({ timeout: timeoutSeconds });
+    },
+  };
+}

@@ -1,0 +1,91 @@
+/**
+ * The consumer docs (docs/consuming.md), as a newcomer follows them: its snippets are the files in
+ * examples/consumer/ (which `npm run typecheck` compiles, importing the package by its name), and
+ * the local invocation script runs against a real database, applies the event once, acknowledges
+ * it the second time, and exits by itself.
+ */
+import { spawn } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '../support/db.ts';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const example = (name: string) => readFile(`${root}examples/consumer/${name}`, 'utf8');
+/** Longest the script may take, ms: it must exit by itself well before. */
+const EXIT_DEADLINE_MS = 20_000;
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await db.sql`create table invoices (order_id text primary key, total numeric not null)`;
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+/**
+ * Runs the script as `node invoke-locally.ts` would in a service that installed the package: the
+ * package's name resolves through node_modules, where the npm workspace links this checkout's
+ * shared/consumer (whose entry is the TypeScript source).
+ */
+function invokeLocally(): Promise<{
+  code: number | null;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+}> {
+  const child = spawn(process.execPath, ['invoke-locally.ts'], {
+    cwd: `${root}examples/consumer`,
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, DATABASE_URL: db.url },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => {
+    stdout += d;
+  });
+  child.stderr.on('data', (d) => {
+    stderr += d;
+  });
+  const killer = setTimeout(() => child.kill('SIGKILL'), EXIT_DEADLINE_MS);
+  return new Promise((resolve) =>
+    child.on('close', (code, signal) => {
+      clearTimeout(killer);
+      resolve({ code, signal, stdout, stderr });
+    }),
+  );
+}
+
+describe('the consumer docs (docs/consuming.md)', () => {
+  it('shows the example files as they are: handler, event, local invocation', async () => {
+    const page = await readFile(`${root}docs/consuming.md`, 'utf8');
+    for (const [file, lang] of [
+      ['handler.ts', 'ts'],
+      ['event.json', 'json'],
+      ['invoke-locally.ts', 'ts'],
+    ] as const) {
+      expect(page, `docs/consuming.md shows examples/consumer/${file}`).toContain(
+        `\`\`\`${lang}\n${(await example(file)).trimEnd()}\n\`\`\``,
+      );
+    }
+  });
+
+  it('has a local invocation that applies the event once, acknowledges it the second time, and exits by itself', async () => {
+    const first = await invokeLocally();
+    expect({ code: first.code, signal: first.signal, stderr: first.stderr }).toEqual({
+      code: 0,
+      signal: null,
+      stderr: '',
+    });
+    expect(first.stdout.trim()).toBe("{ invoiced: '8842' }");
+    const second = await invokeLocally();
+    expect(second.code).toBe(0);
+    expect(second.stdout.trim()).toBe(
+      "{ inbox: 'duplicate', eventId: '0b9d3c56-2a4f-4e83-9d1e-6f3f1c2f5e77' }",
+    );
+    expect(await db.sql`select order_id, total::text from invoices`).toEqual([
+      { order_id: '8842', total: '120' },
+    ]);
+  });
+});

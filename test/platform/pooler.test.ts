@@ -1,0 +1,89 @@
+/**
+ * Behind a transaction pooler (RDS Proxy, PgBouncer, Supabase, Neon) a client must not pipeline,
+ * prepare named statements or send session settings. The rehearsal (`npm run rehearse`) runs the
+ * functions through PgBouncer; these tests pin down the connection settings against Postgres itself.
+ */
+import postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connect, oneStatementPerConnection } from '../../shared/platform/index.ts';
+import { enqueue } from '../../shared/producer/index.ts';
+import { getStatus } from '../../shared/relay/operations/index.ts';
+import { createTestDatabase, type TestDatabase } from '../support/db.ts';
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+describe('one statement per connection (transaction pooler mode)', () => {
+  it('never writes a statement on a connection before the previous one there was answered', async () => {
+    const events: string[] = [];
+    const raw = postgres(db.url, {
+      max: 1,
+      prepare: false,
+      onnotice: () => {},
+      debug: (_connection, query) => {
+        if (query.includes('pg_sleep')) events.push('sent sleep');
+        if (query.includes('as n')) events.push('sent other');
+      },
+    });
+    const sql = oneStatementPerConnection(raw, 1);
+    try {
+      await Promise.all([
+        sql`select pg_sleep(0.2)`.then(() => events.push('answered sleep')),
+        sql`select ${1}::int as n`.then(() => events.push('answered other')),
+        sql.begin(async (tx) => tx`select 1`).then(() => events.push('answered transaction')),
+      ]);
+    } finally {
+      await raw.end();
+    }
+    const sentOther = events.indexOf('sent other');
+    expect(sentOther).toBeGreaterThan(events.indexOf('answered sleep'));
+    expect(events.filter((e) => e.startsWith('answered'))).toHaveLength(3);
+  });
+
+  it('runs concurrent statements, a transaction and a failing statement on a one-connection pool, each with its own answer', async () => {
+    const sql = connect({ url: db.url, max: 1, env: { OUTBOX_DB_POOLER: 'transaction' } });
+    try {
+      const results = await Promise.allSettled([
+        sql`select pg_sleep(0.05)`.then(() => 'slept'),
+        getStatus(sql).then(() => 'status'),
+        enqueue(sql, { type: 'T', source: 's', aggregateType: 'p', aggregateId: '1', payload: {} }).then(
+          () => 'enqueued',
+        ),
+        sql`select 1/0`.then(() => 'divided'),
+      ]);
+      expect(
+        results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as { code: string }).code)),
+      ).toEqual(['slept', 'status', 'enqueued', '22012']);
+    } finally {
+      await sql.end();
+    }
+  });
+
+  it('sends no statement_timeout and prepares no named statement behind a pooler (PgBouncer refuses the one, RDS Proxy pins on the other)', async () => {
+    const sql = connect({ url: db.url, max: 1, env: { OUTBOX_DB_POOLER: 'transaction' } });
+    try {
+      await getStatus(sql);
+      const [row] = await sql<{ timeout: string; prepared: number; app: string }[]>`
+        select current_setting('statement_timeout') as timeout,
+               (select count(*)::int from pg_prepared_statements) as prepared,
+               current_setting('application_name') as app`;
+      expect(row).toEqual({ timeout: '0', prepared: 0, app: 'outbox' });
+    } finally {
+      await sql.end();
+    }
+    const direct = connect({ url: db.url, max: 1, env: {} });
+    try {
+      const [row] = await direct<
+        { timeout: string }[]
+      >`select current_setting('statement_timeout') as timeout`;
+      expect(row?.timeout).toBe('15s');
+    } finally {
+      await direct.end();
+    }
+  });
+});

@@ -1,0 +1,80 @@
+/**
+ * The PutEvents answer timeout (issue 19): learned from the bus's answers, applied per call, and a
+ * timed-out attempt is never sent again inside the same call.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { type LocalBus, startLocalBus } from '../../dev/local-bus.ts';
+import { AnswerTimeout } from '../../shared/relay/answer-timeout.ts';
+import { isNoAnswer, putEntries } from '../../shared/relay/publish.ts';
+import { testClient } from '../support/relay.ts';
+
+describe('AnswerTimeout', () => {
+  it('grows to twice what a timed-out attempt waited, within its ceiling', () => {
+    const t = new AnswerTimeout();
+    expect(t.ms).toBe(3_000);
+    t.timedOut(3_000);
+    expect(t.ms).toBe(6_000);
+    t.timedOut(6_000);
+    expect(t.ms).toBe(10_000);
+  });
+
+  it('rises at once to four times a slow answer, and comes back down slowly once answers are fast', () => {
+    const t = new AnswerTimeout({ ceilingMs: 60_000 });
+    t.answered(4_000);
+    expect(t.ms).toBe(16_000);
+    // The slow answer is remembered for the next 31 answers.
+    for (let i = 0; i < 31; i++) t.answered(20);
+    expect(t.ms).toBe(16_000);
+    t.answered(20);
+    expect(t.ms).toBeCloseTo(16_000 - 15_000 * 0.1, 0);
+    for (let i = 0; i < 47; i++) t.answered(20);
+    expect(t.ms).toBeGreaterThanOrEqual(1_000);
+    expect(t.ms).toBeLessThan(1_100);
+  });
+
+  it('never gives a call more than its budget', () => {
+    const t = new AnswerTimeout();
+    t.timedOut(5_000);
+    expect(t.forCall(4_200.7)).toBe(4_200);
+    expect(t.forCall(-5)).toBe(0);
+  });
+});
+
+describe('a PutEvents call with an answer timeout', () => {
+  let bus: LocalBus;
+  beforeAll(async () => {
+    bus = await startLocalBus();
+  });
+  afterAll(() => bus.close());
+  beforeEach(() => bus.reset());
+
+  const entry = { EventBusName: 'bus', Source: 'orders', DetailType: 'OrderPlaced', Detail: '{"a":1}' };
+
+  it('sends a timed-out attempt once (no SDK retry delivers it again), and succeeds with a longer timeout', async () => {
+    bus.setFaults({ latencyMs: 1_000 });
+    const client = testClient(bus.url, { maxAttempts: 3 });
+    const [timedOut] = await putEntries(client, [entry], undefined, 300);
+    expect(timedOut && isNoAnswer(timedOut)).toBe(true);
+    expect(timedOut).toMatchObject({ ok: false, code: 'PutEventsTimeoutError', backPressure: true });
+    // The bus still accepts what it was sent, late: one delivery, not three.
+    await sleep(1_200);
+    expect(bus.stats.requests).toBe(1);
+    expect(bus.events).toHaveLength(1);
+
+    const [answered] = await putEntries(client, [entry], undefined, 2_500);
+    expect(answered).toEqual({ ok: true });
+    expect(bus.stats.requests).toBe(2);
+    client.destroy();
+  });
+
+  it('still retries an attempt that got an answer (HTTP 500) inside the call', async () => {
+    bus.setFaults({ serverErrorRate: 1 });
+    const client = testClient(bus.url, { maxAttempts: 3 });
+    const [outcome] = await putEntries(client, [entry], undefined, 2_000);
+    expect(outcome).toMatchObject({ ok: false, backPressure: true });
+    expect(outcome && isNoAnswer(outcome)).toBe(false);
+    expect(bus.stats.requests).toBe(3);
+    client.destroy();
+  });
+});

@@ -1,0 +1,271 @@
+import { describe, expect, it } from 'vitest';
+import type { Envelope } from '../../../shared/platform/envelope.ts';
+import { enqueueMany } from '../../../shared/producer/enqueue.ts';
+import { cliEnv, runCli, startCli } from '../../support/cli.ts';
+import { useHarness } from '../../support/harness.ts';
+
+const h = useHarness({ max: 10 });
+
+/** The configuration contract's environment, pointing at the test database and local bus. */
+const env = (extra: Record<string, string | undefined> = {}) => cliEnv(h, extra);
+
+const start = (args: string[], options: { env?: NodeJS.ProcessEnv; stdin?: string } = {}) =>
+  startCli(args, { env: options.env ?? env(), stdin: options.stdin });
+const run = (args: string[], options: { env?: NodeJS.ProcessEnv; stdin?: string } = {}) =>
+  runCli(args, { env: options.env ?? env(), stdin: options.stdin });
+
+const line = (o: Record<string, unknown>) => JSON.stringify(o);
+
+describe('outbox CLI', () => {
+  it('migrate reports an up-to-date schema', async () => {
+    const r = await run(['migrate']);
+    expect(r.stderr).toBe('');
+    expect(r.stdout.trim()).toBe('schema is up to date');
+    expect(r.code).toBe(0);
+  });
+
+  it('migrate --roles creates the deployment roles with the grants the Trigger gives them', async () => {
+    const r = await run(['migrate', '--roles']);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toContain(
+      'roles ensured: outbox_relay, outbox_monitor, outbox_producer, outbox_consumer',
+    );
+    expect(r.code).toBe(0);
+    const rows = await h.db.sql<{ role: string; claims: boolean; prunes: boolean; enqueues: boolean }[]>`
+      select r as role,
+             has_column_privilege(r, 'outbox', 'lease_token', 'update') as claims,
+             has_table_privilege(r, 'outbox', 'delete') as prunes,
+             has_function_privilege(r, 'outbox_enqueue_many(text[], text[], text[], text[], jsonb[], text[], text[], integer)', 'execute') as enqueues
+      from unnest(array['outbox_relay', 'outbox_monitor', 'outbox_producer']) as r order by r`;
+    expect(rows).toEqual([
+      { role: 'outbox_monitor', claims: false, prunes: true, enqueues: false },
+      { role: 'outbox_producer', claims: false, prunes: false, enqueues: true },
+      { role: 'outbox_relay', claims: true, prunes: false, enqueues: false },
+    ]);
+  });
+
+  it('enqueue reads JSON lines, skips duplicates by idempotency key, and relay --until-empty publishes them', async () => {
+    const input = [
+      line({
+        type: 'CustomerImported',
+        aggregateType: 'customer',
+        aggregateId: 'c1',
+        payload: { name: 'Zoë' },
+        idempotencyKey: 'import-c1',
+      }),
+      '',
+      line({
+        type: 'CustomerImported',
+        aggregateType: 'customer',
+        aggregateId: 'c2',
+        payload: { name: 'Ana' },
+        source: 'crm.import',
+      }),
+      line({
+        type: 'CustomerImported',
+        aggregateType: 'customer',
+        aggregateId: 'c1',
+        payload: { name: 'Zoë' },
+        idempotencyKey: 'import-c1',
+      }),
+    ].join('\n');
+    const r = await run(['enqueue', '--source', 'crm.backfill'], { stdin: input });
+    expect(r.stdout.trim()).toBe('enqueued 2 event(s), 1 duplicate(s) skipped');
+    expect(r.code).toBe(0);
+
+    const relay = await run(['relay', '--until-empty']);
+    expect(relay.code).toBe(0);
+    expect(relay.stdout).toMatch(/relay stopped \(empty\) .*published 2, retried 0, dead-lettered 0/);
+    expect(
+      h.bus.events.map((e) => [
+        e.source,
+        (e.detail as unknown as Envelope).metadata.aggregateId,
+        e.eventBusName,
+      ]),
+    ).toEqual([
+      ['crm.backfill', 'c1', 'cli-bus'],
+      ['crm.import', 'c2', 'cli-bus'],
+    ]);
+  });
+
+  it('enqueue rejects the whole input when any line is invalid, naming line and field', async () => {
+    const input = [
+      line({ type: 'A', aggregateType: 'x', aggregateId: '1', payload: {}, source: 's' }),
+      '{not json',
+      line({ type: 'A', aggregateType: 'x', aggregateId: '2', payload: [], source: 's' }),
+      line({ type: 'A', aggregateType: 'x', aggregateID: '3', payload: {}, source: 's' }),
+      line({ type: 'A', aggregateType: 'x', aggregateId: '4', payload: {} }),
+    ].join('\n');
+    const r = await run(['enqueue'], { stdin: input });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('line 2: line: is not valid JSON');
+    expect(r.stderr).toContain('line 3: payload: must be a plain JSON object');
+    expect(r.stderr).toContain('line 4: aggregateID: is not a known field');
+    expect(r.stderr).toContain(
+      'line 5: source: is required; give the line a "source", or pass --source or set OUTBOX_DEFAULT_SOURCE',
+    );
+    expect(r.stderr).toContain('4 invalid line(s); nothing was written');
+    const [count] = await h.db.sql`select count(*)::int as n from outbox`;
+    expect(count?.n).toBe(0);
+  });
+
+  it('enqueue refuses a malformed --batch-size and honours the configured request limit', async () => {
+    const line1 = line({
+      type: 'A',
+      aggregateType: 'x',
+      aggregateId: '1',
+      payload: { text: 'é'.repeat(150_000) },
+      source: 's',
+    });
+    const bad = await run(['enqueue', '--batch-size', 'abc'], { stdin: line1 });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("option '--batch-size <n>' argument 'abc' is invalid");
+    const limited = await run(['enqueue'], {
+      stdin: line1,
+      env: env({ OUTBOX_MAX_REQUEST_BYTES: '262144' }),
+    });
+    expect(limited.code).toBe(1);
+    expect(limited.stderr).toMatch(
+      /line 1: payload: makes the EventBridge entry \d+ bytes, over the 262144-byte limit/,
+    );
+    const [count] = await h.db.sql`select count(*)::int as n from outbox`;
+    expect(count?.n).toBe(0);
+  });
+
+  it('status --json reports pending, oldest pending age, in flight, dead-lettered and published', async () => {
+    await h.db.sql.begin((tx) =>
+      enqueueMany(
+        tx,
+        ['a', 'b', 'c', 'd'].map((id) => ({
+          type: 'T',
+          source: 's',
+          aggregateType: 'x',
+          aggregateId: id,
+          payload: {},
+        })),
+      ),
+    );
+    await h.db.sql`update outbox set created_at = now() - interval '90 seconds' where aggregate_id = 'a'`;
+    await h.db.sql`update outbox set published_at = now() where aggregate_id = 'b'`;
+    await h.db.sql`update outbox set dead_lettered_at = now() where aggregate_id = 'c'`;
+    await h.db
+      .sql`update outbox set lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 minute' where aggregate_id = 'd'`;
+    const r = await run(['status', '--json']);
+    expect(r.code).toBe(0);
+    const status = JSON.parse(r.stdout);
+    expect(status).toMatchObject({ pending: 2, inFlight: 1, deadLettered: 1, published: 1 });
+    expect(status.oldestPendingAgeSeconds).toBeGreaterThanOrEqual(90);
+    expect(status.oldestPendingAgeSeconds).toBeLessThan(120);
+  });
+
+  it('relay fails fast with a message naming a missing or malformed variable', async () => {
+    const missing = await run(['relay', '--once'], { env: env({ EVENT_BUS_NAME: '' }) });
+    expect(missing.code).toBe(2);
+    expect(missing.stderr.trim()).toBe(
+      'error: EVENT_BUS_NAME: is required: the name or ARN of the EventBridge event bus to publish to; ' +
+        'for a local bus, `npm run bus` in a checkout of outbox-relay-aws prints the exports to set',
+    );
+    const malformed = await run(['relay', '--once'], { env: env({ OUTBOX_BATCH_SIZE: 'lots' }) });
+    expect(malformed.code).toBe(2);
+    expect(malformed.stderr).toMatch(/^error: OUTBOX_BATCH_SIZE: .*\(got "lots"\)/);
+  });
+
+  it('relay --until-empty gives up on an unreachable database with exit 1 instead of retrying forever', async () => {
+    const r = await run(['relay', '--until-empty'], {
+      env: env({
+        DATABASE_URL: 'postgres://postgres@127.0.0.1:9/none',
+        OUTBOX_DB_CONNECT_TIMEOUT_SECONDS: '1',
+      }),
+    });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/database unavailable \(ECONNREFUSED\)/);
+    expect(r.stderr).toMatch(/^error: .*ECONNREFUSED/m);
+  }, 60_000);
+
+  it('relay refuses to start without an AWS region instead of dead-lettering every event', async () => {
+    await h.db.sql.begin((tx) =>
+      enqueueMany(tx, [{ type: 'T', source: 's', aggregateType: 'x', aggregateId: 'r', payload: {} }]),
+    );
+    const r = await run(['relay', '--until-empty'], { env: env({ AWS_REGION: '' }) });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^error: AWS_REGION: is required to sign PutEvents requests/);
+    // What to set, not only what is missing.
+    expect(r.stderr).toMatch(/set the bus's region, e\.g\. AWS_REGION=eu-west-1/);
+    expect(r.stderr).toMatch(/`npm run bus`/);
+    const [row] = await h.db.sql`select attempts, dead_lettered_at from outbox`;
+    expect(row).toEqual({ attempts: 0, dead_lettered_at: null });
+  });
+
+  it('a relay killed mid-publication leaves nothing lost: the next relay publishes every row', async () => {
+    await h.db.sql.begin((tx) =>
+      enqueueMany(
+        tx,
+        Array.from({ length: 200 }, (_, i) => ({
+          type: 'T',
+          source: 's',
+          aggregateType: 'x',
+          aggregateId: String(i),
+          payload: { i },
+        })),
+      ),
+    );
+    h.bus.setFaults({ latencyMs: 100 });
+    const child = start(['relay'], { env: env({ OUTBOX_LEASE_SECONDS: '5', OUTBOX_BATCH_SIZE: '50' }) });
+    // Kill it as soon as the bus has accepted something, mid-way through its work.
+    await new Promise<void>((resolve) => h.bus.emitter.once('accepted', () => resolve()));
+    child.kill('SIGKILL');
+    await new Promise((r) => child.on('close', r));
+    const [left] = await h.db.sql`select count(*)::int as n from outbox where published_at is null`;
+    expect(left?.n).toBeGreaterThan(0);
+    h.bus.setFaults({});
+
+    // The next relay waits for the dead relay's leases to expire (5 s), then publishes everything.
+    const r = await run(['relay', '--until-empty'], { env: env({ OUTBOX_LEASE_SECONDS: '5' }) });
+    expect(r.code).toBe(0);
+    const [after] = await h.db.sql`select count(*)::int as n from outbox where published_at is null`;
+    expect(after?.n).toBe(0);
+    const ids = new Set(h.bus.events.map((e) => (e.detail as unknown as Envelope).metadata.eventId));
+    expect(ids.size).toBe(200);
+  });
+
+  it('--json prints exactly one JSON document on stdout for every command that offers it (lists as arrays, even empty)', async () => {
+    const doc = async (args: string[], stdin?: string) => {
+      const r = await run(args, { stdin });
+      expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(0);
+      return JSON.parse(r.stdout) as unknown;
+    };
+    expect(await doc(['migrate', '--json'])).toEqual({ applied: [] });
+    expect(await doc(['dead-letters', 'list', '--json'])).toEqual([]);
+    const input = ['ok', 'poison']
+      .map((id) => line({ type: 'T', source: 's', aggregateType: 'x', aggregateId: id, payload: { id } }))
+      .join('\n');
+    expect(await doc(['enqueue', '--json'], input)).toEqual({ enqueued: 2, duplicates: 0, errors: [] });
+    h.bus.setFaults({ poisonMarker: '"id":"poison"', poisonCode: 'InvalidArgument' });
+    expect(await doc(['relay', '--until-empty', '--json'])).toMatchObject({ published: 1, deadLettered: 1 });
+    expect(await doc(['status', '--json'])).toMatchObject({ pending: 0, deadLettered: 1, published: 1 });
+    const list = (await doc(['dead-letters', 'list', '--json'])) as { id: string; eventId: string }[];
+    expect(list).toEqual([expect.objectContaining({ aggregateId: 'poison', attempts: 1 })]);
+    const id = list[0]?.eventId as string;
+    expect(await doc(['dead-letters', 'show', id, '--json'])).toMatchObject({
+      eventId: id,
+      payload: { id: 'poison' },
+    });
+    expect(await doc(['dead-letters', 'discard', id, '--json'])).toEqual({ discarded: 1 });
+    expect(await doc(['dead-letters', 'replay', '--all', '--json'])).toEqual({ replayed: 0 });
+    expect(await doc(['prune', '--dry-run', '--json'])).toMatchObject({ dryRun: true, publishedDeleted: 0 });
+  });
+
+  it('dead-letters show prints the dead letter for a terminal, and --json for programs', async () => {
+    await h.db.sql.begin((tx) =>
+      enqueueMany(tx, [{ type: 'T', source: 's', aggregateType: 'x', aggregateId: 'p', payload: { n: 1 } }]),
+    );
+    await h.db
+      .sql`update outbox set dead_lettered_at = now(), attempts = 1, last_error = 'InvalidArgument: refused'`;
+    const [row] = await h.db.sql`select id from outbox`;
+    const r = await run(['dead-letters', 'show', String(row?.id)]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^aggregate: +x\/p #1$/m);
+    expect(r.stdout).toMatch(/^error: +InvalidArgument: /m);
+    expect(r.stdout).toMatch(/^payload:\n {2}\{\n {4}"n": 1\n {2}\}$/m);
+  });
+});

@@ -1,0 +1,258 @@
+/**
+ * Parked inbox events as an operator meets them: counted by `outbox status` (and the monitor),
+ * listed, re-applied through the consumer's own function, or discarded, with the real `outbox`
+ * command logged in as the consumer's database role, and the real Lambda client invoking the
+ * function on a local endpoint that speaks the Invoke API.
+ */
+import { randomUUID } from 'node:crypto';
+import type { EventBridgeEvent } from 'aws-lambda';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { type LocalLambda, startLocalLambda } from '../../../dev/local-lambda.ts';
+import { inbox } from '../../../shared/consumer/index.ts';
+import type { Sql } from '../../../shared/platform/index.ts';
+import { runCli } from '../../support/cli.ts';
+import { createTestDatabase, type TestDatabase } from '../../support/db.ts';
+import { delivery } from '../../support/events.ts';
+import { lambdaContext } from '../../support/lambda.ts';
+import { createTestRoles, type TestRoles } from '../../support/roles.ts';
+
+let db: TestDatabase;
+let testRoles: TestRoles;
+let consumerSql: Sql;
+let lambda: LocalLambda;
+let handler: (
+  event: EventBridgeEvent<string, unknown>,
+  context: ReturnType<typeof lambdaContext>,
+) => Promise<unknown>;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  testRoles = await createTestRoles(db);
+  await db.sql`create table effect (event_id text not null, sequence int not null, arrival text not null)`;
+  await db.sql.unsafe(`grant select, insert on effect to "${testRoles.roles.consumer}"`);
+  consumerSql = testRoles.connectAs(testRoles.roles.consumer);
+  handler = inbox(
+    {
+      sql: consumerSql,
+      consumer: 'billing',
+      order: 'wait-for-gap',
+      gapWaitSeconds: 0,
+      onGapTimeout: 'park',
+      metrics: false,
+    },
+    async (_event, { inbox: i }) => {
+      if (i.data.fail) throw new Error(`cannot invoice order ${i.metadata.aggregateId}: no price list`);
+      await i.tx`insert into effect values (${i.metadata.eventId}, ${i.metadata.sequence}, ${i.arrival})`;
+      return { invoiced: i.metadata.sequence };
+    },
+  );
+  // The consumer's function, as Lambda runs it when invoked (the real client, over HTTP).
+  lambda = await startLocalLambda({
+    onInvoke: (invocation) => {
+      if (invocation.functionName !== 'billing-fn') throw new Error(`no function ${invocation.functionName}`);
+      return handler(
+        invocation.payload as EventBridgeEvent<string, unknown>,
+        lambdaContext(30_000, 'billing-fn'),
+      );
+    },
+  });
+});
+afterAll(async () => {
+  await lambda?.close();
+  await testRoles?.drop();
+  await db?.drop();
+});
+beforeEach(async () => {
+  await db.sql`truncate inbox_message, inbox_aggregate, inbox_gap, effect`;
+});
+
+const event = (sequence: number, data: Record<string, unknown> = {}) =>
+  delivery({
+    detailType: 'OrderPlaced',
+    metadata: { eventId: randomUUID(), aggregateId: 'o-7', sequence },
+    data,
+  });
+const eventIdOf = (e: EventBridgeEvent<string, unknown>) =>
+  (e.detail as { metadata: { eventId: string } }).metadata.eventId;
+const deliver = (e: EventBridgeEvent<string, unknown>) =>
+  handler({ ...e, id: randomUUID() }, lambdaContext(10_000)).then(
+    (r) => (r as { inbox?: string }).inbox ?? 'applied',
+    (error: Error) => error.name,
+  );
+
+/** The CLI as the consumer's role (or the admin, for `status`), with the local Lambda endpoint. */
+const cli = (args: string[], as: 'consumer' | 'admin' = 'consumer') =>
+  runCli(args, {
+    env: {
+      HOME: process.env.HOME,
+      DATABASE_URL: as === 'consumer' ? testRoles.urlOf(testRoles.roles.consumer) : db.url,
+      AWS_ENDPOINT_URL_LAMBDA: lambda.url,
+      AWS_REGION: 'us-east-1',
+      AWS_ACCESS_KEY_ID: 'local',
+      AWS_SECRET_ACCESS_KEY: 'local',
+      AWS_EC2_METADATA_DISABLED: 'true',
+    },
+  });
+const parkedCount = async () =>
+  JSON.parse((await cli(['status', '--json'], 'admin')).stdout).inboxParked as number;
+const effects = async () =>
+  (
+    await db.sql<{ sequence: number; arrival: string }[]>`select sequence, arrival from effect order by ctid`
+  ).map((r) => `#${r.sequence} ${r.arrival}`);
+const outcomeOf = async (e: EventBridgeEvent<string, unknown>) => {
+  const [r] = await db.sql<{ outcome: string; reason: string }[]>`
+    select outcome, reason from inbox_message where consumer = 'billing' and event_id = ${eventIdOf(e)}`;
+  return r;
+};
+
+describe('outbox inbox parked', () => {
+  it('lists parked events, replays one through the consumer function, and discards another, as the consumer role', async () => {
+    const [e1, e3, e4, e6] = [event(1), event(3), event(4), event(6)];
+    expect([await deliver(e1), await deliver(e3), await deliver(e4), await deliver(e6)]).toEqual([
+      'applied',
+      'parked',
+      'applied',
+      'parked',
+    ]);
+    expect(await parkedCount()).toBe(2);
+
+    const listed = await cli(['inbox', 'parked', 'list', '--consumer', 'billing', '--json']);
+    expect(listed.code).toBe(0);
+    const parked = JSON.parse(listed.stdout) as {
+      eventId: string;
+      sequence: number;
+      state: string;
+      reason: string;
+      event: unknown;
+    }[];
+    expect(parked.map((p) => [p.sequence, p.state])).toEqual([
+      [3, 'parked'],
+      [6, 'parked'],
+    ]);
+    expect(parked[0]?.reason).toMatch(/#2…#2 of order\/o-7 from shop\.orders still missing/);
+    expect(parked[0]?.event).toEqual(
+      JSON.parse(JSON.stringify({ ...e3, id: (parked[0]?.event as { id?: string } | undefined)?.id })),
+    );
+    const table = await cli(['inbox', 'parked', 'list', '--consumer', 'billing']);
+    expect(table.stdout).toContain(`${eventIdOf(e3)}\tOrderPlaced\torder/o-7\t3\tparked\t`);
+
+    const replayed = await cli([
+      'inbox',
+      'parked',
+      'replay',
+      '--consumer',
+      'billing',
+      eventIdOf(e3),
+      '--function-name',
+      'billing-fn',
+    ]);
+    expect({ code: replayed.code, stdout: replayed.stdout.trim() }).toEqual({
+      code: 0,
+      stdout: 'replayed 1 of 1 parked event(s) through billing-fn',
+    });
+    expect(await effects()).toEqual(['#1 next', '#4 next', '#3 replayed']);
+    expect(await outcomeOf(e3)).toMatchObject({
+      outcome: 'processed',
+      reason: expect.stringMatching(/^parked, then replayed/),
+    });
+    // Replayed once: a second replay finds nothing, and a redelivery is a duplicate.
+    expect(
+      (
+        await cli([
+          'inbox',
+          'parked',
+          'replay',
+          '--consumer',
+          'billing',
+          eventIdOf(e3),
+          '--function-name',
+          'billing-fn',
+        ])
+      ).code,
+    ).toBe(1);
+    expect(await deliver(e3)).toBe('duplicate');
+
+    const discarded = await cli([
+      'inbox',
+      'parked',
+      'discard',
+      '--consumer',
+      'billing',
+      eventIdOf(e6),
+      '--reason',
+      'superseded by #7',
+    ]);
+    expect({ code: discarded.code, stdout: discarded.stdout.trim() }).toEqual({
+      code: 0,
+      stdout: 'discarded 1 parked event(s)',
+    });
+    expect(await outcomeOf(e6)).toMatchObject({
+      outcome: 'discarded',
+      reason: expect.stringMatching(/^discarded by an operator: superseded by #7; parked: #5…#5/),
+    });
+    expect(await deliver(e6)).toBe('duplicate');
+    expect(await effects()).toEqual(['#1 next', '#4 next', '#3 replayed']);
+    expect(await parkedCount()).toBe(0);
+  });
+
+  it('stops at a function that fails, leaving the events marked for replay; without a function it prints them to invoke', async () => {
+    const [e3, e6] = [event(3, { fail: true }), event(6)];
+    await deliver(event(1));
+    expect([await deliver(e3), await deliver(event(4)), await deliver(e6)]).toEqual([
+      'parked',
+      'applied',
+      'parked',
+    ]);
+
+    // More than one event needs --yes (there is no terminal to ask).
+    const unconfirmed = await cli([
+      'inbox',
+      'parked',
+      'replay',
+      '--consumer',
+      'billing',
+      '--all',
+      '--function-name',
+      'billing-fn',
+    ]);
+    expect(unconfirmed.code).toBe(1);
+    expect(unconfirmed.stderr).toMatch(/not confirmed: nothing was changed/);
+
+    const failed = await cli([
+      'inbox',
+      'parked',
+      'replay',
+      '--consumer',
+      'billing',
+      '--all',
+      '--yes',
+      '--function-name',
+      'billing-fn',
+    ]);
+    expect(failed.code).toBe(1);
+    expect(failed.stderr).toContain('the function failed (Unhandled)');
+    expect(failed.stderr).toContain('cannot invoice order o-7: no price list');
+    expect(failed.stdout.trim()).toBe('replayed 0 of 2 parked event(s) through billing-fn');
+    expect(await effects()).toEqual(['#1 next', '#4 next']);
+    expect([(await outcomeOf(e3))?.outcome, (await outcomeOf(e6))?.outcome]).toEqual([
+      'replaying',
+      'replaying',
+    ]);
+    expect(await parkedCount()).toBe(2);
+
+    const printed = await cli(['inbox', 'parked', 'replay', '--consumer', 'billing', eventIdOf(e6)]);
+    expect(printed.code).toBe(0);
+    const lines = printed.stdout.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(await deliver(JSON.parse(lines[0] as string))).toBe('applied');
+    expect(await effects()).toEqual(['#1 next', '#4 next', '#6 replayed']);
+
+    for (const args of [
+      ['replay', '--consumer', 'billing'],
+      ['replay', '--consumer', 'billing', 'x', '--all'],
+      ['discard', '--consumer', 'billing', '--all'],
+    ]) {
+      expect((await cli(['inbox', 'parked', ...args])).code, args.join(' ')).toBe(2);
+    }
+  });
+});

@@ -1,0 +1,53 @@
+/**
+ * Slowness fault injection (see test/chaos/slowness.ts): a bus and a database that stall for
+ * bounded times. No pass may outlive its lease, no invocation its deadline, and no healthy event
+ * may be dead-lettered or lost.
+ */
+import { describe, expect, it } from 'vitest';
+import { runSlowBus, runSlowness } from '../chaos/slowness.ts';
+import { useHarness } from '../support/harness.ts';
+
+const h = useHarness({ max: 4 });
+
+describe('slowness (bounded stalls)', () => {
+  it('keeps every pass inside its lease and dead-letters nothing while the bus and the database stall', async () => {
+    const report = await runSlowness({
+      databaseUrl: h.db.url,
+      sql: h.db.sql,
+      bus: h.bus,
+      backlog: 1_000,
+      ratePerSecond: 60,
+      aggregates: 150,
+      drainTimeoutMs: 60_000,
+    });
+    console.log(JSON.stringify(report));
+    expect(report.passesOutlivingLease).toBe(0);
+    expect(report.invocationsOutlivingDeadline).toBe(0);
+    expect(report.deadLettered).toBe(0);
+    expect(report.published).toBe(report.events);
+    expect(report.orderViolations).toBe(0);
+    expect(report.leaseLost).toBe(0);
+    // The faults did bite: passes failed on the stalled database, and the bus pushed back.
+    expect(report.passesCutByDeadline).toBeGreaterThan(0);
+    expect(report.backPressure).toBeGreaterThan(0);
+    expect(report.invocations).toBeGreaterThan(2);
+  }, 150_000);
+});
+
+describe('slowness (a slow bus that works)', () => {
+  it('publishes and marks every event on a bus that answers every request after 4 s, with at most 2 deliveries per event', async () => {
+    const report = await runSlowBus({
+      databaseUrl: h.db.url,
+      sql: h.db.sql,
+      bus: h.bus,
+      events: 20,
+      busLatencyMs: 4_000,
+      runForMs: 45_000,
+    });
+    console.log(JSON.stringify(report));
+    expect(report.published).toBe(20);
+    expect(report.allMarkedAfterMs).toBeLessThan(45_000);
+    expect(report.deliveries).toBeLessThanOrEqual(40);
+    expect(report.maxDeliveriesPerEvent).toBeLessThanOrEqual(2);
+  }, 90_000);
+});

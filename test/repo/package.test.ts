@@ -1,0 +1,395 @@
+/**
+ * The packages as a team installs them: `npm run build` stages one package per role in
+ * dist/packages/ (scripts/build.ts), `npm pack` packs each, then
+ * - a producer-only service installs the producer beside `postgres`: at most 3 packages and 1.5 MB
+ *   more, and importing it loads no module of another package (issue 21's bound);
+ * - a fresh project installs all four tarballs from the npm cache and
+ * - type-checks a file that uses every entry point (test/package/check.ts);
+ * - on Node 22 and 24: runs `npx outbox migrate`, then imports every entry point, enqueues through
+ *   the main API and both adapters into a real Postgres, and relays them (test/package/runtime.ts);
+ * - runs the pre-built relay bundle as Lambda would, on the same database;
+ * - synthesises a CDK app with OutboxRelay on an imported VPC and proxy, without esbuild
+ *   (test/package/cdk-app.ts).
+ */
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { homedir, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
+import postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { type LocalBus, startLocalBus } from '../../dev/local-bus.ts';
+import { countPackages, folderBytes, IMPORT_PROBE } from '../../scripts/measure.ts';
+import { withDatabase } from '../support/db.ts';
+import { lambdaContext } from '../support/lambda.ts';
+
+const exec = promisify(execFile);
+const repo = fileURLToPath(new URL('../..', import.meta.url));
+const fixtures = join(repo, 'test', 'package');
+const MINUTES = 60_000;
+const ROLES = ['producer', 'consumer', 'relay', 'cdk'] as const;
+/** Each role's package name and its entry points. */
+const PACKAGES = {
+  producer: { name: 'outbox-relay-aws', exports: ['.', './drizzle', './kysely', './package.json', './pg'] },
+  consumer: { name: '@outbox-relay-aws/consumer', exports: ['.', './package.json'] },
+  relay: { name: '@outbox-relay-aws/relay', exports: ['.', './operations', './package.json'] },
+  cdk: { name: '@outbox-relay-aws/cdk', exports: ['.', './package.json'] },
+} as const;
+
+/** The parts of a synthesised AWS::Lambda::Function this test reads. */
+interface LambdaProperties {
+  Handler?: string;
+  Runtime?: string;
+  Description?: string;
+  Code: { S3Key?: string };
+}
+
+let work: string;
+let app: string;
+/** The packed tarball of each role's package (its folder: shared/<role>, or infra for cdk). */
+const tarballs: Record<string, string> = {};
+let producerOnly: string;
+let databaseUrl: string;
+let databaseName: string;
+let bus: LocalBus;
+let node22: string;
+const node24 = process.execPath;
+
+/** The version of a package installed in the repository, so the fresh project hits the npm cache. */
+async function installedVersion(name: string): Promise<string> {
+  const manifest = JSON.parse(await readFile(join(repo, 'node_modules', name, 'package.json'), 'utf8'));
+  return `${name}@${manifest.version}`;
+}
+
+/** A Node 22 binary: OUTBOX_NODE22, else the npm registry's `node` package in a cache folder. */
+async function nodeBinary22(): Promise<string> {
+  if (process.env.OUTBOX_NODE22) return process.env.OUTBOX_NODE22;
+  const prefix = join(homedir(), '.cache', 'outbox-ci-node22');
+  const bin = join(prefix, 'node_modules', '.bin', 'node');
+  if (!existsSync(bin)) {
+    await exec(
+      'npm',
+      ['install', '--prefix', prefix, '--no-save', '--prefer-offline', '--no-audit', '--no-fund', 'node@22'],
+      {
+        timeout: 5 * MINUTES,
+      },
+    );
+  }
+  return bin;
+}
+
+/** Runs a command in the fresh project with `node` (and so the bin's `#!/usr/bin/env node`) being `nodeBin`. */
+function inApp(nodeBin: string, command: string, args: string[], env: Record<string, string> = {}) {
+  const binDir = join(nodeBin, '..');
+  return exec(command, args, {
+    cwd: app,
+    timeout: 5 * MINUTES,
+    maxBuffer: 16 * 1024 * 1024,
+    env: {
+      ...process.env,
+      PATH: `${binDir}:${join(app, 'node_modules', '.bin')}:${process.env.PATH}`,
+      DATABASE_URL: databaseUrl,
+      POWERTOOLS_LOG_LEVEL: 'WARN',
+      ...env,
+    },
+  });
+}
+
+beforeAll(async () => {
+  work = await mkdtemp(join(tmpdir(), 'outbox-pack-'));
+  app = join(work, 'app');
+  bus = await startLocalBus();
+  const serverUrl = inject('databaseUrl');
+  databaseName = `outbox_pack_${randomBytes(6).toString('hex')}`;
+  const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
+  await admin.unsafe(`create database ${databaseName}`);
+  await admin.end();
+  databaseUrl = withDatabase(serverUrl, databaseName);
+  node22 = await nodeBinary22();
+
+  // The tsc build, the handler bundles and the four staged packages.
+  await exec(process.execPath, [join(repo, 'scripts', 'build.ts')], {
+    cwd: repo,
+    timeout: 5 * MINUTES,
+    maxBuffer: 16 * 1024 * 1024,
+  });
+  for (const role of ROLES) {
+    const { stdout } = await exec('npm', ['pack', '--json', '--pack-destination', work], {
+      cwd: join(repo, 'dist', 'packages', role),
+      timeout: 5 * MINUTES,
+      maxBuffer: 16 * 1024 * 1024,
+    });
+    const [packed] = JSON.parse(stdout.slice(stdout.indexOf('['))) as { filename: string }[];
+    tarballs[role] = join(work, packed?.filename ?? 'missing.tgz');
+  }
+
+  producerOnly = join(work, 'producer-only');
+  await mkdir(producerOnly);
+  await writeFile(
+    join(producerOnly, 'package.json'),
+    JSON.stringify({ name: 'producer-service', private: true, type: 'module' }),
+  );
+  await exec(
+    'npm',
+    [
+      'install',
+      '--prefer-offline',
+      '--no-audit',
+      '--no-fund',
+      tarballs.producer as string,
+      await installedVersion('postgres'),
+    ],
+    { cwd: producerOnly, timeout: 10 * MINUTES, maxBuffer: 16 * 1024 * 1024 },
+  );
+
+  await mkdir(app);
+  await writeFile(
+    join(app, 'package.json'),
+    JSON.stringify({ name: 'service', private: true, type: 'module' }),
+  );
+  await writeFile(
+    join(app, 'tsconfig.json'),
+    JSON.stringify({
+      compilerOptions: {
+        target: 'es2023',
+        module: 'nodenext',
+        moduleResolution: 'nodenext',
+        strict: true,
+        noEmit: true,
+        skipLibCheck: true,
+        types: ['node'],
+      },
+      files: ['check.ts', 'runtime.ts', 'cdk-app.ts'],
+    }),
+  );
+  for (const file of ['check.ts', 'runtime.ts', 'cdk-app.ts'])
+    await cp(join(fixtures, file), join(app, file));
+  // The service's own dependencies (the peers it brings, its tools), at the versions in the npm
+  // cache, and the tarball; --prefer-offline takes everything from the cache.
+  const extras = await Promise.all(
+    [
+      'aws-cdk-lib',
+      'constructs',
+      'postgres',
+      'pg',
+      'drizzle-orm',
+      'kysely',
+      'zod',
+      'typescript',
+      '@types/node',
+      '@types/pg',
+    ].map(installedVersion),
+  );
+  await exec(
+    'npm',
+    ['install', '--prefer-offline', '--no-audit', '--no-fund', ...Object.values(tarballs), ...extras],
+    {
+      cwd: app,
+      timeout: 10 * MINUTES,
+      maxBuffer: 16 * 1024 * 1024,
+    },
+  );
+}, 20 * MINUTES);
+
+afterAll(async () => {
+  await bus?.close();
+  if (databaseName) {
+    const admin = postgres(inject('databaseUrl'), { max: 1, onnotice: () => {} });
+    await admin.unsafe(`drop database if exists ${databaseName} with (force)`);
+    await admin.end();
+  }
+  if (work) await rm(work, { recursive: true, force: true });
+});
+
+describe('the packed package, installed in a fresh project', () => {
+  it('a producer-only service: beside postgres, at most 3 packages and 1.5 MB more, and its import loads no other package', async () => {
+    const nodeModules = join(producerOnly, 'node_modules');
+    const added = (await countPackages(nodeModules)) - 1; // all but postgres
+    const addedBytes = (await folderBytes(nodeModules)) - (await folderBytes(join(nodeModules, 'postgres')));
+    expect(added).toBeLessThanOrEqual(3);
+    expect(addedBytes).toBeLessThanOrEqual(1_500_000);
+    const { stdout } = await exec(
+      node24,
+      ['--input-type=module', '-e', IMPORT_PROBE, 'postgres', 'outbox-relay-aws', 'outbox-relay-aws/pg'],
+      { cwd: producerOnly },
+    );
+    const { packages } = JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}') as { packages: string[] };
+    expect(packages.sort()).toEqual(['outbox-relay-aws', 'postgres']);
+  });
+
+  it.each(ROLES)(
+    'installs %s without install scripts, with compiled JavaScript and declarations, and no TypeScript sources',
+    async (role) => {
+      const { name, exports } = PACKAGES[role];
+      const installed = join(app, 'node_modules', name);
+      const manifest = JSON.parse(await readFile(join(installed, 'package.json'), 'utf8'));
+      expect(manifest.private).toBeUndefined();
+      for (const script of ['preinstall', 'install', 'postinstall'])
+        expect(manifest.scripts?.[script]).toBeUndefined();
+      expect(Object.keys(manifest.exports).sort()).toEqual([...exports].sort());
+      const files = await readdir(installed, { recursive: true });
+      expect(files.filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts'))).toEqual([]);
+      for (const target of Object.values(manifest.exports) as (
+        | string
+        | { types: string; default: string }
+      )[]) {
+        if (typeof target === 'string') continue;
+        expect(files).toContain(target.types.slice(2));
+        expect(files).toContain(target.default.slice(2));
+      }
+      if (role === 'cdk') {
+        expect(manifest.peerDependencies).toMatchObject({
+          'aws-cdk-lib': expect.any(String),
+          constructs: expect.any(String),
+        });
+        for (const handler of ['relay', 'monitor', 'migrate'])
+          expect(files).toContain(join('dist', 'lambda', handler, 'index.mjs'));
+        expect(files).toContain(join('dist', 'lambda', 'migrate', 'migrations', '007_outbox_enqueue.sql'));
+      }
+      if (role === 'relay') {
+        expect(manifest.bin).toEqual({ outbox: 'shared/relay/bin/outbox.js' });
+        expect(files).toContain(join('dist', 'migrations', '007_outbox_enqueue.sql'));
+      }
+      if (role === 'producer') expect(manifest.dependencies).toBeUndefined();
+      // The service did not get esbuild: synthesis below must not need it.
+      expect(existsSync(join(app, 'node_modules', 'esbuild'))).toBe(false);
+    },
+  );
+
+  it(
+    'type-checks a file that uses every entry point',
+    async () => {
+      const result = await inApp(node24, 'tsc', ['-p', 'tsconfig.json']).catch(
+        (error: { stdout?: string }) => error,
+      );
+      expect((result as { stdout?: string }).stdout ?? '').toBe('');
+    },
+    5 * MINUTES,
+  );
+
+  it.each([
+    ['22', () => node22],
+    ['24', () => node24],
+  ])(
+    'runs on Node %s: `npx outbox migrate`, every entry point, enqueue into Postgres, relay to the bus',
+    async (major, bin) => {
+      const nodeBin = bin();
+      const { stdout: version } = await inApp(nodeBin, nodeBin, ['--version']);
+      expect(version.trim()).toMatch(new RegExp(`^v${major}\\.`));
+
+      await inApp(nodeBin, 'npx', ['--no-install', 'outbox', 'migrate']);
+      bus.reset();
+      const { stdout } = await inApp(nodeBin, nodeBin, ['runtime.ts'], { BUS_URL: bus.url });
+      const report = JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}');
+      expect(report.node.split('.')[0]).toBe(major);
+      expect(report.entryPoints).toEqual({ consumer: 'function', operations: 'function', cdk: 'function' });
+      expect(
+        report.enqueued.map((r: { aggregateId: string; duplicate: boolean }) => [r.aggregateId, r.duplicate]),
+      ).toEqual([
+        ['postgres', false],
+        ['pg', false],
+        ['drizzle', false],
+        ['kysely', false],
+      ]);
+      expect(report.published).toBe(4);
+
+      const sql = postgres(databaseUrl, { max: 1, onnotice: () => {} });
+      try {
+        const rows = await sql<{ aggregate_id: string; published: boolean }[]>`
+        select aggregate_id, published_at is not null as published from outbox
+        where aggregate_type = ${`node-${report.node}`} order by aggregate_id`;
+        expect(rows).toEqual([
+          { aggregate_id: 'drizzle', published: true },
+          { aggregate_id: 'kysely', published: true },
+          { aggregate_id: 'pg', published: true },
+          { aggregate_id: 'postgres', published: true },
+        ]);
+      } finally {
+        await sql.end();
+      }
+      expect(bus.events.map((e) => e.detailType)).toEqual([
+        'PackageTested',
+        'PackageTested',
+        'PackageTested',
+        'PackageTested',
+      ]);
+    },
+    10 * MINUTES,
+  );
+
+  it(
+    'ships a relay bundle that publishes when invoked as the Lambda runtime would',
+    async () => {
+      const sql = postgres(databaseUrl, { max: 1, onnotice: () => {} });
+      try {
+        await sql`select * from outbox_enqueue(event_type => 'BundleTested', source => 'test.package',
+        aggregate_type => 'bundle', aggregate_id => '1', payload => '{"ok": true}'::jsonb)`;
+      } finally {
+        await sql.end();
+      }
+      bus.reset();
+      const bundle = join(
+        app,
+        'node_modules',
+        '@outbox-relay-aws',
+        'cdk',
+        'dist',
+        'lambda',
+        'relay',
+        'index.mjs',
+      );
+      const saved = { ...process.env };
+      Object.assign(process.env, {
+        DATABASE_URL: databaseUrl,
+        EVENT_BUS_NAME: 'package-bus',
+        OUTBOX_POLL_INTERVAL_MS: '20',
+        AWS_ENDPOINT_URL_EVENTBRIDGE: bus.url,
+        AWS_REGION: 'us-east-1',
+        AWS_ACCESS_KEY_ID: 'local',
+        AWS_SECRET_ACCESS_KEY: 'local',
+      });
+      try {
+        const { handler } = (await import(pathToFileURL(bundle).href)) as {
+          handler: (event: unknown, context: unknown) => Promise<{ published: number }>;
+        };
+        // The invocation polls until close to its deadline: 3 s are kept back, and a pass needs a
+        // lease of at least 5 s, so 9 s give it about one second of polling.
+        const summary = await handler({}, lambdaContext(9_000, 'outbox-relay'));
+        expect(summary).toMatchObject({ published: 1, deadLettered: 0 });
+      } finally {
+        process.env = saved;
+      }
+      expect(bus.events.map((e) => e.detailType)).toEqual(['BundleTested']);
+    },
+    2 * MINUTES,
+  );
+
+  it(
+    'synthesises OutboxRelay on an imported VPC and proxy from the pre-built bundles, without esbuild',
+    async () => {
+      const out = join(work, 'cdk.out');
+      await inApp(node24, node24, ['cdk-app.ts', out]);
+      for (const stackName of ['ServiceStack', 'MigratedStack']) {
+        const template = JSON.parse(await readFile(join(out, `${stackName}.template.json`), 'utf8'));
+        const functions = Object.values(
+          template.Resources as Record<string, { Type: string; Properties: LambdaProperties }>,
+        ).filter((r) => r.Type === 'AWS::Lambda::Function' && r.Properties.Description?.startsWith('Outbox'));
+        expect(functions.length).toBe(stackName === 'ServiceStack' ? 2 : 3);
+        for (const f of functions) {
+          expect(f.Properties.Handler).toBe('index.handler');
+          expect(f.Properties.Runtime).toBe('nodejs24.x');
+          const hash = String(f.Properties.Code.S3Key).replace(/\.zip$/, '');
+          const asset = join(out, `asset.${hash}`);
+          expect(existsSync(join(asset, 'index.mjs'))).toBe(true);
+          if (/migrations/i.test(f.Properties.Description ?? '')) {
+            expect(existsSync(join(asset, 'migrations', '007_outbox_enqueue.sql'))).toBe(true);
+          }
+        }
+      }
+    },
+    5 * MINUTES,
+  );
+});

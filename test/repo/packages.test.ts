@@ -1,0 +1,100 @@
+/**
+ * Packages by role (issue 21): what each package's entry points load, read from the import graph
+ * esbuild resolves from each package's folder (its manifest beside its code), and the example consumer's Lambda bundle against its bound. The installed tarballs are
+ * checked by test/repo/package.test.ts; `npm run footprint` prints the install sizes and import times.
+ */
+import { readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
+import { describe, expect, it } from 'vitest';
+import { bundleSize, CONSUMER_EXAMPLES } from '../../scripts/measure.ts';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+
+/** Issue 21's bound on the example consumer's bundle: esbuild, minified, ≤ 400 KB. */
+const CONSUMER_BUNDLE_MAX_BYTES = 400_000;
+
+/** Each role's package folder. */
+const FOLDERS: Record<string, string> = {
+  producer: 'shared/producer',
+  consumer: 'shared/consumer',
+  relay: 'shared/relay',
+  cdk: 'infra',
+};
+
+/** The packages (node_modules names) that the entry points of a role's package import at run time. */
+async function packagesImported(role: string): Promise<string[]> {
+  const folder = `${root}${FOLDERS[role]}`;
+  const manifest = JSON.parse(await readFile(`${folder}/package.json`, 'utf8')) as {
+    exports: Record<string, string>;
+  };
+  const entries = Object.entries(manifest.exports)
+    .filter(([key]) => key !== './package.json')
+    .map(([, target]) => `${folder}/${target}`);
+  const result = await build({
+    entryPoints: entries,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    packages: 'external',
+    write: false,
+    metafile: true,
+    outdir: '/nonexistent',
+    logLevel: 'error',
+  });
+  const imported = new Set<string>();
+  for (const input of Object.values(result.metafile.inputs)) {
+    for (const i of input.imports) {
+      if (!i.external || i.path.startsWith('node:')) continue;
+      imported.add(
+        i.path
+          .split('/')
+          .slice(0, i.path.startsWith('@') ? 2 : 1)
+          .join('/'),
+      );
+    }
+  }
+  return [...imported].sort();
+}
+
+describe('packages by role', () => {
+  it('the producer imports no package but the ORM its adapter is for', async () => {
+    // `outbox-relay-aws` itself imports nothing: postgres, pg and zod reach it only as types.
+    expect(await packagesImported('producer')).toEqual(['drizzle-orm', 'kysely']);
+  });
+
+  it('the consumer imports postgres, zod and the RDS signer, and nothing of the relay or the migrations', async () => {
+    expect(await packagesImported('consumer')).toEqual(['@aws-sdk/rds-signer', 'postgres', 'zod']);
+  });
+
+  it("the construct imports aws-cdk-lib, constructs and zod (settings checked at synth with the functions' own schemas): its Lambda code is in pre-built bundles", async () => {
+    expect(await packagesImported('cdk')).toEqual(['aws-cdk-lib', 'constructs', 'zod']);
+  });
+});
+
+describe("the example consumer's Lambda bundle", () => {
+  it.each(CONSUMER_EXAMPLES)(
+    '%s bundles, minified and with the AWS SDK inside, to at most 400 KB, without the relay, the migration tool or pg',
+    async (entry) => {
+      const { bytes, inputs } = await bundleSize(entry, 'bundled');
+      const included = Object.keys(inputs);
+      for (const unwanted of [
+        'node-pg-migrate',
+        'jiti',
+        'glob',
+        'pg',
+        'commander',
+        '@aws-sdk/client-eventbridge',
+        '@aws-sdk/client-lambda',
+        '@aws-lambda-powertools/metrics',
+        '@middy/core',
+        'shared/relay',
+        'shared/operations',
+      ]) {
+        expect(included, `${entry} bundles ${unwanted}`).not.toContain(unwanted);
+      }
+      expect(bytes).toBeLessThanOrEqual(CONSUMER_BUNDLE_MAX_BYTES);
+    },
+    60_000,
+  );
+});
