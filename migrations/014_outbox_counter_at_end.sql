@@ -17,7 +17,7 @@
 -- update of its rows; it takes an ACCESS EXCLUSIVE lock on outbox_aggregate for that moment, so it
 -- waits 5 s at most, as migration 013 does. A row inserted from now on starts at last_sequence (the
 -- events of its first call) and sequence_offset 0. Whoever reads an aggregate's last sequence adds
--- the two (shared/relay/operations/sql/conditions.ts).
+-- the two (shared/operations/sql/conditions.ts).
 --
 -- The function bodies are those of migration 011 but for the counter's update, so that old and
 -- new versions can be read side by side.
@@ -30,7 +30,7 @@ comment on column outbox_aggregate.sequence_offset is
 -- A call of the old functions that was already running when this migration committed (it waited
 -- for the ALTER's lock) goes on with the old code, which bumps and returns last_sequence alone. If
 -- a call of the new code has added to sequence_offset first, that would hand out a sequence given
--- before and skip one (test/relay/schema/migration-014-in-flight.test.ts). This trigger refuses such an update
+-- before and skip one (test/migration-014-in-flight.test.ts). This trigger refuses such an update
 -- with a serialization failure: the producer retries its transaction, and the retry runs the new
 -- code. The new code never sets last_sequence, so the trigger never fires for it; an AFTER trigger
 -- (a BEFORE row trigger would lock each counter row first, a WAL record per enqueue) with a

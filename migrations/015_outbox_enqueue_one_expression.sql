@@ -21,7 +21,7 @@
 --    constraints into executable form again in every statement that inserts or updates a row
 --    (about 13k instructions per enqueue). attempts is written only by the relay's statements,
 --    which add 1 to it or take 1 from it through greatest(…, 0) (shared/relay/sql); the model-based
---    test (test/relay/relay-model.test.ts) checks after every command that no row's attempts is below 0.
+--    test (test/relay-model.test.ts) checks after every command that no row's attempts is below 0.
 --
 -- Dropping the constraint takes an ACCESS EXCLUSIVE lock on outbox until the migrations'
 -- transaction commits (a catalog change, no scan), so it waits 5 s at most, as migration 013 does.
@@ -45,7 +45,7 @@ declare
 begin
   -- The payload's text, for the common case only: an event with a key, or a max_entry_bytes out of
   -- range, is answered first (as migration 014 did), and a payload's text can be too large to make
-  -- (over 1 GB, test/relay/schema/migration-015-errors.test.ts).
+  -- (over 1 GB, test/migration-015-errors.test.ts).
   payload_text := case when outbox_enqueue.idempotency_key is null
                          and outbox_enqueue.max_entry_bytes between 8793 and 1048576
                        then outbox_enqueue.payload::text end;
