@@ -209,6 +209,11 @@ describe('the monitor scales out on claimable work only (issue 31)', () => {
     expect(summary.status).toMatchObject({ pending: 300 });
     expect(summary.scaleOut).toMatchObject({ claimable: 0, wanted: 1, started: 0 });
     expect(lambda.invocations).toHaveLength(0);
+    // Another aggregate's rows still count; a discarded dead letter holds nothing back.
+    await seed(5);
+    expect((await monitor()({}, lambdaContext())).scaleOut).toMatchObject({ claimable: 5, started: 0 });
+    await h.db.sql`update outbox set discarded_at = now() where dead_lettered_at is not null`;
+    expect((await monitor()({}, lambdaContext())).scaleOut).toMatchObject({ claimable: 301, started: 3 });
   });
 
   it('counts the rows behind a dead letter under continue, where the claim takes them', async () => {
