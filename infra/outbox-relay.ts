@@ -357,16 +357,18 @@ export interface OutboxRelayProps {
    */
   readonly relayReservedConcurrency?: number;
   /**
-   * Most relays polling at once, the scheduled one included. The monitor measures the backlog
-   * every minute and invokes the relay function `ceil(pending / backlogPerRelay) - 1` more times
-   * (at most `maxRelays - 1`), 500 ms apart; each extra relay returns once nothing is pending, and
-   * within the monitor's period. 1 turns scale-out off. Bounded by `databaseConnectionBudget`
-   * (checked at synth) and by `relayReservedConcurrency` when set.
+   * Most relays polling at once, the scheduled one included. The monitor counts the claimable work
+   * every minute (pending rows out of backoff, not leased, not held back behind a dead letter) and
+   * invokes the relay function `ceil(claimable / backlogPerRelay) - 1` more times (at most
+   * `maxRelays - 1`; none while the bus throttles), 500 ms apart, closer (down to 100 ms) when that
+   * would take over 10 s, so every value is reached in one run; each extra relay returns once
+   * nothing is pending, and within the monitor's period. 1 turns scale-out off. Bounded by
+   * `databaseConnectionBudget` (checked at synth) and by `relayReservedConcurrency` when set.
    * @default 4 (or `relayReservedConcurrency - 1` when that is lower)
    */
   readonly maxRelays?: number;
   /**
-   * Pending events per relay: the monitor wants `ceil(pending / backlogPerRelay)` relays. A relay
+   * Claimable events per relay: the monitor wants `ceil(claimable / backlogPerRelay)` relays. A relay
    * at the default 512 MB moves about 2,000 events/s at 20 ms bus latency (docs/performance.md#lambda-sizing-at-20-ms-bus-latency), so the
    * default starts a second relay when one would need more than about 15 s for the backlog.
    * @default 30,000
@@ -522,13 +524,7 @@ export class OutboxRelay extends Construct {
     this.relayFunction = this.createRelayFunction(fn, props, settings.relay, dbEnvironment, timeout);
     database.grantConnect(this.relayFunction, this.databaseUsers.relay);
     const scaleOutSeconds = scaleOutSecondsFor(monitorScheduleExpression, timeout);
-    this.monitorFunction = this.createMonitorFunction(
-      fn,
-      props,
-      settings.monitor,
-      dbEnvironment,
-      scaleOutSeconds,
-    );
+    this.monitorFunction = this.createMonitorFunction(fn, props, settings, dbEnvironment, scaleOutSeconds);
     database.grantConnect(this.monitorFunction, this.databaseUsers.monitor);
     if (this.maxRelays > 1) this.grantScaleOut();
     const schedules = this.createSchedules(relayScheduleExpression, monitorScheduleExpression, props);
@@ -574,7 +570,7 @@ export class OutboxRelay extends Construct {
   private createMonitorFunction(
     fn: FunctionFactory,
     props: OutboxRelayProps,
-    monitorEnvironment: Record<string, string>,
+    settings: FunctionSettings,
     dbEnvironment: (user: string) => Record<string, string>,
     scaleOutSeconds: number,
   ): lambda.Function {
@@ -582,13 +578,16 @@ export class OutboxRelay extends Construct {
       timeout: Duration.minutes(1),
       ...SCHEDULED_INVOKE,
       environment: {
-        ...monitorEnvironment,
+        ...settings.monitor,
         ...(this.maxRelays > 1
           ? {
               [EnvVar.relayFunctionName]: this.relayFunction.functionName,
               [EnvVar.maxRelays]: String(this.maxRelays),
               [EnvVar.backlogPerRelay]: String(props.backlogPerRelay ?? DEFAULT_BACKLOG_PER_RELAY),
               [EnvVar.scaleOutSeconds]: String(scaleOutSeconds),
+              // The relay's: whether rows behind a dead letter are claimable (scale-out.ts).
+              [EnvVar.ordering]: readSetting(EnvVar.ordering, settings.relay),
+              [EnvVar.deadLetterPolicy]: readSetting(EnvVar.deadLetterPolicy, settings.relay),
             }
           : {}),
         ...dbEnvironment(this.databaseUsers.monitor),

@@ -1,7 +1,8 @@
 /**
- * The monitor Lambda's handler: prunes expired rows within its time budget, then emits the backlog
- * metrics (the oldest pending age is the health signal: it grows when the relay is dead). Built
- * from its dependencies so tests run it against a real database.
+ * The monitor Lambda's handler: prunes expired rows within its time budget, starts extra relays
+ * for claimable work, then emits the backlog metrics (the oldest pending age is the health signal:
+ * it grows when the relay is dead). Built from its dependencies so tests run it against a real
+ * database.
  */
 import { Logger } from '@aws-lambda-powertools/logger';
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
@@ -16,6 +17,7 @@ import {
   addMonitorMetrics,
   createMetrics,
   getStatus,
+  measureClaimable,
   type OutboxStatus,
   type PruneResult,
   prune,
@@ -25,10 +27,10 @@ import {
 
 /** What one monitor invocation did. */
 export interface MonitorSummary {
-  status: OutboxStatus;
+  status: OutboxStatus | { error: string };
   prune: PruneResult | { error: string };
   /** The extra relays it started, when it scales the relays out (`settings.scaleOut`). */
-  scaleOut?: ScaleOutResult;
+  scaleOut?: ScaleOutResult | { error: string };
 }
 
 /** Dependencies of the monitor handler, created once per cold start. */
@@ -43,14 +45,18 @@ export interface MonitorHandlerDeps {
 
 /** Time kept back at the end of an invocation for the metrics, ms. */
 const MARGIN_MS = 5_000;
-/** Longest the monitor spends starting extra relays, ms (a few invocations, 500 ms apart). */
-const SCALE_OUT_BUDGET_MS = 10_000;
+/**
+ * Longest the monitor spends starting extra relays, ms: their spread (SCALE_OUT_SPREAD_MS, 10 s
+ * at most) and the last invocation's answer.
+ */
+const SCALE_OUT_BUDGET_MS = 15_000;
 
 /**
- * Builds the middy handler: prunes within min(OUTBOX_PRUNE_TIME_BUDGET_MS, remaining − 5 s), then
- * measures the backlog, starts the extra relays it asks for (`settings.scaleOut`: see
- * shared/relay/operations/scale-out.ts), and emits the backlog metrics even if pruning failed (and then
- * fails the invocation).
+ * Builds the middy handler: prunes within min(OUTBOX_PRUNE_TIME_BUDGET_MS, remaining − 5 s), starts
+ * the extra relays the claimable work asks for (`settings.scaleOut`: see
+ * shared/relay/operations/scale-out.ts), then measures the backlog and emits the metrics. Each step runs
+ * even if an earlier one failed (a status statement that times out on a huge backlog costs neither
+ * the scale-out nor the pruning figures); the invocation then fails, naming what failed.
  */
 export function createMonitorHandler(deps: MonitorHandlerDeps) {
   const logger = deps.logger ?? new Logger({ serviceName: ServiceName.monitor });
@@ -79,26 +85,46 @@ export function createMonitorHandler(deps: MonitorHandlerDeps) {
         logger.error('pruning failed', { error });
         pruned = { error: (error as Error).message };
       }
-      const status = await getStatus(deps.sql, { includePublished: false });
-      let scaleOut: ScaleOutResult | undefined;
+      let scaleOut: ScaleOutResult | { error: string } | undefined;
       if (s.scaleOut && deps.lambda) {
-        // The extras end by the time this invocation started plus forSeconds, so that they have
-        // ended before the next minute's monitor starts its own (pruning took some of it).
-        const forSeconds = Math.floor(s.scaleOut.forSeconds - (performance.now() - started) / 1000);
-        const budgetMs = Math.min(SCALE_OUT_BUDGET_MS, context.getRemainingTimeInMillis() - MARGIN_MS);
-        scaleOut = await startExtraRelays(
-          deps.lambda,
-          s.scaleOut,
-          status.pending,
-          forSeconds,
-          AbortSignal.timeout(Math.max(0, budgetMs)),
-        );
-        if (scaleOut.errors.length > 0) logger.warn('extra relays not started', { scaleOut });
+        try {
+          // Bounded by maxRelays, unlike the status below: it runs first, so that a backlog too
+          // large to count in time still gets its relays. The extras end by the time this
+          // invocation started plus forSeconds, before the next minute's monitor starts its own.
+          const work = await measureClaimable(deps.sql, s.scaleOut);
+          const budgetMs = Math.min(SCALE_OUT_BUDGET_MS, context.getRemainingTimeInMillis() - MARGIN_MS);
+          scaleOut = await startExtraRelays(
+            deps.lambda,
+            s.scaleOut,
+            work,
+            started + s.scaleOut.forSeconds * 1000,
+            AbortSignal.timeout(Math.max(0, budgetMs)),
+          );
+          if (scaleOut.errors.length > 0) logger.warn('extra relays not started', { scaleOut });
+        } catch (error) {
+          logger.error('scale-out failed', { error });
+          scaleOut = { error: (error as Error).message };
+        }
       }
-      addMonitorMetrics(metrics, status, 'error' in pruned ? undefined : pruned, scaleOut);
+      let status: OutboxStatus | { error: string };
+      try {
+        status = await getStatus(deps.sql, { includePublished: false });
+      } catch (error) {
+        logger.error('status failed', { error });
+        status = { error: (error as Error).message };
+      }
+      addMonitorMetrics(
+        metrics,
+        'error' in status ? undefined : status,
+        'error' in pruned ? undefined : pruned,
+        scaleOut && !('error' in scaleOut) ? scaleOut : undefined,
+      );
       const summary: MonitorSummary = { status, prune: pruned, ...(scaleOut ? { scaleOut } : {}) };
       logger.info('monitor invocation finished', { summary });
-      if ('error' in pruned) throw new Error(`pruning failed: ${pruned.error}`);
+      const failed = Object.entries({ pruning: pruned, status, 'scale-out': scaleOut ?? {} }).flatMap(
+        ([step, r]) => ('error' in r ? [`${step} failed: ${r.error}`] : []),
+      );
+      if (failed.length > 0) throw new Error(failed.join('; '));
       return summary;
     });
 }

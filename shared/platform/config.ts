@@ -479,6 +479,9 @@ export const monitorConfigSchema = schemaOf([
   EnvVar.maxRelays,
   EnvVar.backlogPerRelay,
   EnvVar.scaleOutSeconds,
+  // The relay's, for scale-out: whether dead letters hold rows back (the construct copies them).
+  EnvVar.ordering,
+  EnvVar.deadLetterPolicy,
 ]);
 
 /** The monitor's settings in the shape the code takes. */
@@ -496,6 +499,8 @@ export interface MonitorSettings {
     maxRelays: number;
     backlogPerRelay: number;
     forSeconds: number;
+    ordering: 'aggregate' | 'none';
+    deadLetterPolicy: 'continue' | 'block';
   };
 }
 
@@ -521,6 +526,8 @@ export function loadMonitorSettings(env: NodeJS.ProcessEnv = process.env): Monit
             maxRelays: e[EnvVar.maxRelays],
             backlogPerRelay: e[EnvVar.backlogPerRelay],
             forSeconds: e[EnvVar.scaleOutSeconds],
+            ordering: e[EnvVar.ordering],
+            deadLetterPolicy: e[EnvVar.deadLetterPolicy],
           },
         }
       : {}),

@@ -755,6 +755,16 @@ describe('OutboxRelay: no gap between relay invocations, and relays that scale w
       OUTBOX_MAX_RELAYS: '4',
       OUTBOX_BACKLOG_PER_RELAY: '5000',
       OUTBOX_SCALE_OUT_SECONDS: '50',
+      OUTBOX_ORDERING: 'aggregate',
+      OUTBOX_DEAD_LETTER_POLICY: 'continue',
+    });
+  });
+
+  it("tells the monitor the relay's dead-letter policy, so rows held back under block are not counted", () => {
+    const { stack } = relayWith({ relaySettings: { deadLetterPolicy: 'block' } });
+    expect(monitorEnvironment(stack)).toMatchObject({
+      OUTBOX_ORDERING: 'aggregate',
+      OUTBOX_DEAD_LETTER_POLICY: 'block',
     });
   });
 

@@ -497,8 +497,8 @@ async function rehearse(): Promise<void> {
     );
     cleanups.push(() => scaler.stop());
     const scaled = await scaler.invoke(monitorSchedule?.input ?? {}, monitor.timeoutSeconds * 1000 * scale);
-    const { started = 0, pending = 0 } =
-      (scaled.result as { scaleOut?: { started?: number; pending?: number } } | undefined)?.scaleOut ?? {};
+    const { started = 0, claimable = 0 } =
+      (scaled.result as { scaleOut?: { started?: number; claimable?: number } } | undefined)?.scaleOut ?? {};
     const ran = await Promise.all(extraRuns);
     const drained = ran.filter(
       (r) =>
@@ -510,12 +510,12 @@ async function rehearse(): Promise<void> {
     );
     check(
       scaled.type === 'result' &&
-        started === Math.min(maxRelays, pending) - 1 &&
+        started === Math.min(maxRelays, claimable) - 1 &&
         started > 0 &&
         drained.length === started &&
         backlog.every((c) => seenNow.has(c.eventId)),
       'the monitor starts extra relays for a backlog, and they relay it and return',
-      `${started} started for ${pending} pending (max ${maxRelays} relays); ${drained.length} returned: ${ran
+      `${started} started for ${claimable} claimable (max ${maxRelays} relays); ${drained.length} returned: ${ran
         .map((r) => describe(r.outcome))
         .join(' | ')
         .slice(0, 600)}`,

@@ -37,24 +37,26 @@ export function addRelayMetrics(metrics: Metrics, c: RelayCounts): void {
 }
 
 /**
- * Adds the monitor's backlog and pruning figures, and the extra relays it started (when it scales
- * the relays out).
+ * Adds the monitor's backlog figures (when measured: `s` undefined when the status failed), its
+ * pruning figures, and the extra relays it started (when it scales the relays out).
  */
 export function addMonitorMetrics(
   metrics: Metrics,
-  s: OutboxStatus,
+  s: OutboxStatus | undefined,
   p: PruneResult | undefined,
   scaleOut?: ScaleOutResult,
 ): void {
-  metrics.addMetric(
-    MetricName.OldestPendingAge,
-    MetricUnit.Seconds,
-    Math.round(s.oldestPendingAgeSeconds * 1000) / 1000,
-  );
-  metrics.addMetric(MetricName.Pending, MetricUnit.Count, s.pending);
-  metrics.addMetric(MetricName.InFlight, MetricUnit.Count, s.inFlight);
-  metrics.addMetric(MetricName.DeadLettered, MetricUnit.Count, s.deadLettered);
-  metrics.addMetric(MetricName.InboxParked, MetricUnit.Count, s.inboxParked);
+  if (s) {
+    metrics.addMetric(
+      MetricName.OldestPendingAge,
+      MetricUnit.Seconds,
+      Math.round(s.oldestPendingAgeSeconds * 1000) / 1000,
+    );
+    metrics.addMetric(MetricName.Pending, MetricUnit.Count, s.pending);
+    metrics.addMetric(MetricName.InFlight, MetricUnit.Count, s.inFlight);
+    metrics.addMetric(MetricName.DeadLettered, MetricUnit.Count, s.deadLettered);
+    metrics.addMetric(MetricName.InboxParked, MetricUnit.Count, s.inboxParked);
+  }
   if (p) {
     metrics.addMetric(
       MetricName.PrunedRows,

@@ -6,12 +6,17 @@
  * minute's are started), and returns as soon as nothing is pending: when the backlog shrinks,
  * fewer relays run the next minute, and none idles.
  *
+ * What counts is claimable work (docs/relay.md#relays-scale-with-the-backlog): rows held back
+ * behind a dead letter, in backoff or leased are pending but no extra relay could claim them, and
+ * while the bus throttles, another relay only adds throttled calls.
+ *
  * Claims are safe across relays (`FOR UPDATE SKIP LOCKED`, leases), so extra relays only add
  * throughput. What bounds them is the database: each relay opens up to its pool's connections,
  * so the construct checks at synth time that `maxRelays` fits its connection budget.
  */
 import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
-import { OutboxValidationError } from '../../platform/index.ts';
+import { countFromDatabase, OutboxValidationError, type Queryable } from '../../platform/index.ts';
+import { countClaimable } from './sql/index.ts';
 
 /** How the monitor scales the relays out. */
 export interface ScaleOutSettings {
@@ -19,10 +24,14 @@ export interface ScaleOutSettings {
   relayFunctionName: string;
   /** Most relays at once, the scheduled one included (1: never scale out). */
   maxRelays: number;
-  /** Pending events per relay: `ceil(pending / backlogPerRelay)` relays are wanted. */
+  /** Claimable events per relay: `ceil(claimable / backlogPerRelay)` relays are wanted. */
   backlogPerRelay: number;
   /** Longest an extra relay polls, counted from the start of the monitor's invocation, seconds. */
   forSeconds: number;
+  /** The relay's `OUTBOX_ORDERING`: with `aggregate` and `block`, a dead letter holds rows back. */
+  ordering: 'aggregate' | 'none';
+  /** The relay's `OUTBOX_DEAD_LETTER_POLICY`. */
+  deadLetterPolicy: 'continue' | 'block';
 }
 
 /** The payload the monitor invokes an extra relay with. */
@@ -73,73 +82,141 @@ export function readRelayEvent(event: unknown): RelayInvocationRequest {
   return { scaleOutForMs: forSeconds * 1000 };
 }
 
-/** Relays wanted for `pending` events: `ceil(pending / backlogPerRelay)`, from 1 to `maxRelays`. */
+/** Relays wanted for `claimable` events: `ceil(claimable / backlogPerRelay)`, from 1 to `maxRelays`. */
 export function relaysWanted(
-  pending: number,
+  claimable: number,
   s: Pick<ScaleOutSettings, 'maxRelays' | 'backlogPerRelay'>,
 ): number {
-  return Math.min(s.maxRelays, Math.max(1, Math.ceil(pending / s.backlogPerRelay)));
+  return Math.min(s.maxRelays, Math.max(1, Math.ceil(claimable / s.backlogPerRelay)));
+}
+
+/** The work extra relays could share, as the monitor measures it. */
+export interface ClaimableWork {
+  /**
+   * Rows a claim could take now (pending, out of backoff, not leased, not held back behind a dead
+   * letter under `block`), counted up to `(maxRelays − 1) × backlogPerRelay + 1`: enough to want
+   * every relay allowed, no further.
+   */
+  claimable: number;
+  /** The bus is throttling the relays: a pending row waits out a backoff after a throttling error. */
+  throttled: boolean;
 }
 
 /**
- * Extra relays are invoked this far apart, ms. Each one opens its pool's connections as it starts
- * (an IAM token and a TLS handshake each through RDS Proxy); spreading them keeps a burst of
+ * Measures {@link ClaimableWork} in one statement. Its cost is bounded by what `maxRelays` needs:
+ * at most `(maxRelays − 1) × backlogPerRelay + 1` rows of the pending index and their heap rows,
+ * plus 1,000 for the throttling test, whatever the backlog.
+ */
+export async function measureClaimable(
+  sql: Queryable,
+  s: Pick<ScaleOutSettings, 'maxRelays' | 'backlogPerRelay' | 'ordering' | 'deadLetterPolicy'>,
+): Promise<ClaimableWork> {
+  const row = await countClaimable(sql, {
+    limit: (s.maxRelays - 1) * s.backlogPerRelay + 1,
+    block: s.ordering === 'aggregate' && s.deadLetterPolicy === 'block',
+  });
+  return { claimable: countFromDatabase(row?.claimable, 'claimable'), throttled: row?.throttled ?? false };
+}
+
+/**
+ * Extra relays are invoked at most this far apart, ms. Each one opens its pool's connections as it
+ * starts (an IAM token and a TLS handshake each through RDS Proxy); spreading them keeps a burst of
  * logins well under what IAM authentication is made for (AWS suggests it below 200 new
  * connections a second) and what RDS Proxy accepts at once ("too many competing requests"):
  * 5 connections every 500 ms is 10 a second.
  */
 export const SCALE_OUT_STAGGER_MS = 500;
+/**
+ * Closest together extra relays are invoked, ms: 5 connections every 100 ms is 50 logins a
+ * second, a quarter of IAM authentication's 200. At this spacing the 99 extras of `maxRelays` 100
+ * fit in {@link SCALE_OUT_SPREAD_MS}.
+ */
+export const MIN_SCALE_OUT_STAGGER_MS = 100;
+/**
+ * The extras of one monitor run are spread over at most this long, ms: `wanted − 1` invocations
+ * {@link SCALE_OUT_STAGGER_MS} apart, closer (down to {@link MIN_SCALE_OUT_STAGGER_MS}) when
+ * that would take longer, so that every `maxRelays` from 1 to 100 is reached in one run.
+ */
+export const SCALE_OUT_SPREAD_MS = 10_000;
+
+/** Spacing of `extras` invocations, ms: see {@link SCALE_OUT_SPREAD_MS}. */
+export function scaleOutStaggerMs(extras: number): number {
+  if (extras <= 1) return SCALE_OUT_STAGGER_MS;
+  return Math.max(
+    MIN_SCALE_OUT_STAGGER_MS,
+    Math.min(SCALE_OUT_STAGGER_MS, Math.floor(SCALE_OUT_SPREAD_MS / (extras - 1))),
+  );
+}
 
 /** What {@link startExtraRelays} did. */
-export interface ScaleOutResult {
-  pending: number;
+export interface ScaleOutResult extends ClaimableWork {
+  /** Relays wanted, the scheduled one included (1 while the bus throttles). */
   wanted: number;
   /** Extra relays invoked (accepted by Lambda). */
   started: number;
+  /** What the first extra relay was given, seconds (later ones get what is left until the same end). */
   forSeconds: number;
-  /** Invocations Lambda refused or that did not answer in time (`ErrorName: message`). */
+  /** Invocations Lambda refused, that did not answer in time, or not made (`ErrorName: message`). */
   errors: string[];
 }
 
 /**
- * Invokes the relay function `wanted - 1` times (InvocationType `Event`: Lambda queues each and
- * answers 202 at once), {@link SCALE_OUT_STAGGER_MS} apart, each with a {@link RelayScaleOutEvent}.
- * Nothing is started when one relay is enough or `forSeconds` is under
- * {@link MIN_SCALE_OUT_SECONDS}. Each call is bounded by the client's timeouts and by `signal`.
+ * Invokes the relay function `wanted − 1` times (InvocationType `Event`: Lambda queues each and
+ * answers 202 at once), spaced by {@link scaleOutStaggerMs}, each with a {@link RelayScaleOutEvent}
+ * whose `forSeconds` ends at `endsAt`. Nothing is started while the bus throttles, when one relay
+ * is enough, or once less than {@link MIN_SCALE_OUT_SECONDS} is left. Each invocation is sent on its
+ * time without waiting for the previous answer, bounded by the client's timeouts and by `signal`.
  * Never throws: a refused invocation is reported (and the backlog is looked at again next minute).
+ * @param endsAt when every extra relay must have stopped polling, `performance.now()` ms
  */
 export async function startExtraRelays(
   client: LambdaClient,
   settings: ScaleOutSettings,
-  pending: number,
-  forSeconds: number,
+  work: ClaimableWork,
+  endsAt: number,
   signal?: AbortSignal,
 ): Promise<ScaleOutResult> {
-  const wanted = relaysWanted(pending, settings);
-  const result: ScaleOutResult = { pending, wanted, started: 0, forSeconds, errors: [] };
-  if (wanted <= 1 || forSeconds < MIN_SCALE_OUT_SECONDS) return result;
-  const payload: RelayScaleOutEvent = { scaleOut: { forSeconds: Math.floor(forSeconds) } };
-  const body = new TextEncoder().encode(JSON.stringify(payload));
+  const wanted = work.throttled ? 1 : relaysWanted(work.claimable, settings);
+  const secondsLeft = () => Math.floor((endsAt - performance.now()) / 1000);
+  const result: ScaleOutResult = { ...work, wanted, started: 0, forSeconds: secondsLeft(), errors: [] };
+  if (wanted <= 1 || result.forSeconds < MIN_SCALE_OUT_SECONDS) return result;
+  const stagger = scaleOutStaggerMs(wanted - 1);
+  const first = performance.now();
+  const calls: Promise<void>[] = [];
   for (let i = 1; i < wanted; i++) {
-    if (signal?.aborted) {
-      result.errors.push(`AbortError: ${wanted - i} extra relays not started (the monitor ran out of time)`);
+    const wait = first + (i - 1) * stagger - performance.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    const forSeconds = secondsLeft();
+    if (signal?.aborted || forSeconds < MIN_SCALE_OUT_SECONDS) {
+      result.errors.push(
+        signal?.aborted
+          ? `AbortError: ${wanted - i} extra relays not started (the monitor ran out of time)`
+          : `TooLate: ${wanted - i} extra relays not started (less than ${MIN_SCALE_OUT_SECONDS} s of their minute left)`,
+      );
       break;
     }
-    if (i > 1) await new Promise((r) => setTimeout(r, SCALE_OUT_STAGGER_MS));
-    try {
-      await client.send(
-        new InvokeCommand({
-          FunctionName: settings.relayFunctionName,
-          InvocationType: 'Event',
-          Payload: body,
-        }),
-        { abortSignal: signal },
-      );
-      result.started++;
-    } catch (error) {
-      const e = error as { name?: string; message?: string };
-      result.errors.push(`${e.name ?? 'Error'}: ${e.message ?? String(error)}`);
-    }
+    const payload: RelayScaleOutEvent = { scaleOut: { forSeconds } };
+    calls.push(
+      client
+        .send(
+          new InvokeCommand({
+            FunctionName: settings.relayFunctionName,
+            InvocationType: 'Event',
+            Payload: new TextEncoder().encode(JSON.stringify(payload)),
+          }),
+          { abortSignal: signal },
+        )
+        .then(
+          () => {
+            result.started++;
+          },
+          (error: unknown) => {
+            const e = error as { name?: string; message?: string };
+            result.errors.push(`${e.name ?? 'Error'}: ${e.message ?? String(error)}`);
+          },
+        ),
+    );
   }
+  await Promise.all(calls);
   return result;
 }

@@ -17,7 +17,13 @@
  */
 import { compactJsonb, type Queryable } from '../../platform/index.ts';
 import type { ClaimedEvent } from '../types.ts';
-import { holdsBackAggregate, pendingRow, pendingRowById, unpublishedRow } from './conditions.ts';
+import {
+  claimableNow,
+  holdsBackAggregate,
+  pendingRow,
+  pendingRowById,
+  unpublishedRow,
+} from './conditions.ts';
 
 /** Parameters of one claim. */
 export interface ClaimOptions {
@@ -92,9 +98,7 @@ function claimUnordered(sql: Queryable, o: ClaimOptions) {
   return sql<DbClaimedRow[]>`
     with picked as (
       select id from outbox
-      where ${pendingRow(sql)}
-        and available_at <= now()
-        and (lease_expires_at is null or lease_expires_at <= now())
+      where ${pendingRow(sql)} and ${claimableNow(sql)}
       order by available_at, id
       limit ${o.batchSize}
       for update skip locked
@@ -175,9 +179,7 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
     with heads as (
       select h.id, h.aggregate_type, h.aggregate_id, h.sequence, h.available_at
       from outbox h
-      where ${pendingRow(sql)}
-        and h.available_at <= now()
-        and (h.lease_expires_at is null or h.lease_expires_at <= now())
+      where ${pendingRow(sql)} and ${claimableNow(sql)}
         -- the head: the lowest unfinished sequence of its aggregate (ORDER BY … LIMIT 1 reads
         -- the (aggregate, sequence) index from its lowest entry, whatever the statistics say: one
         -- entry, or more where dead letters that do not hold the aggregate back sit below the
@@ -249,9 +251,7 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
         where y.id = any(array(
             select x.id from (
               select x.id, x.aggregate_type, x.aggregate_id, x.sequence from outbox x
-              where ${pendingRow(sql)}
-                and x.available_at <= now()
-                and (x.lease_expires_at is null or x.lease_expires_at <= now())
+              where ${pendingRow(sql)} and ${claimableNow(sql)}
                 -- the walk's range of outbox_pending_idx (a row comparison: an index bound)
                 and (x.available_at, x.id) <= (
                   coalesce((select e.available_at from walk_end e), 'infinity'::timestamptz),
@@ -286,9 +286,7 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
           -- events went out), and a row updated twice by one statement would keep one update
           -- only, whichever CTE Postgres happened to run last
           and y.id <> all(array(select id from candidates))
-          and ${pendingRowById(sql)}
-          and y.available_at <= now()
-          and (y.lease_expires_at is null or y.lease_expires_at <= now())
+          and ${pendingRowById(sql)} and ${claimableNow(sql)}
         for no key update skip locked
       ))
     ),

@@ -19,6 +19,15 @@ export function pendingRow(sql: Queryable) {
 }
 
 /**
+ * A row a claim may take now: its backoff (or park) is over and no live lease holds it. With
+ * {@link pendingRow}, what the claim's head walk reads from `outbox_pending_idx`
+ * (`available_at <= now()` is its range); the lease test reads the heap.
+ */
+export function claimableNow(sql: Queryable) {
+  return sql`available_at <= now() and (lease_expires_at is null or lease_expires_at <= now())`;
+}
+
+/**
  * A row not published, dead letters included (they may still hold back their aggregate). The
  * predicate of `outbox_unfinished_by_aggregate_idx`.
  */

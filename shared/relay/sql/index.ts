@@ -4,7 +4,7 @@
  */
 export { abandonLease } from './abandon-lease.ts';
 export { type ClaimOptions, claimBatch, type DbClaimedRow, toClaimedEvent } from './claim-batch.ts';
-export { pendingRow, pendingRowById, unpublishedRow } from './conditions.ts';
+export { claimableNow, pendingRow, pendingRowById, unpublishedRow } from './conditions.ts';
 export { countHeldBack, type HeldBack, type HoldBackPolicy, hasPending } from './has-pending.ts';
 export { markPublished } from './mark-published.ts';
 export { type Failure, recordFailures } from './record-failures.ts';

@@ -7,13 +7,14 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type LocalLambda, startLocalLambda } from '../../../dev/local-lambda.ts';
 import { createMonitorHandler } from '../../../functions/monitor/monitor-handler.ts';
 import { createRelayHandler } from '../../../functions/relay/relay-handler.ts';
+import { connect } from '../../../shared/platform/db.ts';
 import {
   loadMonitorSettings,
   type MonitorSettings,
   OutboxValidationError,
 } from '../../../shared/platform/index.ts';
 import { enqueueMany } from '../../../shared/producer/index.ts';
-import { SCALE_OUT_STAGGER_MS } from '../../../shared/relay/operations/scale-out.ts';
+import { SCALE_OUT_STAGGER_MS, type ScaleOutSettings } from '../../../shared/relay/operations/scale-out.ts';
 import { createRelay } from '../../../shared/relay/run-relay.ts';
 import { useHarness } from '../../support/harness.ts';
 import { lambdaContext } from '../../support/lambda.ts';
@@ -68,7 +69,14 @@ const lambdaClient = () =>
   });
 
 describe('the monitor scales the relays out', () => {
-  const scaleOut = { relayFunctionName: 'outbox-relay', maxRelays: 4, backlogPerRelay: 10, forSeconds: 50 };
+  const scaleOut = {
+    relayFunctionName: 'outbox-relay',
+    maxRelays: 4,
+    backlogPerRelay: 10,
+    forSeconds: 50,
+    ordering: 'aggregate' as const,
+    deadLetterPolicy: 'continue' as const,
+  };
 
   it('invokes ceil(pending / backlogPerRelay) − 1 extra relays asynchronously, at most maxRelays − 1, spread out', async () => {
     const handler = createMonitorHandler({
@@ -78,7 +86,7 @@ describe('the monitor scales the relays out', () => {
     });
     await seed(25);
     const first = await handler({}, lambdaContext());
-    expect(first.scaleOut).toMatchObject({ pending: 25, wanted: 3, started: 2, errors: [] });
+    expect(first.scaleOut).toMatchObject({ claimable: 25, wanted: 3, started: 2, errors: [] });
     expect(lambda.invocations).toHaveLength(2);
     for (const i of lambda.invocations) {
       expect(i).toMatchObject({ functionName: 'outbox-relay', invocationType: 'Event' });
@@ -87,20 +95,22 @@ describe('the monitor scales the relays out', () => {
       expect(forSeconds).toBeLessThanOrEqual(50);
     }
     const [a, b] = lambda.invocations;
-    expect((b?.receivedAt ?? 0) - (a?.receivedAt ?? 0)).toBeGreaterThanOrEqual(SCALE_OUT_STAGGER_MS - 20);
+    // Sent SCALE_OUT_STAGGER_MS apart; the first arrives later by the client's connection setup.
+    expect((b?.receivedAt ?? 0) - (a?.receivedAt ?? 0)).toBeGreaterThanOrEqual(SCALE_OUT_STAGGER_MS - 100);
 
     // A larger backlog asks for more, up to the bound.
     lambda.invocations.length = 0;
     await seed(100, 'b');
     const second = await handler({}, lambdaContext());
-    expect(second.scaleOut).toMatchObject({ pending: 125, wanted: 4, started: 3 });
+    // 125 pending, counted up to what maxRelays needs: (4 − 1) × 10 + 1.
+    expect(second.scaleOut).toMatchObject({ claimable: 31, wanted: 4, started: 3 });
     expect(lambda.invocations).toHaveLength(3);
 
     // Drained: one relay (the scheduled one) is enough.
     lambda.invocations.length = 0;
     await h.db.sql`update outbox set published_at = now()`;
     const third = await handler({}, lambdaContext());
-    expect(third.scaleOut).toMatchObject({ pending: 0, wanted: 1, started: 0 });
+    expect(third.scaleOut).toMatchObject({ claimable: 0, wanted: 1, started: 0 });
     expect(lambda.invocations).toHaveLength(0);
   }, 30_000);
 
@@ -114,7 +124,9 @@ describe('the monitor scales the relays out', () => {
     lambda.throttle = true;
     const summary = await handler({}, lambdaContext());
     expect(summary.scaleOut).toMatchObject({ wanted: 2, started: 0 });
-    expect(summary.scaleOut?.errors[0]).toMatch(/^TooManyRequestsException/);
+    expect(summary.scaleOut && 'errors' in summary.scaleOut && summary.scaleOut.errors[0]).toMatch(
+      /^TooManyRequestsException/,
+    );
   });
 
   it('starts nothing when too little of its minute is left for an extra relay', async () => {
@@ -135,12 +147,158 @@ describe('the monitor scales the relays out', () => {
     expect(loadMonitorSettings({ OUTBOX_RELAY_FUNCTION_NAME: 'relay' }).scaleOut).toBeUndefined();
     expect(
       loadMonitorSettings({ OUTBOX_RELAY_FUNCTION_NAME: 'relay', OUTBOX_MAX_RELAYS: '4' }).scaleOut,
-    ).toEqual({ relayFunctionName: 'relay', maxRelays: 4, backlogPerRelay: 30_000, forSeconds: 50 });
+    ).toEqual({
+      relayFunctionName: 'relay',
+      maxRelays: 4,
+      backlogPerRelay: 30_000,
+      forSeconds: 50,
+      ordering: 'aggregate',
+      deadLetterPolicy: 'continue',
+    });
+    expect(
+      loadMonitorSettings({
+        OUTBOX_RELAY_FUNCTION_NAME: 'relay',
+        OUTBOX_MAX_RELAYS: '4',
+        OUTBOX_DEAD_LETTER_POLICY: 'block',
+      }).scaleOut,
+    ).toMatchObject({ ordering: 'aggregate', deadLetterPolicy: 'block' });
     expect(() => loadMonitorSettings({ OUTBOX_MAX_RELAYS: '0' })).toThrow(/^OUTBOX_MAX_RELAYS: must be/);
     expect(() => loadMonitorSettings({ OUTBOX_RELAY_FUNCTION_NAME: 'a b' })).toThrow(
       /^OUTBOX_RELAY_FUNCTION_NAME: must be a Lambda function name or ARN/,
     );
   });
+});
+
+describe('the monitor scales out on claimable work only (issue 31)', () => {
+  const scaleOut = {
+    relayFunctionName: 'outbox-relay',
+    maxRelays: 4,
+    backlogPerRelay: 100,
+    forSeconds: 50,
+    ordering: 'aggregate' as const,
+    deadLetterPolicy: 'block' as const,
+  };
+  const monitor = (settings: Partial<ScaleOutSettings> = {}) =>
+    createMonitorHandler({
+      sql: h.db.sql,
+      settings: monitorSettings({ ...scaleOut, ...settings }),
+      lambda: lambdaClient(),
+    });
+  /** One aggregate's `n` events, the first of them dead-lettered (not discarded). */
+  const behindDeadLetter = async (n: number, aggregateId = 'held') => {
+    await h.db.sql.begin((tx) =>
+      enqueueMany(
+        tx,
+        Array.from({ length: n + 1 }, (_, i) => ({
+          type: 'OrderPlaced',
+          source: 'shop.orders',
+          aggregateType: 'order',
+          aggregateId,
+          payload: { i },
+        })),
+      ),
+    );
+    await h.db.sql`
+      update outbox set dead_lettered_at = now(), last_error = 'InvalidArgument: bad'
+      where aggregate_id = ${aggregateId} and sequence = 1`;
+  };
+
+  it('starts no extra relay for 300 rows held back behind a dead letter under block', async () => {
+    await behindDeadLetter(300);
+    const summary = await monitor()({}, lambdaContext());
+    expect(summary.status).toMatchObject({ pending: 300 });
+    expect(summary.scaleOut).toMatchObject({ claimable: 0, wanted: 1, started: 0 });
+    expect(lambda.invocations).toHaveLength(0);
+    // Another aggregate's rows still count; a discarded dead letter holds nothing back.
+    await seed(5);
+    expect((await monitor()({}, lambdaContext())).scaleOut).toMatchObject({ claimable: 5, started: 0 });
+    await h.db.sql`update outbox set discarded_at = now() where dead_lettered_at is not null`;
+    expect((await monitor()({}, lambdaContext())).scaleOut).toMatchObject({ claimable: 301, started: 3 });
+  });
+
+  it('counts the rows behind a dead letter under continue, where the claim takes them', async () => {
+    await behindDeadLetter(300);
+    const summary = await monitor({ deadLetterPolicy: 'continue' })({}, lambdaContext());
+    expect(summary.scaleOut).toMatchObject({ claimable: 300, wanted: 3, started: 2 });
+  });
+
+  it('leaves rows in backoff and leased rows out; counts those whose backoff or lease has ended', async () => {
+    await seed(400);
+    await h.db.sql`
+      update outbox set available_at = now() + interval '5 minutes', last_error = 'InternalFailure: x'
+      where id in (select id from outbox order by id limit 150)`;
+    await h.db.sql`
+      update outbox set lease_token = gen_random_uuid(), lease_expires_at = now() + interval '30 seconds'
+      where id in (select id from outbox order by id desc limit 150)`;
+    // 100 available and not leased; a lease that has expired is claimable again.
+    await h.db.sql`
+      update outbox set lease_token = gen_random_uuid(), lease_expires_at = now() - interval '1 second'
+      where id in (select id from outbox where available_at <= now() and lease_token is null order by id limit 20)`;
+    const summary = await monitor()({}, lambdaContext());
+    expect(summary.status).toMatchObject({ pending: 400, inFlight: 150 });
+    expect(summary.scaleOut).toMatchObject({ claimable: 100, wanted: 1, started: 0 });
+    expect(lambda.invocations).toHaveLength(0);
+  });
+
+  it('starts none while the bus throttles: rows in backoff after a ThrottlingException', async () => {
+    await seed(1_000);
+    await h.db.sql`
+      update outbox set available_at = now() + interval '20 seconds',
+        last_error = 'ThrottlingException: Rate exceeded'
+      where id in (select id from outbox order by id limit 5)`;
+    const summary = await monitor()({}, lambdaContext());
+    // Counted up to what maxRelays needs: (4 − 1) × 100 + 1.
+    expect(summary.scaleOut).toMatchObject({ claimable: 301, throttled: true, wanted: 1, started: 0 });
+    expect(lambda.invocations).toHaveLength(0);
+    // The backoff over (published meanwhile, or claimable again): scale-out resumes.
+    await h.db.sql`update outbox set available_at = now() where last_error like 'Throttling%'`;
+    const next = await monitor()({}, lambdaContext());
+    expect(next.scaleOut).toMatchObject({ claimable: 301, throttled: false, wanted: 4, started: 3 });
+  });
+
+  it('reaches maxRelays 100 in one run: 99 extras within its 10 s budget', async () => {
+    await seed(200);
+    const started = performance.now();
+    const summary = await monitor({ maxRelays: 100, backlogPerRelay: 1 })({}, lambdaContext());
+    expect(summary.scaleOut).toMatchObject({ wanted: 100, started: 99, errors: [] });
+    expect(lambda.invocations).toHaveLength(99);
+    expect(performance.now() - started).toBeLessThan(15_000);
+    // Spread out all the same: at least 100 ms apart (a relay's 5 logins at 50 a second at most).
+    const at = lambda.invocations.map((i) => i.receivedAt).sort((a, b) => a - b);
+    expect((at.at(-1) ?? 0) - (at[0] ?? 0)).toBeGreaterThanOrEqual(98 * 100 - 200);
+    // Each extra ends when the first one does: forSeconds counts from the monitor's start.
+    const last = lambda.invocations.at(-1)?.payload as { scaleOut: { forSeconds: number } };
+    expect(last.scaleOut.forSeconds).toBeLessThanOrEqual(41);
+  }, 30_000);
+
+  it('still scales out, and emits its other figures, when the status statement fails', async () => {
+    await seed(300);
+    // The monitor's pool with a 1 s statement timeout, and the status's inbox count held up by a lock.
+    const sql = connect({ url: h.db.url, max: 2, env: { OUTBOX_DB_STATEMENT_TIMEOUT_MS: '1000' } });
+    const blocker = connect({ url: h.db.url, max: 1, env: {} });
+    let release = () => {};
+    const held = blocker.begin(async (tx) => {
+      await tx`lock table inbox_message in access exclusive mode`;
+      await new Promise<void>((r) => {
+        release = r;
+      });
+    });
+    try {
+      await new Promise((r) => setTimeout(r, 200));
+      const handler = createMonitorHandler({
+        sql,
+        settings: monitorSettings(scaleOut),
+        lambda: lambdaClient(),
+      });
+      await expect(handler({}, lambdaContext())).rejects.toThrow(/status failed: .*statement timeout/);
+      expect(lambda.invocations).toHaveLength(2);
+    } finally {
+      release();
+      await held;
+      await blocker.end();
+      await sql.end();
+    }
+  }, 30_000);
 });
 
 describe('an extra relay', () => {

@@ -4,6 +4,7 @@
  * other operations module writes SQL but roles.ts, whose statements are the grants themselves.
  */
 export { expiredDeadLetter } from './conditions.ts';
+export { countClaimable, type DbClaimable, THROTTLE_SCAN_ROWS } from './count-claimable.ts';
 export { countExpiredKeys, countExpiredRows, type DbExpiredCounts } from './count-expired.ts';
 export { countOutbox, type DbOutboxCounts } from './count-outbox.ts';
 export { deleteDeadLetters } from './delete-dead-letters.ts';
