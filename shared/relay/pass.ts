@@ -532,7 +532,7 @@ class Pass {
       if (first && isNoAnswer(first)) {
         // Aborted by the watchdog, the pass is over; otherwise the attempt (or the call's
         // budget) ran out before the bus answered: the next call may wait longer.
-        if (!watchdog.signal.aborted) this.#answerTimeout.timedOut(took);
+        if (!watchdog.signal.aborted) this.#answerTimeout.timedOut();
       } else if (first) this.#answerTimeout.answered(took);
     }
   }
