@@ -11,6 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { createRelayHandler } from '../functions/relay/relay-handler.ts';
 import { connect, type Envelope } from '../shared/platform/index.ts';
 import { enqueueMany, type OutboxEvent } from '../shared/producer/index.ts';
+import { AnswerTimeout } from '../shared/relay/answer-timeout.ts';
 import { createEventBridgeClient, runRelay } from '../shared/relay/index.ts';
 import { relayOnce } from '../shared/relay/loop.ts';
 import { createRelay } from '../shared/relay/relay.ts';
@@ -187,6 +188,27 @@ describe('leases', () => {
     const counts = await pass;
     expect(counts).toMatchObject({ claimed: 6, published: 6, released: 0, leaseLost: 0 });
     expect(h.bus.events).toHaveLength(6);
+  }, 45_000);
+
+  it('keeps the lease through one call longer than the lease, and marks what the bus accepted (issue 31, item 2)', async () => {
+    // Before, a call got at most the lease less 3 s (2 s here): the bus's 7 s answer never came.
+    await seed([event('long-call')]);
+    h.bus.setFaults({ latencyMs: 7_000 });
+    const pass = relayOnce(
+      {
+        sql: h.db.sql,
+        client: testClient(h.bus.url),
+        settings: testSettings({ leaseSeconds: 5 }),
+        answerTimeout: new AnswerTimeout({ initialMs: 10_000 }),
+      },
+      5,
+    );
+    await sleep(6_000);
+    expect(await claimBatch(h.db.sql, claimOptions(crypto.randomUUID()))).toHaveLength(0);
+    const counts = await pass;
+    expect(counts).toMatchObject({ claimed: 1, published: 1, backPressure: 0, leaseLost: 0 });
+    expect(counts.leaseRenewals).toBeGreaterThanOrEqual(2);
+    expect(h.bus.events).toHaveLength(1);
   }, 45_000);
 
   it('at the default settings, a relay killed mid-pass leaves its rows claimable again within 10 s', async () => {
