@@ -13,8 +13,9 @@ import { connect, type Envelope } from '../shared/platform/index.ts';
 import { enqueueMany, type OutboxEvent } from '../shared/producer/index.ts';
 import { AnswerTimeout } from '../shared/relay/answer-timeout.ts';
 import { createEventBridgeClient, runRelay } from '../shared/relay/index.ts';
-import { relayOnce } from '../shared/relay/loop.ts';
+import { type PassReport, passWithLease, relayOnce, UnreturnedLeases } from '../shared/relay/loop.ts';
 import { createRelay } from '../shared/relay/relay.ts';
+import { Semaphore } from '../shared/relay/semaphore.ts';
 import { claimBatch } from '../shared/relay/sql/index.ts';
 import { useHarness } from './support/harness.ts';
 import { lambdaContext } from './support/lambda.ts';
@@ -124,6 +125,64 @@ describe('deadlines', () => {
       await proxy.close();
     }
   }, 90_000);
+});
+
+describe('waiting for a PutEvents slot (issue 31, item 11)', () => {
+  it('ends inside the lease (renewed while it waits) and at the deadline, and sends nothing after the deadline', async () => {
+    // Pass A holds the only slot with a call the bus answers after 6 s.
+    await seed([event('holder')]);
+    h.bus.setFaults({ latencyMs: 6_000 });
+    const client = testClient(h.bus.url);
+    const deps = {
+      sql: h.db.sql,
+      client,
+      publishSlots: new Semaphore(1),
+      answerTimeout: new AnswerTimeout({ initialMs: 10_000 }),
+      settings: testSettings({ batchSize: 1 }),
+    };
+    const a = relayOnce(deps, 20);
+    while (h.bus.stats.requests < 1) await sleep(20);
+    await seed([event('waits'), event('deadline')]);
+    // B (5 s lease) and C (an invocation ending in 3 s) claim one row each and queue for the slot.
+    const ended = new Map<string, PassReport>();
+    const onPassEnd = (name: string) => (r: PassReport) => ended.set(name, r);
+    const unreturned = new UnreturnedLeases();
+    const startedAt = performance.now();
+    const endBy = startedAt + 3_000;
+    const [b, c, counts] = await Promise.allSettled([
+      passWithLease({ ...deps, onPassEnd: onPassEnd('B') }, 5, unreturned),
+      passWithLease({ ...deps, onPassEnd: onPassEnd('C') }, 5, unreturned, { endBy }),
+      a,
+    ]);
+    // Before: both returned when A's call freed the slot, about 6 s after it started, 1 s after
+    // B's lease and 3 s after C's deadline.
+    const late = {
+      B: Math.round((ended.get('B')?.endedAt ?? Number.NaN) - (ended.get('B')?.heldUntil ?? 0)),
+      C: Math.round(
+        (ended.get('C')?.endedAt ?? Number.NaN) - Math.min(ended.get('C')?.heldUntil ?? 0, endBy),
+      ),
+    };
+    // C's watchdog fires at its deadline itself (the caller keeps a margin after it): a few ms late.
+    expect(late, 'ms each pass ended after its lease or deadline').toEqual({
+      B: expect.toSatisfy((ms: number) => ms <= 0),
+      C: expect.toSatisfy((ms: number) => ms <= 500),
+    });
+    expect(counts).toMatchObject({ status: 'fulfilled', value: { published: 1 } });
+    expect(b).toMatchObject({ status: 'fulfilled', value: { published: 1, leaseLost: 0 } });
+    expect(c).toMatchObject({ status: 'rejected', reason: { name: 'OutboxDeadlineError' } });
+    // C sent nothing: only A's and B's events reached the bus; its row goes back, attempt returned.
+    expect(h.bus.events.map((e) => (e.detail as unknown as Envelope).metadata.aggregateId).sort()).toEqual([
+      'holder',
+      'waits',
+    ]);
+    await unreturned.handBack(h.db.sql);
+    expect((await rows()).find((r) => r.aggregate_id === 'deadline')).toMatchObject({
+      published: false,
+      attempts: 0,
+      leased: false,
+    });
+    client.destroy();
+  }, 45_000);
 });
 
 describe('back-pressure', () => {

@@ -10,7 +10,7 @@
  * lease it last secured runs out (or the caller's `endBy`, a Lambda's deadline, arrives); every
  * statement is bounded by the watchdog and by {@link STATEMENT_DEADLINE_MS}; every PutEvents call,
  * SDK retries included, is aborted at a budget (at most 10 s) that leaves the invocation time to
- * mark its outcome. A pass renews its
+ * mark its outcome, and waiting for a call's slot ends when the watchdog fires. A pass renews its
  * lease once a quarter of it has gone by, before a round and while the round's calls are
  * outstanding, so a live pass keeps its rows through a call longer than its lease, while a dead
  * relay's rows come back one short lease after its last renewal.
@@ -556,13 +556,28 @@ class Pass {
     const stopKeeping = this.#keepLease();
     try {
       const outcomes = await mapWithConcurrency(requests, settings.publishConcurrency, async (request) => {
-        const send = () => this.#send(request.map((i) => i.entry));
-        const results = this.#deps.publishSlots ? await this.#deps.publishSlots.run(send) : await send();
+        const results = await this.#sendInSlot(request.map((i) => i.entry));
         return request.map((item, i) => ({ event: item.event, outcome: results[i] as EntryOutcome }));
       });
       return outcomes.flat();
     } finally {
       await stopKeeping();
+    }
+  }
+
+  /**
+   * {@link #send} once a slot of `publishSlots` is free. The wait ends when the watchdog fires:
+   * the entries are then not sent (the pass is over and hands them back).
+   */
+  async #sendInSlot(entries: PutEventsRequestEntry[]): Promise<EntryOutcome[]> {
+    const slots = this.#deps.publishSlots;
+    if (!slots) return this.#send(entries);
+    const signal = this.#watchdog.signal;
+    try {
+      return await slots.run(() => this.#send(entries), signal);
+    } catch (error) {
+      if (signal.aborted && error === signal.reason) return entries.map(() => notSent());
+      throw error;
     }
   }
 
@@ -573,6 +588,7 @@ class Pass {
    */
   async #send(entries: PutEventsRequestEntry[]): Promise<EntryOutcome[]> {
     const watchdog = this.#watchdog;
+    if (watchdog.signal.aborted) return entries.map(() => notSent());
     // Measured when the call starts (after waiting for a slot).
     const budget = Math.min(MAX_CALL_MS, this.#endBy - performance.now() - MARK_RESERVE_MS);
     const call = watchdog.callSignal(Math.max(0, Math.floor(budget)));
@@ -710,6 +726,18 @@ class Pass {
   dispose(): void {
     this.#watchdog.dispose();
   }
+}
+
+/** The outcome of an entry never sent: the watchdog fired before its call could start. */
+function notSent(): EntryOutcome {
+  return {
+    ok: false,
+    code: 'AbortError',
+    message: 'not sent: the pass ran out of time before a PutEvents slot was free',
+    permanent: false,
+    throttled: false,
+    backPressure: true,
+  };
 }
 
 /** The dead-lettering of an event started more often than allowed, none of them with an outcome. */
