@@ -128,6 +128,28 @@ describe('deadlines', () => {
 });
 
 describe('waiting for a PutEvents slot (issue 31, item 11)', () => {
+  it('leaves the queue when its signal aborts, and the slot goes to the next in line', async () => {
+    const slots = new Semaphore(1);
+    const ran: string[] = [];
+    const holder = slots.run(async () => {
+      await sleep(100);
+      ran.push('holder');
+    });
+    const gaveUp = new AbortController();
+    const first = slots.run(async () => void ran.push('first'), gaveUp.signal);
+    const second = slots.run(async () => void ran.push('second'), new AbortController().signal);
+    gaveUp.abort(new Error('watchdog'));
+    await expect(first).rejects.toThrow('watchdog');
+    await Promise.all([holder, second]);
+    await slots.run(async () => void ran.push('after'));
+    expect(ran).toEqual(['holder', 'second', 'after']);
+    // An already aborted signal never queues.
+    await expect(
+      slots.run(async () => void ran.push('late'), AbortSignal.abort(new Error('over'))),
+    ).rejects.toThrow('over');
+    expect(ran).not.toContain('late');
+  });
+
   it('ends inside the lease (renewed while it waits) and at the deadline, and sends nothing after the deadline', async () => {
     // Pass A holds the only slot with a call the bus answers after 6 s.
     await seed([event('holder')]);

@@ -7,10 +7,11 @@ export class Semaphore {
   }
 
   /**
-   * Runs `fn` once a slot is free. `signal` bounds the wait (not `fn`): when it aborts first, the
-   * caller leaves the queue and `run` rejects with the signal's reason, `fn` never called.
+   * Runs `fn` once a slot is free. `signal` bounds the wait (not `fn`): when it aborted before
+   * `fn` got a slot, `run` rejects with the signal's reason (leaving the queue), `fn` never called.
    */
   async run<T>(fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    if (signal?.aborted) throw signal.reason;
     if (this.free > 0) this.free--;
     else await this.#wait(signal);
     try {
@@ -23,7 +24,6 @@ export class Semaphore {
   }
 
   #wait(signal: AbortSignal | undefined): Promise<void> {
-    if (signal?.aborted) return Promise.reject(signal.reason);
     return new Promise<void>((resolve, reject) => {
       const onAbort = () => {
         const i = this.waiting.indexOf(granted);
