@@ -5,9 +5,10 @@
  * 3 s per attempt and a bus answering every request correctly after 4 s, each attempt timed out
  * after the bus had accepted its entries, nothing was ever marked published, and 20 events were
  * delivered 195 times in 45 s (issue 19). A slow dependency that still works is the common gray
- * failure, so the timeout grows when it fires, and shrinks slowly back toward a multiple of what
- * the bus has recently taken to answer. The pass caps it, call by call, to what its lease (which
- * it renews for the purpose) and the invocation leave.
+ * failure, so the timeout goes to its ceiling when it fires (each timeout of a working bus is a
+ * duplicate delivery; doubling from 3 s took three deliveries for a bus answering in 9 s), and
+ * shrinks slowly back toward a multiple of what the bus has recently taken to answer. The pass
+ * caps it, call by call, to what the invocation leaves (it renews its lease during the call).
  */
 
 /** Bounds and pace of {@link AnswerTimeout}, ms unless named otherwise. */
@@ -31,8 +32,6 @@ const RECENT_ANSWERS = 32;
  * the spell taught.
  */
 const SHRINK_SHARE = 0.1;
-/** After a timeout, the next attempt may wait this multiple of what the timed-out one waited. */
-const GROWTH = 2;
 
 /**
  * The per-attempt answer timeout of PutEvents for one relay (all its lanes share it; the Lambda
@@ -74,9 +73,12 @@ export class AnswerTimeout {
     this.#ms = target >= this.#ms ? target : this.#ms - (this.#ms - target) * SHRINK_SHARE;
   }
 
-  /** An attempt got no answer within the `waitedMs` it was given. */
-  timedOut(waitedMs: number): void {
-    this.#ms = this.#clamp(Math.max(this.#ms, GROWTH * waitedMs));
+  /**
+   * An attempt got no answer in the time it was given: the next one waits the ceiling, so that a
+   * bus answering within it delivers an event at most twice (once timed out, once answered).
+   */
+  timedOut(): void {
+    this.#ms = this.ceilingMs;
   }
 
   #clamp(ms: number): number {

@@ -9,9 +9,11 @@
  * Deadlines. Nothing in a pass outlives its lease. A watchdog aborts the pass a little before the
  * lease it last secured runs out (or the caller's `endBy`, a Lambda's deadline, arrives); every
  * statement is bounded by the watchdog and by {@link STATEMENT_DEADLINE_MS}; every PutEvents call,
- * SDK retries included, is aborted at a budget that leaves time to mark its outcome. A pass slower
- * than a quarter of its lease renews it before its next round, so a live pass keeps its rows
- * however slow the bus, while a dead relay's rows come back one short lease after it died.
+ * SDK retries included, is aborted at a budget (at most 10 s) that leaves the invocation time to
+ * mark its outcome, and waiting for a call's slot ends when the watchdog fires. A pass renews its
+ * lease once a quarter of it has gone by, before a round and while the round's calls are
+ * outstanding, so a live pass keeps its rows through a call longer than its lease, while a dead
+ * relay's rows come back one short lease after its last renewal.
  */
 import type { EventBridgeClient, PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
 import {
@@ -126,8 +128,6 @@ const MIN_CALL_MS = 1_000;
 const MAX_CALL_MS = 10_000;
 /** A pass renews its lease before a round once this share of the lease has gone by. */
 const RENEW_AFTER_SHARE = 0.25;
-/** A renewal for the sake of a slow call is made only if it extends the lease by at least this, ms. */
-const MIN_RENEWAL_GAIN_MS = 500;
 
 /** An abort signal for one call, and the function that disposes of it once the call is over. */
 export interface CallSignal {
@@ -413,38 +413,86 @@ class Pass {
   }
 
   /**
-   * Renews the lease when a quarter of it has gone by (or sooner for a slow bus, below), then
-   * says whether a round still fits before the watchdog fires. Rows the renewal found taken (the
-   * lease had run out, which the watchdog should have prevented) stop their aggregates.
+   * Renews the lease when a quarter of it has gone by, or when what it leaves would not hold a
+   * round (a short lease), then says whether a round still fits before the watchdog fires.
    */
   async roundFits(): Promise<boolean> {
-    const lease = this.#lease;
-    // Renewed when a quarter of the lease has gone by, or sooner when what it leaves cannot hold
-    // the call the bus's recent answers ask for (and a renewal would give it more).
-    const callWants = this.#answerTimeout.ms + MARK_RESERVE_MS + LEASE_SAFETY_MS;
-    const due =
-      lease.leftMs() < lease.ms * (1 - RENEW_AFTER_SHARE) ||
-      (lease.leftMs() < callWants && lease.leftMs() < lease.ms - MIN_RENEWAL_GAIN_MS);
-    const worthIt = this.#endBy - performance.now() > MARK_RESERVE_MS + MIN_CALL_MS;
-    if (due && worthIt && lease.held.size > 0) {
-      const secured = lease.renewalSending();
-      const held = [...lease.held];
-      const kept = await this.#watchdog.statement(
-        'renew lease',
-        renewLease(this.#sql(), lease.token, held, lease.seconds),
-      );
-      secured();
-      this.#watchdog.arm();
-      this.counts.leaseRenewals++;
-      const lost = held.filter((id) => !kept.has(id));
-      if (lost.length > 0) {
-        lease.settled(lost);
-        this.counts.leaseLost += lost.length;
-        for (const [key, queue] of [...this.#queues])
-          if (queue.some((e) => !kept.has(e.id))) this.#stop(key, 0);
-      }
-    }
+    const short = this.#watchdog.leftMs() < MARK_RESERVE_MS + MIN_CALL_MS;
+    if (this.#renewalWorthIt() && (short || this.#renewalDue())) await this.#renew();
     return this.#watchdog.leftMs() >= MARK_RESERVE_MS + MIN_CALL_MS;
+  }
+
+  /** Whether a renewal is due: a quarter of the lease has gone by. */
+  #renewalDue(): boolean {
+    return this.#lease.leftMs() < this.#lease.ms * (1 - RENEW_AFTER_SHARE);
+  }
+
+  /** Whether a renewal would gain anything: rows are held and the invocation outlasts the watchdog. */
+  #renewalWorthIt(): boolean {
+    return this.#lease.held.size > 0 && this.#endBy > this.#lease.heldUntil - LEASE_SAFETY_MS;
+  }
+
+  /**
+   * Renews the lease on the rows still held and re-arms the watchdog. Rows the renewal found taken
+   * (the lease had run out, which the watchdog should have prevented) are settled as lost and stop
+   * their aggregates.
+   */
+  async #renew(): Promise<void> {
+    const lease = this.#lease;
+    const secured = lease.renewalSending();
+    const held = [...lease.held];
+    const kept = await this.#watchdog.statement(
+      'renew lease',
+      renewLease(this.#sql(), lease.token, held, lease.seconds),
+    );
+    secured();
+    this.#watchdog.arm();
+    this.counts.leaseRenewals++;
+    const lost = held.filter((id) => !kept.has(id));
+    if (lost.length > 0) {
+      lease.settled(lost);
+      this.counts.leaseLost += lost.length;
+      for (const [key, queue] of [...this.#queues])
+        if (queue.some((e) => !kept.has(e.id))) this.#stop(key, 0);
+    }
+  }
+
+  /**
+   * Renews the lease whenever due (a quarter of it gone) while a round's calls are waiting for
+   * a slot or for the bus: a call may outlast the lease (up to 10 s against a default 8 s lease),
+   * and the lease stays short so that a dead relay's rows come back fast. A renewal that fails
+   * ends the keeping; the watchdog then fires at the end of the lease last secured.
+   * @returns stops the keeping, once a renewal in flight has ended
+   */
+  #keepLease(): () => Promise<void> {
+    let stopped = false;
+    let timer: NodeJS.Timeout | undefined;
+    let renewing: Promise<void> | undefined;
+    const schedule = () => {
+      const dueInMs = this.#lease.leftMs() - this.#lease.ms * (1 - RENEW_AFTER_SHARE);
+      timer = setTimeout(tick, Math.max(0, dueInMs));
+    };
+    const tick = () => {
+      // Nothing held, or the invocation ends before the lease: renewing would gain nothing.
+      if (stopped || this.#watchdog.signal.aborted || !this.#renewalWorthIt()) return;
+      // A timer may fire a little early.
+      if (!this.#renewalDue()) return schedule();
+      renewing = this.#renew().then(
+        () => {
+          renewing = undefined;
+          if (!stopped) schedule();
+        },
+        () => {
+          renewing = undefined;
+        },
+      );
+    };
+    schedule();
+    return async () => {
+      stopped = true;
+      clearTimeout(timer);
+      await renewing;
+    };
   }
 
   /**
@@ -496,26 +544,53 @@ class Pass {
     return { events: round, failures };
   }
 
-  /** Sends a round's events, packed into requests, `publishConcurrency` requests at a time. */
+  /**
+   * Sends a round's events, packed into requests, `publishConcurrency` requests at a time, the
+   * lease renewed while they wait for a slot or an answer.
+   */
   async publish(round: ClaimedEvent[]): Promise<SentEvent[]> {
     const settings = this.#settings;
     const items = round.map((event) => ({ event, entry: toEntry(event, settings.eventBusName) }));
     const requests = packRequests(items, settings.maxRequestBytes);
     this.counts.putEventsCalls += requests.length;
-    const outcomes = await mapWithConcurrency(requests, settings.publishConcurrency, async (request) => {
-      const send = () => this.#send(request.map((i) => i.entry));
-      const results = this.#deps.publishSlots ? await this.#deps.publishSlots.run(send) : await send();
-      return request.map((item, i) => ({ event: item.event, outcome: results[i] as EntryOutcome }));
-    });
-    return outcomes.flat();
+    const stopKeeping = this.#keepLease();
+    try {
+      const outcomes = await mapWithConcurrency(requests, settings.publishConcurrency, async (request) => {
+        const results = await this.#sendInSlot(request.map((i) => i.entry));
+        return request.map((item, i) => ({ event: item.event, outcome: results[i] as EntryOutcome }));
+      });
+      return outcomes.flat();
+    } finally {
+      await stopKeeping();
+    }
   }
 
-  /** One PutEvents call, SDK retries included, bounded by the time left to mark its outcome. */
+  /**
+   * {@link #send} once a slot of `publishSlots` is free. The wait ends when the watchdog fires:
+   * the entries are then not sent (the pass is over and hands them back).
+   */
+  async #sendInSlot(entries: PutEventsRequestEntry[]): Promise<EntryOutcome[]> {
+    const slots = this.#deps.publishSlots;
+    if (!slots) return this.#send(entries);
+    const signal = this.#watchdog.signal;
+    try {
+      return await slots.run(() => this.#send(entries), signal);
+    } catch (error) {
+      if (signal.aborted && error === signal.reason) return entries.map(() => notSent());
+      throw error;
+    }
+  }
+
+  /**
+   * One PutEvents call, SDK retries included, bounded by 10 s and by what the invocation leaves
+   * for marking its outcome; the lease is renewed meanwhile (see {@link #keepLease}), and the
+   * watchdog aborts the call if the lease cannot be.
+   */
   async #send(entries: PutEventsRequestEntry[]): Promise<EntryOutcome[]> {
     const watchdog = this.#watchdog;
-    // Measured when the call starts (after waiting for a slot), so that the call, SDK
-    // retries included, ends while there is still time to mark its outcome.
-    const budget = Math.min(MAX_CALL_MS, watchdog.leftMs() - MARK_RESERVE_MS);
+    if (watchdog.signal.aborted) return entries.map(() => notSent());
+    // Measured when the call starts (after waiting for a slot).
+    const budget = Math.min(MAX_CALL_MS, this.#endBy - performance.now() - MARK_RESERVE_MS);
     const call = watchdog.callSignal(Math.max(0, Math.floor(budget)));
     // Each attempt waits what the bus's recent answers ask for, within the call's budget.
     const attemptMs = this.#answerTimeout.forCall(budget);
@@ -532,7 +607,7 @@ class Pass {
       if (first && isNoAnswer(first)) {
         // Aborted by the watchdog, the pass is over; otherwise the attempt (or the call's
         // budget) ran out before the bus answered: the next call may wait longer.
-        if (!watchdog.signal.aborted) this.#answerTimeout.timedOut(took);
+        if (!watchdog.signal.aborted) this.#answerTimeout.timedOut();
       } else if (first) this.#answerTimeout.answered(took);
     }
   }
@@ -552,6 +627,8 @@ class Pass {
     const publishedIds: string[] = [];
     const failures: Failure[] = roundFailures;
     for (const { event, outcome } of sent) {
+      // Lost to another relay while the call was out (a renewal found it taken): not ours to write.
+      if (!this.#lease.held.has(event.id)) continue;
       if (outcome.ok) {
         publishedIds.push(event.id);
         continue;
@@ -649,6 +726,18 @@ class Pass {
   dispose(): void {
     this.#watchdog.dispose();
   }
+}
+
+/** The outcome of an entry never sent: the watchdog fired before its call could start. */
+function notSent(): EntryOutcome {
+  return {
+    ok: false,
+    code: 'AbortError',
+    message: 'not sent: the pass ran out of time before a PutEvents slot was free',
+    permanent: false,
+    throttled: false,
+    backPressure: true,
+  };
 }
 
 /** The dead-lettering of an event started more often than allowed, none of them with an outcome. */

@@ -5,9 +5,15 @@ export class Semaphore {
   constructor(limit: number) {
     this.free = limit;
   }
-  async run<T>(fn: () => Promise<T>): Promise<T> {
+
+  /**
+   * Runs `fn` once a slot is free. `signal` bounds the wait (not `fn`): when it aborted before
+   * `fn` got a slot, `run` rejects with the signal's reason (leaving the queue), `fn` never called.
+   */
+  async run<T>(fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    if (signal?.aborted) throw signal.reason;
     if (this.free > 0) this.free--;
-    else await new Promise<void>((resolve) => this.waiting.push(resolve));
+    else await this.#wait(signal);
     try {
       return await fn();
     } finally {
@@ -15,5 +21,21 @@ export class Semaphore {
       if (next) next();
       else this.free++;
     }
+  }
+
+  #wait(signal: AbortSignal | undefined): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = () => {
+        const i = this.waiting.indexOf(granted);
+        if (i >= 0) this.waiting.splice(i, 1);
+        reject(signal?.reason);
+      };
+      const granted = () => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      };
+      this.waiting.push(granted);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
   }
 }

@@ -248,6 +248,8 @@ export interface SlowBusReport {
   maxDeliveriesPerEvent: number;
   /** The relay's own summary line. */
   relaySummary: string;
+  /** How the relay process ended (`code` or `signal`), and the end of its stderr. */
+  relayExit: string;
 }
 
 /**
@@ -311,5 +313,6 @@ export async function runSlowBus(o: SlowBusOptions): Promise<SlowBusReport> {
     deliveries: ours.length,
     maxDeliveriesPerEvent: Math.max(0, ...perEvent.values()),
     relaySummary: result.stdout.trim(),
+    relayExit: `${result.code ?? result.signal}${result.stderr ? `: ${result.stderr.trim().slice(-300)}` : ''}`,
   };
 }

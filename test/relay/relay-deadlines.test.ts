@@ -11,9 +11,11 @@ import { describe, expect, it } from 'vitest';
 import { createRelayHandler } from '../../functions/relay/relay-handler.ts';
 import { connect, type Envelope } from '../../shared/platform/index.ts';
 import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
+import { AnswerTimeout } from '../../shared/relay/answer-timeout.ts';
 import { createEventBridgeClient, runRelay } from '../../shared/relay/index.ts';
-import { relayOnce } from '../../shared/relay/loop.ts';
+import { type PassReport, passWithLease, relayOnce, UnreturnedLeases } from '../../shared/relay/loop.ts';
 import { createRelay } from '../../shared/relay/run-relay.ts';
+import { Semaphore } from '../../shared/relay/semaphore.ts';
 import { claimBatch } from '../../shared/relay/sql/index.ts';
 import { useHarness } from '../support/harness.ts';
 import { lambdaContext } from '../support/lambda.ts';
@@ -125,6 +127,86 @@ describe('deadlines', () => {
   }, 90_000);
 });
 
+describe('waiting for a PutEvents slot (issue 31, item 11)', () => {
+  it('leaves the queue when its signal aborts, and the slot goes to the next in line', async () => {
+    const slots = new Semaphore(1);
+    const ran: string[] = [];
+    const holder = slots.run(async () => {
+      await sleep(100);
+      ran.push('holder');
+    });
+    const gaveUp = new AbortController();
+    const first = slots.run(async () => void ran.push('first'), gaveUp.signal);
+    const second = slots.run(async () => void ran.push('second'), new AbortController().signal);
+    gaveUp.abort(new Error('watchdog'));
+    await expect(first).rejects.toThrow('watchdog');
+    await Promise.all([holder, second]);
+    await slots.run(async () => void ran.push('after'));
+    expect(ran).toEqual(['holder', 'second', 'after']);
+    // An already aborted signal never queues.
+    await expect(
+      slots.run(async () => void ran.push('late'), AbortSignal.abort(new Error('over'))),
+    ).rejects.toThrow('over');
+    expect(ran).not.toContain('late');
+  });
+
+  it('ends inside the lease (renewed while it waits) and at the deadline, and sends nothing after the deadline', async () => {
+    // Pass A holds the only slot with a call the bus answers after 6 s.
+    await seed([event('holder')]);
+    h.bus.setFaults({ latencyMs: 6_000 });
+    const client = testClient(h.bus.url);
+    const deps = {
+      sql: h.db.sql,
+      client,
+      publishSlots: new Semaphore(1),
+      answerTimeout: new AnswerTimeout({ initialMs: 10_000 }),
+      settings: testSettings({ batchSize: 1 }),
+    };
+    const a = relayOnce(deps, 20);
+    while (h.bus.stats.requests < 1) await sleep(20);
+    await seed([event('waits'), event('deadline')]);
+    // B (5 s lease) and C (an invocation ending in 3 s) claim one row each and queue for the slot.
+    const ended = new Map<string, PassReport>();
+    const onPassEnd = (name: string) => (r: PassReport) => ended.set(name, r);
+    const unreturned = new UnreturnedLeases();
+    const startedAt = performance.now();
+    const endBy = startedAt + 3_000;
+    const [b, c, counts] = await Promise.allSettled([
+      passWithLease({ ...deps, onPassEnd: onPassEnd('B') }, 5, unreturned),
+      passWithLease({ ...deps, onPassEnd: onPassEnd('C') }, 5, unreturned, { endBy }),
+      a,
+    ]);
+    // Before: both returned when A's call freed the slot, about 6 s after it started, 1 s after
+    // B's lease and 3 s after C's deadline.
+    const late = {
+      B: Math.round((ended.get('B')?.endedAt ?? Number.NaN) - (ended.get('B')?.heldUntil ?? 0)),
+      C: Math.round(
+        (ended.get('C')?.endedAt ?? Number.NaN) - Math.min(ended.get('C')?.heldUntil ?? 0, endBy),
+      ),
+    };
+    // C's watchdog fires at its deadline itself (the caller keeps a margin after it): a few ms late.
+    expect(late, 'ms each pass ended after its lease or deadline').toEqual({
+      B: expect.toSatisfy((ms: number) => ms <= 0),
+      C: expect.toSatisfy((ms: number) => ms <= 500),
+    });
+    expect(counts).toMatchObject({ status: 'fulfilled', value: { published: 1 } });
+    expect(b).toMatchObject({ status: 'fulfilled', value: { published: 1, leaseLost: 0 } });
+    expect(c).toMatchObject({ status: 'rejected', reason: { name: 'OutboxDeadlineError' } });
+    // C sent nothing: only A's and B's events reached the bus; its row goes back, attempt returned.
+    expect(h.bus.events.map((e) => (e.detail as unknown as Envelope).metadata.aggregateId).sort()).toEqual([
+      'holder',
+      'waits',
+    ]);
+    await unreturned.handBack(h.db.sql);
+    expect((await rows()).find((r) => r.aggregate_id === 'deadline')).toMatchObject({
+      published: false,
+      attempts: 0,
+      leased: false,
+    });
+    client.destroy();
+  }, 45_000);
+});
+
 describe('back-pressure', () => {
   it('publishes every event and dead-letters none after 5 s of throttling on every request (max attempts 3)', async () => {
     await seed([event('t1'), event('t2'), event('t3'), event('t4'), event('t5')]);
@@ -187,6 +269,27 @@ describe('leases', () => {
     const counts = await pass;
     expect(counts).toMatchObject({ claimed: 6, published: 6, released: 0, leaseLost: 0 });
     expect(h.bus.events).toHaveLength(6);
+  }, 45_000);
+
+  it('keeps the lease through one call longer than the lease, and marks what the bus accepted (issue 31, item 2)', async () => {
+    // Before, a call got at most the lease less 3 s (2 s here): the bus's 7 s answer never came.
+    await seed([event('long-call')]);
+    h.bus.setFaults({ latencyMs: 7_000 });
+    const pass = relayOnce(
+      {
+        sql: h.db.sql,
+        client: testClient(h.bus.url),
+        settings: testSettings({ leaseSeconds: 5 }),
+        answerTimeout: new AnswerTimeout({ initialMs: 10_000 }),
+      },
+      5,
+    );
+    await sleep(6_000);
+    expect(await claimBatch(h.db.sql, claimOptions(crypto.randomUUID()))).toHaveLength(0);
+    const counts = await pass;
+    expect(counts).toMatchObject({ claimed: 1, published: 1, backPressure: 0, leaseLost: 0 });
+    expect(counts.leaseRenewals).toBeGreaterThanOrEqual(2);
+    expect(h.bus.events).toHaveLength(1);
   }, 45_000);
 
   it('at the default settings, a relay killed mid-pass leaves its rows claimable again within 10 s', async () => {

@@ -35,19 +35,29 @@ describe('slowness (bounded stalls)', () => {
 });
 
 describe('slowness (a slow bus that works)', () => {
-  it('publishes and marks every event on a bus that answers every request after 4 s, with at most 2 deliveries per event', async () => {
-    const report = await runSlowBus({
-      databaseUrl: h.db.url,
-      sql: h.db.sql,
-      bus: h.bus,
-      events: 20,
-      busLatencyMs: 4_000,
-      runForMs: 45_000,
-    });
-    console.log(JSON.stringify(report));
-    expect(report.published).toBe(20);
-    expect(report.allMarkedAfterMs).toBeLessThan(45_000);
-    expect(report.deliveries).toBeLessThanOrEqual(40);
-    expect(report.maxDeliveriesPerEvent).toBeLessThanOrEqual(2);
-  }, 90_000);
+  // Issue 19 (4 s) and issue 31 item 2 (6 s and 9 s): at the default 8 s lease a call once had at
+  // most about 5 s, so a bus answering in 6 s or more never got a row marked (0 of 20 in 60 s).
+  it.each([
+    { busLatencyMs: 4_000, runForMs: 45_000 },
+    { busLatencyMs: 6_000, runForMs: 60_000 },
+    { busLatencyMs: 9_000, runForMs: 90_000 },
+  ])(
+    'publishes and marks every event on a bus that answers every request after $busLatencyMs ms, with at most 2 deliveries per event',
+    async ({ busLatencyMs, runForMs }) => {
+      const report = await runSlowBus({
+        databaseUrl: h.db.url,
+        sql: h.db.sql,
+        bus: h.bus,
+        events: 20,
+        busLatencyMs,
+        runForMs,
+      });
+      console.log(JSON.stringify({ busLatencyMs, ...report }));
+      expect(report.published).toBe(20);
+      expect(report.allMarkedAfterMs).toBeLessThan(runForMs);
+      expect(report.deliveries).toBeLessThanOrEqual(40);
+      expect(report.maxDeliveriesPerEvent).toBeLessThanOrEqual(2);
+    },
+    150_000,
+  );
 });
