@@ -15,15 +15,14 @@ export {
   InboxMetricName,
   type OutboxRoles,
 } from '../shared/platform/names.ts';
+export { OUTBOX_BUNDLING } from './bundling.ts';
 export {
-  DEFAULT_RELAY_MEMORY_MB,
-  ECONOMY_IDLE_RETURN_SECONDS,
-  OUTBOX_BUNDLING,
   type OutboxDatabaseConnection,
   type OutboxDatabaseProps,
   type OutboxDatabaseTarget,
   type OutboxMigrationProps,
-  OutboxRelay,
-  type OutboxRelayProps,
   outboxDatabaseConnection,
-} from './outbox-relay.ts';
+} from './database.ts';
+export type { OutboxAlarms } from './observability.ts';
+export { OutboxRelay } from './outbox-relay.ts';
+export { DEFAULT_RELAY_MEMORY_MB, ECONOMY_IDLE_RETURN_SECONDS, type OutboxRelayProps } from './props.ts';

@@ -30,7 +30,7 @@ import { builtinModules } from 'node:module';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
-import { HANDLER_ENTRIES, type HandlerName, OUTBOX_BUNDLING } from '../infra/outbox-relay.ts';
+import { HANDLER_ENTRIES, type HandlerName, OUTBOX_BUNDLING } from '../infra/bundling.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const dist = join(root, 'dist');

@@ -1,4 +1,4 @@
-import { OUTBOX_BUNDLING } from '../../infra/outbox-relay.ts';
+import { OUTBOX_BUNDLING } from '../../infra/bundling.ts';
 import type { Bench } from '../support/bench.ts';
 import { bundleComposition, type LambdaAsset } from '../support/bundle.ts';
 import { median } from '../support/processes.ts';

@@ -13,7 +13,8 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildApp } from '../../examples/demo/app.ts';
 import { OutboxDemoStack } from '../../examples/demo/demo-stack.ts';
-import { ECONOMY_IDLE_RETURN_SECONDS, OutboxRelay } from '../../infra/outbox-relay.ts';
+import { OutboxRelay } from '../../infra/outbox-relay.ts';
+import { ECONOMY_IDLE_RETURN_SECONDS } from '../../infra/props.ts';
 import { OutboxConfigError } from '../../shared/platform/errors.ts';
 
 // Every App in this file synthesises under one private directory, removed when the file ends. An App

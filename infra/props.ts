@@ -1,0 +1,206 @@
+/** The props of the `OutboxRelay` construct, and their defaults. */
+import type { Duration } from 'aws-cdk-lib';
+import type * as ec2 from 'aws-cdk-lib/aws-ec2';
+import type * as events from 'aws-cdk-lib/aws-events';
+import type * as logs from 'aws-cdk-lib/aws-logs';
+import type * as scheduler from 'aws-cdk-lib/aws-scheduler';
+import type * as sns from 'aws-cdk-lib/aws-sns';
+import type { MonitorTuning, RelayTuning } from '../shared/platform/config.ts';
+import type { OutboxDatabaseProps, OutboxMigrationProps } from './database.ts';
+
+/**
+ * The relay's default memory, MB: the smallest size whose share of a vCPU lets one invocation reach
+ * the PutEvents bound at the default settings (4 calls in flight × 10 entries / 20 ms = 2,000
+ * events/s); docs/performance.md#lambda-sizing-at-20-ms-bus-latency, from `npm run bench`. The bundled handler measured about
+ * 7,800 events per CPU-second at 20 ms bus latency, so 256 MB (14.5 % of a vCPU) moves about
+ * 1,130 events/s, CPU-bound, while 512 MB (28.9 %) reaches the 2,000; above 512 MB more memory
+ * buys nothing unless OUTBOX_PUBLISH_CONCURRENCY is raised. Memory itself does not decide: over
+ * 100,000 events the handler peaked at 121–128 MB RSS with a 128 MB function's heap limits and
+ * 162 MB with 512 MB's. The price: $17.28 a month for a relay polling all the time at 512 MB (Arm,
+ * us-east-1) against $8.64 at 256 MB; per event, both about $0.003 per million.
+ */
+export const DEFAULT_RELAY_MEMORY_MB = 512;
+
+/**
+ * How much longer than its schedule's period the relay's timeout is by default, s. An invocation
+ * polls until 8 s before its timeout (RELAY_STOPS_POLLING_BEFORE_TIMEOUT_MS), so with
+ * `rate(1 minute)` and 90 s each one is still polling 22 s after its successor was due: the
+ * successor may be that late (Scheduler's delay, a cold start) before anything stops polling.
+ * Measured as deployed (`npm run bench -- --only lambda-lag`, docs/performance.md#commit-to-bus-lag-as-deployed-the-relay-bundle-on-its-schedule-100-eventss-20-ms-bus-latency-3-invocation-boundaries). The price:
+ * two relays poll at once for up to 22 s a minute, so the relay runs about 82 s of Lambda time a
+ * minute instead of 52 s, and opens two pools of connections at the peak.
+ */
+export const RELAY_TIMEOUT_OVERLAP_SECONDS = 30;
+/** Below this much overlap, s, the construct warns: a late or cold successor leaves a gap. */
+export const MIN_OVERLAP_SECONDS = 15;
+/** Default of {@link OutboxRelayProps.maxRelays}. */
+export const DEFAULT_MAX_RELAYS = 4;
+/** Default of {@link OutboxRelayProps.backlogPerRelay}. */
+export const DEFAULT_BACKLOG_PER_RELAY = 30_000;
+/** Default of {@link OutboxRelayProps.databaseConnectionBudget}. */
+export const DEFAULT_DATABASE_CONNECTION_BUDGET = 40;
+/**
+ * Economy mode's quiet period, s (`OUTBOX_IDLE_RETURN_SECONDS` under `relayMode: 'economy'`): a
+ * relay invocation that claimed nothing for this long returns, and the schedule brings the next
+ * one. Long enough for a burst's stragglers (a producer's next transaction a few seconds later)
+ * to go with the same invocation.
+ */
+export const ECONOMY_IDLE_RETURN_SECONDS = 10;
+/** An extra relay the monitor starts polls at most this much less than the monitor's period, s. */
+export const SCALE_OUT_SLACK_SECONDS = 10;
+
+/** Props of {@link OutboxRelay}. */
+export interface OutboxRelayProps {
+  /**
+   * VPC of the functions: they must reach the database (the proxy, or the instance or cluster) and
+   * EventBridge (an interface endpoint, or NAT).
+   */
+  readonly vpc: ec2.IVpc;
+  /**
+   * Subnets of the functions.
+   * @default the VPC's private subnets (isolated ones when there are no others)
+   */
+  readonly vpcSubnets?: ec2.SubnetSelection;
+  /**
+   * Security groups of the relay and the monitor; the proxy (or, without one, the instance or the
+   * cluster) must accept them on its port.
+   */
+  readonly securityGroups: ec2.ISecurityGroup[];
+  readonly database: OutboxDatabaseProps;
+  /**
+   * Applies the schema and creates the database roles at deploy time.
+   * @default no migrations (run `outbox migrate` yourself)
+   */
+  readonly migration?: OutboxMigrationProps;
+  /**
+   * The bus events are published to.
+   * @default a new custom event bus
+   */
+  readonly eventBus?: events.IEventBus;
+  /**
+   * How often the relay is invoked; each invocation polls until close to its timeout.
+   * @default rate(1 minute), EventBridge Scheduler's finest
+   */
+  readonly relaySchedule?: scheduler.ScheduleExpression;
+  /**
+   * Relay Lambda timeout (15 s – 15 min). Each invocation polls until 8 s before it, so it must
+   * exceed the schedule's period by more than that, or nothing polls for part of every period;
+   * the default exceeds it by 30 s, so that consecutive invocations overlap and a successor
+   * that Scheduler or a cold start makes late still finds its predecessor polling (see
+   * {@link RELAY_TIMEOUT_OVERLAP_SECONDS}). Synthesis fails on a timeout that leaves a gap, and
+   * warns when the overlap is under 15 s.
+   * @default the schedule's period + 30 s (90 s for rate(1 minute)); 90 s for a cron schedule
+   */
+  readonly relayTimeout?: Duration;
+  /**
+   * Relay memory, MB. Lambda gives CPU in proportion to memory (one vCPU at 1,769 MB), and the
+   * relay is CPU-bound below the default: see {@link DEFAULT_RELAY_MEMORY_MB}.
+   * @default 512 ({@link DEFAULT_RELAY_MEMORY_MB})
+   */
+  readonly relayMemorySize?: number;
+  /**
+   * Reserved concurrency of the relay: caps how many relays run at once (and so their database
+   * connections), and keeps that many executions for it alone. Overlapping relays are safe (claims
+   * are leased and skip locked rows), so this is about capacity, not correctness. Setting it fails
+   * the deployment in an account whose concurrency quota cannot spare it (Lambda keeps a minimum
+   * of unreserved concurrency; new accounts often have a quota of 10).
+   * @default none: the relay uses the account's unreserved concurrency
+   */
+  readonly relayReservedConcurrency?: number;
+  /**
+   * Most relays polling at once, the scheduled one included. The monitor counts the claimable work
+   * every minute (pending rows out of backoff, not leased, not held back behind a dead letter) and
+   * invokes the relay function `ceil(claimable / backlogPerRelay) - 1` more times (at most
+   * `maxRelays - 1`; none while the bus throttles), 500 ms apart, closer (down to 100 ms) when that
+   * would take over 10 s, so every value is reached in one run; each extra relay returns once
+   * nothing is pending, and within the monitor's period. 1 turns scale-out off. Bounded by
+   * `databaseConnectionBudget` (checked at synth) and by `relayReservedConcurrency` when set.
+   * @default 4 (or `relayReservedConcurrency - 1` when that is lower)
+   */
+  readonly maxRelays?: number;
+  /**
+   * Claimable events per relay: the monitor wants `ceil(claimable / backlogPerRelay)` relays. A relay
+   * at the default 512 MB moves about 2,000 events/s at 20 ms bus latency (docs/performance.md#lambda-sizing-at-20-ms-bus-latency), so the
+   * default starts a second relay when one would need more than about 15 s for the backlog.
+   * @default 30,000
+   */
+  readonly backlogPerRelay?: number;
+  /**
+   * Database connections the relays and the monitor may open at once, together: with RDS Proxy,
+   * its client connections; without it, the database's own. At the peak `maxRelays + 1` relays
+   * run (the scheduled relay's successor starts while it still polls), each with a pool of
+   * OUTBOX_PUBLISH_CONCURRENCY + 1 connections, plus the monitor's 2; synthesis fails when that
+   * is more than this budget (see {@link OutboxRelay.databaseConnectionsAtPeak}).
+   * @default 40
+   */
+  readonly databaseConnectionBudget?: number;
+  /**
+   * How often the monitor prunes and emits the lag metrics.
+   * @default rate(1 minute)
+   */
+  readonly monitorSchedule?: scheduler.ScheduleExpression;
+  /**
+   * How the relay spends Lambda time. `steady`: every scheduled invocation polls until close to
+   * its timeout, so some relay always polls and the lag is that of one pass (docs/performance.md).
+   * `economy`: an invocation returns after {@link ECONOMY_IDLE_RETURN_SECONDS} without a claim
+   * (`OUTBOX_IDLE_RETURN_SECONDS`), so a quiet outbox costs a few seconds of Lambda a minute
+   * instead of the whole minute, and an event committed while no relay polls waits for the next
+   * scheduled invocation: up to one schedule period of lag. `relaySettings.idleReturnSeconds`
+   * overrides the quiet period.
+   * @default 'steady'
+   */
+  readonly relayMode?: 'steady' | 'economy';
+  /**
+   * Settings of the relay function (docs/configuration.md#environment-variables), typed and validated at synth with
+   * the relay's own schemas: a bad value fails `cdk synth` naming the setting.
+   * @default none: the relay's defaults
+   */
+  readonly relaySettings?: RelayTuning;
+  /**
+   * Settings of the monitor function (retention, prune batch, its pool), validated at synth like
+   * {@link relaySettings}.
+   * @default none: the monitor's defaults
+   */
+  readonly monitorSettings?: MonitorTuning;
+  /**
+   * Extra `OUTBOX_*` variables of the relay, as strings. Validated at synth: each must be a relay
+   * setting with a value its schema accepts.
+   * @deprecated use {@link relaySettings}
+   * @default none
+   */
+  readonly relayEnvironment?: Readonly<Record<string, string>>;
+  /**
+   * Extra `OUTBOX_*` variables of the monitor, as strings; validated at synth like {@link relayEnvironment}.
+   * @deprecated use {@link monitorSettings}
+   * @default none
+   */
+  readonly monitorEnvironment?: Readonly<Record<string, string>>;
+  /**
+   * CloudWatch namespace of the metrics.
+   * @default 'Outbox'
+   */
+  readonly metricNamespace?: string;
+  /**
+   * Oldest pending event age that raises the lag alarm.
+   * @default 5 minutes
+   */
+  readonly lagAlarmThreshold?: Duration;
+  /**
+   * Topic every alarm notifies. Its policy must let `cloudwatch.amazonaws.com` publish, and if it is
+   * encrypted, its key policy must let `cloudwatch.amazonaws.com` use `kms:Decrypt` and
+   * `kms:GenerateDataKey*` (an AWS managed `alias/aws/sns` key cannot: use a customer managed key).
+   * @default a new SNS topic encrypted with a new KMS key, both with those statements
+   */
+  readonly alarmTopic?: sns.ITopic;
+  /**
+   * Log retention of the functions.
+   * @default one month
+   */
+  readonly logRetention?: logs.RetentionDays;
+  /**
+   * Name of the CloudWatch dashboard. Dashboard names are global to the account (dashboards are not
+   * regional), so a name must differ between regions as well as between stacks.
+   * @default this construct's unique path followed by the region, e.g. `OutboxRelayDemo-Outbox-1a2b3c4d-eu-west-1`
+   */
+  readonly dashboardName?: string;
+}
