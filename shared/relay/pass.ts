@@ -254,7 +254,7 @@ export async function relayPass(
       // round sent is unknown, so the pass fails and the caller hands its rows back.
       pass.throwIfOutOfTime();
       await pass.checkpoint('sent');
-      await pass.settle(outcomes, round.failures);
+      await pass.settle(outcomes, round.failures, round.exhausted);
     }
     await pass.checkpoint('finishing');
     await pass.finish(events);
@@ -389,17 +389,14 @@ class Pass {
   async deadLetterExhausted(): Promise<void> {
     const { maxAttempts } = this.#settings;
     const exhausted: Failure[] = [];
+    const events = new Map<string, ClaimedEvent>();
     for (const [key, queue] of this.#queues) {
       const head = queue[0];
       if (head && head.attempts > maxAttempts) {
         exhausted.push(exhaustedFailure(head, maxAttempts));
+        events.set(head.id, head);
         queue.shift();
         this.#stop(key, 0);
-        this.#deps.onFailure?.({
-          eventId: head.eventId,
-          reason: exhausted.at(-1)?.error ?? '',
-          deadLettered: true,
-        });
       }
     }
     if (exhausted.length === 0) return;
@@ -408,8 +405,33 @@ class Pass {
       recordFailures(this.#sql(), this.#lease.token, exhausted),
     );
     this.#lease.settled(exhausted.map((f) => f.id));
-    this.counts.deadLettered += recorded;
-    this.counts.leaseLost += exhausted.length - recorded;
+    this.#countRecorded(exhausted, recorded, events);
+  }
+
+  /**
+   * Counts the failures a write recorded, and reports them to `onFailure`; the rest were lost to
+   * another relay (`leaseLost`), whose outcome they now are.
+   */
+  #countRecorded(
+    failures: readonly Failure[],
+    recorded: Set<string>,
+    events: Map<string, ClaimedEvent>,
+  ): void {
+    for (const failure of failures) {
+      if (!recorded.has(failure.id)) {
+        this.counts.leaseLost++;
+        continue;
+      }
+      if (failure.deadLetter) this.counts.deadLettered++;
+      else this.counts.retried++;
+      const event = events.get(failure.id);
+      if (event)
+        this.#deps.onFailure?.({
+          eventId: event.eventId,
+          reason: failure.error,
+          deadLettered: failure.deadLetter,
+        });
+    }
   }
 
   /**
@@ -453,16 +475,18 @@ class Pass {
    * died while sending the head would have charged them for it. A successor this lease no longer
    * owns is not sent; one over its attempts (started that often, each ending without an outcome)
    * is dead-lettered instead of sent, as an exhausted head is.
-   * @returns the events to send, and the dead-lettered successors to record with the round's outcomes
+   * @returns the events to send, and the dead-lettered successors (and their failures) to record
+   *   with the round's outcomes
    */
-  async startRound(): Promise<{ events: ClaimedEvent[]; failures: Failure[] }> {
+  async startRound(): Promise<{ events: ClaimedEvent[]; failures: Failure[]; exhausted: ClaimedEvent[] }> {
     let round: ClaimedEvent[] = [];
     for (const queue of this.#queues.values()) round.push(queue.shift() as ClaimedEvent);
     for (const [key, queue] of this.#queues) if (queue.length === 0) this.#queues.delete(key);
 
     const successors = round.filter((e) => !e.isHead);
     const failures: Failure[] = [];
-    if (successors.length === 0) return { events: round, failures };
+    const exhausted: ClaimedEvent[] = [];
+    if (successors.length === 0) return { events: round, failures, exhausted };
     const started = await this.#watchdog.statement(
       'start round',
       startRound(
@@ -484,16 +508,15 @@ class Pass {
       }
       event.attempts = attempts;
       if (attempts > this.#settings.maxAttempts) {
-        const failure = exhaustedFailure(event, this.#settings.maxAttempts);
-        failures.push(failure);
-        this.counts.deadLettered++;
-        this.#deps.onFailure?.({ eventId: event.eventId, reason: failure.error, deadLettered: true });
+        // counted once it is written (see settle): the lease may be lost before that
+        failures.push(exhaustedFailure(event, this.#settings.maxAttempts));
+        exhausted.push(event);
         skip.add(event.id);
         this.#stop(this.#keyOf(event), 0);
       }
     }
     if (skip.size > 0) round = round.filter((e) => !skip.has(e.id));
-    return { events: round, failures };
+    return { events: round, failures, exhausted };
   }
 
   /** Sends a round's events, packed into requests, `publishConcurrency` requests at a time. */
@@ -546,11 +569,14 @@ class Pass {
    * Records a round's outcomes: published rows marked, failures retried with backoff or
    * dead-lettered, and the rest of each failed aggregate handed back. Marked before the next
    * round is sent: an event is recorded as published before its successor leaves, which keeps
-   * re-publication after a crash to the events that need it.
+   * re-publication after a crash to the events that need it. Failures are counted (and reported)
+   * once written: a row whose lease was lost meanwhile is the new owner's outcome.
+   * @param exhausted the successors `startRound` dead-lettered, whose failures are `roundFailures`
    */
-  async settle(sent: SentEvent[], roundFailures: Failure[]): Promise<void> {
+  async settle(sent: SentEvent[], roundFailures: Failure[], exhausted: ClaimedEvent[]): Promise<void> {
     const publishedIds: string[] = [];
     const failures: Failure[] = roundFailures;
+    const events = new Map(exhausted.map((e) => [e.id, e]));
     for (const { event, outcome } of sent) {
       if (outcome.ok) {
         publishedIds.push(event.id);
@@ -558,13 +584,7 @@ class Pass {
       }
       const failure = this.#failureOf(event, outcome);
       failures.push(failure);
-      this.#deps.onFailure?.({
-        eventId: event.eventId,
-        reason: failure.error,
-        deadLettered: failure.deadLetter,
-      });
-      if (failure.deadLetter) this.counts.deadLettered++;
-      else this.counts.retried++;
+      events.set(event.id, event);
       // The rest of this aggregate's claim is handed back now (not at the end of the pass, when the
       // backoff may already have run out and another relay claimed the aggregate): behind a retry
       // it waits for the backoff; behind a dead letter (`continue`) it may go at once.
@@ -580,12 +600,8 @@ class Pass {
     this.#lease.settled([...publishedIds, ...failures.map((f) => f.id), ...releasing.map((r) => r.id)]);
     this.counts.published += marked;
     this.counts.released += released;
-    this.counts.leaseLost +=
-      publishedIds.length - marked + (failures.length - failed) + (releasing.length - released);
-    if (failed < failures.length) {
-      // Outcomes of rows we no longer own were not recorded; do not report them as ours.
-      this.counts.retried = Math.max(0, this.counts.retried - (failures.length - failed));
-    }
+    this.counts.leaseLost += publishedIds.length - marked + (releasing.length - released);
+    this.#countRecorded(failures, failed, events);
   }
 
   /** What a refused entry gets: a retry after its backoff, or a dead letter. */
