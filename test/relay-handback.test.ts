@@ -4,12 +4,15 @@
  * takes the lease away (or loses an answer) at a step where the pass cannot know it yet.
  */
 import { describe, expect, it } from 'vitest';
+import { connect } from '../shared/platform/index.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
 import { Lease } from '../shared/relay/lease.ts';
+import { UnreturnedLeases } from '../shared/relay/loop.ts';
 import { type PassCheckpoint, type RelayDeps, relayPass } from '../shared/relay/pass.ts';
 import { claimBatch } from '../shared/relay/sql/index.ts';
 import { useHarness } from './support/harness.ts';
 import { claimOptions, testClient, testSettings } from './support/relay.ts';
+import { startStallProxy } from './support/stall-proxy.ts';
 
 const h = useHarness({ max: 6 });
 
@@ -85,4 +88,41 @@ describe('counts when the lease is lost before the outcome is written (item 10)'
     expect(await rowOf('a', 1)).toMatchObject({ attempts: 1, leased: false, dead: false });
     expect(await rowOf('b', 1)).toMatchObject({ dead: false, leased: true });
   });
+});
+
+describe('a round start whose answer never came (item 9)', () => {
+  it('hands back the attempt the start spent on the server', async () => {
+    await seed('a', 2);
+    const target = new URL(h.db.url);
+    const proxy = await startStallProxy({ host: target.hostname, port: Number(target.port || 5432) });
+    // one connection: what is sent after the held statement runs after it
+    const sql = connect({ url: proxy.urlFor(h.db.url), max: 1, env: {}, applicationName: 'relay-item-9' });
+    try {
+      const deps = { sql, client: testClient(h.bus.url), settings: testSettings() };
+      const lease = new Lease(5);
+      let rounds = 0;
+      // Round 1 publishes a#1; round 2's start of a#2 is held on its way, and the watchdog ends
+      // the pass (1.5 s before the 5 s lease) before it answers.
+      const failure = await relayPass(deps, lease, {
+        checkpoint: async (at) => {
+          if (at === 'round' && ++rounds === 2) proxy.hold();
+        },
+      }).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(failure).toMatchObject({ code: 'OUTBOX_DEADLINE' });
+      // The start reaches the server, late, and spends a#2's attempt there; then the loop hands
+      // the lease back.
+      proxy.release();
+      const unreturned = new UnreturnedLeases();
+      unreturned.add(lease);
+      expect(await unreturned.handBack(sql)).toBe(1);
+      expect(await rowOf('a', 2)).toMatchObject({ attempts: 0, leased: false, dead: false });
+    } finally {
+      proxy.release();
+      await sql.end({ timeout: 2 });
+      await proxy.close();
+    }
+  }, 30_000);
 });

@@ -8,12 +8,13 @@
 import { randomUUID } from 'node:crypto';
 
 /**
- * What a failed pass leaves to hand back (see {@link Lease.leftover}): the rows it still holds and
- * those of them whose attempt it spent (a head at claim, a successor when its round started); or,
- * when the claim was sent but its answer never came, only the claim's ordering.
+ * What a failed pass leaves to hand back (see {@link Lease.leftover}): the rows it still holds,
+ * each with the attempts it had before this lease (`attemptsBefore[i]` for `held[i]`), which the
+ * hand-back restores whether or not a start whose answer never came spent one; or, when the claim
+ * was sent but its answer never came, only the claim's ordering.
  */
 export type LeaseLeftover =
-  | { held: readonly string[]; spent: readonly string[] }
+  | { held: readonly string[]; attemptsBefore: readonly number[] }
   | { ordering: 'aggregate' | 'none' };
 
 /** A pass's lease: its token, the rows it holds, and how long they are certainly its own. */
@@ -26,6 +27,8 @@ export class Lease {
   readonly held = new Set<string>();
   /** Held rows whose attempt this lease spent: heads at claim, successors when their round started. */
   readonly spent = new Set<string>();
+  /** Each claimed row's attempts before this lease spent any (the claim's answer, less a head's one). */
+  readonly #attemptsBefore = new Map<string, number>();
   #claimSent: 'aggregate' | 'none' | undefined;
   #claimAnswered = false;
   #heldUntil = Number.NEGATIVE_INFINITY;
@@ -60,11 +63,14 @@ export class Lease {
     this.#heldUntil = performance.now() + this.ms;
   }
 
-  /** Call with the claim's answer: every claimed row, and the heads (which spent an attempt). */
-  claimed(ids: readonly string[], heads: readonly string[]): void {
+  /** Call with the claim's answer: every claimed row, with its attempts; a head spent one at claim. */
+  claimed(rows: readonly { id: string; attempts: number; isHead: boolean }[]): void {
     this.#claimAnswered = true;
-    for (const id of ids) this.held.add(id);
-    for (const id of heads) this.spent.add(id);
+    for (const row of rows) {
+      this.held.add(row.id);
+      if (row.isHead) this.spent.add(row.id);
+      this.#attemptsBefore.set(row.id, row.isHead ? row.attempts - 1 : row.attempts);
+    }
   }
 
   /** Successors whose round started: their attempt is spent. */
@@ -96,6 +102,8 @@ export class Lease {
   get leftover(): LeaseLeftover | undefined {
     if (!this.#claimSent) return undefined;
     if (!this.#claimAnswered) return { ordering: this.#claimSent };
-    return this.held.size > 0 ? { held: [...this.held], spent: [...this.spent] } : undefined;
+    if (this.held.size === 0) return undefined;
+    const held = [...this.held];
+    return { held, attemptsBefore: held.map((id) => this.#attemptsBefore.get(id) ?? 0) };
   }
 }

@@ -332,10 +332,7 @@ class Pass {
       'claim',
       this.#options.claim ? this.#options.claim(claimOptions) : claimBatch(this.#sql(), claimOptions),
     );
-    this.#lease.claimed(
-      events.map((e) => e.id),
-      events.filter((e) => e.isHead).map((e) => e.id),
-    );
+    this.#lease.claimed(events);
     this.counts.claimed = events.length;
     return events;
   }

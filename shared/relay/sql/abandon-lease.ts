@@ -1,15 +1,16 @@
 /** Hands back every row still held by a failed pass's lease, attempts returned: token-guarded. */
 import type { Sql } from '../../platform/index.ts';
 import type { LeaseLeftover } from '../lease.ts';
-import { pendingRow } from './conditions.ts';
+import { pendingRow, pendingRowById } from './conditions.ts';
 
 /**
  * Hands back every row still held by a lease whose pass failed (a connection lost or a deadline
  * missed mid-pass), returning the attempts the lease spent: a dropped or stalled connection is not
  * the event's fault, and repeated failures must not dead-letter healthy events. Some of these rows
  * may have reached the bus before the failure; they are published again (at least once).
- * @param leftover what the lease still holds (see {@link Lease.leftover}): the held rows and those
- *   of them whose attempt it spent, looked up by primary key; or, when the claim's answer never
+ * @param leftover what the lease still holds (see {@link Lease.leftover}): the held rows, looked up
+ *   by primary key, each given back the attempts it had before this lease (a start whose answer
+ *   never came may have spent one, unknown to the pass); or, when the claim's answer never
  *   came, the claim's ordering, and the pending rows are searched for the token. The attempt is then
  *   returned on the rows the claim spent it on: every row with ordering `none`, else the lowest
  *   sequence of each aggregate (its head; the successors spent nothing)
@@ -22,11 +23,12 @@ export async function abandonLease(
 ): Promise<number> {
   if ('held' in leftover) {
     if (leftover.held.length === 0) return 0;
+    // least(): never more than the row has, should a writer outside the protocol have lowered it
     const r = await sql`
-      update outbox
-      set lease_token = null, lease_expires_at = null,
-          attempts = greatest(attempts - case when id = any(${leftover.spent}::int8[]) then 1 else 0 end, 0)
-      where id = any(${leftover.held}::int8[]) and lease_token = ${leaseToken}::uuid and ${pendingRow(sql)}`;
+      update outbox o
+      set lease_token = null, lease_expires_at = null, attempts = least(o.attempts, b.attempts)
+      from unnest(${leftover.held}::int8[], ${leftover.attemptsBefore}::int4[]) as b(id, attempts)
+      where o.id = b.id and o.lease_token = ${leaseToken}::uuid and ${pendingRowById(sql)}`;
     return r.count;
   }
   const r = await sql`
