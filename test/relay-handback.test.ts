@@ -4,7 +4,7 @@
  * takes the lease away (or loses an answer) at a step where the pass cannot know it yet.
  */
 import { describe, expect, it } from 'vitest';
-import { connect } from '../shared/platform/index.ts';
+import { connect, type Sql } from '../shared/platform/index.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
 import { Lease } from '../shared/relay/lease.ts';
 import { UnreturnedLeases } from '../shared/relay/loop.ts';
@@ -123,6 +123,112 @@ describe('a round start whose answer never came (item 9)', () => {
       proxy.release();
       await sql.end({ timeout: 2 });
       await proxy.close();
+    }
+  }, 30_000);
+});
+
+/** A relay's pool of one connection through a stall proxy: what is sent after a held statement runs after it. */
+async function stalledRelay(name: string) {
+  const target = new URL(h.db.url);
+  const proxy = await startStallProxy({ host: target.hostname, port: Number(target.port || 5432) });
+  const sql = connect({ url: proxy.urlFor(h.db.url), max: 1, env: {}, applicationName: name });
+  return {
+    proxy,
+    sql,
+    close: async () => {
+      proxy.release();
+      await sql.end({ timeout: 2 });
+      await proxy.close();
+    },
+  };
+}
+
+/**
+ * A pass whose claim is held on its way until the watchdog ends the pass (1.5 s before its 5 s
+ * lease); then the claim reaches the server, late, and the loop remembers the lease to hand back.
+ */
+async function passWhoseClaimNeverAnswered(sql: Sql, proxy: { hold(): void; release(): void }) {
+  const lease = new Lease(5);
+  proxy.hold();
+  const failure = await relayPass(
+    { sql, client: testClient(h.bus.url), settings: testSettings() },
+    lease,
+  ).then(
+    () => undefined,
+    (error: unknown) => error,
+  );
+  expect(failure).toMatchObject({ code: 'OUTBOX_DEADLINE' });
+  proxy.release();
+  // (runs after the late claim, on the same connection)
+  await sql`select 1`;
+  const unreturned = new UnreturnedLeases();
+  unreturned.add(lease);
+  return { lease, unreturned };
+}
+
+/** The outbox rows a transaction's scans returned so far (sequential and every index's). */
+async function rowsRead(tx: Sql) {
+  const [read] = await tx<{ rows: string }[]>`
+    select pg_stat_get_xact_tuples_returned('outbox'::regclass) + (
+      select sum(pg_stat_get_xact_tuples_returned(indexrelid)) from pg_index
+      where indrelid = 'outbox'::regclass) as rows`;
+  return Number(read?.rows);
+}
+
+describe('a claim whose answer never came (items 7 and 8)', () => {
+  it('leaves nothing leased or charged, and its hand-back does not read the backlog', async () => {
+    // 20,000 pending rows behind the 100 aggregates a claim takes
+    await h.db.sql`
+      insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload)
+      select 'order', 'o-' || a, 1, 'Changed', 'test.handback', '{}'::jsonb
+      from generate_series(1, 20000) a`;
+    await h.db.sql`vacuum analyze outbox`;
+    const relay = await stalledRelay('relay-item-7');
+    try {
+      const { unreturned } = await passWhoseClaimNeverAnswered(relay.sql, relay.proxy);
+      const read = await h.db.sql.begin(async (tx) => {
+        await unreturned.handBack(tx as unknown as Sql);
+        return rowsRead(tx as unknown as Sql);
+      });
+      const [state] = await h.db.sql<{ leased: number; charged: number }[]>`
+        select count(*) filter (where lease_token is not null)::int as leased,
+               count(*) filter (where attempts > 0)::int as charged
+        from outbox`;
+      expect({ ...state, read: read <= 200 ? 'at most 200' : read }).toEqual({
+        leased: 0,
+        charged: 0,
+        read: 'at most 200',
+      });
+    } finally {
+      await relay.close();
+    }
+  }, 60_000);
+
+  it('gives back no attempt to a successor when another relay has taken the head since', async () => {
+    await seed('a', 3);
+    const a2 = await rowOf('a', 2);
+    // started once as a successor before, without an outcome: an attempt of its own
+    await h.db.sql`update outbox set attempts = 1 where id = ${a2.id}`;
+    const relay = await stalledRelay('relay-item-8');
+    try {
+      const { lease, unreturned } = await passWhoseClaimNeverAnswered(relay.sql, relay.proxy);
+      // The lease runs out before the hand-back, and a relay claiming one event an aggregate
+      // (OUTBOX_PER_AGGREGATE_LIMIT=1) takes the head, a#1.
+      await h.db.sql`
+        update outbox set lease_expires_at = now() - interval '1 second' where lease_token = ${lease.token}::uuid`;
+      const taken = await claimBatch(h.db.sql, claimOptions(crypto.randomUUID(), { perAggregateLimit: 1 }));
+      expect(taken.map((e) => [e.aggregateId, e.sequence])).toEqual([['a', '1']]);
+      await unreturned.handBack(h.db.sql);
+      // a#1: the new owner's claim only; a#2 keeps its own attempt; a#3 spent nothing
+      const attempts = await h.db.sql<{ sequence: string; attempts: number }[]>`
+        select sequence, attempts from outbox order by sequence`;
+      expect(attempts).toEqual([
+        { sequence: '1', attempts: 1 },
+        { sequence: '2', attempts: 1 },
+        { sequence: '3', attempts: 0 },
+      ]);
+    } finally {
+      await relay.close();
     }
   }, 30_000);
 });

@@ -55,7 +55,13 @@ import type { Envelope } from '../shared/platform/envelope.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
 import { Lease } from '../shared/relay/lease.ts';
 import { type PassCheckpoint, relayPass } from '../shared/relay/pass.ts';
-import { abandonLease, type ClaimOptions, claimBatch, renewLease } from '../shared/relay/sql/index.ts';
+import {
+  abandonLease,
+  type ClaimOptions,
+  claimBatch,
+  claimBatchKept,
+  renewLease,
+} from '../shared/relay/sql/index.ts';
 import type { ClaimedEvent } from '../shared/relay/types.ts';
 import { useHarness } from './support/harness.ts';
 import { testClient, testSettings } from './support/relay.ts';
@@ -233,8 +239,8 @@ function startPass(world: World, slot: number, holdOpen: boolean): void {
     for (const e of events) if (e.isHead) knownOf(world, e).starts.add(lease.token);
     return events;
   };
-  const claim = (o: ClaimOptions): Promise<ClaimedEvent[]> => {
-    if (!holdOpen) return claimBatch(relay.sql, o).then(observeClaim);
+  const claim = (o: ClaimOptions, keep: (events: ClaimedEvent[]) => void): Promise<ClaimedEvent[]> => {
+    if (!holdOpen) return claimBatchKept(relay.sql, o, (events) => keep(observeClaim(events)));
     return new Promise<ClaimedEvent[]>((resolve, reject) => {
       let end: (commit: boolean) => void = () => {};
       const gate = new Promise<void>((res, rej) => {
@@ -249,6 +255,7 @@ function startPass(world: World, slot: number, holdOpen: boolean): void {
       tx.done = relay.sql
         .begin(async (t) => {
           const events = observeClaim(await claimBatch(t, o));
+          keep(events);
           tx.answered = true;
           resolve(events);
           if (events.length > 0) await gate;
@@ -816,10 +823,10 @@ async function healAndCheck(world: World): Promise<void> {
         { sql: relay.sql, client: world.clients[0] as EventBridgeClient, settings, random: () => 0.5 },
         lease,
         {
-          claim: (o) =>
-            claimBatch(relay.sql, o).then((events) => {
+          claim: (o, keep) =>
+            claimBatchKept(relay.sql, o, (events) => {
               for (const e of events) if (e.isHead) knownOf(world, e).starts.add(o.leaseToken);
-              return events;
+              keep(events);
             }),
         },
       ),

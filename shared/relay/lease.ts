@@ -10,12 +10,12 @@ import { randomUUID } from 'node:crypto';
 /**
  * What a failed pass leaves to hand back (see {@link Lease.leftover}): the rows it still holds,
  * each with the attempts it had before this lease (`attemptsBefore[i]` for `held[i]`), which the
- * hand-back restores whether or not a start whose answer never came spent one; or, when the claim
- * was sent but its answer never came, only the claim's ordering.
+ * hand-back restores whether or not a start whose answer never came spent one.
  */
-export type LeaseLeftover =
-  | { held: readonly string[]; attemptsBefore: readonly number[] }
-  | { ordering: 'aggregate' | 'none' };
+export interface LeaseLeftover {
+  held: readonly string[];
+  attemptsBefore: readonly number[];
+}
 
 /** A pass's lease: its token, the rows it holds, and how long they are certainly its own. */
 export class Lease {
@@ -29,8 +29,6 @@ export class Lease {
   readonly spent = new Set<string>();
   /** Each claimed row's attempts before this lease spent any (the claim's answer, less a head's one). */
   readonly #attemptsBefore = new Map<string, number>();
-  #claimSent: 'aggregate' | 'none' | undefined;
-  #claimAnswered = false;
   #heldUntil = Number.NEGATIVE_INFINITY;
 
   /** @param seconds lease length, seconds */
@@ -57,15 +55,16 @@ export class Lease {
     return this.#heldUntil - now;
   }
 
-  /** Call just before the claim is sent, with the claim's ordering. */
-  claimSending(ordering: 'aggregate' | 'none'): void {
-    this.#claimSent = ordering;
+  /** Call just before the claim is sent. */
+  claimSending(): void {
     this.#heldUntil = performance.now() + this.ms;
   }
 
-  /** Call with the claim's answer: every claimed row, with its attempts; a head spent one at claim. */
+  /**
+   * Call with the claim's answer before the claim commits (a claim that commits without it would
+   * hold rows no hand-back can find): every claimed row, with its attempts; a head spent one.
+   */
   claimed(rows: readonly { id: string; attempts: number; isHead: boolean }[]): void {
-    this.#claimAnswered = true;
     for (const row of rows) {
       this.held.add(row.id);
       if (row.isHead) this.spent.add(row.id);
@@ -95,13 +94,10 @@ export class Lease {
   }
 
   /**
-   * What a failed pass leaves to hand back: `undefined` when nothing can be leased under this
-   * token; the held and spent ids when the claim answered; the claim's ordering when the claim was
-   * sent but its answer never came (it may still have run, late).
+   * What a failed pass leaves to hand back: the rows it holds, or `undefined` when none can be
+   * leased under this token (a claim without an answer is rolled back: see `claimBatchKept`).
    */
   get leftover(): LeaseLeftover | undefined {
-    if (!this.#claimSent) return undefined;
-    if (!this.#claimAnswered) return { ordering: this.#claimSent };
     if (this.held.size === 0) return undefined;
     const held = [...this.held];
     return { held, attemptsBefore: held.map((id) => this.#attemptsBefore.get(id) ?? 0) };

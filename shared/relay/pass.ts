@@ -38,7 +38,7 @@ import {
 import type { Semaphore } from './semaphore.ts';
 import {
   type ClaimOptions,
-  claimBatch,
+  claimBatchKept,
   type Failure,
   markPublished,
   recordFailures,
@@ -90,11 +90,12 @@ export interface PassOptions {
    */
   backPressureStreak?: number;
   /**
-   * Runs the claim statement instead of the pass (default: `claimBatch` on `deps.sql`). The
-   * model-based test runs it inside a transaction it commits later, so that other claims overlap
-   * an uncommitted one in Postgres.
+   * Runs the claim instead of the pass (default: `claimBatchKept` on `deps.sql`); it must call
+   * `keep` with the answer before committing, and roll back when `keep` throws (the pass gave up
+   * on the claim). The model-based test runs it inside a transaction it commits later, so that
+   * other claims overlap an uncommitted one in Postgres.
    */
-  claim?: (options: ClaimOptions) => Promise<ClaimedEvent[]>;
+  claim?: (options: ClaimOptions, keep: (events: ClaimedEvent[]) => void) => Promise<ClaimedEvent[]>;
   /**
    * Awaited at each step of the pass (see {@link PassCheckpoint}), with no statement or call in
    * flight; a rejection ends the pass there, leaving its rows leased as a crash would. For the
@@ -315,10 +316,14 @@ class Pass {
     await this.#options.checkpoint?.(at);
   }
 
-  /** Claims a leased batch (the watchdog armed first: nothing outlives the lease). */
+  /**
+   * Claims a leased batch (the watchdog armed first: nothing outlives the lease). The claim
+   * commits only if its answer arrives before the pass gives up on it; the lease then knows its
+   * rows (see {@link claimBatchKept}).
+   */
   async claim(): Promise<ClaimedEvent[]> {
     const settings = this.#settings;
-    this.#lease.claimSending(settings.ordering);
+    this.#lease.claimSending();
     this.#watchdog.arm();
     const claimOptions: ClaimOptions = {
       leaseToken: this.#lease.token,
@@ -328,11 +333,22 @@ class Pass {
       ordering: settings.ordering,
       deadLetterPolicy: settings.deadLetterPolicy,
     };
-    const events = await this.#watchdog.statement(
-      'claim',
-      this.#options.claim ? this.#options.claim(claimOptions) : claimBatch(this.#sql(), claimOptions),
-    );
-    this.#lease.claimed(events);
+    let gaveUp: unknown;
+    const keep = (events: ClaimedEvent[]) => {
+      if (gaveUp) throw gaveUp;
+      this.#lease.claimed(events);
+    };
+    const events = await this.#watchdog
+      .statement(
+        'claim',
+        this.#options.claim
+          ? this.#options.claim(claimOptions, keep)
+          : claimBatchKept(this.#sql(), claimOptions, keep),
+      )
+      .catch((error: unknown) => {
+        gaveUp = error;
+        throw error;
+      });
     this.counts.claimed = events.length;
     return events;
   }
