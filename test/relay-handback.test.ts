@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { connect, type Sql } from '../shared/platform/index.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
 import { Lease } from '../shared/relay/lease.ts';
-import { UnreturnedLeases } from '../shared/relay/loop.ts';
+import { passWithLease, UnreturnedLeases } from '../shared/relay/loop.ts';
 import { type PassCheckpoint, type RelayDeps, relayPass } from '../shared/relay/pass.ts';
 import { claimBatch } from '../shared/relay/sql/index.ts';
 import { useHarness } from './support/harness.ts';
@@ -230,5 +230,54 @@ describe('a claim whose answer never came (items 7 and 8)', () => {
     } finally {
       await relay.close();
     }
+  }, 30_000);
+});
+
+describe('leases left to hand back (item 7)', () => {
+  it('never keep the relay from claiming: a row another transaction holds locked is left for a later try', async () => {
+    await seed('a', 3);
+    await seed('b', 1);
+    const deps = { sql: h.db.sql, client: testClient(h.bus.url), settings: testSettings() };
+    // A pass fails once its claim answered (its connection lost): it holds a#1–a#3 and b#1.
+    const { lease, counts } = passWith(deps, 'claimed', 1, async () => {
+      throw new Error('connection lost');
+    });
+    await expect(counts).rejects.toThrow('connection lost');
+    const unreturned = new UnreturnedLeases();
+    unreturned.add(lease);
+    // Another transaction holds aggregate a's rows locked (an operator's, a stalled writer's).
+    let unlock: () => void = () => {};
+    const locked = new Promise<void>((resolve) => {
+      unlock = resolve;
+    });
+    let holding: () => void = () => {};
+    const held = new Promise<void>((resolve) => {
+      holding = resolve;
+    });
+    const lockTx = h.db.sql.begin(async (tx) => {
+      await tx`select id from outbox where aggregate_id = 'a' for update`;
+      holding();
+      await locked;
+    });
+    await held;
+    try {
+      await seed('c', 1);
+      const started = performance.now();
+      const next = await passWithLease(deps, 30, unreturned, { endBy: performance.now() + 6_000 });
+      // b#1 handed back and published with c#1, without waiting for a's rows
+      expect({ published: next.published, waitedMs: performance.now() - started < 3_000 }).toEqual({
+        published: 2,
+        waitedMs: true,
+      });
+    } finally {
+      unlock();
+      await lockTx;
+    }
+    // Once the lock is gone, the next try hands a's rows back, each attempt returned.
+    expect(await unreturned.handBack(h.db.sql)).toBe(3);
+    expect(unreturned.size).toBe(0);
+    const a = await h.db.sql<{ attempts: number; leased: boolean }[]>`
+      select attempts, lease_token is not null as leased from outbox where aggregate_id = 'a' order by sequence`;
+    expect(a).toEqual(Array.from({ length: 3 }, () => ({ attempts: 0, leased: false })));
   }, 30_000);
 });
