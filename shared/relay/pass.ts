@@ -106,10 +106,12 @@ export interface PassOptions {
 
 /**
  * The steps at which a pass awaits {@link PassOptions.checkpoint}: the claim answered; a round is
- * about to start (its successors' attempts not spent yet, nothing sent); a round's PutEvents calls
- * answered (nothing marked yet); the pass is about to hand back what is left and unpark.
+ * about to start (its successors' attempts not spent yet, nothing sent); the start of a round's
+ * successors answered, not yet taken in (a rejection there is that answer lost); a round's
+ * PutEvents calls answered (nothing marked yet); the pass is about to hand back what is left and
+ * unpark.
  */
-export type PassCheckpoint = 'claimed' | 'round' | 'sent' | 'finishing';
+export type PassCheckpoint = 'claimed' | 'round' | 'started' | 'sent' | 'finishing';
 
 /** The longest any relay statement may take, ms; within a pass, the watchdog's time left bounds it sooner. */
 export const STATEMENT_DEADLINE_MS = 10_000;
@@ -508,6 +510,7 @@ class Pass {
         successors.map((e) => e.id),
       ),
     );
+    await this.checkpoint('started');
     this.#lease.started(started.keys());
     const skip = new Set<string>();
     for (const event of successors) {
