@@ -662,7 +662,10 @@ const handBack = (pick: number) =>
   relayCommand(
     "hand back its failed passes' leases",
     pick,
-    (w, slot) => (w.relays[slot]?.unreturned.size ?? 0) > 0,
+    // as the loop does: before the relay's next pass, never beside one (on its one connection)
+    (w, slot) =>
+      (w.relays[slot]?.unreturned.size ?? 0) > 0 &&
+      (!w.relays[slot]?.run || (w.relays[slot]?.run?.finished ?? false)),
     async (w, slot) => {
       const relay = w.relays[slot] as RelaySlot;
       const tokens = relay.failed.map((f) => f.token);
