@@ -68,7 +68,10 @@ export interface RelayDeps {
    * passes of a relay (the loop does). Default: a new one per pass (3 s until it learns).
    */
   answerTimeout?: AnswerTimeout;
-  /** Called for every event that failed in a pass, with the reason recorded in its `last_error`. */
+  /**
+   * Called for every event that failed in a pass once its retry or dead letter is recorded, with
+   * the reason kept in its `last_error` (not for one whose lease another relay took meanwhile).
+   */
   onFailure?: (failure: RelayFailure) => void;
 }
 
