@@ -35,7 +35,8 @@ import { createEventBridgeClient, RELAY_PLAN_CACHE_MODE } from '../shared/relay/
 import { Lease } from '../shared/relay/lease.ts';
 import { prune } from '../shared/relay/operations/index.ts';
 import { relayPass } from '../shared/relay/pass.ts';
-import { claimBatch } from '../shared/relay/sql/index.ts';
+import { type ClaimOptions, claimBatchKept } from '../shared/relay/sql/index.ts';
+import type { ClaimedEvent } from '../shared/relay/types.ts';
 import { startBusProcess } from './support/processes.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -170,9 +171,9 @@ async function producer(k: number) {
 // Relay: loops of passes, each claim timed.
 async function relay() {
   const deps = { sql: relaySql, client, settings };
-  const timedClaim = async (o: Parameters<typeof claimBatch>[1]) => {
+  const timedClaim = async (o: ClaimOptions, keep: (events: ClaimedEvent[]) => void) => {
     const t0 = performance.now();
-    const rows = await claimBatch(relaySql, o);
+    const rows = await claimBatchKept(relaySql, o, keep);
     const now = Date.now();
     claimMs.push(performance.now() - t0);
     for (const r of rows) lagMs.push(now - r.createdAt.getTime());

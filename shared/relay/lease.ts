@@ -8,13 +8,14 @@
 import { randomUUID } from 'node:crypto';
 
 /**
- * What a failed pass leaves to hand back (see {@link Lease.leftover}): the rows it still holds and
- * those of them whose attempt it spent (a head at claim, a successor when its round started); or,
- * when the claim was sent but its answer never came, only the claim's ordering.
+ * What a failed pass leaves to hand back (see {@link Lease.leftover}): the rows it still holds,
+ * each with the attempts it had before this lease (`attemptsBefore[i]` for `held[i]`), which the
+ * hand-back restores whether or not a start whose answer never came spent one.
  */
-export type LeaseLeftover =
-  | { held: readonly string[]; spent: readonly string[] }
-  | { ordering: 'aggregate' | 'none' };
+export interface LeaseLeftover {
+  held: readonly string[];
+  attemptsBefore: readonly number[];
+}
 
 /** A pass's lease: its token, the rows it holds, and how long they are certainly its own. */
 export class Lease {
@@ -26,8 +27,8 @@ export class Lease {
   readonly held = new Set<string>();
   /** Held rows whose attempt this lease spent: heads at claim, successors when their round started. */
   readonly spent = new Set<string>();
-  #claimSent: 'aggregate' | 'none' | undefined;
-  #claimAnswered = false;
+  /** Each claimed row's attempts before this lease spent any (the claim's answer, less a head's one). */
+  readonly #attemptsBefore = new Map<string, number>();
   #heldUntil = Number.NEGATIVE_INFINITY;
 
   /** @param seconds lease length, seconds */
@@ -54,17 +55,21 @@ export class Lease {
     return this.#heldUntil - now;
   }
 
-  /** Call just before the claim is sent, with the claim's ordering. */
-  claimSending(ordering: 'aggregate' | 'none'): void {
-    this.#claimSent = ordering;
+  /** Call just before the claim is sent. */
+  claimSending(): void {
     this.#heldUntil = performance.now() + this.ms;
   }
 
-  /** Call with the claim's answer: every claimed row, and the heads (which spent an attempt). */
-  claimed(ids: readonly string[], heads: readonly string[]): void {
-    this.#claimAnswered = true;
-    for (const id of ids) this.held.add(id);
-    for (const id of heads) this.spent.add(id);
+  /**
+   * Call with the claim's answer before the claim commits (a claim that commits without it would
+   * hold rows no hand-back can find): every claimed row, with its attempts; a head spent one.
+   */
+  claimed(rows: readonly { id: string; attempts: number; isHead: boolean }[]): void {
+    for (const row of rows) {
+      this.held.add(row.id);
+      if (row.isHead) this.spent.add(row.id);
+      this.#attemptsBefore.set(row.id, row.isHead ? row.attempts - 1 : row.attempts);
+    }
   }
 
   /** Successors whose round started: their attempt is spent. */
@@ -89,13 +94,12 @@ export class Lease {
   }
 
   /**
-   * What a failed pass leaves to hand back: `undefined` when nothing can be leased under this
-   * token; the held and spent ids when the claim answered; the claim's ordering when the claim was
-   * sent but its answer never came (it may still have run, late).
+   * What a failed pass leaves to hand back: the rows it holds, or `undefined` when none can be
+   * leased under this token (a claim without an answer is rolled back: see `claimBatchKept`).
    */
   get leftover(): LeaseLeftover | undefined {
-    if (!this.#claimSent) return undefined;
-    if (!this.#claimAnswered) return { ordering: this.#claimSent };
-    return this.held.size > 0 ? { held: [...this.held], spent: [...this.spent] } : undefined;
+    if (this.held.size === 0) return undefined;
+    const held = [...this.held];
+    return { held, attemptsBefore: held.map((id) => this.#attemptsBefore.get(id) ?? 0) };
   }
 }

@@ -36,20 +36,23 @@ export interface PassReport {
 }
 
 /**
- * Leases of failed passes whose rows are not handed back yet (the database did not answer). The
- * loop hands them back, attempt returned, as soon as the database answers again. The Lambda
- * handler keeps one across invocations, so a stall that outlasts an invocation is still cleaned up.
+ * Leases of failed passes whose rows are not handed back yet. The loop hands them back, attempts
+ * returned, before its next pass; the Lambda handler keeps one across invocations, so a stall that
+ * outlasts an invocation is still cleaned up. A hand-back never keeps the relay from claiming: it
+ * skips rows another transaction holds locked, and its failure does not fail the pass.
  */
 export class UnreturnedLeases {
   /** Most leases kept; beyond it the oldest are dropped (their rows come back when the lease expires). */
   static readonly MAX = 1_000;
-  readonly #leases = new Map<string, LeaseLeftover>();
+  /** Tries a lease gets; then it is dropped, and what is left comes back when the lease expires. */
+  static readonly TRIES = 3;
+  readonly #leases = new Map<string, { leftover: LeaseLeftover; tries: number }>();
 
   /** Remembers what `lease` may still hold (nothing to do when it holds nothing). */
   add(lease: Lease): void {
     const leftover = lease.leftover;
     if (!leftover) return;
-    this.#leases.set(lease.token, leftover);
+    this.#leases.set(lease.token, { leftover, tries: 0 });
     if (this.#leases.size > UnreturnedLeases.MAX) {
       const oldest = this.#leases.keys().next().value;
       if (oldest !== undefined) this.#leases.delete(oldest);
@@ -61,14 +64,37 @@ export class UnreturnedLeases {
   }
 
   /**
-   * Hands every remembered lease back, each statement bounded by `deadlineMs`.
+   * Hands every remembered lease back, each statement bounded by `deadlineMs`. What a try could
+   * not hand back (a row locked by another transaction, or no longer this lease's) is kept for the
+   * next try, up to {@link TRIES}.
+   * @returns how many rows were handed back
    * @throws the first statement's failure (the rest stay remembered)
    */
   async handBack(sql: Sql, deadlineMs = STATEMENT_DEADLINE_MS): Promise<number> {
     let rows = 0;
-    for (const [token, leftover] of [...this.#leases]) {
-      rows += await withDeadline(abandonLease(sql, token, leftover), 'hand back lease', deadlineMs);
-      this.#leases.delete(token);
+    for (const [token, entry] of [...this.#leases]) {
+      entry.tries++;
+      const last = entry.tries >= UnreturnedLeases.TRIES;
+      let returned: Set<string>;
+      try {
+        returned = await withDeadline(
+          abandonLease(sql, token, entry.leftover),
+          'hand back lease',
+          deadlineMs,
+        );
+      } catch (error) {
+        if (last) this.#leases.delete(token);
+        throw error;
+      }
+      rows += returned.size;
+      const { held, attemptsBefore } = entry.leftover;
+      const keep = held.flatMap((id, i) => (returned.has(id) ? [] : [i]));
+      if (keep.length === 0 || last) this.#leases.delete(token);
+      else
+        entry.leftover = {
+          held: keep.map((i) => held[i] as string),
+          attemptsBefore: keep.map((i) => attemptsBefore[i] as number),
+        };
     }
     return rows;
   }
@@ -237,7 +263,7 @@ async function runLane(options: RunRelayOptions & { unreturned: UnreturnedLeases
  * fails, what its lease still holds joins `unreturned`, to be handed back (attempt returned) as
  * soon as the database answers. Reports the pass to `onPassEnd`.
  * @param leaseSeconds this pass's lease, seconds
- * @throws what {@link relayPass} or the hand-back throws
+ * @throws what {@link relayPass} throws, or a hand-back's error that is not transient
  */
 export async function passWithLease(
   options: RelayDeps & Pick<RunRelayOptions, 'onPassEnd'>,
@@ -258,10 +284,12 @@ export async function passWithLease(
     });
   try {
     if (unreturned.size > 0) {
-      await unreturned.handBack(
-        currentSql(options.sql),
-        Math.min(STATEMENT_DEADLINE_MS, endBy - performance.now()),
-      );
+      // A hand-back that failed is tried again before the next pass; this one claims anyway.
+      await unreturned
+        .handBack(currentSql(options.sql), Math.min(STATEMENT_DEADLINE_MS, endBy - performance.now()))
+        .catch((error: unknown) => {
+          if (!isTransientDatabaseError(error)) throw error;
+        });
     }
     const counts = await relayPass(options, lease, passOptions);
     report({ counts });

@@ -40,7 +40,7 @@ import {
 import type { Semaphore } from './semaphore.ts';
 import {
   type ClaimOptions,
-  claimBatch,
+  claimBatchKept,
   type Failure,
   markPublished,
   recordFailures,
@@ -70,7 +70,10 @@ export interface RelayDeps {
    * passes of a relay (the loop does). Default: a new one per pass (3 s until it learns).
    */
   answerTimeout?: AnswerTimeout;
-  /** Called for every event that failed in a pass, with the reason recorded in its `last_error`. */
+  /**
+   * Called for every event that failed in a pass once its retry or dead letter is recorded, with
+   * the reason kept in its `last_error` (not for one whose lease another relay took meanwhile).
+   */
   onFailure?: (failure: RelayFailure) => void;
 }
 
@@ -92,11 +95,12 @@ export interface PassOptions {
    */
   backPressureStreak?: number;
   /**
-   * Runs the claim statement instead of the pass (default: `claimBatch` on `deps.sql`). The
-   * model-based test runs it inside a transaction it commits later, so that other claims overlap
-   * an uncommitted one in Postgres.
+   * Runs the claim instead of the pass (default: `claimBatchKept` on `deps.sql`); it must call
+   * `keep` with the answer before committing, and roll back when `keep` throws (the pass gave up
+   * on the claim). The model-based test runs it inside a transaction it commits later, so that
+   * other claims overlap an uncommitted one in Postgres.
    */
-  claim?: (options: ClaimOptions) => Promise<ClaimedEvent[]>;
+  claim?: (options: ClaimOptions, keep: (events: ClaimedEvent[]) => void) => Promise<ClaimedEvent[]>;
   /**
    * Awaited at each step of the pass (see {@link PassCheckpoint}), with no statement or call in
    * flight; a rejection ends the pass there, leaving its rows leased as a crash would. For the
@@ -107,10 +111,12 @@ export interface PassOptions {
 
 /**
  * The steps at which a pass awaits {@link PassOptions.checkpoint}: the claim answered; a round is
- * about to start (its successors' attempts not spent yet, nothing sent); a round's PutEvents calls
- * answered (nothing marked yet); the pass is about to hand back what is left and unpark.
+ * about to start (its successors' attempts not spent yet, nothing sent); the start of a round's
+ * successors answered, not yet taken in (a rejection there is that answer lost); a round's
+ * PutEvents calls answered (nothing marked yet); the pass is about to hand back what is left and
+ * unpark.
  */
-export type PassCheckpoint = 'claimed' | 'round' | 'sent' | 'finishing';
+export type PassCheckpoint = 'claimed' | 'round' | 'started' | 'sent' | 'finishing';
 
 /** The longest any relay statement may take, ms; within a pass, the watchdog's time left bounds it sooner. */
 export const STATEMENT_DEADLINE_MS = 10_000;
@@ -254,7 +260,7 @@ export async function relayPass(
       // round sent is unknown, so the pass fails and the caller hands its rows back.
       pass.throwIfOutOfTime();
       await pass.checkpoint('sent');
-      await pass.settle(outcomes, round.failures);
+      await pass.settle(outcomes, round.failures, round.exhausted);
     }
     await pass.checkpoint('finishing');
     await pass.finish(events);
@@ -315,10 +321,14 @@ class Pass {
     await this.#options.checkpoint?.(at);
   }
 
-  /** Claims a leased batch (the watchdog armed first: nothing outlives the lease). */
+  /**
+   * Claims a leased batch (the watchdog armed first: nothing outlives the lease). The claim
+   * commits only if its answer arrives before the pass gives up on it; the lease then knows its
+   * rows (see {@link claimBatchKept}).
+   */
   async claim(): Promise<ClaimedEvent[]> {
     const settings = this.#settings;
-    this.#lease.claimSending(settings.ordering);
+    this.#lease.claimSending();
     this.#watchdog.arm();
     const claimOptions: ClaimOptions = {
       leaseToken: this.#lease.token,
@@ -328,14 +338,22 @@ class Pass {
       ordering: settings.ordering,
       deadLetterPolicy: settings.deadLetterPolicy,
     };
-    const events = await this.#watchdog.statement(
-      'claim',
-      this.#options.claim ? this.#options.claim(claimOptions) : claimBatch(this.#sql(), claimOptions),
-    );
-    this.#lease.claimed(
-      events.map((e) => e.id),
-      events.filter((e) => e.isHead).map((e) => e.id),
-    );
+    let gaveUp: unknown;
+    const keep = (events: ClaimedEvent[]) => {
+      if (gaveUp) throw gaveUp;
+      this.#lease.claimed(events);
+    };
+    const events = await this.#watchdog
+      .statement(
+        'claim',
+        this.#options.claim
+          ? this.#options.claim(claimOptions, keep)
+          : claimBatchKept(this.#sql(), claimOptions, keep),
+      )
+      .catch((error: unknown) => {
+        gaveUp = error;
+        throw error;
+      });
     this.counts.claimed = events.length;
     return events;
   }
@@ -389,17 +407,14 @@ class Pass {
   async deadLetterExhausted(): Promise<void> {
     const { maxAttempts } = this.#settings;
     const exhausted: Failure[] = [];
+    const events = new Map<string, ClaimedEvent>();
     for (const [key, queue] of this.#queues) {
       const head = queue[0];
       if (head && head.attempts > maxAttempts) {
         exhausted.push(exhaustedFailure(head, maxAttempts));
+        events.set(head.id, head);
         queue.shift();
         this.#stop(key, 0);
-        this.#deps.onFailure?.({
-          eventId: head.eventId,
-          reason: exhausted.at(-1)?.error ?? '',
-          deadLettered: true,
-        });
       }
     }
     if (exhausted.length === 0) return;
@@ -408,8 +423,33 @@ class Pass {
       recordFailures(this.#sql(), this.#lease.token, exhausted),
     );
     this.#lease.settled(exhausted.map((f) => f.id));
-    this.counts.deadLettered += recorded;
-    this.counts.leaseLost += exhausted.length - recorded;
+    this.#countRecorded(exhausted, recorded, events);
+  }
+
+  /**
+   * Counts the failures a write recorded, and reports them to `onFailure`; the rest were lost to
+   * another relay (`leaseLost`), whose outcome they now are.
+   */
+  #countRecorded(
+    failures: readonly Failure[],
+    recorded: Set<string>,
+    events: Map<string, ClaimedEvent>,
+  ): void {
+    for (const failure of failures) {
+      if (!recorded.has(failure.id)) {
+        this.counts.leaseLost++;
+        continue;
+      }
+      if (failure.deadLetter) this.counts.deadLettered++;
+      else this.counts.retried++;
+      const event = events.get(failure.id);
+      if (event)
+        this.#deps.onFailure?.({
+          eventId: event.eventId,
+          reason: failure.error,
+          deadLettered: failure.deadLetter,
+        });
+    }
   }
 
   /**
@@ -501,16 +541,18 @@ class Pass {
    * died while sending the head would have charged them for it. A successor this lease no longer
    * owns is not sent; one over its attempts (started that often, each ending without an outcome)
    * is dead-lettered instead of sent, as an exhausted head is.
-   * @returns the events to send, and the dead-lettered successors to record with the round's outcomes
+   * @returns the events to send, and the dead-lettered successors (and their failures) to record
+   *   with the round's outcomes
    */
-  async startRound(): Promise<{ events: ClaimedEvent[]; failures: Failure[] }> {
+  async startRound(): Promise<{ events: ClaimedEvent[]; failures: Failure[]; exhausted: ClaimedEvent[] }> {
     let round: ClaimedEvent[] = [];
     for (const queue of this.#queues.values()) round.push(queue.shift() as ClaimedEvent);
     for (const [key, queue] of this.#queues) if (queue.length === 0) this.#queues.delete(key);
 
     const successors = round.filter((e) => !e.isHead);
     const failures: Failure[] = [];
-    if (successors.length === 0) return { events: round, failures };
+    const exhausted: ClaimedEvent[] = [];
+    if (successors.length === 0) return { events: round, failures, exhausted };
     const started = await this.#watchdog.statement(
       'start round',
       startRound(
@@ -519,6 +561,7 @@ class Pass {
         successors.map((e) => e.id),
       ),
     );
+    await this.checkpoint('started');
     this.#lease.started(started.keys());
     const skip = new Set<string>();
     for (const event of successors) {
@@ -532,16 +575,15 @@ class Pass {
       }
       event.attempts = attempts;
       if (attempts > this.#settings.maxAttempts) {
-        const failure = exhaustedFailure(event, this.#settings.maxAttempts);
-        failures.push(failure);
-        this.counts.deadLettered++;
-        this.#deps.onFailure?.({ eventId: event.eventId, reason: failure.error, deadLettered: true });
+        // counted once it is written (see settle): the lease may be lost before that
+        failures.push(exhaustedFailure(event, this.#settings.maxAttempts));
+        exhausted.push(event);
         skip.add(event.id);
         this.#stop(this.#keyOf(event), 0);
       }
     }
     if (skip.size > 0) round = round.filter((e) => !skip.has(e.id));
-    return { events: round, failures };
+    return { events: round, failures, exhausted };
   }
 
   /**
@@ -621,11 +663,14 @@ class Pass {
    * Records a round's outcomes: published rows marked, failures retried with backoff or
    * dead-lettered, and the rest of each failed aggregate handed back. Marked before the next
    * round is sent: an event is recorded as published before its successor leaves, which keeps
-   * re-publication after a crash to the events that need it.
+   * re-publication after a crash to the events that need it. Failures are counted (and reported)
+   * once written: a row whose lease was lost meanwhile is the new owner's outcome.
+   * @param exhausted the successors `startRound` dead-lettered, whose failures are `roundFailures`
    */
-  async settle(sent: SentEvent[], roundFailures: Failure[]): Promise<void> {
+  async settle(sent: SentEvent[], roundFailures: Failure[], exhausted: ClaimedEvent[]): Promise<void> {
     const publishedIds: string[] = [];
     const failures: Failure[] = roundFailures;
+    const events = new Map(exhausted.map((e) => [e.id, e]));
     for (const { event, outcome } of sent) {
       // Lost to another relay while the call was out (a renewal found it taken): not ours to write.
       if (!this.#lease.held.has(event.id)) continue;
@@ -635,13 +680,7 @@ class Pass {
       }
       const failure = this.#failureOf(event, outcome);
       failures.push(failure);
-      this.#deps.onFailure?.({
-        eventId: event.eventId,
-        reason: failure.error,
-        deadLettered: failure.deadLetter,
-      });
-      if (failure.deadLetter) this.counts.deadLettered++;
-      else this.counts.retried++;
+      events.set(event.id, event);
       // The rest of this aggregate's claim is handed back now (not at the end of the pass, when the
       // backoff may already have run out and another relay claimed the aggregate): behind a retry
       // it waits for the backoff; behind a dead letter (`continue`) it may go at once.
@@ -657,12 +696,8 @@ class Pass {
     this.#lease.settled([...publishedIds, ...failures.map((f) => f.id), ...releasing.map((r) => r.id)]);
     this.counts.published += marked;
     this.counts.released += released;
-    this.counts.leaseLost +=
-      publishedIds.length - marked + (failures.length - failed) + (releasing.length - released);
-    if (failed < failures.length) {
-      // Outcomes of rows we no longer own were not recorded; do not report them as ours.
-      this.counts.retried = Math.max(0, this.counts.retried - (failures.length - failed));
-    }
+    this.counts.leaseLost += publishedIds.length - marked + (releasing.length - released);
+    this.#countRecorded(failures, failed, events);
   }
 
   /** What a refused entry gets: a retry after its backoff, or a dead letter. */

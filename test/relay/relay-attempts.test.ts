@@ -7,6 +7,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Envelope } from '../../shared/platform/envelope.ts';
 import { enqueueMany } from '../../shared/producer/index.ts';
+import { Lease, type LeaseLeftover } from '../../shared/relay/lease.ts';
 import { relayOnce } from '../../shared/relay/loop.ts';
 import { abandonLease, claimBatch, startRound } from '../../shared/relay/sql/index.ts';
 import { cliEnv, collect, runCli, startCli } from '../support/cli.ts';
@@ -82,12 +83,18 @@ describe('attempts', () => {
     expect((await startRound(h.db.sql, crypto.randomUUID(), [a2])).size).toBe(0);
   });
 
-  it("a failed pass whose claim never answered gets back only the heads' attempts", async () => {
+  it('a failed pass gives each row it held the attempts it had before its lease', async () => {
     await seed('a', 3);
     await seed('b', 2);
-    const token = crypto.randomUUID();
-    await claimBatch(h.db.sql, claimOptions(token));
-    expect(await abandonLease(h.db.sql, token, { ordering: 'aggregate' })).toBe(5);
+    const lease = new Lease(30);
+    const claimed = await claimBatch(h.db.sql, claimOptions(lease.token));
+    lease.claimed(claimed);
+    // a#2's round started (its attempt spent) before the pass failed
+    await startRound(h.db.sql, lease.token, [claimed[1]?.id as string]);
+    expect(await abandonLease(h.db.sql, lease.token, lease.leftover as LeaseLeftover)).toHaveProperty(
+      'size',
+      5,
+    );
     const state = await h.db.sql<{ attempts: number; leased: boolean }[]>`
       select attempts, lease_token is not null as leased from outbox order by id`;
     expect(state).toEqual(Array.from({ length: 5 }, () => ({ attempts: 0, leased: false })));

@@ -21,8 +21,12 @@
  * command commits it), takes its next step with the bus accepting, failing entries (retryable, of
  * aggregate a; permanent, of aggregate a or of all), throttling, failing the whole request, or
  * accepting and losing the response; renews its lease; crashes at a checkpoint; or has its lease
- * run out. Time passes (backoffs and parks run out). An operator replays or discards a dead
- * letter. Prune runs with retention 0. Runs draw both dead-letter policies, and per-aggregate
+ * run out; has its claim's answer come too late (its pass already gave up on it), or the start of a
+ * round's successors answer too late (the pass fails there, the attempts spent on the server); and
+ * hands back its failed passes' leases, as its loop does before its next pass (each row handed back
+ * must have the attempts it had when that pass began). The two relays claim up to 3 and 2 events
+ * an aggregate (a rollout of new settings). Time passes (backoffs and parks run out). An operator
+ * replays or discards a dead letter. Prune runs with retention 0. Runs draw both dead-letter policies, and per-aggregate
  * order three times in four. A relay's command is done by the `pick`-th of the relays able to do
  * it when it runs, and a command with nothing to act on (no dead letter to replay or discard,
  * nothing committed to claim or prune) is skipped: the sequences stay dense with commands that do
@@ -39,6 +43,12 @@
  * a#1; relay 1 claims a#1 with a#2 as its successor and waits on a#2's row lock; relay 0 commits,
  * and relay 1's claim takes a#2 over.
  *
+ * Issue 31, each fix reverted in turn, three seeds each: a claim committed after its pass gave up
+ * (items 7 and 8) in the first 1 to 3 runs, shrunk to: produce 1 × a; a claim whose answer comes
+ * too late leases a#1. The hand-back returning only the attempts the lease knew it spent (item 9)
+ * in 13 to 34 runs, shrunk to: produce 2 × a; claim; next step (a#1 sent); next step, whose start
+ * of a#2 answers too late; hand back: a#2 left at 1 attempt.
+ *
  * Runs: `npm test` runs 250 sequences (on a 2-core machine about 25 s at load 3, 45 s at load 10).
  * For a long run: `OUTBOX_MODEL_RUNS=10000 OUTBOX_MODEL_SEED=n npm run test:model`. A failure prints
  * the seed, the path and the shrunk command sequence, one command a line; OUTBOX_MODEL_SEED,
@@ -50,12 +60,14 @@ import { describe, expect, it } from 'vitest';
 import type { Faults } from '../../dev/local-bus.ts';
 import { connect, type Sql } from '../../shared/platform/db.ts';
 import type { Envelope } from '../../shared/platform/envelope.ts';
+import { OutboxDeadlineError } from '../../shared/platform/errors.ts';
 import { enqueueMany } from '../../shared/producer/index.ts';
 import { Lease } from '../../shared/relay/lease.ts';
+import { UnreturnedLeases } from '../../shared/relay/loop.ts';
 import { discardDeadLetters, replayDeadLetters } from '../../shared/relay/operations/dead-letters.ts';
 import { prune } from '../../shared/relay/operations/prune.ts';
 import { type PassCheckpoint, relayPass } from '../../shared/relay/pass.ts';
-import { abandonLease, type ClaimOptions, claimBatch, renewLease } from '../../shared/relay/sql/index.ts';
+import { type ClaimOptions, claimBatch, claimBatchKept, renewLease } from '../../shared/relay/sql/index.ts';
 import type { ClaimedEvent } from '../../shared/relay/types.ts';
 import { useHarness } from '../support/harness.ts';
 import { testClient, testSettings } from '../support/relay.ts';
@@ -109,6 +121,10 @@ interface PassRun {
   expired: boolean;
   /** A claim held open in a transaction: answered, not committed yet. */
   claimTx?: { answered: boolean; committed: boolean; end: (commit: boolean) => void; done: Promise<void> };
+  /** The claim's own transaction, ended (committed or rolled back), for a claim the pass gave up on. */
+  claimEnded?: Promise<void>;
+  /** The next start of a round loses its answer: the pass fails there, as at a deadline. */
+  loseStart?: boolean;
   done: Promise<void>;
 }
 
@@ -116,6 +132,10 @@ interface RelaySlot {
   name: string;
   sql: Sql;
   run?: PassRun;
+  /** Leases of its failed passes, handed back by the loop's own code (the `hand back` command). */
+  unreturned: UnreturnedLeases;
+  /** Each failed pass's token, and every row's attempts when it began: what its hand-back restores. */
+  failed: { token: string; before: Map<string, number> }[];
 }
 
 interface Row {
@@ -175,7 +195,8 @@ const settingsFor = (slot: number, world: World) =>
     backoffBaseMs: 3_600_000,
     backoffMaxMs: 3_600_000,
     publishConcurrency: 1,
-    perAggregateLimit: 3,
+    // relays configured apart (a rollout): one may take a head without the successors another took
+    perAggregateLimit: slot === 1 ? 2 : 3,
     ordering: world.ordering,
     deadLetterPolicy: world.policy,
   });
@@ -224,17 +245,35 @@ async function settle(world: World): Promise<void> {
   }
 }
 
-function startPass(world: World, slot: number, holdOpen: boolean): void {
+/**
+ * Starts a pass of relay `slot`: its claim committed at once, or held open (`holdOpen`), or given
+ * up on by the pass before its answer came (`answerLost`: its deadline has passed as it starts).
+ */
+function startPass(world: World, slot: number, holdOpen: boolean, answerLost = false): void {
   const relay = world.relays[slot] as RelaySlot;
   const lease = new Lease(LEASE_SECONDS);
   const run: PassRun = { lease, finished: false, crashed: false, expired: false, done: Promise.resolve() };
   world.senders.set(settingsFor(slot, world).eventBusName, lease.token);
+  const before = new Map(
+    [...world.known.values()].flatMap((k) => (k.last && !k.deleted ? [[k.eventId, k.last.attempts]] : [])),
+  );
+  // A head's publication starts with a claim the pass took (and so committed).
   const observeClaim = (events: ClaimedEvent[]) => {
     for (const e of events) if (e.isHead) knownOf(world, e).starts.add(lease.token);
     return events;
   };
-  const claim = (o: ClaimOptions): Promise<ClaimedEvent[]> => {
-    if (!holdOpen) return claimBatch(relay.sql, o).then(observeClaim);
+  const claim = (o: ClaimOptions, keep: (events: ClaimedEvent[]) => void): Promise<ClaimedEvent[]> => {
+    if (!holdOpen) {
+      const claimed = claimBatchKept(relay.sql, o, (events) => {
+        keep(events);
+        observeClaim(events);
+      });
+      run.claimEnded = claimed.then(
+        () => {},
+        () => {},
+      );
+      return claimed;
+    }
     return new Promise<ClaimedEvent[]>((resolve, reject) => {
       let end: (commit: boolean) => void = () => {};
       const gate = new Promise<void>((res, rej) => {
@@ -248,7 +287,9 @@ function startPass(world: World, slot: number, holdOpen: boolean): void {
       run.claimTx = tx;
       tx.done = relay.sql
         .begin(async (t) => {
-          const events = observeClaim(await claimBatch(t, o));
+          const events = await claimBatch(t, o);
+          keep(events);
+          observeClaim(events);
           tx.answered = true;
           resolve(events);
           if (events.length > 0) await gate;
@@ -274,13 +315,27 @@ function startPass(world: World, slot: number, holdOpen: boolean): void {
     lease,
     {
       claim,
+      ...(answerLost ? { endBy: performance.now() - 1 } : {}),
       // Paused where interleaving matters: with the claim answered (other claims, replays and
       // producers act before this pass does anything with it) and with a round sent but not
       // marked (a crash there re-publishes; a successor's round has not started). A step runs
       // on through 'round' and 'finishing'.
+      // At 'started' (a round's start answered) the pass goes on, unless the step loses that
+      // answer: the start is counted (it spent attempts on the server), the pass fails.
       checkpoint: (at) =>
         new Promise<void>((resolve, reject) => {
-          if (at === 'round' || at === 'finishing') return resolve();
+          if (at === 'started' && run.loseStart) {
+            run.loseStart = false;
+            for (const id of lease.held)
+              if (!lease.spent.has(id)) {
+                const k = [...world.known.values()].find((n) => n.last?.id === id);
+                k?.starts.add(lease.token);
+              }
+            return reject(
+              new OutboxDeadlineError('start round', LEASE_SECONDS * 1000, 'its answer was lost'),
+            );
+          }
+          if (at === 'round' || at === 'started' || at === 'finishing') return resolve();
           run.at = at;
           run.resume = (crash) => {
             run.at = undefined;
@@ -298,9 +353,12 @@ function startPass(world: World, slot: number, holdOpen: boolean): void {
       run.finished = true;
       run.error = error;
       if (error instanceof Crash) return;
-      // A pass that failed otherwise (a deadlock between two claims): the loop hands its rows back.
-      const leftover = lease.leftover;
-      if (leftover) await abandonLease(relay.sql, lease.token, leftover);
+      // A pass that failed otherwise (a deadline, a deadlock between two claims): its rows are
+      // handed back by the loop before its next pass (the `hand back` command).
+      if (lease.leftover) {
+        relay.unreturned.add(lease);
+        relay.failed.push({ token: lease.token, before });
+      }
     },
   );
   relay.run = run;
@@ -551,18 +609,81 @@ const endProducer = (commit: boolean) =>
     },
   );
 
+const canClaim = (w: World, slot: number) =>
+  (!w.relays[slot]?.run ||
+    (w.relays[slot]?.run?.finished ?? false) ||
+    (w.relays[slot]?.run?.crashed ?? false)) &&
+  // with nothing committed left to claim a claim is a no-op (before this check, most were)
+  anyRow(w, (r) => !r.published && !r.dead);
+
 const claim = (pick: number, holdOpen: boolean) =>
+  relayCommand(`claim${holdOpen ? ' (commit held back)' : ''}`, pick, canClaim, async (w, slot) => {
+    startPass(w, slot, holdOpen);
+  });
+
+/**
+ * A claim whose answer comes after its pass gave up on it (a deadline): the pass fails, and the
+ * claim must lease and charge nothing (issue 31, items 7 and 8: it committed, and its hand-back
+ * searched for the token).
+ */
+const claimAnswerLost = (pick: number) =>
+  relayCommand('claim, its answer too late for the pass', pick, canClaim, async (w, slot) => {
+    startPass(w, slot, false, true);
+    const run = w.relays[slot]?.run as PassRun;
+    await run.done;
+    await run.claimEnded;
+    const [left] = await h.db.sql<{ n: number }[]>`
+      select count(*)::int as n from outbox where lease_token = ${run.lease.token}::uuid`;
+    if (left?.n) throw new Error(`a claim its pass gave up on leased ${left.n} rows`);
+  });
+
+/**
+ * The next step, in which the start of a round's successors answers too late: the start spent
+ * their attempts on the server, the pass fails without knowing it (issue 31, item 9).
+ */
+const stepStartLost = (pick: number) =>
+  relayCommand('next step (the start of its round answers too late)', pick, canStep, async (w, slot) => {
+    const run = w.relays[slot]?.run as PassRun;
+    run.loseStart = true;
+    try {
+      run.resume?.(false);
+      await deadline(settle(w), 'step');
+    } finally {
+      run.loseStart = false;
+    }
+  });
+
+/**
+ * The loop's hand-back of a relay's failed passes (before its next pass): each row it hands back
+ * gets the attempts it had when that pass began, whatever that pass spent, and whoever took
+ * other rows of it since.
+ */
+const handBack = (pick: number) =>
   relayCommand(
-    `claim${holdOpen ? ' (commit held back)' : ''}`,
+    "hand back its failed passes' leases",
     pick,
+    // as the loop does: before the relay's next pass, never beside one (on its one connection)
     (w, slot) =>
-      (!w.relays[slot]?.run ||
-        (w.relays[slot]?.run?.finished ?? false) ||
-        (w.relays[slot]?.run?.crashed ?? false)) &&
-      // with nothing committed left to claim a claim is a no-op (before this check, most were)
-      anyRow(w, (r) => !r.published && !r.dead),
+      (w.relays[slot]?.unreturned.size ?? 0) > 0 &&
+      (!w.relays[slot]?.run || (w.relays[slot]?.run?.finished ?? false)),
     async (w, slot) => {
-      startPass(w, slot, holdOpen);
+      const relay = w.relays[slot] as RelaySlot;
+      const tokens = relay.failed.map((f) => f.token);
+      const held = await h.db.sql<{ event_id: string; token: string }[]>`
+        select event_id, lease_token::text as token from outbox where lease_token = any(${tokens}::uuid[])`;
+      await relay.unreturned.handBack(relay.sql);
+      const after = new Map((await readRows()).map((r) => [r.event_id, r]));
+      for (const { event_id, token } of held) {
+        const row = after.get(event_id);
+        if (!row || row.lease_token === token) continue; // not handed back: locked, tried again later
+        const expected = relay.failed.find((f) => f.token === token)?.before.get(event_id) ?? 0;
+        if (row.attempts !== expected) {
+          throw new Error(
+            `${relay.name}'s hand-back left ${row.aggregate_id}#${row.sequence} at ${row.attempts} attempts, ${expected} when its pass began`,
+          );
+        }
+      }
+      if (relay.unreturned.size === 0) relay.failed = [];
     },
   );
 
@@ -753,6 +874,9 @@ const commands = [
         )
         .map(([s, o]) => step(s, o)),
     },
+    { weight: 1, arbitrary: picks.map((s) => claimAnswerLost(s)) },
+    { weight: 2, arbitrary: picks.map((s) => stepStartLost(s)) },
+    { weight: 2, arbitrary: picks.map((s) => handBack(s)) },
     { weight: 1, arbitrary: picks.map((s) => crash(s)) },
     { weight: 1, arbitrary: picks.map((s) => expire(s)) },
     { weight: 1, arbitrary: picks.map((s) => renew(s)) },
@@ -816,10 +940,10 @@ async function healAndCheck(world: World): Promise<void> {
         { sql: relay.sql, client: world.clients[0] as EventBridgeClient, settings, random: () => 0.5 },
         lease,
         {
-          claim: (o) =>
-            claimBatch(relay.sql, o).then((events) => {
+          claim: (o, keep) =>
+            claimBatchKept(relay.sql, o, (events) => {
               for (const e of events) if (e.isHead) knownOf(world, e).starts.add(o.leaseToken);
-              return events;
+              keep(events);
             }),
         },
       ),
@@ -845,7 +969,7 @@ describe('relay protocol (model-based)', () => {
   it(
     `keeps its invariants over ${RUNS} random interleavings of producers, relays, operators and prune`,
     async () => {
-      const relays: RelaySlot[] = Array.from({ length: RELAYS }, (_, i) => ({
+      const relays: { name: string; sql: Sql }[] = Array.from({ length: RELAYS }, (_, i) => ({
         name: `model-relay-${i}`,
         sql: connect({ url: h.db.url, max: 1, env: {}, applicationName: `model-relay-${i}` }),
       }));
@@ -883,7 +1007,12 @@ describe('relay protocol (model-based)', () => {
               const world: World = {
                 ordering,
                 policy,
-                relays: relays.map((r) => ({ name: r.name, sql: r.sql })),
+                relays: relays.map((r) => ({
+                  name: r.name,
+                  sql: r.sql,
+                  unreturned: new UnreturnedLeases(),
+                  failed: [],
+                })),
                 producer,
                 clients,
                 rolledBack: new Set(),

@@ -1,42 +1,38 @@
-/** Hands back every row still held by a failed pass's lease, attempts returned: token-guarded. */
+/** Hands back the rows a failed pass's lease still holds, by id, attempts restored: token-guarded. */
 import type { Sql } from '../../platform/index.ts';
 import type { LeaseLeftover } from '../lease.ts';
-import { pendingRow } from './conditions.ts';
+import { pendingRowById } from './conditions.ts';
 
 /**
- * Hands back every row still held by a lease whose pass failed (a connection lost or a deadline
+ * Hands back the rows still held by a lease whose pass failed (a connection lost or a deadline
  * missed mid-pass), returning the attempts the lease spent: a dropped or stalled connection is not
  * the event's fault, and repeated failures must not dead-letter healthy events. Some of these rows
  * may have reached the bus before the failure; they are published again (at least once).
- * @param leftover what the lease still holds (see {@link Lease.leftover}): the held rows and those
- *   of them whose attempt it spent, looked up by primary key; or, when the claim's answer never
- *   came, the claim's ordering, and the pending rows are searched for the token. The attempt is then
- *   returned on the rows the claim spent it on: every row with ordering `none`, else the lowest
- *   sequence of each aggregate (its head; the successors spent nothing)
- * @returns how many rows were handed back
+ * A row another transaction holds locked is skipped, never waited for: the hand-back runs before
+ * the relay's next claim, which must not wait behind someone else's transaction.
+ * @param leftover what the lease still holds (see {@link Lease.leftover}), looked up by primary key:
+ *   each row gets back the attempts it had before this lease (a start whose answer never came may
+ *   have spent one the pass does not know of). A claim whose answer never came left nothing: it
+ *   was rolled back (`claimBatchKept`).
+ * @returns the ids handed back
  */
 export async function abandonLease(
   sql: Sql,
   leaseToken: string,
-  leftover: LeaseLeftover = { ordering: 'aggregate' },
-): Promise<number> {
-  if ('held' in leftover) {
-    if (leftover.held.length === 0) return 0;
-    const r = await sql`
-      update outbox
-      set lease_token = null, lease_expires_at = null,
-          attempts = greatest(attempts - case when id = any(${leftover.spent}::int8[]) then 1 else 0 end, 0)
-      where id = any(${leftover.held}::int8[]) and lease_token = ${leaseToken}::uuid and ${pendingRow(sql)}`;
-    return r.count;
-  }
-  const r = await sql`
+  leftover: LeaseLeftover,
+): Promise<Set<string>> {
+  if (leftover.held.length === 0) return new Set();
+  // least(): never more than the row has, should a writer outside the protocol have lowered it
+  const rows = await sql<{ id: string }[]>`
+    with mine as (
+      select l.id from outbox l
+      where l.id = any(${leftover.held}::int8[]) and l.lease_token = ${leaseToken}::uuid and ${pendingRowById(sql)}
+      for no key update skip locked
+    )
     update outbox o
-    set lease_token = null, lease_expires_at = null,
-        attempts = greatest(o.attempts - case when ${leftover.ordering === 'none'}::boolean or o.sequence = (
-          select min(s.sequence) from outbox s
-          where s.lease_token = ${leaseToken}::uuid and s.published_at is null
-            and s.aggregate_type = o.aggregate_type and s.aggregate_id = o.aggregate_id
-        ) then 1 else 0 end, 0)
-    where o.lease_token = ${leaseToken}::uuid and ${pendingRow(sql)}`;
-  return r.count;
+    set lease_token = null, lease_expires_at = null, attempts = least(o.attempts, b.attempts)
+    from unnest(${leftover.held}::int8[], ${leftover.attemptsBefore}::int4[]) as b(id, attempts)
+    where o.id = b.id and o.id = any(array(select id from mine))
+    returning o.id`;
+  return new Set(rows.map((r) => r.id));
 }

@@ -15,7 +15,7 @@
  * event of the same aggregate. With a head, up to `perAggregateLimit − 1` of its successors are
  * claimed too; the publisher sends them one after the other.
  */
-import { compactJsonb, type Queryable } from '../../platform/index.ts';
+import { compactJsonb, type Queryable, type Sql } from '../../platform/index.ts';
 import type { ClaimedEvent } from '../types.ts';
 import {
   claimableNow,
@@ -92,6 +92,30 @@ export function toClaimedEvent(row: DbClaimedRow): ClaimedEvent {
 export async function claimBatch(sql: Queryable, o: ClaimOptions): Promise<ClaimedEvent[]> {
   const rows = o.ordering === 'none' ? await claimUnordered(sql, o) : await claimOrdered(sql, o);
   return rows.map(toClaimedEvent);
+}
+
+/**
+ * {@link claimBatch} in a transaction of its own, committed only once `keep` has taken the answer
+ * (it throws to roll back): a claim whose answer comes after its pass gave up, or never comes,
+ * leases and charges nothing, so a failed pass always knows the ids it may hold (issue 31: finding
+ * them by token read every pending row). The cost is the BEGIN and COMMIT round trips. Should the
+ * relay vanish between the answer and COMMIT (a frozen Lambda), the server ends the idle
+ * transaction after one lease length, as a committed lease would have expired (a transaction-local
+ * setting, which no pooler carries over).
+ */
+export function claimBatchKept(
+  sql: Sql,
+  o: ClaimOptions,
+  keep: (events: ClaimedEvent[]) => void,
+): Promise<ClaimedEvent[]> {
+  return sql.begin(async (tx) => {
+    const [, events] = await Promise.all([
+      tx`select set_config('idle_in_transaction_session_timeout', ${String(o.leaseSeconds * 1000)}, true)`,
+      claimBatch(tx, o),
+    ]);
+    keep(events);
+    return events;
+  });
 }
 
 function claimUnordered(sql: Queryable, o: ClaimOptions) {

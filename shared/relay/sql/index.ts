@@ -3,7 +3,13 @@
  * graphile-worker `src/sql` layout). No other relay module writes SQL.
  */
 export { abandonLease } from './abandon-lease.ts';
-export { type ClaimOptions, claimBatch, type DbClaimedRow, toClaimedEvent } from './claim-batch.ts';
+export {
+  type ClaimOptions,
+  claimBatch,
+  claimBatchKept,
+  type DbClaimedRow,
+  toClaimedEvent,
+} from './claim-batch.ts';
 export { claimableNow, pendingRow, pendingRowById, unpublishedRow } from './conditions.ts';
 export { countHeldBack, type HeldBack, type HoldBackPolicy, hasPending } from './has-pending.ts';
 export { markPublished } from './mark-published.ts';

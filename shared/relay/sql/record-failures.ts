@@ -21,15 +21,15 @@ export interface Failure {
 /**
  * Schedules retries (available again after the backoff, measured on the database clock) and
  * dead-letters rows, in one statement.
- * @returns how many rows this lease still owned
+ * @returns the ids this lease still owned and recorded; the rest were lost to another relay
  */
 export async function recordFailures(
   sql: Sql,
   leaseToken: string,
   failures: readonly Failure[],
-): Promise<number> {
-  if (failures.length === 0) return 0;
-  const result = await sql`
+): Promise<Set<string>> {
+  if (failures.length === 0) return new Set();
+  const rows = await sql<{ id: string }[]>`
     update outbox o
     set lease_token = null,
         lease_expires_at = null,
@@ -46,6 +46,7 @@ export async function recordFailures(
       ${failures.map((f) => (f.giveBackAttempt ? 'true' : 'false'))}::text[]::boolean[]
     ) as f(id, error, dead, retry_ms, give_back)
     where o.id = f.id and o.lease_token = ${leaseToken}::uuid
+    returning o.id
   `;
-  return result.count;
+  return new Set(rows.map((r) => r.id));
 }
