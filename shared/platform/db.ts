@@ -36,6 +36,13 @@ export interface ConnectOptions {
    * its tables). The relay's pools use `force_custom_plan` (`RELAY_PLAN_CACHE_MODE`).
    */
   planCacheMode?: 'auto' | 'force_custom_plan';
+  /**
+   * The sessions' `idle_in_transaction_session_timeout`, ms, a startup parameter on a connection
+   * straight to Postgres (behind a pooler it is the role's default: `ensureRoles`). The relay's
+   * claim transaction waits for its answer before COMMIT; a relay frozen in between holds its rows
+   * locked until the server ends the session. Default: the role's or server's.
+   */
+  idleInTransactionTimeoutMs?: number;
   env?: NodeJS.ProcessEnv;
 }
 
@@ -89,6 +96,9 @@ export function connect(options: ConnectOptions = {}): Sql {
           application_name: options.applicationName ?? 'outbox',
           statement_timeout: env[EnvVar.dbStatementTimeoutMs],
           ...(options.planCacheMode ? { plan_cache_mode: options.planCacheMode } : {}),
+          ...(options.idleInTransactionTimeoutMs
+            ? { idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs }
+            : {}),
         },
     // Named prepared statements are session state: a pooler runs the next transaction on another
     // server connection, where the statement does not exist (and RDS Proxy pins for them).

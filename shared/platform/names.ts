@@ -28,6 +28,15 @@ export type ServiceName = (typeof ServiceName)[keyof typeof ServiceName];
  */
 export const RELAY_INVOCATION_END = { minLeaseSeconds: 5, marginMs: 3_000 } as const;
 
+/**
+ * The relay role's `idle_in_transaction_session_timeout`, ms: the default lease (OUTBOX_LEASE_SECONDS).
+ * The claim's transaction commits only once the relay has its answer; should the relay freeze in
+ * between (a Lambda frozen mid-call), the server ends the session and the claim rolls back, no later
+ * than a committed lease would have expired. A role default, since a SET (or set_config) pins RDS
+ * Proxy sessions; a direct pool sends the configured lease as a startup parameter instead.
+ */
+export const RELAY_IDLE_IN_TRANSACTION_TIMEOUT_MS = 8_000;
+
 /** ms before its timeout at which a relay invocation stops polling (see {@link RELAY_INVOCATION_END}). */
 export const RELAY_STOPS_POLLING_BEFORE_TIMEOUT_MS =
   RELAY_INVOCATION_END.minLeaseSeconds * 1000 + RELAY_INVOCATION_END.marginMs;

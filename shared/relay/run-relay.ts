@@ -113,6 +113,7 @@ export function createRelay(options: CreateRelayOptions = {}): Relay {
       env,
       applicationName: options.applicationName ?? 'outbox-relay',
       planCacheMode: RELAY_PLAN_CACHE_MODE,
+      idleInTransactionTimeoutMs: settings.leaseSeconds * 1000,
       max: poolSize(relayPoolSize(settings.publishConcurrency), env),
     });
   const client = options.client ?? createEventBridgeClient(options.clientConfig);

@@ -5,10 +5,14 @@
  */
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startLocalBus } from '../../dev/local-bus.ts';
 import { connect, oneStatementPerConnection } from '../../shared/platform/index.ts';
 import { enqueue } from '../../shared/producer/index.ts';
+import { createRelay } from '../../shared/relay/index.ts';
 import { getStatus } from '../../shared/relay/operations/index.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
+import { testClient, testSettings } from '../support/relay.ts';
+import { startStallProxy } from '../support/stall-proxy.ts';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -84,6 +88,33 @@ describe('one statement per connection (transaction pooler mode)', () => {
       expect(row?.timeout).toBe('15s');
     } finally {
       await direct.end();
+    }
+  });
+
+  it('relays behind a pooler without a session setting: no SET, no set_config (RDS Proxy pins on both)', async () => {
+    const bus = await startLocalBus();
+    const url = new URL(db.url);
+    const proxy = await startStallProxy({ host: url.hostname, port: Number(url.port || 5432) });
+    const relay = createRelay({
+      url: proxy.urlFor(db.url),
+      env: { OUTBOX_DB_POOLER: 'transaction' },
+      client: testClient(bus.url),
+      settings: testSettings(),
+    });
+    try {
+      await db.sql`truncate outbox, outbox_aggregate`;
+      await db.sql.begin((tx) =>
+        enqueue(tx, { type: 'T', source: 's', aggregateType: 'a', aggregateId: 'pooled', payload: {} }),
+      );
+      const result = await relay.run({ untilEmpty: true, maxConsecutiveErrors: 1 });
+      expect(result.published).toBe(1);
+      expect(proxy.sent).toContain('lease_token');
+      // A statement that starts with SET (after the message header's NUL), or set_config anywhere.
+      expect(proxy.sent).not.toMatch(/\0\s*set\s|set_config/i);
+    } finally {
+      await relay.close();
+      await proxy.close();
+      await bus.close();
     }
   });
 });

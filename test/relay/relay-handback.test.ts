@@ -281,3 +281,25 @@ describe('leases left to hand back (item 7)', () => {
     expect(a).toEqual(Array.from({ length: 3 }, () => ({ attempts: 0, leased: false })));
   }, 30_000);
 });
+
+describe('a relay frozen inside its claim transaction', () => {
+  it('holds its rows no longer than the session idle timeout the relay pool sends; they come back unleased and unspent', async () => {
+    await seed('frozen', 1);
+    // The relay pool's startup parameter (createRelay sends the lease); behind a pooler the role's default.
+    const frozen = connect({ url: h.db.url, max: 1, env: {}, idleInTransactionTimeoutMs: 1_000 });
+    try {
+      const held = frozen.begin(async (tx) => {
+        const claimed = await claimBatch(tx, claimOptions('00000000-0000-4000-8000-0000000f0000'));
+        expect(claimed.map((c) => c.aggregateId)).toContain('frozen');
+        await new Promise((resolve) => setTimeout(resolve, 2_500)); // frozen between answer and COMMIT
+      });
+      await expect(held).rejects.toBeTruthy(); // the server ended the session: COMMIT never happened
+      const row = await rowOf('frozen', 1);
+      expect(row).toMatchObject({ attempts: 0, leased: false });
+      const again = await claimBatch(h.db.sql, claimOptions('00000000-0000-4000-8000-0000000f0001'));
+      expect(again.map((c) => c.aggregateId)).toContain('frozen');
+    } finally {
+      await frozen.end({ timeout: 1 });
+    }
+  });
+});

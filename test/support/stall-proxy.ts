@@ -20,6 +20,8 @@ export interface StallProxy {
   readonly held: boolean;
   /** Connections accepted so far. */
   readonly accepted: number;
+  /** Everything clients sent, as latin1 text: statement texts can be searched in it. */
+  readonly sent: string;
   /** Destroys every connection and stops listening. */
   close(): Promise<void>;
 }
@@ -28,6 +30,7 @@ export interface StallProxy {
 export async function startStallProxy(target: { host: string; port: number }): Promise<StallProxy> {
   let held = false;
   let accepted = 0;
+  const sent: Buffer[] = [];
   let timer: NodeJS.Timeout | undefined;
   /** Held actions, in arrival order across all connections. */
   const queue: (() => void)[] = [];
@@ -42,7 +45,10 @@ export async function startStallProxy(target: { host: string; port: number }): P
       s.on('close', () => sockets.delete(s));
       s.on('error', () => {}); // the other side is closed below
     }
-    client.on('data', (chunk) => later(() => upstream.write(chunk)));
+    client.on('data', (chunk) => {
+      sent.push(chunk);
+      later(() => upstream.write(chunk));
+    });
     upstream.on('data', (chunk) => later(() => client.write(chunk)));
     client.on('close', () => later(() => upstream.end()));
     upstream.on('close', () => later(() => client.end()));
@@ -76,6 +82,9 @@ export async function startStallProxy(target: { host: string; port: number }): P
     },
     get accepted() {
       return accepted;
+    },
+    get sent() {
+      return Buffer.concat(sent).toString('latin1');
     },
     close: () =>
       new Promise<void>((resolve) => {

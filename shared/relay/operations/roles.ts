@@ -25,6 +25,7 @@ import {
   databasePasswords,
   migrate,
   type OutboxRoles,
+  RELAY_IDLE_IN_TRANSACTION_TIMEOUT_MS,
   redactError,
 } from '../../platform/index.ts';
 
@@ -83,6 +84,9 @@ export async function ensureRoles(
         // The claim planned at every call, for the table as it is now (RELAY_PLAN_CACHE_MODE):
         // for a pool of the user's own that prepares statements and sends no plan_cache_mode.
         'alter role %I set plan_cache_mode = force_custom_plan',
+        // The claim's transaction never idles past a round trip; a relay frozen inside it is cut
+        // off after a lease (RELAY_IDLE_IN_TRANSACTION_TIMEOUT_MS), with no SET (which would pin).
+        `alter role %I set idle_in_transaction_session_timeout = '${RELAY_IDLE_IN_TRANSACTION_TIMEOUT_MS}ms'`,
       ],
     ],
     [

@@ -100,8 +100,9 @@ export async function claimBatch(sql: Queryable, o: ClaimOptions): Promise<Claim
  * leases and charges nothing, so a failed pass always knows the ids it may hold (issue 31: finding
  * them by token read every pending row). The cost is the BEGIN and COMMIT round trips. Should the
  * relay vanish between the answer and COMMIT (a frozen Lambda), the server ends the idle
- * transaction after one lease length, as a committed lease would have expired (a transaction-local
- * setting, which no pooler carries over).
+ * transaction after one lease: the session's `idle_in_transaction_session_timeout`, the relay
+ * role's default or the relay pool's startup parameter (no SET or set_config: RDS Proxy pins on
+ * them, test/platform/pooler.test.ts).
  */
 export function claimBatchKept(
   sql: Sql,
@@ -109,10 +110,7 @@ export function claimBatchKept(
   keep: (events: ClaimedEvent[]) => void,
 ): Promise<ClaimedEvent[]> {
   return sql.begin(async (tx) => {
-    const [, events] = await Promise.all([
-      tx`select set_config('idle_in_transaction_session_timeout', ${String(o.leaseSeconds * 1000)}, true)`,
-      claimBatch(tx, o),
-    ]);
+    const events = await claimBatch(tx, o);
     keep(events);
     return events;
   });

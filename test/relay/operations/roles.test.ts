@@ -441,12 +441,15 @@ describe('database roles, each doing its real work as itself', () => {
       'statement_timeout=7000ms',
       'jit=off',
       'plan_cache_mode=force_custom_plan',
+      'idle_in_transaction_session_timeout=8000ms',
     ]);
-    // A client that sends no startup parameter (as behind RDS Proxy) gets the role's default.
+    // A client that sends no startup parameter (as behind RDS Proxy) gets the role's defaults.
     const plain = postgres(testRoles.urlOf(roles.relay), { max: 1, onnotice: () => {} });
-    const [current] = await plain<{ t: string }[]>`select current_setting('statement_timeout') as t`;
+    const [current] = await plain<{ t: string; idle: string }[]>`
+      select current_setting('statement_timeout') as t,
+             current_setting('idle_in_transaction_session_timeout') as idle`;
     await plain.end();
-    expect(current?.t).toBe('7s');
+    expect(current).toEqual({ t: '7s', idle: '8s' });
   });
 
   it('turns JIT off for the relay and the monitor, on the role (no SET, which pins RDS Proxy sessions)', async () => {
