@@ -34,17 +34,11 @@ export function prebuiltBundle(name: HandlerName): string | undefined {
 
 /**
  * How the project's Lambdas are bundled: ESM for Node 24, minified, locally with esbuild (no
- * Docker), our pinned AWS SDK clients included rather than the runtime's copy.
- *
- * - `mainFields: ['module', 'main']`: the packages' ES module builds, which esbuild can tree-shake;
- *   the relay bundle goes from 1,026 to 839 KiB with the same code (bench/, `npm run bench`).
- * - No source map, but function names kept (`keepNames`): stack traces read `at parseEnv`, not
- *   `at Pb`. Measured on the relay bundle in a process with a 128 MB function's heap limits, a map
- *   read through `--enable-source-maps` cost 15–18 ms and 10–19 MB of RSS at init, and formatting
- *   the first error's stack took 45–65 ms and lifted RSS by another 28–38 MB, to 116–128 MB: at
- *   the limit of a 128 MB function, exactly when something is already failing. Names cost 42 KiB
- *   and 4 ms of init. To ship maps anyway, pass your own `bundling` with `sourceMap: true` and
- *   `sourcesContent: false`.
+ * Docker), our pinned AWS SDK clients included rather than the runtime's copy; the packages' ES
+ * module builds first (`mainFields`), so esbuild can tree-shake them; no source map, but function
+ * names kept (`keepNames`), since reading a map costs a small function's memory exactly when
+ * something fails (docs/investigations.md#the-lambda-bundles). To ship maps anyway, pass your own
+ * `bundling` with `sourceMap: true` and `sourcesContent: false`.
  */
 export const OUTBOX_BUNDLING: nodejs.BundlingOptions = {
   format: nodejs.OutputFormat.ESM,

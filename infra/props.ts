@@ -11,24 +11,17 @@ import type { OutboxDatabaseProps, OutboxMigrationProps } from './database.ts';
 /**
  * The relay's default memory, MB: the smallest size whose share of a vCPU lets one invocation reach
  * the PutEvents bound at the default settings (4 calls in flight × 10 entries / 20 ms = 2,000
- * events/s); docs/performance.md#lambda-sizing-at-20-ms-bus-latency, from `npm run bench`. The bundled handler measured about
- * 7,800 events per CPU-second at 20 ms bus latency, so 256 MB (14.5 % of a vCPU) moves about
- * 1,130 events/s, CPU-bound, while 512 MB (28.9 %) reaches the 2,000; above 512 MB more memory
- * buys nothing unless OUTBOX_PUBLISH_CONCURRENCY is raised. Memory itself does not decide: over
- * 100,000 events the handler peaked at 121–128 MB RSS with a 128 MB function's heap limits and
- * 162 MB with 512 MB's. The price: $17.28 a month for a relay polling all the time at 512 MB (Arm,
- * us-east-1) against $8.64 at 256 MB; per event, both about $0.003 per million.
+ * events/s); above it more memory buys nothing unless OUTBOX_PUBLISH_CONCURRENCY is raised
+ * (docs/performance.md#lambda-sizing-at-20-ms-bus-latency, docs/investigations.md#the-relays-default-memory).
  */
 export const DEFAULT_RELAY_MEMORY_MB = 512;
 
 /**
  * How much longer than its schedule's period the relay's timeout is by default, s. An invocation
- * polls until 8 s before its timeout (RELAY_STOPS_POLLING_BEFORE_TIMEOUT_MS), so with
- * `rate(1 minute)` and 90 s each one is still polling 22 s after its successor was due: the
- * successor may be that late (Scheduler's delay, a cold start) before anything stops polling.
- * Measured as deployed (`npm run bench -- --only lambda-lag`, docs/performance.md#commit-to-bus-lag-as-deployed-the-relay-bundle-on-its-schedule-100-eventss-20-ms-bus-latency-3-invocation-boundaries). The price:
- * two relays poll at once for up to 22 s a minute, so the relay runs about 82 s of Lambda time a
- * minute instead of 52 s, and opens two pools of connections at the peak.
+ * polls until 8 s before its timeout, so with `rate(1 minute)` and 90 s each one still polls 22 s
+ * after its successor was due, which may be that late (Scheduler's delay, a cold start); the price
+ * is two relays polling at once for up to 22 s a minute
+ * (docs/investigations.md#the-relays-timeout-overlap).
  */
 export const RELAY_TIMEOUT_OVERLAP_SECONDS = 30;
 /** Below this much overlap, s, the construct warns: a late or cold successor leaves a gap. */

@@ -6,9 +6,8 @@
  * parsing so that a bad value fails with a message naming the variable instead of surfacing later
  * as NaN or undefined.
  *
- * `zod/mini`, the one zod build of the project: the full build attaches every method to every
- * schema, so importing it pulls all of zod into a bundle, 459 of the relay bundle's 886 KiB;
- * `zod/mini`'s functions are tree-shaken to what is used (about 25 KiB with the English messages).
+ * `zod/mini`, the one zod build of the project: its functions tree-shake to what is used, where
+ * the full build puts all of zod into every bundle (docs/investigations.md#the-lambda-bundles).
  */
 import { en } from 'zod/locales';
 import * as z from 'zod/mini';

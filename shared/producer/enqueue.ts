@@ -15,8 +15,7 @@
  * take the same locks in the same order and follow the same rules: `outbox_enqueue` for one event
  * without an idempotency key, `outbox_enqueue_many` for several events or any key. The first is
  * one function call where `outbox_enqueue_many` would make two (it hands such an event to
- * `outbox_enqueue`): about 87 µs of database CPU per enqueue transaction instead of 103 µs
- * (statement.ts).
+ * `outbox_enqueue`), which saves database CPU at every enqueue (statement.ts).
  *
  * Locks: each call takes, and holds until the caller's transaction commits or rolls back,
  * 1. a transaction-scoped advisory lock per idempotency key (sorted), then

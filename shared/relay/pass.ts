@@ -146,12 +146,8 @@ export interface CallSignal {
  * A signal aborted when `parent` aborts (with its reason) or after `ms` (with a `TimeoutError`
  * `DOMException`, as `AbortSignal.timeout` gives), for one PutEvents call.
  *
- * Not `AbortSignal.any([parent, AbortSignal.timeout(ms)])`: the SDK adds several abort listeners
- * per call, and each listener added to a composite signal makes Node track the composite against
- * its sources. In a CPU profile of the relay the composite signals cost about 3 µs per event (30 µs
- * per 10-entry call); with one controller, one timer and one listener the relay spent 2 µs less
- * CPU per event at 0 ms bus latency and 9 µs less at 20 ms (in-process, 20,000 events, medians of
- * alternating runs).
+ * Not `AbortSignal.any([parent, AbortSignal.timeout(ms)])`: composite signals cost the relay
+ * measurable CPU per event (docs/investigations.md#one-controller-per-putevents-call).
  */
 export function callSignal(parent: AbortSignal, ms: number): CallSignal {
   const controller = new AbortController();

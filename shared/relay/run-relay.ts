@@ -20,15 +20,11 @@ import type { RelayFailure } from './pass.ts';
 import { checkEventBridgeClient, createEventBridgeClient } from './publish.ts';
 
 /**
- * The relay's sessions plan every statement at each call (`plan_cache_mode`). The claim's best plan
- * depends on how many rows are pending, which changes faster than ANALYZE runs: a generic plan
- * kept from a 20-row table read the whole backlog once for every row its head walk met (227
- * million rows, 44 s, with 15,000 rows pending), where a plan made for the table as it is read a
- * few thousand (test/relay/claim-plan.test.ts). Planning at every call costs about 1 ms of the
- * database's CPU per claim and 4 µs per event with the other statements' (`npm run
- * bench:statements`, 2 cores); through RDS Proxy (unnamed statements) every statement was planned
- * at each call anyway. Sent by the relay's own pool, and set on the relay role (`ensureRoles`)
- * for a pool of the user's own.
+ * The relay's sessions plan every statement at each call (`plan_cache_mode`): the claim's best plan
+ * depends on how many rows are pending, which changes faster than ANALYZE runs, and a plan kept
+ * from a small table read the whole backlog for every row (test/relay/claim-plan.test.ts,
+ * docs/investigations.md#stalls-in-the-soak-and-their-fixes). Sent by the relay's own pool, and
+ * set on the relay role (`ensureRoles`) for a pool of the user's own.
  */
 export const RELAY_PLAN_CACHE_MODE = 'force_custom_plan';
 

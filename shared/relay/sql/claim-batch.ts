@@ -162,41 +162,9 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
   const batchSize = settingInText(sql, o.batchSize);
   const perAggregateLimit = settingInText(sql, o.perAggregateLimit);
   const successorLimit = settingInText(sql, o.perAggregateLimit - 1);
-  // Parking. The head walk (`heads`) reads outbox_pending_idx in (available_at, id) order and
-  // steps over every row that is not its aggregate's head; a hot aggregate's long backlog would be
-  // stepped over again by every claim, starving the rest of the table. So the claim parks what its
-  // walk stepped over: in the range the walk covered (up to the last head it took when it took a
-  // full batch, else every available row), the rows beyond their aggregate's head, the group
-  // that will be claimed with it and the next head (sequence > head + perAggregateLimit; behind a
-  // dead letter that blocks its aggregate under \`block\`, every row) get available_at pushed out
-  // by a lease length, and the next walks do not reach them. Successors are claimed whatever their
-  // available_at (`candidates`), and a relay whose group completes unparks its aggregate's next
-  // event (unparkNextEvents), so a park only ever delays a row, never loses it. A claim tests the
-  // first 10,000 rows it stepped over; rows further on are parked by the next claims, each of
-  // which walks only what is still unparked (a 100,000-event burst ahead of the rest: ten claims).
-  // Rows behind a blocked dead letter (policy `block`) are parked too, all of them: they could not
-  // be claimed anyway. What is never parked, and so stepped over by every walk, is at most
-  // perAggregateLimit rows an aggregate: the group after a head that is in flight or waiting. The
-  // bound counts rows tested, not parked: where more than 10,000 such rows come first in the walk
-  // (perAggregateLimit rows behind each of more than 1,000 heads in flight or in backoff), a claim
-  // parks nothing further on, and a hot backlog behind them is walked again until they clear.
-  // The head test is this statement's snapshot: a group completed since is not seen, but only rows
-  // beyond head + perAggregateLimit as seen are parked, past the next head of any group claimed
-  // from that head, so parking a new head (which then waits out the park, one lease length) takes
-  // two groups of one aggregate completing while this statement runs (or one, where published rows
-  // sit between unfinished ones: a dead letter replayed after later events of its aggregate went
-  // out).
-  //
-  // Why not park "the claimed head's backlog beyond its group" (what migration 002's index on
-  // (aggregate, available_at) served, dropped by migration 013 to save its write at every
-  // enqueue): through outbox_unfinished_by_aggregate_idx (aggregate, sequence) that reads the
-  // aggregate's parked rows again on every claim of its head (a 100,000-event backlog: every row,
-  // every claim), while the walk's range is what the claim has just read: parking it costs a second
-  // pass over the same index range, and a head test only for the rows that were not heads (the
-  // claim's own heads are excluded first, so a claim that stepped over nothing pays no probe).
-  // Measured (npm run bench -- --only claim, a 100,000-event backlog ahead of 10,000 aggregates):
-  // the index did not even serve it there, the planner chose (aggregate, sequence) and re-read the
-  // parked backlog at every claim of the hot head.
+  // Parking: rows the head walk stepped over (beyond their aggregate's next group, or behind a
+  // blocking dead letter) get available_at pushed out by a lease, so a hot aggregate's backlog is
+  // not walked by every claim; a park only delays a row (docs/investigations.md#the-claims-parking).
   return sql<DbClaimedRow[]>`
     with heads as (
       select h.id, h.aggregate_type, h.aggregate_id, h.sequence, h.available_at
