@@ -19,6 +19,7 @@ import {
   markParkedForReplay,
   type ParkedEvent,
   type ParkedSelection,
+  parkedOutcome,
 } from '../operations/index.ts';
 import { EXIT } from './errors.ts';
 import type { OperationsContext } from './operations.ts';
@@ -206,14 +207,13 @@ async function invokeEach(
         { abortSignal: AbortSignal.timeout(timeoutSeconds * 1000) },
       );
       const payload = answer.Payload ? Buffer.from(answer.Payload).toString('utf8') : '';
-      const [record] = await sql<{ outcome: string }[]>`
-        select outcome from inbox_message where consumer = ${p.consumer} and event_id = ${p.eventId}`;
-      if (answer.FunctionError || record?.outcome !== 'processed') {
+      const outcome = await parkedOutcome(sql, p.consumer, p.eventId);
+      if (answer.FunctionError || outcome !== 'processed') {
         ctx.err(
           `${p.eventId} (${p.type} ${p.aggregateType}/${p.aggregateId} #${p.sequence}): not applied` +
             (answer.FunctionError
               ? ` — the function failed (${answer.FunctionError}): ${payload.slice(0, 500)}`
-              : ` — the function answered ${payload.slice(0, 200) || 'nothing'} but the record is ${record?.outcome ?? 'gone'}: is ${functionName} the function of consumer ${p.consumer}?`),
+              : ` — the function answered ${payload.slice(0, 200) || 'nothing'} but the record is ${outcome ?? 'gone'}: is ${functionName} the function of consumer ${p.consumer}?`),
         );
         ctx.err(
           'stopped: the remaining events stay marked for replay; run the command again once the cause is fixed',

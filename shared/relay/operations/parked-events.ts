@@ -18,6 +18,7 @@ import {
   deleteExpiredMessages,
   discardParkedRows,
   markReplaying,
+  selectInboxOutcome,
   selectParked,
 } from './sql/index.ts';
 
@@ -129,4 +130,16 @@ export async function discardParked(
   reason: string,
 ): Promise<number> {
   return discardParkedRows(sql, selection.consumer, selection.eventIds ?? null, reason);
+}
+
+/**
+ * The outcome of an event's inbox record after a replay (`processed` once the consumer applied it),
+ * or undefined when the record is gone.
+ */
+export function parkedOutcome(
+  sql: Queryable,
+  consumer: string,
+  eventId: string,
+): Promise<string | undefined> {
+  return selectInboxOutcome(sql, consumer, eventId);
 }

@@ -12,7 +12,13 @@ export { deleteIdempotencyKeys } from './delete-idempotency-keys.ts';
 export { deleteExpiredChains, deleteExpiredGaps, deleteExpiredMessages } from './delete-inbox-expired.ts';
 export { deletePublished } from './delete-published.ts';
 export { discardDeadLetterRows } from './discard-dead-letters.ts';
-export { type DbParkedEvent, discardParkedRows, markReplaying, selectParked } from './parked.ts';
+export {
+  type DbParkedEvent,
+  discardParkedRows,
+  markReplaying,
+  selectInboxOutcome,
+  selectParked,
+} from './parked.ts';
 export { replayDeadLetterRows } from './replay-dead-letters.ts';
 export { type DeadLetterCriteria, selectDeadLetterIds } from './select-dead-letter-ids.ts';
 export {

@@ -74,3 +74,17 @@ export async function discardParkedRows(
     where ${parkedRow(sql, consumer, eventIds)}`;
   return r.count;
 }
+
+/**
+ * The outcome of one event's inbox record (`processed`, `parked`, `replaying`, `discarded`), or
+ * undefined when there is none: what a replay reads back after invoking the consumer.
+ */
+export async function selectInboxOutcome(
+  sql: Queryable,
+  consumer: string,
+  eventId: string,
+): Promise<string | undefined> {
+  const [record] = await sql<{ outcome: string }[]>`
+    select outcome from inbox_message where consumer = ${consumer} and event_id = ${eventId}`;
+  return record?.outcome;
+}
