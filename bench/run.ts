@@ -67,7 +67,7 @@ interface Section {
   relayCpu?: boolean;
   /** Needs `cdk synth` (the relay bundle and the template). */
   bundle?: boolean;
-  run: (b: Bench) => Promise<void>;
+  run: (bench: Bench) => Promise<void>;
 }
 
 /** The sections, in the order they run. */
@@ -85,29 +85,34 @@ const SECTIONS: Section[] = [
   {
     names: ['lambda-lag'],
     bundle: true,
-    run: async (b) => {
-      b.results.lambdaLag = await lambdaLag(b.deployedContext(), b.P.lambdaLag);
+    run: async (bench) => {
+      bench.results.lambdaLag = await lambdaLag(bench.deployedContext(), bench.params.lambdaLag);
     },
   },
   {
     names: ['lambda-scale'],
     bundle: true,
-    run: async (b) => {
-      b.results.lambdaScale = await lambdaScale(b.deployedContext(), b.P.lambdaScale);
+    run: async (bench) => {
+      bench.results.lambdaScale = await lambdaScale(bench.deployedContext(), bench.params.lambdaScale);
     },
   },
   {
     // The outbox's cost in the user's database: WAL and server CPU per event, beside the plain design.
     names: ['db-cost'],
-    run: async (b) => {
-      b.results.dbCost = await dbCost(b, { events: 20_000, aggregates: 5_000, clients: 4, repeats: 3 });
+    run: async (bench) => {
+      bench.results.dbCost = await dbCost(bench, {
+        events: 20_000,
+        aggregates: 5_000,
+        clients: 4,
+        repeats: 3,
+      });
     },
   },
   {
     // What each part of an enqueue costs the database: the plain INSERT built up to outbox_enqueue.
     names: ['enqueue-anatomy'],
-    run: async (b) => {
-      b.results.enqueueAnatomy = await enqueueAnatomy(b, {
+    run: async (bench) => {
+      bench.results.enqueueAnatomy = await enqueueAnatomy(bench, {
         events: 20_000,
         aggregates: 5_000,
         clients: 4,
@@ -118,23 +123,23 @@ const SECTIONS: Section[] = [
   {
     // An enqueue's database CPU as instructions counted by callgrind: deterministic, unlike CPU time.
     names: ['enqueue-instructions'],
-    run: async (b) => {
+    run: async (bench) => {
       const events = Number(values['instructions-events'] ?? 2_000);
       if (!Number.isInteger(events) || events < 1) {
         throw new Error(
           `--instructions-events: ${JSON.stringify(values['instructions-events'])} is not a whole number of transactions of at least 1`,
         );
       }
-      b.results.enqueueInstructions = await enqueueInstructions(b, { events, aggregates: 500 });
+      bench.results.enqueueInstructions = await enqueueInstructions(bench, { events, aggregates: 500 });
     },
   },
   {
     names: ['economy'],
     long: true,
     bundle: true,
-    run: async (b) => {
-      b.results.economy = await economy(b.deployedContext(), {
-        ...b.P.economy,
+    run: async (bench) => {
+      bench.results.economy = await economy(bench.deployedContext(), {
+        ...bench.params.economy,
         ...(values['economy-gap-seconds'] === undefined
           ? {}
           : { meanGapMs: Number(values['economy-gap-seconds']) * 1000 }),

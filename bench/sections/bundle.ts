@@ -4,9 +4,9 @@ import { bundleComposition, type LambdaAsset } from '../support/bundle.ts';
 import { median } from '../support/processes.ts';
 
 /** Runs the section (its parts check `want` themselves). */
-export async function runBundle(b: Bench): Promise<void> {
-  const { P, root, checkouts, results, baselineDir, report, log, MB, want, assets, hostInit } = b;
-  const asset = b.assets.get(b.root);
+export async function runBundle(bench: Bench): Promise<void> {
+  const { params, root, checkouts, results, baselineDir, report, log, MB, want, assets, hostInit } = bench;
+  const asset = bench.assets.get(bench.root);
   // 8. Bundle size, composition, cold init and what source maps cost.
   if (want('bundle') && asset) {
     const composition = await bundleComposition(`${root}functions/relay/handler.ts`, OUTBOX_BUNDLING);
@@ -40,8 +40,8 @@ export async function runBundle(b: Bench): Promise<void> {
     );
     const samples = new Map<string, { runs: Record<string, number>[]; errors: Record<string, number>[] }>();
     for (const v of variants) samples.set(v.name, { runs: [], errors: [] });
-    log(`bundle: cold init, ${variants.length} variants × ${P.initRepeats} runs, alternating`);
-    for (let i = 0; i < P.initRepeats; i++) {
+    log(`bundle: cold init, ${variants.length} variants × ${params.initRepeats} runs, alternating`);
+    for (let i = 0; i < params.initRepeats; i++) {
       for (const v of variants) {
         const s = samples.get(v.name) as { runs: Record<string, number>[]; errors: Record<string, number>[] };
         s.runs.push(await hostInit(v.a, 'init', 128, v.env));
@@ -89,7 +89,7 @@ export async function runBundle(b: Bench): Promise<void> {
   |---|---|---|---|---|---|---|---|
   ${rows.join('\n')}
 
-  Init: importing the bundle, which validates the configuration and constructs the database pool and the EventBridge client, in a process with the heap limits of a 128 MB function (median of ${P.initRepeats}, variants alternating). An init error: the bundle imported without EVENT_BUS_NAME, the configuration error's stack formatted as the runtime logs it.`,
+  Init: importing the bundle, which validates the configuration and constructs the database pool and the EventBridge client, in a process with the heap limits of a 128 MB function (median of ${params.initRepeats}, variants alternating). An init error: the bundle imported without EVENT_BUS_NAME, the configuration error's stack formatted as the runtime logs it.`,
     );
   }
 }

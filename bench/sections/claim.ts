@@ -3,8 +3,8 @@ import { claimBatch } from '../../shared/relay/sql/index.ts';
 import type { Bench } from '../support/bench.ts';
 
 /** Runs the section (its parts check `want` themselves). */
-export async function runClaim(b: Bench): Promise<void> {
-  const { P, results, sql, bus, dbUrl, reset, seed, pct, report, log, want, runRelayProcess } = b;
+export async function runClaim(bench: Bench): Promise<void> {
+  const { params, results, sql, bus, dbUrl, reset, seed, pct, report, log, want, runRelayProcess } = bench;
   // 6. Claim latency: empty history vs a large published history, and under a held-open transaction.
   if (want('claim')) {
     await bus.setFaults({});
@@ -40,9 +40,9 @@ export async function runClaim(b: Bench): Promise<void> {
     await sql`
       insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload, published_at)
       select 'old', g::text, 1, 'OrderPlaced', 'bench.orders', '{}'::jsonb, now() - interval '1 day'
-      from generate_series(1, ${P.bloatRows}) g`;
+      from generate_series(1, ${params.bloatRows}) g`;
     await sql`analyze outbox`;
-    const history = await measureClaims(`${P.bloatRows} published rows`);
+    const history = await measureClaims(`${params.bloatRows} published rows`);
 
     // A hot aggregate with a 100,000-event backlog at the front of the queue, then 10,000 cold
     // aggregates: parking keeps the head walk from stepping over the backlog on every claim (each
@@ -54,7 +54,7 @@ export async function runClaim(b: Bench): Promise<void> {
 
     // A transaction held open elsewhere keeps VACUUM from removing dead tuples while rows are relayed.
     await reset();
-    await seed(P.gridRows);
+    await seed(params.gridRows);
     const holder = postgres(dbUrl, { max: 1, onnotice: () => {} });
     let holderPid = 0;
     const held = holder
@@ -69,14 +69,16 @@ export async function runClaim(b: Bench): Promise<void> {
     while (holderPid === 0) await new Promise((r) => setTimeout(r, 10));
     await runRelayProcess();
     await seed(10_000, 'after-');
-    const bloated = await measureClaims(`after relaying ${P.gridRows} rows with a transaction held open`);
+    const bloated = await measureClaims(
+      `after relaying ${params.gridRows} rows with a transaction held open`,
+    );
     // Cancel, not terminate: a terminated connection can crash the driver (porsager/postgres#1154).
     await sql`select pg_cancel_backend(${holderPid})`;
     await held;
     await holder.end({ timeout: 1 });
-    results.claim = { empty, history, hot, bloated, historyRows: P.bloatRows };
+    results.claim = { empty, history, hot, bloated, historyRows: params.bloatRows };
     report(
-      `### Claim latency (100 heads, ms)\n\n| table | p50 | p99 |\n|---|---|---|\n| 10,000 pending, no history | ${empty.p50} | ${empty.p99} |\n| + ${P.bloatRows.toLocaleString('en')} published rows | ${history.p50} (${(history.p50 / empty.p50).toFixed(2)}×) | ${history.p99} |\n| a hot aggregate's 100,000-event backlog ahead of 10,000 others | ${hot.p50} (first claim ${hot.first}, ${hot.firstCold} cold heads) | ${hot.p99} |\n| after relaying ${P.gridRows} rows under a held-open transaction | ${bloated.p50} | ${bloated.p99} |`,
+      `### Claim latency (100 heads, ms)\n\n| table | p50 | p99 |\n|---|---|---|\n| 10,000 pending, no history | ${empty.p50} | ${empty.p99} |\n| + ${params.bloatRows.toLocaleString('en')} published rows | ${history.p50} (${(history.p50 / empty.p50).toFixed(2)}×) | ${history.p99} |\n| a hot aggregate's 100,000-event backlog ahead of 10,000 others | ${hot.p50} (first claim ${hot.first}, ${hot.firstCold} cold heads) | ${hot.p99} |\n| after relaying ${params.gridRows} rows under a held-open transaction | ${bloated.p50} | ${bloated.p99} |`,
     );
   }
 }

@@ -1,19 +1,19 @@
 import type { Bench } from '../support/bench.ts';
 
 /** Runs the section (its parts check `want` themselves). */
-export async function runGrid(b: Bench): Promise<void> {
-  const { P, results, bus, reset, seed, rate, report, log, want, runRelayProcess, ourFixedUs } = b;
+export async function runGrid(bench: Bench): Promise<void> {
+  const { params, results, bus, reset, seed, rate, report, log, want, runRelayProcess, ourFixedUs } = bench;
   // 4. Grid: batch size × PutEvents concurrency at 20 ms.
   if (want('grid')) {
     await bus.setFaults({ latencyMs: 20 });
-    const header = `| batch \\ concurrency | ${P.grid.concurrency.join(' | ')} |`;
-    const rows = [header, `|---|${P.grid.concurrency.map(() => '---').join('|')}|`];
+    const header = `| batch \\ concurrency | ${params.grid.concurrency.join(' | ')} |`;
+    const rows = [header, `|---|${params.grid.concurrency.map(() => '---').join('|')}|`];
     const out: unknown[] = [];
-    for (const batch of P.grid.batch) {
+    for (const batch of params.grid.batch) {
       const cells: string[] = [];
-      for (const concurrency of P.grid.concurrency) {
+      for (const concurrency of params.grid.concurrency) {
         await reset();
-        await seed(P.gridRows);
+        await seed(params.gridRows);
         log(`grid: batch ${batch}, concurrency ${concurrency}`);
         const r = await runRelayProcess({
           OUTBOX_BATCH_SIZE: String(batch),

@@ -4,8 +4,8 @@ import type { Bench } from '../support/bench.ts';
 import { startMeasured } from '../support/processes.ts';
 
 /** Runs the section (its parts check `want` themselves). */
-export async function runLag(b: Bench): Promise<void> {
-  const { P, root, results, defaults, bus, busEnv, dbUrl, reset, pct, report, log, want } = b;
+export async function runLag(bench: Bench): Promise<void> {
+  const { params, root, results, defaults, bus, busEnv, dbUrl, reset, pct, report, log, want } = bench;
   // 5. Lag from commit to bus at a steady offered load, default settings.
   if (want('lag')) {
     await bus.setFaults({ latencyMs: 20 });
@@ -15,13 +15,13 @@ export async function runLag(b: Bench): Promise<void> {
       args: [`${root}shared/relay/bin/outbox.js`, 'relay', '--quiet'],
       env: busEnv,
     });
-    log(`lag: ${P.lagRate} events/s for ${P.lagSeconds} s`);
+    log(`lag: ${params.lagRate} events/s for ${params.lagSeconds} s`);
     const producerSql = connect({ url: dbUrl, max: 8, env: {} });
     const start = performance.now();
     let sent = 0;
     const inflight = new Set<Promise<void>>();
-    while (performance.now() - start < P.lagSeconds * 1000) {
-      const due = Math.floor(((performance.now() - start) / 1000) * P.lagRate);
+    while (performance.now() - start < params.lagSeconds * 1000) {
+      const due = Math.floor(((performance.now() - start) / 1000) * params.lagRate);
       while (sent < due) {
         sent++;
         const p = producerSql
@@ -61,7 +61,7 @@ export async function runLag(b: Bench): Promise<void> {
     };
     results.lag = summary;
     report(
-      `### Commit-to-bus lag, ${P.lagRate} events/s offered for ${P.lagSeconds} s, 20 ms bus latency, default settings (poll ${defaults.pollIntervalMs} ms)\n\n| offered | delivered | p50 | p99 | max |\n|---|---|---|---|---|\n| ${summary.offered} | ${summary.delivered} | ${summary.p50} ms | ${summary.p99} ms | ${summary.max} ms |`,
+      `### Commit-to-bus lag, ${params.lagRate} events/s offered for ${params.lagSeconds} s, 20 ms bus latency, default settings (poll ${defaults.pollIntervalMs} ms)\n\n| offered | delivered | p50 | p99 | max |\n|---|---|---|---|---|\n| ${summary.offered} | ${summary.delivered} | ${summary.p50} ms | ${summary.p99} ms | ${summary.max} ms |`,
     );
   }
 }

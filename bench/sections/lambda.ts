@@ -8,9 +8,9 @@ import { median, SCRIPTS, startMeasured } from '../support/processes.ts';
 import { LAMBDA_PRICE, recommendedMemory, SIZING_MEMORY_MB, sizingRow } from '../support/sizing.ts';
 
 /** Runs the section (its parts check `want` themselves). */
-export async function runLambda(b: Bench): Promise<void> {
+export async function runLambda(bench: Bench): Promise<void> {
   const {
-    P,
+    params,
     root,
     checkouts,
     results,
@@ -25,8 +25,8 @@ export async function runLambda(b: Bench): Promise<void> {
     assets,
     lambdaEnv,
     hostInit,
-  } = b;
-  const asset = b.assets.get(b.root);
+  } = bench;
+  const asset = bench.assets.get(bench.root);
   // 9. The bundled handler over 100,000 events at 128, 256 and 512 MB, invoked as Lambda invokes it.
   const lambdaPeakRss = new Map<number, number>();
   let lambdaEventsPerCpuSecond: number | undefined;
@@ -103,26 +103,26 @@ export async function runLambda(b: Bench): Promise<void> {
   }
   if (want('lambda') && asset) {
     const out: (Awaited<ReturnType<typeof runLambda>> & { checkout: string })[] = [];
-    for (const memoryMb of P.lambdaMemory) {
+    for (const memoryMb of params.lambdaMemory) {
       for (const c of checkouts) {
-        log(`lambda (${c.label}): ${memoryMb} MB, ${P.lambdaRows} rows at 0 ms`);
-        const f = await runLambda(assets.get(c.dir) as LambdaAsset, memoryMb, P.lambdaRows, 0);
+        log(`lambda (${c.label}): ${memoryMb} MB, ${params.lambdaRows} rows at 0 ms`);
+        const f = await runLambda(assets.get(c.dir) as LambdaAsset, memoryMb, params.lambdaRows, 0);
         if (c.dir === root) lambdaPeakRss.set(memoryMb, f.peakRssMB);
         out.push({ ...f, checkout: c.label });
       }
     }
     // CPU per event of the bundled handler at 20 ms, for the sizing table (start-up excluded).
-    log(`lambda: 256 MB, ${P.lambdaCpuRows} rows at 20 ms`);
-    const cpuRun = await runLambda(asset, 256, P.lambdaCpuRows, 20);
+    log(`lambda: 256 MB, ${params.lambdaCpuRows} rows at 20 ms`);
+    const cpuRun = await runLambda(asset, 256, params.lambdaCpuRows, 20);
     const initRuns: number[] = [];
     for (let i = 0; i < 3; i++) initRuns.push((await hostInit(asset, 'init', 256, {})).cpuUs);
     const initCpu = median(initRuns);
-    const cpuPerEvent = (cpuRun.cpuUs - initCpu) / P.lambdaCpuRows;
+    const cpuPerEvent = (cpuRun.cpuUs - initCpu) / params.lambdaCpuRows;
     lambdaEventsPerCpuSecond = Math.round(1e6 / cpuPerEvent);
     results.lambda = { runs: out, at20ms: { ...cpuRun, cpuPerEventUs: Math.round(cpuPerEvent) } };
     const many = checkouts.length > 1;
     report(
-      `### The bundled relay handler over ${P.lambdaRows.toLocaleString('en')} events, invoked as Lambda invokes it (0 ms bus latency)
+      `### The bundled relay handler over ${params.lambdaRows.toLocaleString('en')} events, invoked as Lambda invokes it (0 ms bus latency)
 
   | memory (heap limits as Lambda sets them)${many ? ' | checkout' : ''} | peak RSS | peak heap used / total | RSS after init | peak heap: backlog > 80 % → < 20 % | peak RSS: backlog > 80 % → < 20 % | events/s | CPU per event | invocations |
   |---|${many ? '---|' : ''}---|---|---|---|---|---|---|---|
@@ -133,7 +133,7 @@ export async function runLambda(b: Bench): Promise<void> {
     )
     .join('\n')}
 
-  The host imports \`index.mjs\` from the relay's asset in \`cdk.out\` with the function's synthesised environment (NODE_OPTIONS included), in a process started with the runtime bootstrap's flags for that memory, then invokes the handler with a scheduler-shaped event and a context whose deadline is the function's timeout (60 s), again and again as a warm container would, until the bus has every event. Peak RSS is the process's getrusage maximum; heap figures are sampled every 100 ms. Lambda's own runtime client, which shares the process, is not included (a few MB). CPU per event includes init. At 20 ms (256 MB, ${P.lambdaCpuRows} events): ${cpuRun.eventsPerSecond} events/s, ${Math.round(cpuPerEvent)} µs of CPU per event after init, ${lambdaEventsPerCpuSecond} events per CPU-second.`,
+  The host imports \`index.mjs\` from the relay's asset in \`cdk.out\` with the function's synthesised environment (NODE_OPTIONS included), in a process started with the runtime bootstrap's flags for that memory, then invokes the handler with a scheduler-shaped event and a context whose deadline is the function's timeout (60 s), again and again as a warm container would, until the bus has every event. Peak RSS is the process's getrusage maximum; heap figures are sampled every 100 ms. Lambda's own runtime client, which shares the process, is not included (a few MB). CPU per event includes init. At 20 ms (256 MB, ${params.lambdaCpuRows} events): ${cpuRun.eventsPerSecond} events/s, ${Math.round(cpuPerEvent)} µs of CPU per event after init, ${lambdaEventsPerCpuSecond} events per CPU-second.`,
     );
   }
 

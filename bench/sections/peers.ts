@@ -11,9 +11,9 @@ import { lineChart } from '../support/chart.ts';
 import { median, runMeasured } from '../support/processes.ts';
 
 /** Runs the section (its parts check `want` themselves). */
-export async function runPeers(b: Bench): Promise<void> {
+export async function runPeers(bench: Bench): Promise<void> {
   const {
-    P,
+    params,
     root,
     results,
     defaults,
@@ -28,7 +28,7 @@ export async function runPeers(b: Bench): Promise<void> {
     want,
     measureRelay,
     relayAt,
-  } = b;
+  } = bench;
   // 2. The peers, each a process of its own, at three bus latencies.
   interface PeerFigures {
     eventsPerSecond: number;
@@ -69,16 +69,16 @@ export async function runPeers(b: Bench): Promise<void> {
     const naiveFixed = await fixedCpu(naiveArgs(0));
     const pgtoFixed = await fixedCpu(pgtoArgs(0, 0, PGTO_TUNED));
     let pgto = PGTO_TUNED;
-    if (P.pgtoGrid.length > 0) {
+    if (params.pgtoGrid.length > 0) {
       // Tuning grid at 20 ms: pick the best throughput, as a user following the library's README would.
       await bus.setFaults({ latencyMs: 20 });
       const tried: { settings: PgtoSettings; eventsPerSecond: number }[] = [];
-      for (const s of P.pgtoGrid) {
-        await seedPgTransactionalOutbox(sql, P.rows);
+      for (const s of params.pgtoGrid) {
+        await seedPgTransactionalOutbox(sql, params.rows);
         log(`peers: pg-transactional-outbox tuning ${JSON.stringify(s)}`);
         tried.push({
           settings: s,
-          eventsPerSecond: (await runPeer(pgtoArgs(P.rows, 8_000, s), pgtoFixed)).eventsPerSecond,
+          eventsPerSecond: (await runPeer(pgtoArgs(params.rows, 8_000, s), pgtoFixed)).eventsPerSecond,
         });
       }
       tried.sort((a, b) => b.eventsPerSecond - a.eventsPerSecond);
@@ -94,18 +94,18 @@ export async function runPeers(b: Bench): Promise<void> {
       );
     }
     const rows: string[] = [];
-    for (const latency of P.latencies) {
-      const n = latency >= 100 ? P.slowRows : P.rows;
+    for (const latency of params.latencies) {
+      const n = latency >= 100 ? params.slowRows : params.rows;
       const ours = relayAt.get(latency) ?? ((await measureRelay(latency, n, 1))[0] as RelayFigures);
       await bus.setFaults({ latencyMs: latency });
       await reset();
       await seed(n);
-      log(`peers: naive baseline at ${latency} ms (budget ${P.peerBudgetMs} ms)`);
-      const naive = await runPeer(naiveArgs(P.peerBudgetMs), naiveFixed);
+      log(`peers: naive baseline at ${latency} ms (budget ${params.peerBudgetMs} ms)`);
+      const naive = await runPeer(naiveArgs(params.peerBudgetMs), naiveFixed);
       await reset();
       await seedPgTransactionalOutbox(sql, n);
-      log(`peers: pg-transactional-outbox at ${latency} ms (budget ${P.peerBudgetMs} ms)`);
-      const p = await runPeer(pgtoArgs(n, P.peerBudgetMs, pgto), pgtoFixed);
+      log(`peers: pg-transactional-outbox at ${latency} ms (budget ${params.peerBudgetMs} ms)`);
+      const p = await runPeer(pgtoArgs(n, params.peerBudgetMs, pgto), pgtoFixed);
       await seedPgTransactionalOutbox(sql, 0);
       const oursFig = {
         eventsPerSecond: ours.eventsPerSecond,
@@ -126,7 +126,7 @@ export async function runPeers(b: Bench): Promise<void> {
   |---|---|---|---|---|---|---|
   ${rows.join('\n')}
 
-  This relay at its defaults over ${P.rows} events (${P.slowRows} at 100 ms); the peers over the same kind of backlog for up to ${P.peerBudgetMs / 1000} s each. pg-transactional-outbox's polling listener: one segment per aggregate, \`nextMessagesBatchSize\` ${pgto.batchSize}, \`nextMessagesPollingIntervalInMs\` ${pgto.pollingIntervalMs}, handler pool ${pgto.poolSize} connections (one per message in flight), one PutEvents per message; its polling function looks at the oldest message of every segment on each call, so with one aggregate per event it reads the whole backlog per poll. CPU per event excludes each process's start-up (a run over an empty table).`,
+  This relay at its defaults over ${params.rows} events (${params.slowRows} at 100 ms); the peers over the same kind of backlog for up to ${params.peerBudgetMs / 1000} s each. pg-transactional-outbox's polling listener: one segment per aggregate, \`nextMessagesBatchSize\` ${pgto.batchSize}, \`nextMessagesPollingIntervalInMs\` ${pgto.pollingIntervalMs}, handler pool ${pgto.poolSize} connections (one per message in flight), one PutEvents per message; its polling function looks at the oldest message of every segment on each call, so with one aggregate per event it reads the whole backlog per poll. CPU per event excludes each process's start-up (a run over an empty table).`,
     );
     const svg = lineChart(
       'This relay against the peers',

@@ -1,14 +1,14 @@
 import type { Bench, RelayFigures } from '../support/bench.ts';
 
 /** Runs the section (its parts check `want` themselves). */
-export async function runRelayCpu(b: Bench): Promise<void> {
-  const { P, checkouts, results, defaults, report, want, measureRelay, relayFixedUs, relayAt } = b;
+export async function runRelayCpu(bench: Bench): Promise<void> {
+  const { params, checkouts, results, defaults, report, want, measureRelay, relayFixedUs, relayAt } = bench;
   // 1. CPU per event, events/s and peak RSS of `outbox relay --until-empty` at the defaults.
   if (want('relay')) {
     const rows: string[] = [];
     const all: RelayFigures[] = [];
     for (const latency of [0, 20]) {
-      const figures = await measureRelay(latency, P.rows, P.repeats, checkouts);
+      const figures = await measureRelay(latency, params.rows, params.repeats, checkouts);
       const [ours] = figures;
       if (ours) relayAt.set(latency, ours);
       all.push(...figures);
@@ -21,7 +21,7 @@ export async function runRelayCpu(b: Bench): Promise<void> {
     results.relay = { byLatency: all };
     const checkoutColumn = checkouts.length > 1 ? ' | checkout' : '';
     report(
-      `### The relay's CPU per event: \`outbox relay --until-empty\`, ${P.rows} events (one aggregate each), default settings, median of ${P.repeats}
+      `### The relay's CPU per event: \`outbox relay --until-empty\`, ${params.rows} events (one aggregate each), default settings, median of ${params.repeats}
 
   | bus latency${checkoutColumn} | events/s | CPU per event (user + sys) | events per CPU-second | whole process per event | peak RSS | load per core |
   |---|${checkouts.length > 1 ? '---|' : ''}---|---|---|---|---|---|
@@ -38,7 +38,7 @@ export async function runRelayCpu(b: Bench): Promise<void> {
     const rows: string[] = [];
     const all: RelayFigures[] = [];
     for (const latency of [0, 20]) {
-      const figures = await measureRelay(latency, P.rows, P.repeats, checkouts, perAggregate);
+      const figures = await measureRelay(latency, params.rows, params.repeats, checkouts, perAggregate);
       all.push(...figures);
       for (const f of figures) {
         rows.push(
@@ -49,7 +49,7 @@ export async function runRelayCpu(b: Bench): Promise<void> {
     results.rounds = { perAggregate, byLatency: all };
     const checkoutColumn = checkouts.length > 1 ? ' | checkout' : '';
     report(
-      `### Rounds: \`outbox relay --until-empty\`, ${P.rows} events, ${perAggregate} per aggregate, default settings, median of ${P.repeats}
+      `### Rounds: \`outbox relay --until-empty\`, ${params.rows} events, ${perAggregate} per aggregate, default settings, median of ${params.repeats}
 
   | bus latency${checkoutColumn} | events/s | CPU per event (user + sys) | whole process per event | load per core |
   |---|${checkouts.length > 1 ? '---|' : ''}---|---|---|---|

@@ -3,8 +3,8 @@ import { cpus } from 'node:os';
 import type { Bench } from '../support/bench.ts';
 
 /** Runs the section (its parts check `want` themselves). */
-export async function runScale(b: Bench): Promise<void> {
-  const { P, results, bus, reset, seed, rate, report, log, want, runRelayProcess } = b;
+export async function runScale(bench: Bench): Promise<void> {
+  const { params, results, bus, reset, seed, rate, report, log, want, runRelayProcess } = bench;
   // 11. Scale-out: 1, 2 and 4 relay processes over the same backlog at 20 ms.
   /** Busy and total jiffies of all cores, from /proc/stat. */
   function cpuJiffies(): { busy: number; total: number } {
@@ -24,10 +24,10 @@ export async function runScale(b: Bench): Promise<void> {
       busCpuCores: number;
       minShare: number;
     }[] = [];
-    for (const k of P.scaleRelays) {
+    for (const k of params.scaleRelays) {
       await reset();
-      await seed(P.scaleRows);
-      log(`scale: ${k} relay process(es) over ${P.scaleRows} rows at 20 ms`);
+      await seed(params.scaleRows);
+      log(`scale: ${k} relay process(es) over ${params.scaleRows} rows at 20 ms`);
       const before = cpuJiffies();
       const busBefore = bus.cpuMs();
       const t = performance.now();
@@ -36,7 +36,8 @@ export async function runScale(b: Bench): Promise<void> {
       const after = cpuJiffies();
       const busCores = (bus.cpuMs() - busBefore) / ms;
       const published = runs.reduce((n, r) => n + r.published, 0);
-      if (published < P.scaleRows) throw new Error(`scale-out published ${published} of ${P.scaleRows}`);
+      if (published < params.scaleRows)
+        throw new Error(`scale-out published ${published} of ${params.scaleRows}`);
       out.push({
         relays: k,
         eventsPerSecond: rate(published, ms),
@@ -49,7 +50,7 @@ export async function runScale(b: Bench): Promise<void> {
     const single = out[0]?.eventsPerSecond ?? 1;
     results.scale = out;
     report(
-      `### Scale-out: relay processes over the same ${P.scaleRows.toLocaleString('en')}-event backlog at 20 ms
+      `### Scale-out: relay processes over the same ${params.scaleRows.toLocaleString('en')}-event backlog at 20 ms
 
   | relays | events/s | per relay, share of one relay's figure | speed-up | machine CPU busy | relays' CPU (cores) | local bus CPU (cores) | smallest relay's share of the events |
   |---|---|---|---|---|---|---|---|

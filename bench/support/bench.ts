@@ -63,7 +63,7 @@ export async function openBench(options: BenchOptions) {
   }
 
   return {
-    P: benchParameters(full, options.schedulerDelay),
+    params: benchParameters(full, options.schedulerDelay),
     full,
     root,
     baselineDir,
