@@ -66,7 +66,7 @@ export interface PruneResult {
  * Deletes expired rows, batch by batch, until none is left or the time budget is spent.
  * @throws database errors; batches already committed stay deleted
  */
-export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResult> {
+export async function prune(sql: Queryable, options: PruneOptions): Promise<PruneResult> {
   const started = performance.now();
   const result: PruneResult = {
     publishedDeleted: 0,
@@ -76,19 +76,23 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
     batches: [],
     durationMs: 0,
     complete: true,
-    dryRun: o.dryRun ?? false,
+    dryRun: options.dryRun ?? false,
   };
-  if (o.dryRun) {
-    const row = await countExpiredRows(sql, o.publishedRetentionSeconds, o.deadLetterRetentionSeconds);
+  if (options.dryRun) {
+    const row = await countExpiredRows(
+      sql,
+      options.publishedRetentionSeconds,
+      options.deadLetterRetentionSeconds,
+    );
     result.publishedDeleted = Number(row?.published ?? 0);
     result.deadLettersDeleted = Number(row?.dead ?? 0);
-    if (o.idempotencyKeyRetentionSeconds !== undefined) {
+    if (options.idempotencyKeyRetentionSeconds !== undefined) {
       // Keys whose event would be gone after this run: already gone, or about to be pruned.
       const keys = await countExpiredKeys(
         sql,
-        o.idempotencyKeyRetentionSeconds,
-        o.publishedRetentionSeconds,
-        o.deadLetterRetentionSeconds,
+        options.idempotencyKeyRetentionSeconds,
+        options.publishedRetentionSeconds,
+        options.deadLetterRetentionSeconds,
       );
       result.idempotencyKeysDeleted = Number(keys?.n ?? 0);
     }
@@ -99,8 +103,8 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
   const kinds = [
     'published',
     'dead',
-    ...(o.inboxRetentionSeconds === undefined ? [] : (['inbox'] as const)),
-    ...(o.idempotencyKeyRetentionSeconds === undefined ? [] : (['keys'] as const)),
+    ...(options.inboxRetentionSeconds === undefined ? [] : (['inbox'] as const)),
+    ...(options.idempotencyKeyRetentionSeconds === undefined ? [] : (['keys'] as const)),
   ] as const;
   // The deletes (sql/delete-*.ts) lock nothing ahead (no FOR UPDATE, which would need UPDATE
   // privilege the monitor's role does not have, and should not: it could then mark rows
@@ -111,19 +115,23 @@ export async function prune(sql: Queryable, o: PruneOptions): Promise<PruneResul
   // locks only pending rows).
   for (const kind of kinds) {
     for (;;) {
-      if (performance.now() - started > o.timeBudgetMs) {
+      if (performance.now() - started > options.timeBudgetMs) {
         result.complete = false;
         result.durationMs = Math.round(performance.now() - started);
         return result;
       }
       const deleted =
         kind === 'published'
-          ? await deletePublished(sql, o.publishedRetentionSeconds, o.batchSize)
+          ? await deletePublished(sql, options.publishedRetentionSeconds, options.batchSize)
           : kind === 'dead'
-            ? await deleteDeadLetters(sql, o.deadLetterRetentionSeconds, o.batchSize)
+            ? await deleteDeadLetters(sql, options.deadLetterRetentionSeconds, options.batchSize)
             : kind === 'inbox'
-              ? await pruneInboxBatch(sql, o.inboxRetentionSeconds ?? 0, o.batchSize)
-              : await deleteIdempotencyKeys(sql, o.idempotencyKeyRetentionSeconds ?? 0, o.batchSize);
+              ? await pruneInboxBatch(sql, options.inboxRetentionSeconds ?? 0, options.batchSize)
+              : await deleteIdempotencyKeys(
+                  sql,
+                  options.idempotencyKeyRetentionSeconds ?? 0,
+                  options.batchSize,
+                );
       if (deleted === 0) break;
       result.batches.push(deleted);
       if (kind === 'published') result.publishedDeleted += deleted;

@@ -89,8 +89,9 @@ export function toClaimedEvent(row: DbClaimedRow): ClaimedEvent {
  * dies while sending the head has not started the successors' publication.
  * @returns the claimed events, ordered by aggregate then sequence
  */
-export async function claimBatch(sql: Queryable, o: ClaimOptions): Promise<ClaimedEvent[]> {
-  const rows = o.ordering === 'none' ? await claimUnordered(sql, o) : await claimOrdered(sql, o);
+export async function claimBatch(sql: Queryable, options: ClaimOptions): Promise<ClaimedEvent[]> {
+  const rows =
+    options.ordering === 'none' ? await claimUnordered(sql, options) : await claimOrdered(sql, options);
   return rows.map(toClaimedEvent);
 }
 
@@ -106,28 +107,28 @@ export async function claimBatch(sql: Queryable, o: ClaimOptions): Promise<Claim
  */
 export function claimBatchKept(
   sql: Sql,
-  o: ClaimOptions,
+  options: ClaimOptions,
   keep: (events: ClaimedEvent[]) => void,
 ): Promise<ClaimedEvent[]> {
   return sql.begin(async (tx) => {
-    const events = await claimBatch(tx, o);
+    const events = await claimBatch(tx, options);
     keep(events);
     return events;
   });
 }
 
-function claimUnordered(sql: Queryable, o: ClaimOptions) {
+function claimUnordered(sql: Queryable, options: ClaimOptions) {
   return sql<DbClaimedRow[]>`
     with picked as (
       select id from outbox
       where ${pendingRow(sql)} and ${claimableNow(sql)}
       order by available_at, id
-      limit ${o.batchSize}
+      limit ${options.batchSize}
       for update skip locked
     )
     update outbox o
-    set lease_token = ${o.leaseToken}::uuid,
-        lease_expires_at = now() + make_interval(secs => ${o.leaseSeconds}),
+    set lease_token = ${options.leaseToken}::uuid,
+        lease_expires_at = now() + make_interval(secs => ${options.leaseSeconds}),
         attempts = o.attempts + 1
     where o.id = any(array(select id from picked))
     returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.type_sequence, o.event_type, o.source,
@@ -157,11 +158,11 @@ function settingInText(sql: Queryable, n: number | boolean) {
 /** Rows stepped over that one claim tests for parking, at most. */
 const PARK_SCAN_LIMIT = 10_000;
 
-function claimOrdered(sql: Queryable, o: ClaimOptions) {
-  const block = settingInText(sql, o.deadLetterPolicy === 'block');
-  const batchSize = settingInText(sql, o.batchSize);
-  const perAggregateLimit = settingInText(sql, o.perAggregateLimit);
-  const successorLimit = settingInText(sql, o.perAggregateLimit - 1);
+function claimOrdered(sql: Queryable, options: ClaimOptions) {
+  const block = settingInText(sql, options.deadLetterPolicy === 'block');
+  const batchSize = settingInText(sql, options.batchSize);
+  const perAggregateLimit = settingInText(sql, options.perAggregateLimit);
+  const successorLimit = settingInText(sql, options.perAggregateLimit - 1);
   // Parking: rows the head walk stepped over (beyond their aggregate's next group, or behind a
   // blocking dead letter) get available_at pushed out by a lease, so a hot aggregate's backlog is
   // not walked by every claim; a park only delays a row (docs/investigations.md#the-claims-parking).
@@ -228,7 +229,7 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
     ),
     parked as (
       update outbox w
-      set available_at = now() + make_interval(secs => ${o.leaseSeconds})
+      set available_at = now() + make_interval(secs => ${options.leaseSeconds})
       where w.id = any(array(
         -- Locked without waiting: a row another claim holds (one parking the same rows, having
         -- walked the same range) is skipped, left to a later claim. Waiting would tie this claim
@@ -309,8 +310,8 @@ function claimOrdered(sql: Queryable, o: ClaimOptions) {
       select id from heads union all select id from successors
     )
     update outbox o
-    set lease_token = ${o.leaseToken}::uuid,
-        lease_expires_at = now() + make_interval(secs => ${o.leaseSeconds}),
+    set lease_token = ${options.leaseToken}::uuid,
+        lease_expires_at = now() + make_interval(secs => ${options.leaseSeconds}),
         -- only the head starts its publication now; a successor's attempt is spent when its round
         -- starts (startRound), so a relay that dies while sending the head costs them nothing
         attempts = o.attempts + case when o.id = any(array(select id from heads)) then 1 else 0 end
