@@ -494,11 +494,17 @@ export interface MonitorSettings {
   metricNamespace: string;
   /** Set when the monitor scales the relays out (a relay function is named and `maxRelays` > 1). */
   scaleOut?: {
+    /** Name or ARN of the relay function. */
     relayFunctionName: string;
+    /** Most relays at once, the scheduled one included (1: never scale out). */
     maxRelays: number;
+    /** Claimable events per relay: `ceil(claimable / backlogPerRelay)` relays are wanted. */
     backlogPerRelay: number;
+    /** Longest an extra relay polls, counted from the start of the monitor's invocation, seconds. */
     forSeconds: number;
+    /** The relay's `OUTBOX_ORDERING`: with `aggregate` and `block`, a dead letter holds rows back. */
     ordering: 'aggregate' | 'none';
+    /** The relay's `OUTBOX_DEAD_LETTER_POLICY`. */
     deadLetterPolicy: 'continue' | 'block';
   };
 }

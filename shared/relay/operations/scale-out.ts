@@ -15,24 +15,16 @@
  * so the construct checks at synth time that `maxRelays` fits its connection budget.
  */
 import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
-import { countFromDatabase, OutboxValidationError, type Queryable } from '../../platform/index.ts';
+import {
+  countFromDatabase,
+  type MonitorSettings,
+  OutboxValidationError,
+  type Queryable,
+} from '../../platform/index.ts';
 import { countClaimable } from './sql/index.ts';
 
 /** How the monitor scales the relays out. */
-export interface ScaleOutSettings {
-  /** Name or ARN of the relay function. */
-  relayFunctionName: string;
-  /** Most relays at once, the scheduled one included (1: never scale out). */
-  maxRelays: number;
-  /** Claimable events per relay: `ceil(claimable / backlogPerRelay)` relays are wanted. */
-  backlogPerRelay: number;
-  /** Longest an extra relay polls, counted from the start of the monitor's invocation, seconds. */
-  forSeconds: number;
-  /** The relay's `OUTBOX_ORDERING`: with `aggregate` and `block`, a dead letter holds rows back. */
-  ordering: 'aggregate' | 'none';
-  /** The relay's `OUTBOX_DEAD_LETTER_POLICY`. */
-  deadLetterPolicy: 'continue' | 'block';
-}
+export type ScaleOutSettings = NonNullable<MonitorSettings['scaleOut']>;
 
 /** The payload the monitor invokes an extra relay with. */
 export interface RelayScaleOutEvent {
