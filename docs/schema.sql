@@ -472,22 +472,24 @@ $function$;
 CREATE OR REPLACE FUNCTION public.outbox_ensure_role(role_name text, timeout_ms integer, grant_templates text[])
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'public', 'pg_temp'
 AS $function$
 declare t text;
 begin
-  if not exists (select from pg_roles where rolname = role_name) then
-    execute format('create role %I login', role_name);
+  if not exists (select from pg_catalog.pg_roles where rolname = role_name) then
+    execute pg_catalog.format('create role %I login', role_name);
   end if;
-  if exists (select from pg_roles where rolname = 'rds_iam') then
-    execute format('grant rds_iam to %I', role_name);
+  if exists (select from pg_catalog.pg_roles where rolname = 'rds_iam') then
+    execute pg_catalog.format('grant rds_iam to %I', role_name);
   end if;
-  -- The outbox's schema, found as the grant templates find its tables (the caller's search_path).
-  execute format('grant usage on schema %I to %I',
-    (select n.nspname from pg_class c join pg_namespace n on n.oid = c.relnamespace
-     where c.oid = 'outbox'::regclass), role_name);
-  execute format('alter role %I set statement_timeout = %L', role_name, timeout_ms || 'ms');
+  -- The outbox's schema: 'outbox' resolves through this function's search_path.
+  execute pg_catalog.format('grant usage on schema %I to %I',
+    (select n.nspname from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+     where c.oid = 'outbox'::regclass::oid), role_name);
+  execute pg_catalog.format('alter role %I set statement_timeout = %L', role_name,
+    pg_catalog.format('%sms', timeout_ms));
   foreach t in array grant_templates loop
-    execute format(t, role_name);
+    execute pg_catalog.format(t, role_name);
   end loop;
 end
 $function$;

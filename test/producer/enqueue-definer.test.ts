@@ -9,9 +9,13 @@
  * and many, with and without idempotency keys, must answer exactly as without the plants.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startLocalBus } from '../../dev/local-bus.ts';
 import type { Sql } from '../../shared/platform/index.ts';
 import { enqueue, enqueueMany } from '../../shared/producer/index.ts';
+import { runRelay } from '../../shared/relay/index.ts';
+import { ensureRoles, prune } from '../../shared/relay/operations/index.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
+import { testClient, testSettings } from '../support/relay.ts';
 import { createTestRoles, type TestRoles } from '../support/roles.ts';
 
 let db: TestDatabase;
@@ -182,5 +186,55 @@ describe('SECURITY DEFINER enqueue functions with planted overloads beside them'
       'outbox_enqueue_many',
     ]);
     for (const d of definers) expect(d.config, d.name).toEqual(['search_path=pg_catalog, pg_temp']);
+  });
+
+  it("plants nothing the relay's, the monitor's or the deploy's own statements pick up", async () => {
+    // What those sessions call with untyped parameters or without an exact pg_catalog match: an
+    // interval from a number of seconds, format() with two arguments, and oid = regclass (the role
+    // helper's text overloads were planted before all tests).
+    const plants = [
+      'create function public.make_interval(secs text) returns interval',
+      'create function public.make_interval(secs numeric) returns interval',
+      'create function public.format(text, text) returns text',
+      'create function public.planted_eq(oid, regclass) returns boolean',
+    ];
+    for (const plant of plants) {
+      await producer.unsafe(
+        `${plant} language plpgsql as $$ begin raise exception 'PLANTED % as %', '${plant}', current_user; end $$`,
+      );
+    }
+    await producer.unsafe(
+      'create operator public.= (leftarg = oid, rightarg = regclass, function = public.planted_eq)',
+    );
+    const bus = await startLocalBus();
+    try {
+      await producer.begin((tx) => enqueue(tx, event('p-relayed')));
+      const relayed = await runRelay({
+        sql: testRoles.connectAs(testRoles.roles.relay),
+        client: testClient(bus.url),
+        settings: testSettings(),
+        untilEmpty: true,
+        maxConsecutiveErrors: 1,
+      });
+      expect(relayed.published).toBeGreaterThan(0);
+      const [left] = await db.sql<
+        { n: number }[]
+      >`select count(*)::int as n from outbox where published_at is null`;
+      expect(left?.n).toBe(0);
+      await db.sql`update outbox set published_at = now() - interval '30 days'`;
+      const pruned = await prune(testRoles.connectAs(testRoles.roles.monitor), {
+        publishedRetentionSeconds: 86_400,
+        deadLetterRetentionSeconds: 86_400,
+        inboxRetentionSeconds: 86_400,
+        idempotencyKeyRetentionSeconds: 86_400,
+        batchSize: 100,
+        timeBudgetMs: 10_000,
+      });
+      expect(pruned.publishedDeleted).toBeGreaterThan(0);
+      // The deploy: the admin ensures the roles again (as every `outbox migrate --roles` does).
+      await ensureRoles(db.sql, testRoles.roles, 7_000);
+    } finally {
+      await bus.close();
+    }
   });
 });

@@ -34,7 +34,7 @@ export function rememberGap(sql: Sql, consumer: string, eventId: string, retryWi
     insert into inbox_gap as g (consumer, message_key, first_seen_at, last_seen_at)
     values (${consumer}, ${eventId}, now(), now())
     on conflict (consumer, message_key) do update set
-      first_seen_at = case when g.last_seen_at < now() - make_interval(secs => ${retryWindowSeconds})
+      first_seen_at = case when g.last_seen_at < now() - pg_catalog.make_interval(secs => ${retryWindowSeconds})
                            then now() else g.first_seen_at end,
       last_seen_at = now()`;
 }

@@ -111,8 +111,11 @@ export async function ensureRoles(
       [
         // Older versions let the producer write (and read) the tables itself.
         'revoke all on outbox, outbox_aggregate, outbox_idempotency_key from %I',
-        'revoke execute on function outbox_enqueue_check, outbox_enqueue_reject, outbox_json_bytes from %I',
-        'grant execute on function outbox_enqueue, outbox_enqueue_many to %I',
+        // By signature: a same-named function a producer planted would make a bare name ambiguous.
+        'revoke execute on function outbox_enqueue_check(text, text, text, text, jsonb, text, text, integer, integer), ' +
+          'outbox_enqueue_reject(text, text, integer), outbox_json_bytes(jsonb) from %I',
+        'grant execute on function outbox_enqueue(text, text, text, text, jsonb, text, text, integer), ' +
+          'outbox_enqueue_many(text[], text[], text[], text[], jsonb[], text[], text[], integer) to %I',
       ],
     ],
     [
@@ -127,8 +130,10 @@ export async function ensureRoles(
     ],
   ];
   for (const [role, statements] of grants) {
-    // DDL takes no bind parameters: outbox_ensure_role (migration 004) quotes names with format().
-    await sql`select outbox_ensure_role(${role}, ${statementTimeoutMs}, ${statements}::text[])`;
+    // DDL takes no bind parameters: outbox_ensure_role (migrations 004, 017) quotes names with
+    // format(). Typed arguments: an untyped one would let a planted outbox_ensure_role(text, text,
+    // text[]) match better, and run with the admin's rights.
+    await sql`select outbox_ensure_role(${role}::text, ${statementTimeoutMs}::integer, ${statements}::text[])`;
   }
 }
 

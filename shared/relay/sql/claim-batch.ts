@@ -128,7 +128,7 @@ function claimUnordered(sql: Queryable, options: ClaimOptions) {
     )
     update outbox o
     set lease_token = ${options.leaseToken}::uuid,
-        lease_expires_at = now() + make_interval(secs => ${options.leaseSeconds}),
+        lease_expires_at = now() + pg_catalog.make_interval(secs => ${options.leaseSeconds}),
         attempts = o.attempts + 1
     where o.id = any(array(select id from picked))
     returning o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.type_sequence, o.event_type, o.source,
@@ -229,7 +229,7 @@ function claimOrdered(sql: Queryable, options: ClaimOptions) {
     ),
     parked as (
       update outbox w
-      set available_at = now() + make_interval(secs => ${options.leaseSeconds})
+      set available_at = now() + pg_catalog.make_interval(secs => ${options.leaseSeconds})
       where w.id = any(array(
         -- Locked without waiting: a row another claim holds (one parking the same rows, having
         -- walked the same range) is skipped, left to a later claim. Waiting would tie this claim
@@ -311,7 +311,7 @@ function claimOrdered(sql: Queryable, options: ClaimOptions) {
     )
     update outbox o
     set lease_token = ${options.leaseToken}::uuid,
-        lease_expires_at = now() + make_interval(secs => ${options.leaseSeconds}),
+        lease_expires_at = now() + pg_catalog.make_interval(secs => ${options.leaseSeconds}),
         -- only the head starts its publication now; a successor's attempt is spent when its round
         -- starts (startRound), so a relay that dies while sending the head costs them nothing
         attempts = o.attempts + case when o.id = any(array(select id from heads)) then 1 else 0 end

@@ -17,7 +17,7 @@ export async function renewLease(
   if (ids.length === 0) return new Set();
   const rows = await sql<{ id: string }[]>`
     update outbox
-    set lease_expires_at = now() + make_interval(secs => ${leaseSeconds})
+    set lease_expires_at = now() + pg_catalog.make_interval(secs => ${leaseSeconds})
     where id = any(${ids}::int8[]) and lease_token = ${leaseToken}::uuid
     returning id
   `;

@@ -20,7 +20,7 @@ import { pendingRow } from '../../sql/conditions.ts';
  * innermost `from outbox`.
  */
 export function expiredDeadLetter(sql: Queryable, retentionSeconds: number) {
-  return sql`d.dead_lettered_at < now() - make_interval(secs => ${retentionSeconds})
+  return sql`d.dead_lettered_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
     and d.published_at is null
     and (d.discarded_at is not null or (
       exists (

@@ -19,7 +19,7 @@ export async function countExpiredRows(
 ): Promise<DbExpiredCounts | undefined> {
   const [row] = await sql<DbExpiredCounts[]>`
       select
-        (select count(*) from outbox where published_at < now() - make_interval(secs => ${publishedRetentionSeconds})) as published,
+        (select count(*) from outbox where published_at < now() - pg_catalog.make_interval(secs => ${publishedRetentionSeconds})) as published,
         (select count(*) from outbox d where ${expiredDeadLetter(sql, deadLetterRetentionSeconds)}) as dead`;
   return row;
 }
@@ -36,10 +36,10 @@ export async function countExpiredKeys(
 ): Promise<{ n: string } | undefined> {
   const [keys] = await sql<{ n: string }[]>`
         select count(*) as n from outbox_idempotency_key k
-        where k.created_at < now() - make_interval(secs => ${keyRetentionSeconds})
+        where k.created_at < now() - pg_catalog.make_interval(secs => ${keyRetentionSeconds})
           and not exists (
             select from outbox o where o.id = k.outbox_id
-              and not coalesce(o.published_at < now() - make_interval(secs => ${publishedRetentionSeconds}), false)
+              and not coalesce(o.published_at < now() - pg_catalog.make_interval(secs => ${publishedRetentionSeconds}), false)
               and not exists (
                 select from outbox d where d.id = o.id and ${expiredDeadLetter(sql, deadLetterRetentionSeconds)}))`;
   return keys;

@@ -19,13 +19,13 @@ export async function deleteIdempotencyKeys(
     delete from outbox_idempotency_key k
     using (
       select idempotency_key from outbox_idempotency_key old
-      where created_at < now() - make_interval(secs => ${retentionSeconds})
+      where created_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
         and not exists (select from outbox o where o.id = old.outbox_id)
       order by created_at
       limit ${batchSize}
     ) expired
     where k.idempotency_key = expired.idempotency_key
-      and k.created_at < now() - make_interval(secs => ${retentionSeconds})
+      and k.created_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
       and not exists (select from outbox o where o.id = k.outbox_id)`;
   return r.count;
 }

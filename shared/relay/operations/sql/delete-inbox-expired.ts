@@ -16,13 +16,13 @@ export async function deleteExpiredMessages(sql: Queryable, retentionSeconds: nu
     delete from inbox_message m
     using (
       select consumer, message_key from inbox_message
-      where processed_at < now() - make_interval(secs => ${retentionSeconds})
+      where processed_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
         and outcome not in ('parked', 'replaying')
       order by processed_at
       limit ${batchSize}
     ) old
     where m.consumer = old.consumer and m.message_key = old.message_key
-      and m.processed_at < now() - make_interval(secs => ${retentionSeconds})
+      and m.processed_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
       and m.outcome not in ('parked', 'replaying')`;
   return records.count;
 }
@@ -37,13 +37,13 @@ export async function deleteExpiredChains(sql: Queryable, retentionSeconds: numb
     delete from inbox_aggregate a
     using (
       select consumer, aggregate_type, aggregate_id, source, chain from inbox_aggregate
-      where updated_at < now() - make_interval(secs => ${retentionSeconds})
+      where updated_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
       order by updated_at
       limit ${batchSize}
     ) old
     where (a.consumer, a.aggregate_type, a.aggregate_id, a.source, a.chain)
           = (old.consumer, old.aggregate_type, old.aggregate_id, old.source, old.chain)
-      and a.updated_at < now() - make_interval(secs => ${retentionSeconds})`;
+      and a.updated_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})`;
   return chains.count;
 }
 
@@ -57,11 +57,11 @@ export async function deleteExpiredGaps(sql: Queryable, retentionSeconds: number
     delete from inbox_gap g
     using (
       select consumer, message_key from inbox_gap
-      where last_seen_at < now() - make_interval(secs => ${retentionSeconds})
+      where last_seen_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
       order by last_seen_at
       limit ${batchSize}
     ) old
     where g.consumer = old.consumer and g.message_key = old.message_key
-      and g.last_seen_at < now() - make_interval(secs => ${retentionSeconds})`;
+      and g.last_seen_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})`;
   return gaps.count;
 }

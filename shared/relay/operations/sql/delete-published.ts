@@ -15,10 +15,10 @@ export async function deletePublished(
     delete from outbox
     where id = any(array(
         select id from outbox
-        where published_at < now() - make_interval(secs => ${retentionSeconds})
+        where published_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
         order by id
         limit ${batchSize}
       ))
-      and published_at < now() - make_interval(secs => ${retentionSeconds})`;
+      and published_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})`;
   return r.count;
 }

@@ -30,7 +30,7 @@ export async function selectDeadLetterIds(
       and (${c.aggregateId}::text is null or aggregate_id = ${c.aggregateId})
       and (${c.sinceAt}::timestamptz is null or dead_lettered_at >= ${c.sinceAt}::timestamptz)
       and (${c.sinceSecondsAgo}::float8 is null
-           or dead_lettered_at >= now() - make_interval(secs => ${c.sinceSecondsAgo}::float8))
+           or dead_lettered_at >= now() - pg_catalog.make_interval(secs => ${c.sinceSecondsAgo}::float8))
     order by dead_lettered_at, id
     limit ${limit}`;
   return rows.map((r) => r.id);
