@@ -12,6 +12,7 @@ create table inbox_aggregate (
   chain text not null default ''::text,
   constraint inbox_aggregate_pkey PRIMARY KEY (consumer, aggregate_type, aggregate_id, source, chain)
 );
+comment on column inbox_aggregate.source is '''''  for the chain of an aggregate across sources (from migration 018, and before migration 010); a source for the per-source chains of migrations 010 to 017, read only to adopt their position';
 CREATE INDEX inbox_aggregate_updated_at_idx ON public.inbox_aggregate USING btree (updated_at);
 
 create table inbox_gap (
@@ -19,8 +20,13 @@ create table inbox_gap (
   message_key text not null,
   first_seen_at timestamp with time zone not null default now(),
   last_seen_at timestamp with time zone not null default now(),
+  aggregate_type text,
+  aggregate_id text,
+  chain text,
+  "position" bigint,
   constraint inbox_gap_pkey PRIMARY KEY (consumer, message_key)
 );
+CREATE INDEX inbox_gap_chain_idx ON public.inbox_gap USING btree (consumer, aggregate_type, aggregate_id, chain, "position") WHERE ("position" IS NOT NULL);
 CREATE INDEX inbox_gap_last_seen_at_idx ON public.inbox_gap USING btree (last_seen_at);
 
 create table inbox_message (

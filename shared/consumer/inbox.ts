@@ -39,6 +39,8 @@ import {
   type InboxSkip,
   type OrderSettings,
   rememberGap,
+  WaitingForLowerEvent,
+  waitForChain,
 } from './order.ts';
 
 /**
@@ -49,6 +51,20 @@ import {
  * into Lambda's queue, not a handler that fails.
  */
 export const LAMBDA_ASYNC_RETRY_WINDOW_SECONDS = 180;
+
+/**
+ * How long Lambda keeps an asynchronous event, and so how late a retry can come, seconds: its
+ * default and largest `MaximumEventAgeInSeconds`, 6 hours (AWS Lambda API reference,
+ * PutFunctionEventInvokeConfig). Retries of a throttled function can come that late.
+ */
+export const LAMBDA_MAX_EVENT_AGE_SECONDS = 21_600;
+
+/**
+ * The least slack between `gapWaitSeconds` and `retryWindowSeconds`, seconds: the last retry must
+ * come after the wait, and Lambda's schedule ("one minute, then two") is approximate. It is this,
+ * or a tenth of the window if that is more.
+ */
+const MIN_GAP_SLACK_SECONDS = 5;
 
 /** Options of {@link inbox}. */
 export interface InboxOptions<T> {
@@ -93,9 +109,10 @@ export interface InboxOptions<T> {
   order?: InboxOrder;
   /**
    * wait-for-gap: how long to keep failing an event ahead of a gap, seconds, measured on the
-   * database clock from its first delivery. Default 120, so that Lambda's last retry (about
-   * 180 s after the first attempt) comes after the wait and applies or parks the event. Must be
-   * less than `retryWindowSeconds`; 0 applies or parks at once.
+   * database clock from its first delivery, however late or missed its retries were. Default 120,
+   * so that Lambda's last retry (about 180 s after the first attempt) comes after the wait and
+   * applies or parks the event. At most `retryWindowSeconds` less 5 s or a tenth of it, whichever
+   * is more (the schedule is approximate); 0 applies or parks at once.
    */
   gapWaitSeconds?: number;
   /**
@@ -106,12 +123,21 @@ export interface InboxOptions<T> {
    */
   onGapTimeout?: 'process' | 'park';
   /**
-   * How long the invoker retries a failed invocation, seconds; bounds `gapWaitSeconds`. Default
-   * {@link LAMBDA_ASYNC_RETRY_WINDOW_SECONDS} (180, Lambda's default asynchronous retries). Set it
-   * when the function's `MaximumRetryAttempts` is not 2 (0 retries: 0; 1 retry: 60). An event
-   * delivered again after a pause longer than this (a replay) waits for its gap anew.
+   * When the invoker's last retry of a failed invocation comes, seconds after the first attempt;
+   * bounds `gapWaitSeconds`. Default {@link LAMBDA_ASYNC_RETRY_WINDOW_SECONDS} (180, Lambda's
+   * default asynchronous retries). Set it when the function's `MaximumRetryAttempts` is not 2
+   * (0 retries: 0; 1 retry: 60).
    */
   retryWindowSeconds?: number;
+  /**
+   * The function's maximum event age (`MaximumEventAgeInSeconds` of its asynchronous invocation
+   * configuration), seconds, 60 to 21,600: no retry comes later than this after the previous
+   * attempt. An event delivered again after a longer pause (a replay from the on-failure
+   * destination) waits for its gap anew; one that waits no longer counts for the events behind
+   * it. Default {@link LAMBDA_MAX_EVENT_AGE_SECONDS} (6 hours, Lambda's default). Must be at least
+   * `retryWindowSeconds`: with less, Lambda discards the event before its last retry.
+   */
+  maxEventAgeSeconds?: number;
   /**
    * How long before the Lambda deadline the invocation gives up, ms: it cancels the statement
    * running (the inbox's or the handler's), rolls back, refuses the handler's further statements
@@ -206,10 +232,29 @@ function settingsOf<T>(options: InboxOptions<T>): Settings {
     0,
   );
   const gapWaitSeconds = number('gapWaitSeconds', options.gapWaitSeconds, 120, 0);
-  if (order === 'wait-for-gap' && gapWaitSeconds > 0 && gapWaitSeconds >= retryWindowSeconds) {
+  const slack = Math.max(MIN_GAP_SLACK_SECONDS, retryWindowSeconds / 10);
+  if (order === 'wait-for-gap' && gapWaitSeconds > 0 && gapWaitSeconds > retryWindowSeconds - slack) {
     throw new InboxOptionsError(
       'gapWaitSeconds',
-      `${gapWaitSeconds} s does not fit the retry window (retryWindowSeconds ${retryWindowSeconds} s): the last retry would come before the wait ends, and the event would go to the on-failure destination without being applied`,
+      `${gapWaitSeconds} s does not fit the retry window (retryWindowSeconds ${retryWindowSeconds} s, less ${slack} s for a retry that comes early): the last retry could come before the wait ends, and the event would go to the on-failure destination without being applied; at most ${Math.max(0, retryWindowSeconds - slack)} s`,
+    );
+  }
+  const maxEventAgeSeconds = number(
+    'maxEventAgeSeconds',
+    options.maxEventAgeSeconds,
+    LAMBDA_MAX_EVENT_AGE_SECONDS,
+    60,
+  );
+  if (maxEventAgeSeconds > LAMBDA_MAX_EVENT_AGE_SECONDS) {
+    throw new InboxOptionsError(
+      'maxEventAgeSeconds',
+      `expected at most ${LAMBDA_MAX_EVENT_AGE_SECONDS} (Lambda's largest MaximumEventAgeInSeconds), got ${maxEventAgeSeconds}`,
+    );
+  }
+  if (maxEventAgeSeconds < retryWindowSeconds) {
+    throw new InboxOptionsError(
+      'maxEventAgeSeconds',
+      `${maxEventAgeSeconds} s is less than the retry window (retryWindowSeconds ${retryWindowSeconds} s): Lambda would discard an event before its last retry`,
     );
   }
   const deadlineMarginMs = number('deadlineMarginMs', options.deadlineMarginMs, 500, 0);
@@ -219,6 +264,7 @@ function settingsOf<T>(options: InboxOptions<T>): Settings {
     types,
     gapWaitSeconds,
     retryWindowSeconds,
+    maxEventAgeSeconds,
     onGapTimeout,
     deadlineMarginMs,
   };
@@ -278,7 +324,7 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
       );
     }
 
-    const invocation = new InvocationTransaction(deadline, settings.deadlineMarginMs);
+    let invocation = new InvocationTransaction(deadline, settings.deadlineMarginMs);
     const generation = pool?.generation;
     const sql = pool ? pool.sql : (options.sql as Sql);
     /** After an invocation that lost its connection, the next one starts on a fresh pool. */
@@ -286,26 +332,44 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
       if (pool && generation !== undefined && (invocation.lost || isConnectionFailure(error)))
         pool.replace(generation);
     };
+    // An event waiting in this invocation for a lower one of its chain (order.ts) waits at most
+    // half of the time left: the other half is the handler's.
+    const waitUntil = Date.now() + (deadline - settings.deadlineMarginMs - Date.now()) / 2;
 
     let decision: Decision;
-    try {
-      decision = await invocation.open(
-        sql,
-        (tx) => decide(tx, settings, delivery, key, event),
-        (d) => 'apply' in d,
-      );
-    } catch (error) {
-      if (error instanceof InboxGapError) {
-        // Remembered outside the transaction, which the gap rolled back.
-        await invocation.outside(rememberGap(sql, settings, metadata.eventId)).catch((e: unknown) => {
-          recover(e);
-          throw translateSchemaError(e);
-        });
+    for (;;) {
+      try {
+        decision = await invocation.open(
+          sql,
+          (tx) => decide(tx, settings, delivery, key, event, Date.now() < waitUntil),
+          (d) => 'apply' in d,
+        );
+        break;
+      } catch (error) {
+        if (error instanceof WaitingForLowerEvent) {
+          // Rolled back, so that the lower event can take the chain's lock; decided again after.
+          await invocation.abandon(error);
+          invocation = new InvocationTransaction(deadline, settings.deadlineMarginMs);
+          const next = invocation;
+          await waitForChain(sql, error, waitUntil, (p) => next.bounded(p)).catch(async (e: unknown) => {
+            await next.abandon(e);
+            recover(e);
+            throw translateSchemaError(e);
+          });
+          continue;
+        }
+        if (error instanceof InboxGapError) {
+          // Remembered outside the transaction, which the gap rolled back.
+          await invocation.outside(rememberGap(sql, error)).catch((e: unknown) => {
+            recover(e);
+            throw translateSchemaError(e);
+          });
+        }
+        await invocation.abandon(error);
+        recover(error);
+        // Only the inbox's own statements ran here, so a missing table or function is its schema.
+        throw translateSchemaError(error);
       }
-      await invocation.abandon(error);
-      recover(error);
-      // Only the inbox's own statements ran here, so a missing table or function is its schema.
-      throw translateSchemaError(error);
     }
 
     if ('skip' in decision) {

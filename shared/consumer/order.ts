@@ -2,9 +2,10 @@
  * The inbox's bookkeeping, inside the invocation's transaction: record the event for this consumer,
  * and decide, from the order state of its chain, whether the handler runs.
  *
- * A chain is what an order-aware consumer keeps in order: the events of one aggregate from one
- * source (`sequence` 1, 2, 3…), or, for a consumer that declared the `types` it receives, the
- * events of one type of that aggregate (`typeSequence`). Its state is the position of the last
+ * A chain is what an order-aware consumer keeps in order: the events of one aggregate
+ * (`sequence` 1, 2, 3…, numbered by the producer's outbox across the sources it emits), or, for a
+ * consumer that declared the `types` it receives, the events of one type of that aggregate
+ * (`typeSequence`). Its state is the position of the last
  * event it took in order (`inbox_aggregate.last_sequence`), read under a row lock: two events of
  * one chain are decided one after the other, and the second sees the first's outcome.
  *
@@ -21,11 +22,14 @@ import {
   advanceChain,
   type ChainKey,
   clearGap as clearGapRow,
+  type DbGapWait,
+  type GapPlace,
   lockChain as lockChainRound,
   lockMessage,
   markParked,
   markReplayed,
   markStale,
+  readChainPosition,
   readGap,
   recordMessage,
   rememberGap as rememberGapRow,
@@ -67,6 +71,11 @@ export interface OrderSettings {
   types: readonly string[] | undefined;
   gapWaitSeconds: number;
   retryWindowSeconds: number;
+  /**
+   * No retry comes later than this after the previous attempt, seconds (the function's maximum
+   * event age): a delivery after a longer pause is a replay, and waits anew.
+   */
+  maxEventAgeSeconds: number;
   onGapTimeout: 'process' | 'park';
 }
 
@@ -75,8 +84,14 @@ export type Decision = { apply: InboxArrival } | { skip: InboxSkip['inbox'] };
 
 /**
  * Records the event and decides. Runs inside the invocation's transaction.
+ * @param mayWait whether the invocation still has time to wait for a lower event of the chain
+ *   ({@link WaitingForLowerEvent}); when not, an event whose wait is over takes the gap's timeout
+ *   action although a lower one is waiting
  * @throws {InboxGapError} wait-for-gap, when the event must wait for a missing one: the caller
- *   rolls back and remembers when it was first seen ({@link rememberGap})
+ *   rolls back and remembers where it waits and since when ({@link rememberGap})
+ * @throws {WaitingForLowerEvent} wait-for-gap, when its wait is over but a lower event of its
+ *   chain is waiting behind the same gap: the caller rolls back, waits ({@link waitForChain}) and
+ *   decides again
  */
 export async function decide<T>(
   tx: Tx,
@@ -84,6 +99,7 @@ export async function decide<T>(
   d: Delivery<T>,
   key: string,
   event: EventBridgeEvent<string, unknown>,
+  mayWait: boolean,
 ): Promise<Decision> {
   const { consumer } = s;
   const { eventId, aggregateType, aggregateId } = d.metadata;
@@ -122,10 +138,8 @@ export async function decide<T>(
   if (position === undefined) return otherRoute ? { skip: 'duplicate' } : { apply: 'unordered' };
 
   // 2. The chain's state, locked until this transaction ends.
-  // A wait-for-gap chain adopts the position recorded before migration 010 (without a source), so
-  // that an upgrade does not make every known aggregate wait for its #1 again.
   const chainKey = chainOf(s.consumer, d, chain);
-  const last = await lockChain(tx, chainKey, d, s.order === 'wait-for-gap' && chain === '');
+  const last = await lockChain(tx, chainKey, d);
   const clearGap = async () => {
     if (s.order === 'wait-for-gap') await clearGapRow(tx, consumer, eventId);
   };
@@ -154,57 +168,100 @@ export async function decide<T>(
   }
 
   // 3. wait-for-gap, and #last+1 is missing.
-  const waited = await gapWaited(tx, s, eventId);
+  const place = { chain: chainKey, eventId, position, forgetAfterSeconds: s.maxEventAgeSeconds };
+  const gap = await readGap(tx, place, last);
+  const waited = gapWaited(s, gap);
   if (waited < s.gapWaitSeconds) {
-    throw new InboxGapError(
+    const error = new InboxGapError(
       `event ${eventId} is #${position} of ${describeChain(d, chain)} but #${last + 1n} was not applied yet (waited ${waited.toFixed(0)} of ${s.gapWaitSeconds} s); failing so that Lambda retries it`,
       waited,
     );
+    gapPlaces.set(error, place);
+    throw error;
   }
+  // Its wait is over, but an event below it is waiting behind the same gap: the lowest one decides
+  // the gap, and this one follows it in order (a burst behind one missing event, whose last
+  // attempts come in any order). It waits for that one in this invocation, for a bounded time.
+  if (gap.lower !== null && mayWait) throw new WaitingForLowerEvent(chainKey, BigInt(gap.lower), position);
   // The wait is over: the chain moves on past the gap (the missing events, if they come, are
   // applied late), so that neither this event nor a parked one holds the aggregate back.
   await advance();
   await clearGap();
   if (otherRoute) return { skip: 'duplicate' };
+  const missing =
+    gap.lower === null
+      ? `#${last + 1n}…#${position - 1n} of ${describeChain(d, chain)} still missing after ${waited.toFixed(0)} s`
+      : `#${last + 1n}…#${position - 1n} of ${describeChain(d, chain)} not applied after ${waited.toFixed(0)} s (#${gap.lower} was seen waiting, but did not come again in time)`;
   if (s.onGapTimeout === 'park') {
-    await markParked(
-      tx,
-      consumer,
-      key,
-      event,
-      `#${last + 1n}…#${position - 1n} of ${describeChain(d, chain)} still missing after ${waited.toFixed(0)} s`,
-    );
+    await markParked(tx, consumer, key, event, missing);
     return { skip: 'parked' };
   }
   return { apply: 'ahead' };
 }
 
+/**
+ * Thrown by {@link decide} when an event whose gap wait is over has another event of its chain
+ * waiting below it: the invocation rolls back, waits until the chain's position reaches `lower`
+ * ({@link waitForChain}), and decides again. Never leaves the inbox.
+ */
+export class WaitingForLowerEvent extends Error {
+  override name = 'WaitingForLowerEvent';
+  readonly chain: ChainKey;
+  /** The lowest position waiting below this event. */
+  readonly lower: bigint;
+  constructor(chain: ChainKey, lower: bigint, position: bigint) {
+    super(`#${position} waits for #${lower} of its chain, which is waiting behind the same gap`);
+    this.chain = chain;
+    this.lower = lower;
+  }
+}
+
+/** How often an event waiting in its invocation for a lower one polls its chain's position, ms. */
+const POLL_MS = 150;
+
+/**
+ * Waits until the chain's position reaches `lower` (that event was applied, parked or taken late
+ * before it), or until `until` (epoch ms), polling outside any transaction; each poll is bounded
+ * by `bounded` (the invocation's deadline).
+ * @returns true when the chain moved far enough, false when the time ran out
+ */
+export async function waitForChain(
+  sql: Sql,
+  waiting: WaitingForLowerEvent,
+  until: number,
+  bounded: <T>(p: Promise<T>) => Promise<T>,
+): Promise<boolean> {
+  while (Date.now() + POLL_MS < until) {
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    const position = await bounded(readChainPosition(sql, waiting.chain));
+    if (position !== undefined && position >= waiting.lower) return true;
+  }
+  return false;
+}
+
 function describeChain(d: Delivery<unknown>, chain: string): string {
-  const aggregate = `${d.metadata.aggregateType}/${d.metadata.aggregateId} from ${d.source}`;
+  const aggregate = `${d.metadata.aggregateType}/${d.metadata.aggregateId}`;
   return chain === '' ? aggregate : `${chain} of ${aggregate}`;
 }
 
-/** The key of the chain's state row. */
+/** The key of the chain's state row: the aggregate across sources (one outbox numbers it). */
 function chainOf(consumer: string, d: Delivery<unknown>, chain: string): ChainKey {
   return {
     consumer,
     aggregateType: d.metadata.aggregateType,
     aggregateId: d.metadata.aggregateId,
-    source: d.source,
     chain,
   };
 }
 
 /**
- * Locks the chain's state row and returns its position, creating the row at 0 (nothing taken yet)
- * when the chain is new, or, with `adopt`, at the position of the row written before migration 010
- * for the aggregate (source ''), if there is one. Another source's events may then be taken as late
- * (applied) once; not adopting would make each known aggregate wait out a gap for its #1.
+ * Locks the chain's state row and returns its position, creating the row when the chain is new at
+ * the position its per-source rows of migrations 010 to 017 recorded, or at 0 (nothing taken yet).
  */
-async function lockChain(tx: Tx, key: ChainKey, d: Delivery<unknown>, adopt: boolean): Promise<bigint> {
+async function lockChain(tx: Tx, key: ChainKey, d: Delivery<unknown>): Promise<bigint> {
   // Two rounds at most: the insert meets a row another transaction created meanwhile only once.
   for (let round = 0; round < 2; round++) {
-    const last = await lockChainRound(tx, key, adopt);
+    const last = await lockChainRound(tx, key);
     if (last !== undefined) return last;
   }
   throw new Error(`inbox: the order state of ${describeChain(d, key.chain)} could not be locked`);
@@ -212,19 +269,25 @@ async function lockChain(tx: Tx, key: ChainKey, d: Delivery<unknown>, adopt: boo
 
 /**
  * How long this event has waited for its gap, seconds, on the database clock: 0 on its first
- * delivery, and again when its last attempt is older than the retry window (a replay days later
- * waits anew, instead of finding its old wait long over and skipping the gap at once).
+ * delivery, and again when its last attempt is older than the maximum event age (no retry of
+ * Lambda comes that late: it is a replay, which waits anew instead of finding its old wait long
+ * over and skipping the gap at once). A late or missed retry keeps the wait counted from the
+ * first attempt.
  */
-async function gapWaited(tx: Tx, s: OrderSettings, eventId: string): Promise<number> {
-  const row = await readGap(tx, s.consumer, eventId);
-  if (!row || row.idle > s.retryWindowSeconds) return 0;
-  return Math.max(0, row.waited);
+function gapWaited(s: OrderSettings, gap: DbGapWait): number {
+  if (gap.waited === null || gap.idle === null || gap.idle > s.maxEventAgeSeconds) return 0;
+  return Math.max(0, gap.waited);
 }
+
+/** Where the event of each {@link InboxGapError} thrown by {@link decide} waits. */
+const gapPlaces = new WeakMap<InboxGapError, GapPlace>();
 
 /**
  * After an {@link InboxGapError} rolled the invocation back: remembers, outside any transaction,
- * when the event was first seen waiting (kept across Lambda's retries) and last seen.
+ * where the event waits, when it was first seen waiting (kept across Lambda's retries) and last seen.
  */
-export function rememberGap(sql: Sql, s: OrderSettings, eventId: string) {
-  return rememberGapRow(sql, s.consumer, eventId, s.retryWindowSeconds);
+export function rememberGap(sql: Sql, error: InboxGapError) {
+  const place = gapPlaces.get(error);
+  if (!place) throw new Error('inbox: rememberGap needs an InboxGapError thrown by decide');
+  return rememberGapRow(sql, place);
 }

@@ -378,7 +378,7 @@ describe("inbox: the deadline bounds the inbox's own statements", () => {
     const inserted = Promise.withResolvers<void>();
     const held = blocker.begin(async (tx) => {
       await tx`insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence)
-               values ('billing', 'order', 'o-1', 'shop.orders', '', 0)`;
+               values ('billing', 'order', 'o-1', '', '', 0)`;
       inserted.resolve();
       await release.promise;
     });

@@ -9,6 +9,7 @@ import { randomUUID } from 'node:crypto';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type InboxOptions, inbox } from '../../shared/consumer/index.ts';
+import { pruneInboxBatch } from '../../shared/relay/operations/index.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { delivery } from '../support/events.ts';
 import { lambdaContext } from '../support/lambda.ts';
@@ -255,13 +256,14 @@ describe('order mode × situation (the table in docs/consuming.md)', () => {
     );
   });
 
-  it("late, Lambda's last retries out of order: #4's before #3's, both waiting for a missing #2; neither is dropped", async () => {
+  it("Lambda's last retries out of order: #4's before #3's, both waiting for a missing #2: #3 decides the gap, #4 follows it", async () => {
     await row(
       {
         none: { applied: [3, 4] },
         'ignore-stale': { applied: [3, 4] },
-        process: { four: 'ahead', three: 'late', applied: [4, 3] },
-        park: { four: 'parked', three: 'late', applied: [3] },
+        // #4's wait is over, but #3 waits below it: #4 waits in its invocation for #3's decision
+        process: { four: 'next', three: 'ahead', applied: [3, 4] },
+        park: { four: 'next', three: 'parked', applied: [4] },
       },
       async ({ deliver }, mode, name) => {
         await deliver(outboxEvent(1));
@@ -277,11 +279,119 @@ describe('order mode × situation (the table in docs/consuming.md)', () => {
           expect([await deliver(e3), await deliver(e4)]).toEqual(['InboxGapError', 'InboxGapError']);
         }
         await elapse(120);
-        const four = await deliver(e4);
+        const four = deliver(e4);
+        await new Promise((resolve) => setTimeout(resolve, 300)); // #4's last attempt comes first
         const three = await deliver(e3);
+        return { four: await four, three, applied: await appliedOf(name) };
+      },
+    );
+  });
+
+  it("Lambda's last retries out of order, and #3's never comes: #4 waits half its invocation, then takes the gap's timeout action; #3 is late", async () => {
+    await row(
+      {
+        none: { applied: [4, 3] },
+        'ignore-stale': { applied: [4] },
+        process: { four: 'ahead', three: 'late', applied: [4, 3] },
+        park: { four: 'parked', three: 'late', applied: [3] },
+      },
+      async ({ deliver }, mode, name) => {
+        await deliver(outboxEvent(1));
+        await db.sql`truncate applied`;
+        const [e3, e4] = [outboxEvent(3), outboxEvent(4)];
+        if (mode === 'none' || mode === 'ignore-stale') {
+          await deliver(e4);
+          await deliver(e3);
+          return { applied: await appliedOf(name) };
+        }
+        for (const t of [0, 60]) {
+          await elapse(t === 0 ? 0 : 60);
+          expect([await deliver(e3), await deliver(e4)]).toEqual(['InboxGapError', 'InboxGapError']);
+        }
+        await elapse(120);
+        const started = Date.now();
+        const four = await deliver(e4); // a 10 s invocation: waits about 4.75 s for #3
+        expect(Date.now() - started).toBeGreaterThan(4_000);
+        expect(Date.now() - started).toBeLessThan(7_000);
+        const three = await deliver(e3);
+        if (mode === 'park') {
+          expect(await recordOf(name, e4)).toMatchObject({
+            outcome: 'parked',
+            reason: expect.stringMatching(/#3 was seen waiting, but did not come again in time/),
+          });
+        }
         return { four, three, applied: await appliedOf(name) };
       },
     );
+  });
+
+  it('a burst behind one missing event: #2 never comes, #3…#12 follow, their last attempts in shuffled order, at once: applied in order', async () => {
+    const burst = Array.from({ length: 10 }, (_, i) => i + 3);
+    await row(
+      {
+        none: { applied: burst.length },
+        'ignore-stale': { applied: burst.length },
+        process: { three: 'ahead', applied: [1, ...burst] },
+        park: { three: 'parked', applied: [1, ...burst.slice(1)] },
+      },
+      async ({ deliver }, mode, name) => {
+        await deliver(outboxEvent(1));
+        const events = burst.map((n) => outboxEvent(n));
+        if (mode === 'none' || mode === 'ignore-stale') {
+          for (const e of events) await deliver(e);
+          return { applied: (await appliedOf(name)).length - 1 };
+        }
+        for (const t of [0, 60]) {
+          await elapse(t === 0 ? 0 : 60);
+          for (const e of events) expect(await deliver(e)).toBe('InboxGapError');
+        }
+        await elapse(120);
+        // The last attempts, in an order where the lowest comes late: #9 #12 #4 #11 #6 #3 …
+        const shuffled = [6, 9, 1, 8, 3, 0, 7, 2, 5, 4].map((i) => events[i] as (typeof events)[number]);
+        const outcomes = await Promise.all(
+          shuffled.map(async (e, i) => {
+            await new Promise((resolve) => setTimeout(resolve, i * 40));
+            return deliver(e);
+          }),
+        );
+        const three = outcomes[shuffled.indexOf(events[0] as (typeof events)[number])];
+        expect(outcomes.filter((o) => o === 'next')).toHaveLength(burst.length - 1);
+        return { three, applied: await appliedOf(name) };
+      },
+    );
+  });
+
+  it('a late retry does not restart the wait: one retry (window 60 s, wait 50 s) coming at 61 or 65 s, or the defaults with attempt 2 failing for another reason', async () => {
+    for (const [retryAt, mode] of [
+      [61, 'process'],
+      [65, 'park'],
+    ] as const) {
+      const name = `one-retry-${retryAt}`;
+      const { deliver } = consumer(name, {
+        order: 'wait-for-gap',
+        gapWaitSeconds: 50,
+        retryWindowSeconds: 60,
+        onGapTimeout: mode,
+      });
+      await deliver(outboxEvent(1, { aggregateId: name }));
+      const e3 = outboxEvent(3, { aggregateId: name });
+      expect(await deliver(e3)).toBe('InboxGapError');
+      await elapse(retryAt);
+      expect(await deliver(e3)).toBe(mode === 'process' ? 'ahead' : 'parked');
+    }
+    // Defaults: attempt 2 at 60 s fails for another reason (the database unreachable: it never
+    // reaches the inbox); attempt 3 at 180 s finds its wait over, measured from attempt 1.
+    const { deliver } = consumer('attempt-2-lost', { order: 'wait-for-gap' });
+    await deliver(outboxEvent(1, { aggregateId: 'lost' }));
+    const e3 = outboxEvent(3, { aggregateId: 'lost' });
+    expect(await deliver(e3)).toBe('InboxGapError');
+    await elapse(180);
+    expect(await deliver(e3)).toBe('ahead');
+    // A redelivery after longer than the maximum event age (a replay) waits anew.
+    const e5 = outboxEvent(5, { aggregateId: 'lost' });
+    expect(await deliver(e5)).toBe('InboxGapError');
+    await elapse(21_601);
+    expect(await deliver(e5)).toBe('InboxGapError');
   });
 
   it('replay from the on-failure destination days later, in the wrong order: #4 waits for #3 anew instead of jumping its gap', async () => {
@@ -392,7 +502,9 @@ describe('order mode × situation (the table in docs/consuming.md)', () => {
     );
   });
 
-  it('two sources with the same aggregate id: separate chains', async () => {
+  it('two sources of one outbox: one chain per aggregate, numbered across sources as the producer numbers it', async () => {
+    // The producer's counter is per aggregate, whatever the source: shop.orders #1, shop.crm #2,
+    // shop.orders #3, delivered in order.
     await row(
       {
         none: ['unordered', 'unordered', 'unordered'],
@@ -401,28 +513,58 @@ describe('order mode × situation (the table in docs/consuming.md)', () => {
         park: ['next', 'next', 'next'],
       },
       async ({ deliver }) => {
-        for (const n of [1, 2, 3]) await deliver(outboxEvent(n, { source: 'shop.a' }));
-        const b: string[] = [];
-        for (const n of [1, 2, 3]) b.push(await deliver(outboxEvent(n, { source: 'shop.b' })));
-        return b;
+        const outcomes: string[] = [];
+        for (const [n, source] of [
+          [1, 'shop.orders'],
+          [2, 'shop.crm'],
+          [3, 'shop.orders'],
+        ] as const)
+          outcomes.push(await deliver(outboxEvent(n, { source })));
+        return outcomes;
       },
     );
   });
 
-  it('an upgrade from before migration 010: wait-for-gap adopts the position recorded without a source', async () => {
+  it('an upgrade: the position recorded before migration 010 (no source) is the chain; per-source positions of 010 to 017 are adopted at their highest', async () => {
     await row(
       {
-        none: ['unordered', 'unordered'],
-        // a fresh chain per source: #6 is ahead of a gap, and applied; another source's #1 too
-        'ignore-stale': ['ahead', 'next'],
-        process: ['next', 'late'],
-        park: ['next', 'late'],
+        none: ['unordered', 'unordered', 'unordered', 'unordered'],
+        'ignore-stale': ['next', 'stale', 'next', 'next'],
+        process: ['next', 'late', 'next', 'next'],
+        park: ['next', 'late', 'next', 'next'],
       },
       async ({ deliver }, _mode, name) => {
         // The order state as migration 005's inbox left it: no source, no chain.
         await db.sql`insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, last_sequence)
                      values (${name}, 'order', 'o-1', 5)`;
-        return [await deliver(outboxEvent(6)), await deliver(outboxEvent(1, { source: 'shop.other' }))];
+        // As migrations 010 to 017 left it: one row per source, all numbered by one counter.
+        await db.sql`insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence)
+                     values (${name}, 'order', 'o-2', 'shop.a', '', 3), (${name}, 'order', 'o-2', 'shop.b', '', 5)`;
+        return [
+          await deliver(outboxEvent(6)),
+          await deliver(outboxEvent(1, { source: 'shop.other' })),
+          await deliver(outboxEvent(6, { aggregateId: 'o-2', source: 'shop.a' })),
+          await deliver(outboxEvent(7, { aggregateId: 'o-2', source: 'shop.b' })),
+        ];
+      },
+    );
+  });
+
+  it('a quiet chain outlives the inbox retention: its next event is next, not parked for events applied long ago', async () => {
+    await row(
+      {
+        none: 'unordered',
+        'ignore-stale': 'next',
+        process: 'next',
+        park: 'next',
+      },
+      async ({ deliver }, _mode, name) => {
+        for (const n of [1, 2, 3]) await deliver(outboxEvent(n, { aggregateId: 'monthly' }));
+        // A month later: the monitor prunes what is older than the retention (30 days).
+        await db.sql`update inbox_message set processed_at = now() - interval '31 days' where consumer = ${name}`;
+        await db.sql`update inbox_aggregate set updated_at = now() - interval '31 days' where consumer = ${name}`;
+        while ((await pruneInboxBatch(db.sql, 30 * 86_400, 100)) > 0) {}
+        return deliver(outboxEvent(4, { aggregateId: 'monthly' }));
       },
     );
   });

@@ -207,6 +207,17 @@ describe('inbox middleware', () => {
       'gapWaitSeconds',
     );
     expect(attempt({ order: 'wait-for-gap', gapWaitSeconds: 0, retryWindowSeconds: 0 })).toBe('accepted');
+    // Too close to the window for a retry that comes a little early: 162 s is the most for 180.
+    expect(attempt({ order: 'wait-for-gap', gapWaitSeconds: 170 })).toBe('gapWaitSeconds');
+    expect(attempt({ order: 'wait-for-gap', gapWaitSeconds: 162 })).toBe('accepted');
+    expect(attempt({ order: 'wait-for-gap', gapWaitSeconds: 56, retryWindowSeconds: 60 })).toBe(
+      'gapWaitSeconds',
+    );
+    // A maximum event age under the retry window: Lambda would discard the event before it.
+    expect(attempt({ order: 'wait-for-gap', maxEventAgeSeconds: 120 })).toBe('maxEventAgeSeconds');
+    expect(attempt({ maxEventAgeSeconds: 30 })).toBe('maxEventAgeSeconds');
+    expect(attempt({ maxEventAgeSeconds: 86_400 })).toBe('maxEventAgeSeconds');
+    expect(attempt({ order: 'wait-for-gap', maxEventAgeSeconds: 3_600 })).toBe('accepted');
     expect(attempt({ consumer: '' })).toBe('consumer');
     expect(attempt({ deadlineMarginMs: -1 })).toBe('deadlineMarginMs');
     expect(attempt({ order: 'newest' as never })).toBe('order');

@@ -4,8 +4,8 @@
  */
 export { advanceChain } from './advance-chain.ts';
 export { type ChainKey, chainRow } from './chain.ts';
-export { clearGap, type DbGapWait, readGap, rememberGap } from './gap.ts';
-export { type DbChainState, lockChain } from './lock-chain.ts';
+export { clearGap, type DbGapWait, type GapPlace, readGap, rememberGap } from './gap.ts';
+export { type DbChainState, lockChain, readChainPosition } from './lock-chain.ts';
 export { type DbMessageOutcome, lockMessage } from './lock-message.ts';
 export { markParked } from './mark-parked.ts';
 export { markReplayed } from './mark-replayed.ts';

@@ -2,7 +2,7 @@
  * Locks a chain's order state (`inbox_aggregate`), creating it when the chain is new. Two
  * statements in one module: the insert is the fallback of the locking read, and means nothing alone.
  */
-import type { Tx } from '../../platform/db.ts';
+import type { Sql, Tx } from '../../platform/db.ts';
 import { type ChainKey, chainRow } from './chain.ts';
 
 /** The position of the last event a chain took in order (int8 as a string). */
@@ -11,24 +11,46 @@ export interface DbChainState {
 }
 
 /**
+ * The highest position the per-source rows of migrations 010 to 017 recorded for the chain (they
+ * share the producer's one counter): adopted when the chain's row is created, and read at every
+ * lock so that a consumer still running a version before migration 018 during a deploy, which
+ * moves only its per-source row, cannot make the chain go backwards. An index range scan of the
+ * aggregate's few rows (the primary key's prefix).
+ */
+function perSourcePosition(tx: Tx, k: ChainKey) {
+  return tx`(select max(s.last_sequence) from inbox_aggregate s
+    where s.consumer = ${k.consumer} and s.aggregate_type = ${k.aggregateType}
+      and s.aggregate_id = ${k.aggregateId} and s.chain = ${k.chain} and s.source <> '')`;
+}
+
+/**
  * One round of locking: reads the chain's row `for update`, or, when there is none, creates it at
- * 0 (nothing taken yet), or with `adopt` at the position of the row written before migration 010
- * for the aggregate (source '', chain ''), if there is one.
+ * the position its per-source rows recorded, or 0 (nothing taken yet).
  * @returns the position, or undefined when another transaction created the row meanwhile (the
  *   caller reads again: its insert did nothing)
  */
-export async function lockChain(tx: Tx, k: ChainKey, adopt: boolean): Promise<bigint | undefined> {
+export async function lockChain(tx: Tx, k: ChainKey): Promise<bigint | undefined> {
   const [row] = await tx<DbChainState[]>`
-      select last_sequence from inbox_aggregate where ${chainRow(tx, k)} for update`;
+      select greatest(last_sequence, ${perSourcePosition(tx, k)}) as last_sequence
+      from inbox_aggregate where ${chainRow(tx, k)} for update`;
   if (row) return BigInt(row.last_sequence);
   const [created] = await tx<DbChainState[]>`
       insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence)
-      values (${k.consumer}, ${k.aggregateType}, ${k.aggregateId}, ${k.source}, ${k.chain}, coalesce((
-        select l.last_sequence from inbox_aggregate l
-        where l.consumer = ${k.consumer} and l.aggregate_type = ${k.aggregateType}
-          and l.aggregate_id = ${k.aggregateId} and l.source = '' and l.chain = ''
-          and ${adopt}::boolean), 0))
+      values (${k.consumer}, ${k.aggregateType}, ${k.aggregateId}, '', ${k.chain},
+              coalesce(${perSourcePosition(tx, k)}, 0))
       on conflict do nothing
       returning last_sequence`;
   return created ? BigInt(created.last_sequence) : undefined;
+}
+
+/**
+ * The chain's position now, without a lock and outside any transaction: what an event waiting in
+ * its invocation for a lower one of its chain polls (order.ts). Undefined when the chain has no row.
+ */
+export async function readChainPosition(sql: Sql, k: ChainKey): Promise<bigint | undefined> {
+  const [row] = await sql<DbChainState[]>`
+      select last_sequence from inbox_aggregate
+      where consumer = ${k.consumer} and aggregate_type = ${k.aggregateType}
+        and aggregate_id = ${k.aggregateId} and source = '' and chain = ${k.chain}`;
+  return row ? BigInt(row.last_sequence) : undefined;
 }

@@ -24,13 +24,14 @@ import {
 
 /**
  * Deletes one batch of the inbox's expired rows, oldest first: records older than the retention
- * (`processed_at`; never a parked event still waiting for an operator), then the order state of
- * chains not touched for as long (`updated_at`), then wait-for-gap rows of events last seen as
- * long ago. One short statement; `prune` calls it until it returns 0.
+ * (`processed_at`; never a parked event still waiting for an operator), then the per-source order
+ * state of migrations 010 to 017 its chain has taken over (`updated_at`), then wait-for-gap rows
+ * of events last seen as long ago. One short statement; `prune` calls it until it returns 0.
  *
- * A chain whose state is pruned is forgotten: its next event is handled as the first one seen
- * (wait-for-gap expects its #1 again, waits, and then applies or parks it). Keep the retention well
- * above the on-failure destination's (14 days) and any replay you may run.
+ * A chain's order state (one row per consumer, aggregate and, with `types`, event type, about 100
+ * bytes with its index entry) is kept: forgotten, a quiet chain's next event would wait for a #1
+ * it had long applied, and be parked for nothing (issue 33). Keep the retention well above the
+ * on-failure destination's (14 days) and any replay you may run.
  * @param retentionSeconds the inbox's retention (OUTBOX_INBOX_RETENTION_DAYS)
  * @returns rows deleted by this batch (≤ batchSize); 0 when nothing is left
  */

@@ -27,8 +27,8 @@ export interface PruneOptions {
   deadLetterRetentionSeconds: number;
   /**
    * Inbox records (`inbox_message`, but parked events awaiting an operator) older than this are
-   * deleted, and with them the order state (`inbox_aggregate`, `inbox_gap`) untouched for as long
-   * (see pruneInboxBatch). Seconds. Keep it well above EventBridge's retry window (24 hours) and
+   * deleted, and with them wait-for-gap rows (`inbox_gap`) untouched for as long; each chain's
+   * order state (`inbox_aggregate`) is kept (see pruneInboxBatch). Seconds. Keep it well above EventBridge's retry window (24 hours) and
    * the on-failure destination's retention: a duplicate arriving after its record is gone would be
    * applied again. Default: not pruned.
    */

@@ -28,17 +28,24 @@ export async function deleteExpiredMessages(sql: Queryable, retentionSeconds: nu
 }
 
 /**
- * Deletes up to `batchSize` chains' order state untouched for longer than the retention (seconds,
- * by `updated_at`), oldest first.
+ * Deletes up to `batchSize` per-source order-state rows of migrations 010 to 017 untouched for
+ * longer than the retention (seconds, by `updated_at`), oldest first, once their chain's own row
+ * (source '') holds a position at least theirs. A chain's own row is never deleted: a quiet chain
+ * whose state was forgotten would expect its #1 again, and park its next event for nothing.
  * @returns rows deleted
  */
 export async function deleteExpiredChains(sql: Queryable, retentionSeconds: number, batchSize: number) {
   const chains = await sql`
     delete from inbox_aggregate a
     using (
-      select consumer, aggregate_type, aggregate_id, source, chain from inbox_aggregate
-      where updated_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
-      order by updated_at
+      select s.consumer, s.aggregate_type, s.aggregate_id, s.source, s.chain from inbox_aggregate s
+      where s.source <> ''
+        and s.updated_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
+        and exists (select from inbox_aggregate c
+                    where c.consumer = s.consumer and c.aggregate_type = s.aggregate_type
+                      and c.aggregate_id = s.aggregate_id and c.source = '' and c.chain = s.chain
+                      and c.last_sequence >= s.last_sequence)
+      order by s.updated_at
       limit ${batchSize}
     ) old
     where (a.consumer, a.aggregate_type, a.aggregate_id, a.source, a.chain)
