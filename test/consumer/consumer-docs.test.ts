@@ -88,4 +88,17 @@ describe('the consumer docs (docs/consuming.md)', () => {
       { order_id: '8842', total: '120' },
     ]);
   });
+
+  it('names, for each row of the order table, a test of test/consumer/inbox-order.test.ts that exists', async () => {
+    const doc = await readFile(`${root}docs/consuming.md`, 'utf8');
+    const tests = await readFile(`${root}test/consumer/inbox-order.test.ts`, 'utf8');
+    const table = doc.slice(doc.indexOf('| situation |'), doc.indexOf('A model-based test'));
+    const rows = table.split('\n').filter((l) => l.startsWith('| ') && !l.startsWith('| situation'));
+    expect(rows.length).toBeGreaterThan(10);
+    const named = rows
+      .map((l) => l.split(' | ').at(-1)?.replace(/ \|$/, '').trim() ?? '')
+      .filter((name) => !name.includes('`'));
+    const missing = named.filter((name) => !tests.includes(name));
+    expect(missing).toEqual([]);
+  });
 });

@@ -1,20 +1,27 @@
 /**
  * Model-based test of the consumer side (fast-check `fc.commands`): an inbox consumer fed as
- * EventBridge and Lambda feed it — events produced on a few aggregates of two sources and two
- * types, delivered in any order, delivered again (duplicates, at once or later), retried on
- * Lambda's schedule when the invocation fails (attempts at about 0, 60 and 180 s, then the
- * on-failure destination), replayed from that destination by an operator, and parked events
- * re-applied — against the real inbox and Postgres. Time is the database's: `advance` back-dates
- * the inbox's timestamps.
+ * EventBridge and Lambda feed it — events produced on a few aggregates by two sources and of two
+ * types, numbered as the producer numbers them (per aggregate, across sources), some never
+ * delivered (dead-lettered at the relay), delivered in any order, delivered again (duplicates, at
+ * once or later), retried on Lambda's schedule when the invocation fails (attempts at about 0, 60
+ * and 180 s, or 0 and 60 s with one retry, then the on-failure destination), retries that come
+ * late or never reach the inbox (the database unreachable), every due attempt at once (a burst's
+ * last attempts), replayed from that destination by an operator, and parked events re-applied —
+ * against the real inbox and Postgres. Time is the database's: `advance` back-dates the inbox's
+ * timestamps.
  *
  * Each run picks an order mode (none, ignore-stale, wait-for-gap processing or parking after the
- * wait) and whether the consumer receives every type or declares the one it receives (`types`).
+ * wait), whether the consumer receives every type or declares the one it receives (`types`), and
+ * Lambda's retries (2, the default, or 1).
  *
  * Invariant, after every command: each event is applied at most once; an applied event is recorded
  * `processed`; an event acknowledged without being applied is recorded with a reason (stale,
  * parked); every invocation that succeeded left a record of its event; every event in the failure
  * destination has a reason; an event applied as `next` came after the event before it in its chain
- * was taken. At the end the system is healed (every retry run, every failure and parked event
+ * was taken; under wait-for-gap, an attempt fails with InboxGapError only while its wait (from its
+ * first attempt, however late its retries) is not over, an event is taken past its gap only once
+ * it is, and of the attempts made at once, an event waiting behind a gap is never taken after a
+ * higher one of its chain. At the end the system is healed (every retry run, every failure and parked event
  * replayed, with the handler fixed) and each event delivered must have been applied exactly once —
  * or, under ignore-stale only, recorded stale behind a later event of its chain that was applied,
  * and counted in the InboxStale metric.
@@ -45,7 +52,13 @@ const AGGREGATES = ['x', 'y'] as const;
 const TYPES = ['A', 'B'] as const;
 /** Lambda's asynchronous retries: the 2nd attempt about 60 s after the 1st, the 3rd 120 s after that. */
 const RETRY_DELAYS = [60, 120];
-const MAX_ATTEMPTS = 3;
+/** The inbox's settings for each retry count: `retryWindowSeconds` and `gapWaitSeconds`. */
+const WINDOWS = {
+  2: { retryWindowSeconds: 180, gapWaitSeconds: 120 },
+  1: { retryWindowSeconds: 60, gapWaitSeconds: 50 },
+};
+/** Lambda's maximum event age (the default): a retry never comes later. */
+const MAX_EVENT_AGE = 21_600;
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -62,6 +75,8 @@ interface Config {
   /** The consumer declares `types: ['A']` and its rule delivers A only. */
   subset: boolean;
   newestFirst: boolean;
+  /** The function's MaximumRetryAttempts. */
+  retries: 1 | 2;
 }
 
 interface ModelEvent {
@@ -71,6 +86,8 @@ interface ModelEvent {
   type: string;
   sequence: number;
   typeSequence: number;
+  /** Dead-lettered at the relay: numbered, never delivered. */
+  lost: boolean;
   delivery: EventBridgeEvent<string, unknown>;
 }
 
@@ -97,10 +114,13 @@ interface Model {
   /** What each attempt came to, for a failing run's report. */
   log: string[];
   metrics: Map<string, number>;
+  /** Per event, when it was first and last seen waiting for its gap (model clock), as the inbox keeps it. */
+  waiting: Map<string, { first: number; last: number }>;
 }
 
 interface Real {
-  handler: (event: EventBridgeEvent<string, unknown>) => Promise<string>;
+  /** One invocation; `long`: a 10 s invocation (attempts at once), else 2 s. */
+  handler: (event: EventBridgeEvent<string, unknown>, long?: boolean) => Promise<string>;
   /** Makes the handler throw after its write, for the next call (a bug, a dependency down). */
   failNext: (fails: boolean) => void;
   /** Events whose handler fails on every attempt until the end of the run (a bug fixed later). */
@@ -108,8 +128,17 @@ interface Real {
 }
 
 const receives = (m: Model, type: string) => !m.config.subset || type === 'A';
-const chainKey = (m: Model, e: ModelEvent) =>
-  `${e.source}/${e.aggregateId}${m.config.subset ? `/${e.type}` : ''}`;
+const delivered = (m: Model, e: ModelEvent) => !e.lost && receives(m, e.type);
+const maxAttempts = (m: Model) => m.config.retries + 1;
+const orderAware = (m: Model) => m.config.mode === 'process' || m.config.mode === 'park';
+/** The producer numbers an aggregate's events across sources: one chain per aggregate (and type). */
+const chainKey = (m: Model, e: ModelEvent) => `${e.aggregateId}${m.config.subset ? `/${e.type}` : ''}`;
+const gapWait = (m: Model) => WINDOWS[m.config.retries].gapWaitSeconds;
+/** How long the event has waited for its gap, as the inbox counts it: 0 after a pause past the maximum event age. */
+const waited = (m: Model, e: ModelEvent) => {
+  const w = m.waiting.get(e.eventId);
+  return w === undefined || m.clock - w.last > MAX_EVENT_AGE ? 0 : m.clock - w.first;
+};
 const position = (m: Model, e: ModelEvent) => (m.config.subset ? e.typeSequence : e.sequence);
 
 function due(m: Model): Invocation[] {
@@ -124,15 +153,15 @@ async function attempt(
   fails: boolean,
   concurrent = false,
 ): Promise<string> {
+  const e = inv.event;
+  const waitedBefore = waited(m, e);
   r.failNext(fails);
-  const outcome = await r.handler(inv.event.delivery);
+  const outcome = await r.handler(inv.event.delivery, concurrent);
   r.failNext(false);
-  inv.attempts++;
   // A taken event never holds its chain back: once the event before it in its chain is taken
   // (applied or parked), an event neither waits for a gap nor is parked.
   // (Of two attempts at once, either may have been decided first: that is left to the order check.)
   if (!concurrent && (outcome === 'parked' || outcome.startsWith('error:InboxGapError'))) {
-    const e = inv.event;
     const before = m.events.find(
       (p) => chainKey(m, p) === chainKey(m, e) && position(m, p) === position(m, e) - 1,
     );
@@ -141,11 +170,39 @@ async function attempt(
       `${e.source}/${e.aggregateId}#${e.sequence}: ${outcome.slice(0, 40)} although the event before it in its chain was taken`,
     ).toBe(true);
   }
+  if (orderAware(m)) {
+    const label = `${e.source}/${e.aggregateId}#${e.sequence}`;
+    if (outcome.startsWith('error:InboxGapError')) {
+      // The wait counts from the first attempt however late the retries come (issue 33, item 1).
+      expect(
+        waitedBefore,
+        `${label} failed for its gap although it had waited ${waitedBefore} s`,
+      ).toBeLessThan(gapWait(m));
+      const w = m.waiting.get(e.eventId);
+      if (w === undefined || m.clock - w.last > MAX_EVENT_AGE)
+        m.waiting.set(e.eventId, { first: m.clock, last: m.clock });
+      else w.last = m.clock;
+    } else if (outcome === 'ahead' || outcome === 'parked') {
+      // 20 s of slack: the database's clock also moved on by the run's real time.
+      expect(
+        waitedBefore + 20,
+        `${label} ${outcome} after waiting only ${waitedBefore} s`,
+      ).toBeGreaterThanOrEqual(gapWait(m));
+    }
+    if (!outcome.startsWith('error:') && outcome !== 'duplicate') m.waiting.delete(e.eventId);
+  }
+  inv.attempts++;
   m.log.push(
     `#${inv.id} ${inv.event.source}/${inv.event.aggregateId}#${inv.event.sequence}${inv.event.type} → ${outcome}`,
   );
+  settle(m, inv, outcome);
+  return outcome;
+}
+
+/** Lambda's bookkeeping of an attempt's outcome: a retry, the on-failure destination, or done. */
+function settle(m: Model, inv: Invocation, outcome: string): void {
   if (outcome.startsWith('error:')) {
-    if (inv.attempts >= MAX_ATTEMPTS) {
+    if (inv.attempts >= maxAttempts(m)) {
       inv.done = true;
       m.failed.push({ event: inv.event, reason: outcome.slice('error:'.length) });
     } else inv.dueAt = m.clock + (RETRY_DELAYS[inv.attempts - 1] as number);
@@ -154,7 +211,6 @@ async function attempt(
     inv.succeeded = true;
     if (['next', 'ahead', 'late', 'parked'].includes(outcome)) m.taken.push(inv.event.eventId);
   }
-  return outcome;
 }
 
 function newInvocation(m: Model, event: ModelEvent): void {
@@ -225,17 +281,20 @@ class Produce implements Command {
   readonly source: number;
   readonly aggregate: number;
   readonly type: number;
-  constructor(source: number, aggregate: number, type: number) {
+  readonly lost: boolean;
+  constructor(source: number, aggregate: number, type: number, lost = false) {
     this.source = source;
     this.aggregate = aggregate;
     this.type = type;
+    this.lost = lost;
   }
   check = () => true;
   async run(m: Model, r: Real) {
     const source = SOURCES[this.source] as string;
     const aggregateId = AGGREGATES[this.aggregate] as string;
     const type = TYPES[this.type] as string;
-    const key = `${source}/${aggregateId}`;
+    // As the producer numbers them: per aggregate, whatever the source (issue 33, item 2).
+    const key = aggregateId;
     const counter = m.counters.get(key) ?? { sequence: 0, types: new Map() };
     m.counters.set(key, counter);
     counter.sequence++;
@@ -248,6 +307,7 @@ class Produce implements Command {
       type,
       sequence: counter.sequence,
       typeSequence: counter.types.get(type) as number,
+      lost: this.lost,
       delivery: delivery({
         detailType: type,
         source,
@@ -261,11 +321,12 @@ class Produce implements Command {
       }) as EventBridgeEvent<string, unknown>,
     };
     m.events.push(event);
-    if (receives(m, type)) newInvocation(m, event);
+    if (delivered(m, event)) newInvocation(m, event);
     await check(m);
     void r;
   }
-  toString = () => `produce ${SOURCES[this.source]}/${AGGREGATES[this.aggregate]} ${TYPES[this.type]}`;
+  toString = () =>
+    `produce ${SOURCES[this.source]}/${AGGREGATES[this.aggregate]} ${TYPES[this.type]}${this.lost ? ' (dead-lettered at the relay: never delivered)' : ''}`;
 }
 
 class Attempt implements Command {
@@ -303,14 +364,113 @@ class AttemptTogether implements Command {
   toString = () => `attempt ${this.a} and ${this.b} at once`;
 }
 
+/**
+ * Every due attempt at once, each a 10 s invocation: the last attempts of a burst behind a gap,
+ * which Lambda makes in any order. Of the events known to be waiting behind a gap, and not yet
+ * overtaken, none is taken after a higher event of its chain taken in the same round (issue 33,
+ * item 3), for the chains whose every waiting event is in the round and does not fail in it.
+ */
+class AttemptAll implements Command {
+  /** Rotates the order the attempts start in (Lambda keeps none). */
+  readonly shift: number;
+  constructor(shift: number) {
+    this.shift = shift;
+  }
+  check = (m: Readonly<Model>) => due(m as Model).length > 1;
+  async run(m: Model, r: Real) {
+    const inOrder = due(m);
+    const ready = [
+      ...inOrder.slice(this.shift % inOrder.length),
+      ...inOrder.slice(0, this.shift % inOrder.length),
+    ].reverse();
+    const waitingBefore = new Set(
+      [...m.waiting.entries()].filter(([, w]) => m.clock - w.last <= MAX_EVENT_AGE).map(([id]) => id),
+    );
+    const takenBefore = m.taken.length;
+    const outcomes = await Promise.all(
+      ready.map((inv, i) => sleep(i * 20).then(() => attempt(m, r, inv, false, true))),
+    );
+    const failedNow = new Set(
+      ready.filter((_, i) => outcomes[i]?.startsWith('error:')).map((inv) => inv.event.eventId),
+    );
+    if (orderAware(m)) {
+      const takenNow = m.taken.slice(takenBefore);
+      const inRound = new Set(ready.map((i) => i.event.eventId));
+      for (const id of takenNow) {
+        const y = m.events.find((e) => e.eventId === id) as ModelEvent;
+        if (!waitingBefore.has(id)) continue;
+        // Already overtaken before this round (a higher one took the gap's timeout action): late.
+        const overtaken = m.taken.slice(0, takenBefore).some((t) => {
+          const e = m.events.find((p) => p.eventId === t) as ModelEvent;
+          return chainKey(m, e) === chainKey(m, y) && position(m, e) > position(m, y);
+        });
+        if (overtaken) continue;
+        const chainWaiting = m.events.filter(
+          (e) => chainKey(m, e) === chainKey(m, y) && waitingBefore.has(e.eventId),
+        );
+        // One waiting elsewhere, or one that failed (its handler), holds the lowest back: the
+        // events behind it then take the gap's timeout action when their wait in the invocation
+        // ends, in any order.
+        if (chainWaiting.some((e) => !inRound.has(e.eventId) || failedNow.has(e.eventId))) continue;
+        for (const x of takenNow.map((t) => m.events.find((e) => e.eventId === t) as ModelEvent)) {
+          if (chainKey(m, x) !== chainKey(m, y) || position(m, x) <= position(m, y)) continue;
+          expect(
+            takenNow.indexOf(y.eventId),
+            `${y.aggregateId}#${y.sequence}, waiting behind its gap, taken after #${x.sequence} of its chain`,
+          ).toBeLessThan(takenNow.indexOf(x.eventId));
+        }
+      }
+    }
+    await check(m);
+  }
+  toString = () => `every due attempt at once (rotated by ${this.shift}, reversed)`;
+}
+
+/** A burst behind a gap: one event of an aggregate dead-lettered at the relay, then three more. */
+class Burst implements Command {
+  readonly source: number;
+  readonly aggregate: number;
+  constructor(source: number, aggregate: number) {
+    this.source = source;
+    this.aggregate = aggregate;
+  }
+  check = () => true;
+  async run(m: Model, r: Real) {
+    await new Produce(this.source, this.aggregate, 0, true).run(m, r);
+    for (const source of [this.source, 1 - this.source, this.source])
+      await new Produce(source, this.aggregate, 0).run(m, r);
+  }
+  toString = () => `a burst on ${AGGREGATES[this.aggregate]} behind a dead-lettered event`;
+}
+
+/** An attempt that never reaches the inbox (the database unreachable in a failover): it fails. */
+class LoseAttempt implements Command {
+  readonly pick: number;
+  constructor(pick: number) {
+    this.pick = pick;
+  }
+  check = (m: Readonly<Model>) => due(m as Model).length > 0;
+  async run(m: Model) {
+    const ready = due(m);
+    const inv = ready[this.pick % ready.length] as Invocation;
+    inv.attempts++;
+    m.log.push(`#${inv.id} ${inv.event.aggregateId}#${inv.event.sequence} → lost (never reached the inbox)`);
+    settle(m, inv, 'error:Error: connect ECONNREFUSED (injected)');
+    await check(m);
+  }
+  toString = () => `attempt ${this.pick} never reaches the inbox`;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
 class Duplicate implements Command {
   readonly pick: number;
   constructor(pick: number) {
     this.pick = pick;
   }
-  check = (m: Readonly<Model>) => m.events.some((e) => receives(m as Model, e.type));
+  check = (m: Readonly<Model>) => m.events.some((e) => delivered(m as Model, e));
   async run(m: Model) {
-    const received = m.events.filter((e) => receives(m, e.type));
+    const received = m.events.filter((e) => delivered(m, e));
     newInvocation(m, received[this.pick % received.length] as ModelEvent);
     await check(m);
   }
@@ -412,19 +572,19 @@ async function heal(m: Model, r: Real, newestFirst: boolean): Promise<void> {
 
 async function finalCheck(m: Model): Promise<void> {
   await check(m);
-  const delivered = m.events.filter((e) => receives(m, e.type));
+  const deliveredEvents = m.events.filter((e) => delivered(m, e));
   const rows = await db.sql<{ event_id: string; outcome: string | null; effects: number }[]>`
     select e.event_id, r.outcome, (select count(*)::int from effect f where f.event_id = e.event_id) as effects
-    from unnest(${delivered.map((e) => e.eventId)}::text[]) as e(event_id)
+    from unnest(${deliveredEvents.map((e) => e.eventId)}::text[]) as e(event_id)
     left join inbox_message r on r.consumer = 'model' and r.event_id = e.event_id`;
   const byId = new Map(rows.map((row) => [row.event_id, row]));
   let stale = 0;
-  for (const e of delivered) {
+  for (const e of deliveredEvents) {
     const row = byId.get(e.eventId);
     if (row?.outcome === 'stale') {
       stale++;
       expect(m.config.mode, `${e.eventId} stale: only under ignore-stale`).toBe('ignore-stale');
-      const superseding = delivered.filter(
+      const superseding = deliveredEvents.filter(
         (later) =>
           chainKey(m, later) === chainKey(m, e) &&
           position(m, later) > position(m, e) &&
@@ -446,17 +606,24 @@ async function finalCheck(m: Model): Promise<void> {
 }
 
 const produce = fc.tuple(fc.nat(1), fc.nat(1), fc.nat(1)).map(([s, a, t]) => new Produce(s, a, t));
+const produceLost = fc.tuple(fc.nat(1), fc.nat(1), fc.nat(1)).map(([s, a, t]) => new Produce(s, a, t, true));
 const attemptOne = fc.tuple(fc.nat(5), fc.boolean()).map(([p, f]) => new Attempt(p, f));
 const advance = fc.constantFrom(30, 60, 120, 200, 3 * 86_400).map((s) => new Advance(s));
 /** Any command, attempts and the clock weighted up; a few events are produced before them. */
 const commands = fc.commands(
   [
     produce,
+    produce,
+    produceLost,
     attemptOne,
     attemptOne,
     attemptOne,
     advance,
     advance,
+    fc.nat(5).map((n) => new AttemptAll(n)),
+    fc.nat(5).map((n) => new AttemptAll(n)),
+    fc.tuple(fc.nat(1), fc.nat(1)).map(([s, a]) => new Burst(s, a)),
+    fc.nat(5).map((p) => new LoseAttempt(p)),
     fc.tuple(fc.nat(5), fc.nat(5)).map(([a, b]) => new AttemptTogether(a, b)),
     fc.nat(7).map((p) => new Duplicate(p)),
     fc.nat(7).map((p) => new Poison(p)),
@@ -472,6 +639,7 @@ const configs = fc.record({
   subset: fc.boolean(),
   /** The operator replays the failure destination newest first (the wrong order) or oldest first. */
   newestFirst: fc.boolean(),
+  retries: fc.constantFrom<1 | 2>(2, 1),
 });
 
 describe('inbox model', () => {
@@ -492,13 +660,14 @@ describe('inbox model', () => {
           taken: [],
           log: [],
           metrics: new Map(),
+          waiting: new Map(),
         };
         const options: InboxOptions<Record<string, unknown>> = {
           sql: db.sql,
           consumer: 'model',
           ...(config.mode === 'none' || config.mode === 'ignore-stale'
             ? { order: config.mode }
-            : { order: 'wait-for-gap', onGapTimeout: config.mode }),
+            : { order: 'wait-for-gap', onGapTimeout: config.mode, ...WINDOWS[config.retries] }),
           ...(config.subset ? { types: ['A'] } : {}),
           metrics: {
             write: (line) => {
@@ -514,8 +683,8 @@ describe('inbox model', () => {
           return i.arrival;
         });
         const real: Real = {
-          handler: (event) =>
-            wrapped({ ...event, id: randomUUID() }, lambdaContext(10_000)).then(
+          handler: (event, long) =>
+            wrapped({ ...event, id: randomUUID() }, lambdaContext(long ? 10_000 : 2_000)).then(
               // the handler returns the arrival; a skip is the inbox's answer
               (r) => (typeof r === 'string' ? r : r.inbox),
               (e: Error) => `error:${e.name}: ${e.message}`,
