@@ -24,6 +24,7 @@ import {
   type Sql,
 } from '../../platform/index.ts';
 import { getStatus, migrateWithRoles } from '../operations/index.ts';
+import { registerCounters } from './counters-command.ts';
 import { type EnqueueProgress, enqueueFromLines } from './enqueue-lines.ts';
 import { EXIT, explainError } from './errors.ts';
 import { registerInbox } from './inbox-commands.ts';
@@ -87,6 +88,7 @@ export async function main(argv: string[], cliIo: CliIo = defaultIo()): Promise<
   registerStatus(program, ctx);
   registerOperations(program, ctx);
   registerInbox(program, ctx);
+  registerCounters(program, ctx);
   try {
     await program.parseAsync(argv);
     return code;
