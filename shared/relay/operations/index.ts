@@ -7,6 +7,7 @@
 export { parseExactJson } from '../../platform/index.ts';
 export * from './counters.ts';
 export * from './dead-letters.ts';
+export * from './inbox-maintenance.ts';
 export * from './metrics.ts';
 export * from './parked-events.ts';
 export * from './prune.ts';

@@ -15,6 +15,12 @@ export {
 export { expiredDeadLetter } from './conditions.ts';
 export { countClaimable, type DbClaimable, THROTTLE_SCAN_ROWS } from './count-claimable.ts';
 export { countExpiredKeys, countExpiredRows, type DbExpiredCounts } from './count-expired.ts';
+export {
+  countInboxExpired,
+  countInboxParked,
+  type DbInboxExpired,
+  type DbInboxParked,
+} from './count-inbox.ts';
 export { countOutbox, type DbOutboxCounts } from './count-outbox.ts';
 export { deleteDeadLetters } from './delete-dead-letters.ts';
 export { deleteIdempotencyKeys } from './delete-idempotency-keys.ts';
