@@ -23,6 +23,7 @@ import {
   ServiceName,
 } from '../shared/platform/names.ts';
 import { OUTBOX_BUNDLING } from './bundling.ts';
+import { checkSources, restrictPutEvents } from './bus-policy.ts';
 import {
   type OutboxDatabaseConnection,
   type OutboxMigrationProps,
@@ -45,6 +46,12 @@ import {
 /** The relay, the monitor, their schedules, alarms and dashboard. */
 export class OutboxRelay extends Construct {
   public readonly eventBus: events.IEventBus;
+  /**
+   * The statement of the bus's resource policy that denies PutEvents of the outbox's sources to
+   * every principal but the relay (see {@link OutboxRelayProps.sources}); undefined when none was
+   * added (`restrictPutEvents: false`, or a bus passed in without `sources`).
+   */
+  public readonly busPolicy: events.CfnEventBusPolicy | undefined;
   /** The relay Lambda (a NodejsFunction when built from source, a Function on the package's bundle). */
   public readonly relayFunction: lambda.Function;
   public readonly monitorFunction: lambda.Function;
@@ -73,6 +80,7 @@ export class OutboxRelay extends Construct {
   constructor(scope: Construct, id: string, props: OutboxRelayProps) {
     super(scope, id);
     validate(props);
+    checkSources(props.sources);
     const settings = functionSettings(props);
     const database = outboxDatabaseConnection(props.database);
     this.databaseConnection = database;
@@ -101,6 +109,13 @@ export class OutboxRelay extends Construct {
 
     this.relayFunction = this.createRelayFunction(fn, props, settings.relay, dbEnvironment, timeout);
     database.grantConnect(this.relayFunction, this.databaseUsers.relay);
+    this.busPolicy = restrictPutEvents(
+      this,
+      this.eventBus,
+      props.eventBus === undefined,
+      props,
+      this.relayFunction.role as iam.IRole,
+    );
     const scaleOutSeconds = scaleOutSecondsFor(monitorScheduleExpression, timeout);
     this.monitorFunction = this.createMonitorFunction(fn, props, settings, dbEnvironment, scaleOutSeconds);
     database.grantConnect(this.monitorFunction, this.databaseUsers.monitor);

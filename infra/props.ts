@@ -2,6 +2,7 @@
 import type { Duration } from 'aws-cdk-lib';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as events from 'aws-cdk-lib/aws-events';
+import type * as iam from 'aws-cdk-lib/aws-iam';
 import type * as logs from 'aws-cdk-lib/aws-logs';
 import type * as scheduler from 'aws-cdk-lib/aws-scheduler';
 import type * as sns from 'aws-cdk-lib/aws-sns';
@@ -70,6 +71,34 @@ export interface OutboxRelayProps {
    * @default a new custom event bus
    */
   readonly eventBus?: events.IEventBus;
+  /**
+   * The `Source` values the outbox's events carry (each event's `source`, or the producers'
+   * default). EventBridge does not authenticate `Source`: anyone allowed `events:PutEvents` on the
+   * bus could put a well-formed envelope under these sources with a far-ahead `sequence`, which
+   * stops an `ignore-stale` consumer's chain (every real event after it is stale) or moves a
+   * `wait-for-gap` one past a gap that is not there. With them, the construct adds a statement to
+   * the bus's resource policy that denies `events:PutEvents` of these sources to every principal
+   * but the relay's role (and {@link publishers}); other sources stay as the bus's other policies
+   * say. Each is 1–256 characters, not starting with `aws.` (as `enqueue` requires), named once.
+   * (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus)
+   * @default none: on the bus the construct creates, the statement denies PutEvents of any source
+   *   to every principal but the relay (the bus is the outbox's alone); on a bus you pass, no
+   *   statement is added and synthesis warns
+   */
+  readonly sources?: string[];
+  /**
+   * Whether the construct adds the statement of {@link sources} to the bus's resource policy.
+   * `false` for a bus whose policy is not this stack's to change (another account's, or one a
+   * stack of its own sets whole with the bus's `Policy` property, which would overwrite it).
+   * @default true
+   */
+  readonly restrictPutEvents?: boolean;
+  /**
+   * Roles besides the relay's that may put events under {@link sources}: an operator's role that
+   * runs `outbox relay` by hand, a replay tool. Their own policies must still allow PutEvents.
+   * @default none
+   */
+  readonly publishers?: iam.IRole[];
   /**
    * How often the relay is invoked; each invocation polls until close to its timeout.
    * @default rate(1 minute), EventBridge Scheduler's finest

@@ -224,6 +224,9 @@ export class OutboxDemoStack extends Stack {
       vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
       securityGroups: [functionsSg],
       database: { ...target, databaseName },
+      // What the demo's producer enqueues under (examples/billing/events.ts): only the relay may
+      // put events of this source on the bus.
+      sources: ['demo.shop'],
       migration: {
         adminSecret: this.database.secret as NonNullable<typeof this.database.secret>,
         host: this.database.dbInstanceEndpointAddress,

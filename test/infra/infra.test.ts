@@ -129,6 +129,26 @@ describe('demo stack (synthesised)', () => {
     template.hasResourceProperties('AWS::SNS::Topic', { KmsMasterKeyId: Match.anyValue() });
   });
 
+  it("lets only the relay put the demo's source (demo.shop) on the bus", () => {
+    const policies = Object.values(template.findResources('AWS::Events::EventBusPolicy')) as {
+      Properties: { Statement: { Effect: string; Condition: Record<string, Record<string, unknown>> } };
+    }[];
+    expect(policies).toHaveLength(1);
+    expect(policies[0]?.Properties.Statement).toMatchObject({
+      Effect: 'Deny',
+      Principal: '*',
+      Action: 'events:PutEvents',
+      Condition: {
+        StringEquals: { 'events:source': ['demo.shop'] },
+        ArnNotEquals: {
+          'aws:PrincipalArn': {
+            'Fn::GetAtt': [expect.stringMatching(/^OutboxRelayFunctionServiceRole/), 'Arn'],
+          },
+        },
+      },
+    });
+  });
+
   it('runs the relay and the monitor on nodejs24.x, arm64, with IAM auth to the proxy and no secrets in the environment', () => {
     const functions = template.findResources('AWS::Lambda::Function', {
       Properties: { Runtime: 'nodejs24.x' },

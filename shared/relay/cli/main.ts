@@ -24,9 +24,11 @@ import {
   type Sql,
 } from '../../platform/index.ts';
 import { getStatus, migrateWithRoles } from '../operations/index.ts';
+import { registerCounters } from './counters-command.ts';
 import { type EnqueueProgress, enqueueFromLines } from './enqueue-lines.ts';
 import { EXIT, explainError } from './errors.ts';
 import { registerInbox } from './inbox-commands.ts';
+import { registerInboxMaintenance } from './inbox-maintenance-commands.ts';
 import { type OperationsContext, registerOperations } from './operations.ts';
 import { positiveInteger } from './parsers.ts';
 import { registerRelay } from './relay-command.ts';
@@ -87,6 +89,8 @@ export async function main(argv: string[], cliIo: CliIo = defaultIo()): Promise<
   registerStatus(program, ctx);
   registerOperations(program, ctx);
   registerInbox(program, ctx);
+  registerInboxMaintenance(program, ctx);
+  registerCounters(program, ctx);
   try {
     await program.parseAsync(argv);
     return code;

@@ -5,7 +5,9 @@
 
 // Reads `showDeadLetter`'s exact payload text (numbers kept digit for digit) for re-serialising.
 export { parseExactJson } from '../../platform/index.ts';
+export * from './counters.ts';
 export * from './dead-letters.ts';
+export * from './inbox-maintenance.ts';
 export * from './metrics.ts';
 export * from './parked-events.ts';
 export * from './prune.ts';

@@ -3,9 +3,24 @@
  * type or count what another deletes), next to the row type it returns, as in `relay/sql/`. No
  * other operations module writes SQL but roles.ts, whose statements are the grants themselves.
  */
+export {
+  advanceCounterBatch,
+  type CounterKey,
+  countCounters,
+  type DbAdvancedBatch,
+  type DbCounterTotals,
+  limitLockWait,
+  selectKnownTypes,
+} from './advance-counters.ts';
 export { expiredDeadLetter } from './conditions.ts';
 export { countClaimable, type DbClaimable, THROTTLE_SCAN_ROWS } from './count-claimable.ts';
 export { countExpiredKeys, countExpiredRows, type DbExpiredCounts } from './count-expired.ts';
+export {
+  countInboxExpired,
+  countInboxParked,
+  type DbInboxExpired,
+  type DbInboxParked,
+} from './count-inbox.ts';
 export { countOutbox, type DbOutboxCounts } from './count-outbox.ts';
 export { deleteDeadLetters } from './delete-dead-letters.ts';
 export { deleteIdempotencyKeys } from './delete-idempotency-keys.ts';

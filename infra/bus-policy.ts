@@ -1,0 +1,109 @@
+/**
+ * Who may put the outbox's events on the bus (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus).
+ *
+ * EventBridge does not authenticate an entry's `Source`: any principal allowed `events:PutEvents`
+ * on the bus may put an entry under the outbox's sources, and a well-formed envelope with a
+ * far-ahead `sequence` then stops an `ignore-stale` consumer's chain (every real event after it is
+ * stale) or moves a `wait-for-gap` one past a gap that is not there. So the construct adds one
+ * statement to the bus's resource policy: Deny `events:PutEvents` with `events:source` among the
+ * outbox's sources, for every principal whose `aws:PrincipalArn` is not the relay's role (or a
+ * role of `publishers`).
+ *
+ * Facts it relies on: a bus's resource policy may condition PutEvents on `events:source` and
+ * `events:detail-type` (EventBridge User Guide, "Permissions for event buses", the example that
+ * limits a custom bus to one source and detail-type); for a role, `aws:PrincipalArn` is the role's
+ * ARN, not the session's (IAM User Guide, global condition keys); an explicit Deny in any policy
+ * that applies wins over every Allow (IAM policy evaluation logic). The monitor puts no events, so
+ * only the relay is exempt.
+ */
+import { Annotations, Names, Stack, Token } from 'aws-cdk-lib';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import type { Construct } from 'constructs';
+import type { OutboxRelayProps } from './props.ts';
+
+/** The longest `Source` EventBridge accepts, characters (PutEventsRequestEntry). */
+const MAX_SOURCE_LENGTH = 256;
+
+/**
+ * Checks {@link OutboxRelayProps.sources}: each as `enqueue` would accept it, and named once.
+ * @throws naming the prop and the index of the first bad source
+ */
+export function checkSources(sources: readonly string[] | undefined): void {
+  if (sources === undefined) return;
+  if (sources.length === 0) {
+    throw new Error(
+      'OutboxRelay: sources must name at least one source (leave it unset on a bus of its own to let only the relay put events)',
+    );
+  }
+  sources.forEach((source, i) => {
+    const bad = (why: string) => new Error(`OutboxRelay: sources[${i}] ${JSON.stringify(source)} ${why}`);
+    if (Token.isUnresolved(source)) throw bad('is a token: the sources must be known at synth');
+    if (source.trim() === '' || source !== source.trim())
+      throw bad('must be text without surrounding blanks');
+    if (source.length > MAX_SOURCE_LENGTH) throw bad(`is over ${MAX_SOURCE_LENGTH} characters`);
+    if (source.toLowerCase().startsWith('aws.'))
+      throw bad('must not start with "aws." (reserved for AWS services)');
+    if (sources.indexOf(source) !== i) throw bad('is named twice');
+  });
+}
+
+/**
+ * Adds the Deny statement to the bus's resource policy, or warns why it does not.
+ * @param ownBus whether the construct created the bus (then, without sources, every source is denied)
+ * @param relayRole the relay function's role: the one principal always exempt
+ * @returns the policy resource, or undefined when none was added
+ * @throws when the bus is in another account or region and `restrictPutEvents` is not `false`
+ */
+export function restrictPutEvents(
+  scope: Construct,
+  bus: events.IEventBus,
+  ownBus: boolean,
+  props: Pick<OutboxRelayProps, 'sources' | 'restrictPutEvents' | 'publishers'>,
+  relayRole: iam.IRole,
+): events.CfnEventBusPolicy | undefined {
+  if (props.restrictPutEvents === false) {
+    Annotations.of(scope).addWarningV2(
+      'outbox-relay:bus-policy-off',
+      `restrictPutEvents: false: any principal allowed events:PutEvents on the bus may put events under the outbox's sources, with any sequence, and consumers cannot tell them from the relay's. Deny it in the bus's policy yourself (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus).`,
+    );
+    return undefined;
+  }
+  if (!ownBus && props.sources === undefined) {
+    Annotations.of(scope).addWarningV2(
+      'outbox-relay:bus-policy-unscoped',
+      `The bus was passed in and sources is unset, so its policy is left as it is: any principal allowed events:PutEvents on it may put events under the outbox's sources, with any sequence. Set sources to the outbox's sources (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus).`,
+    );
+    return undefined;
+  }
+  const stack = Stack.of(scope);
+  const where = bus.env;
+  for (const [what, theirs, ours] of [
+    ['account', where.account, stack.account],
+    ['region', where.region, stack.region],
+  ] as const) {
+    if (!Token.isUnresolved(theirs) && !Token.isUnresolved(ours) && theirs !== ours) {
+      throw new Error(
+        `OutboxRelay: the bus ${bus.eventBusArn} is in ${what} ${theirs}, this stack in ${ours}: its resource policy is not this stack's to change. Deny events:PutEvents of the outbox's sources to every principal but the relay's role there, and set restrictPutEvents: false`,
+      );
+    }
+  }
+  const exempt = [relayRole.roleArn, ...(props.publishers ?? []).map((r) => r.roleArn)];
+  const statementId = `OutboxSources${Names.uniqueResourceName(scope, { maxLength: 50 })}`;
+  const statement = new iam.PolicyStatement({
+    sid: statementId,
+    effect: iam.Effect.DENY,
+    principals: [new iam.StarPrincipal()],
+    actions: ['events:PutEvents'],
+    resources: [bus.eventBusArn],
+    conditions: {
+      ...(props.sources ? { StringEquals: { 'events:source': props.sources } } : {}),
+      ArnNotEquals: { 'aws:PrincipalArn': exempt.length === 1 ? exempt[0] : exempt },
+    },
+  });
+  return new events.CfnEventBusPolicy(scope, 'BusPolicy', {
+    eventBusName: bus.eventBusName,
+    statementId,
+    statement: statement.toStatementJson(),
+  });
+}
