@@ -34,7 +34,7 @@ export function registerInboxMaintenance(program: Command, ctx: OperationsContex
   inbox
     .command('prune')
     .description(
-      "delete the inbox's expired rows in this database, as the monitor does in the outbox's: records past the retention (never a parked one), then the order state and wait-for-gap rows untouched for as long",
+      "delete the inbox's expired rows in this database, as the monitor does in the outbox's: records past the retention (never a parked one), then wait-for-gap rows untouched for as long (a chain's order state is kept)",
     )
     .option(
       '--retention-days <days>',
@@ -62,7 +62,7 @@ export function registerInboxMaintenance(program: Command, ctx: OperationsContex
         if (r.dryRun) {
           const e = r.expired ?? { messages: 0, chains: 0, gaps: 0 };
           ctx.out(
-            `would delete ${e.messages} inbox record(s), ${e.chains} chain state(s) and ${e.gaps} wait-for-gap row(s) older than ${days} day(s)`,
+            `would delete ${e.messages} inbox record(s), ${e.chains} superseded per-source chain state(s) and ${e.gaps} wait-for-gap row(s) older than ${days} day(s)`,
           );
         } else
           ctx.out(

@@ -17,7 +17,7 @@ import { countInboxExpired, countInboxParked } from './sql/index.ts';
 
 /** Options of {@link pruneInbox}. */
 export interface PruneInboxOptions {
-  /** Records, chains' order state and wait-for-gap rows older than this go. Seconds. */
+  /** Records and wait-for-gap rows older than this go (a chain's order state is kept). Seconds. */
   retentionSeconds: number;
   /** Rows per DELETE statement. */
   batchSize: number;
@@ -29,7 +29,7 @@ export interface PruneInboxOptions {
 
 /** What {@link pruneInbox} did (or, on a dry run, would do). */
 export interface PruneInboxResult {
-  /** Rows deleted (or to delete): records, chains' order state and wait-for-gap rows together. */
+  /** Rows deleted (or to delete): records, superseded per-source chain rows and wait-for-gap rows together. */
   deleted: number;
   /** On a dry run, the rows per table; undefined otherwise. */
   expired?: { messages: number; chains: number; gaps: number };
@@ -42,7 +42,7 @@ export interface PruneInboxResult {
 
 /**
  * Deletes the inbox's expired rows as the monitor does (records older than the retention but
- * parked ones, then the order state of chains untouched for as long, then wait-for-gap rows), and
+ * parked ones, then superseded per-source chain rows, then wait-for-gap rows), and
  * nothing of the outbox: see `pruneInboxBatch`.
  * @throws database errors; batches already committed stay deleted
  */

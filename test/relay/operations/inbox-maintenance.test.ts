@@ -45,8 +45,11 @@ beforeEach(async () => {
     await db.sql`insert into inbox_message (consumer, message_key, outcome, processed_at)
                  values (${consumer}, ${key}, ${outcome}, ${daysAgo(age)})`;
   }
-  await db.sql`insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, last_sequence, updated_at)
-               values ('billing', 'order', '1', 3, ${daysAgo(50)}), ('billing', 'order', '2', 7, ${daysAgo(1)})`;
+  // Chains' own rows (source '') are kept however old; a per-source row of migrations 010 to 017
+  // goes once its chain's own row has taken it over.
+  await db.sql`insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, source, last_sequence, updated_at)
+               values ('billing', 'order', '1', '', 5, ${daysAgo(50)}), ('billing', 'order', '1', 'shop.a', 3, ${daysAgo(50)}),
+                      ('billing', 'order', '2', '', 7, ${daysAgo(1)})`;
   await db.sql`insert into inbox_gap (consumer, message_key, first_seen_at, last_seen_at)
                values ('billing', 'gap-old', ${daysAgo(40)}, ${daysAgo(40)})`;
 });
@@ -69,12 +72,12 @@ describe('a consumer in its own database: outbox inbox prune', () => {
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(
-      /would delete 3 inbox record\(s\), 1 chain state\(s\) and 1 wait-for-gap row\(s\) older than 30 day\(s\)/,
+      /would delete 3 inbox record\(s\), 1 superseded per-source chain state\(s\) and 1 wait-for-gap row\(s\) older than 30 day\(s\)/,
     );
     expect(await left()).toHaveLength(6);
   });
 
-  it('deletes records past the retention (never a parked one), stale chains and gaps, and keeps the rest', async () => {
+  it('deletes records past the retention (never a parked one), superseded per-source chain rows and gaps, and keeps the rest and every chain', async () => {
     const r = await runCli(['inbox', 'prune', '--json'], {
       env: { ...env(), OUTBOX_INBOX_RETENTION_DAYS: '30' },
     });
@@ -86,7 +89,10 @@ describe('a consumer in its own database: outbox inbox prune', () => {
       retentionDays: 30,
     });
     expect(await left()).toEqual(['new-1', 'parked-new', 'parked-old']);
-    expect(await db.sql`select aggregate_id from inbox_aggregate`).toEqual([{ aggregate_id: '2' }]);
+    expect(await db.sql`select aggregate_id, source from inbox_aggregate order by aggregate_id`).toEqual([
+      { aggregate_id: '1', source: '' },
+      { aggregate_id: '2', source: '' },
+    ]);
     expect(await db.sql`select * from inbox_gap`).toEqual([]);
   });
 

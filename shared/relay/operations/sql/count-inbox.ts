@@ -4,6 +4,7 @@
  * monitor role may read (`consumer`, `message_key`, `outcome`, `processed_at` of `inbox_message`).
  */
 import type { Queryable } from '../../../platform/index.ts';
+import { supersededChains } from './delete-inbox-expired.ts';
 
 /** Rows past the inbox's retention, per table (int8 as strings). */
 export interface DbInboxExpired {
@@ -25,8 +26,7 @@ export async function countInboxExpired(
       (select count(*) from inbox_message
        where processed_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
          and outcome not in ('parked', 'replaying')) as messages,
-      (select count(*) from inbox_aggregate
-       where updated_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})) as chains,
+      (select count(*) from inbox_aggregate s where ${supersededChains(sql, retentionSeconds)}) as chains,
       (select count(*) from inbox_gap
        where last_seen_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})) as gaps`;
   return row;

@@ -28,10 +28,22 @@ export async function deleteExpiredMessages(sql: Queryable, retentionSeconds: nu
 }
 
 /**
- * Deletes up to `batchSize` per-source order-state rows of migrations 010 to 017 untouched for
- * longer than the retention (seconds, by `updated_at`), oldest first, once their chain's own row
- * (source '') holds a position at least theirs. A chain's own row is never deleted: a quiet chain
+ * The per-source order-state rows of migrations 010 to 017 (alias `s`) untouched for longer than
+ * the retention (seconds, by `updated_at`) whose chain's own row (source '') holds a position at
+ * least theirs: they say nothing it does not. A chain's own row is never pruned: a quiet chain
  * whose state was forgotten would expect its #1 again, and park its next event for nothing.
+ */
+export function supersededChains(sql: Queryable, retentionSeconds: number) {
+  return sql`s.source <> ''
+    and s.updated_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
+    and exists (select from inbox_aggregate c
+                where c.consumer = s.consumer and c.aggregate_type = s.aggregate_type
+                  and c.aggregate_id = s.aggregate_id and c.source = '' and c.chain = s.chain
+                  and c.last_sequence >= s.last_sequence)`;
+}
+
+/**
+ * Deletes up to `batchSize` of the {@link supersededChains}, oldest first.
  * @returns rows deleted
  */
 export async function deleteExpiredChains(sql: Queryable, retentionSeconds: number, batchSize: number) {
@@ -39,12 +51,7 @@ export async function deleteExpiredChains(sql: Queryable, retentionSeconds: numb
     delete from inbox_aggregate a
     using (
       select s.consumer, s.aggregate_type, s.aggregate_id, s.source, s.chain from inbox_aggregate s
-      where s.source <> ''
-        and s.updated_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
-        and exists (select from inbox_aggregate c
-                    where c.consumer = s.consumer and c.aggregate_type = s.aggregate_type
-                      and c.aggregate_id = s.aggregate_id and c.source = '' and c.chain = s.chain
-                      and c.last_sequence >= s.last_sequence)
+      where ${supersededChains(sql, retentionSeconds)}
       order by s.updated_at
       limit ${batchSize}
     ) old
