@@ -14,6 +14,20 @@ create table inbox_aggregate (
 );
 CREATE INDEX inbox_aggregate_updated_at_idx ON public.inbox_aggregate USING btree (updated_at);
 
+create table inbox_failed (
+  consumer text not null,
+  event_id text not null,
+  message_key text,
+  event jsonb not null,
+  error_name text not null,
+  error_message text not null,
+  attempts integer not null default 1,
+  first_failed_at timestamp with time zone not null default now(),
+  last_failed_at timestamp with time zone not null default now(),
+  constraint inbox_failed_pkey PRIMARY KEY (consumer, event_id)
+);
+CREATE INDEX inbox_failed_last_failed_at_idx ON public.inbox_failed USING btree (last_failed_at);
+
 create table inbox_gap (
   consumer text not null,
   message_key text not null,
