@@ -230,12 +230,20 @@ describe('database roles, each doing its real work as itself', () => {
       { n: number }[]
     >`select count(*)::int as n from inbox_gap where consumer = 'billing-wait'`;
     expect(gap?.n).toBe(1);
+    // And, as the consumer role, its failure trace: one row, two attempts.
+    const [failed] = await db.sql<
+      { attempts: number }[]
+    >`select attempts from inbox_failed where consumer = 'billing-wait'`;
+    expect(failed?.attempts).toBe(2);
   });
 
   it('refuses each role what it does not need', async () => {
     expect(await attempt(roles.relay, 'delete from outbox where true')).toBe('42501');
     expect(await attempt(roles.relay, 'select * from outbox_aggregate')).toBe('42501');
     expect(await attempt(roles.relay, 'select * from inbox_message')).toBe('42501');
+    expect(await attempt(roles.relay, 'select * from inbox_failed')).toBe('42501');
+    // The monitor counts and prunes failed events; it reads none of them.
+    expect(await attempt(roles.monitor, 'select event from inbox_failed')).toBe('42501');
     expect(await attempt(roles.monitor, "update outbox set last_error = 'x' where true")).toBe('42501');
     expect(
       await attempt(roles.monitor, 'insert into inbox_message (consumer, message_key) values (1, 1)'),
