@@ -14,6 +14,7 @@ import { connect } from '../shared/platform/db.ts';
 import { migrate } from '../shared/platform/migrate.ts';
 import { measureClaimable } from '../shared/relay/operations/scale-out.ts';
 import { countOutbox } from '../shared/relay/operations/sql/index.ts';
+import { INBOX_FAILED_SETTLE_SECONDS } from '../shared/relay/operations/status.ts';
 
 const ROWS = Number(process.argv[2] ?? 3_000_000);
 const PER_AGGREGATE = 30;
@@ -51,7 +52,11 @@ async function measure(label: string, run: () => Promise<unknown>, explain: stri
 /** The statements the monitor runs, as this checkout writes them. */
 async function statements(state: string): Promise<void> {
   console.log(`\n${state}\n\n| statement | median | buffers |\n|---|---|---|`);
-  await measure('getStatus (countOutbox, includePublished false)', () => countOutbox(sql, false), STATUS_SQL);
+  await measure(
+    'getStatus (countOutbox, includePublished false)',
+    () => countOutbox(sql, false, INBOX_FAILED_SETTLE_SECONDS),
+    STATUS_SQL,
+  );
   // The scale-out count at the construct's defaults (maxRelays 4, backlogPerRelay 30,000) and at
   // the most the construct accepts with that backlog per relay (maxRelays 100), both policies.
   for (const maxRelays of [4, 100]) {
@@ -109,6 +114,8 @@ function claimableSql(limit: number, block: boolean): string {
 const STATUS_SQL = `
     select p.pending, p.oldest, p.in_flight,
       (select count(*) from inbox_message where outcome in ('parked', 'replaying')) as inbox_parked,
+      (select count(*) from inbox_failed
+       where last_failed_at < now() - pg_catalog.make_interval(secs => 300)) as inbox_failed,
       (select count(*) from outbox
        where dead_lettered_at is not null and published_at is null and discarded_at is null) as dead,
       case when false then (select count(*) from outbox where published_at is not null) end as published

@@ -15,6 +15,20 @@ create table inbox_aggregate (
 comment on column inbox_aggregate.source is '''''  for the chain of an aggregate across sources (from migration 018, and before migration 010); a source for the per-source chains of migrations 010 to 017, read only to adopt their position';
 CREATE INDEX inbox_aggregate_updated_at_idx ON public.inbox_aggregate USING btree (updated_at);
 
+create table inbox_failed (
+  consumer text not null,
+  event_id text not null,
+  message_key text,
+  event jsonb not null,
+  error_name text not null,
+  error_message text not null,
+  attempts integer not null default 1,
+  first_failed_at timestamp with time zone not null default now(),
+  last_failed_at timestamp with time zone not null default now(),
+  constraint inbox_failed_pkey PRIMARY KEY (consumer, event_id)
+);
+CREATE INDEX inbox_failed_last_failed_at_idx ON public.inbox_failed USING btree (last_failed_at);
+
 create table inbox_gap (
   consumer text not null,
   message_key text not null,

@@ -24,6 +24,8 @@ export interface OutboxAlarms {
   readonly proxyPinnedSessions?: cloudwatch.Alarm;
   /** Inbox events parked (wait-for-gap, `onGapTimeout: 'park'`) and awaiting an operator. */
   readonly inboxParked: cloudwatch.Alarm;
+  /** Inbox events whose invocation failed and that no retry applied (`inbox_failed`). */
+  readonly inboxFailed: cloudwatch.Alarm;
 }
 
 /** A custom metric under the dimension its emitting service sets (names.ts). */
@@ -129,6 +131,18 @@ export function createAlarms(
       evaluationPeriods: 1,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     }),
+    // The monitor counts the failed inbox events of every consumer in this database once Lambda's
+    // retries are over (5 minutes after the last attempt): the event failed, or a wrapper answered
+    // for its failure. It stays in alarm until a delivery applies them or they are pruned.
+    inboxFailed: alarm('InboxFailedAlarm', {
+      alarmDescription:
+        'Inbox events failed and no retry applied them (a wrapper may have answered for the failure). Run: outbox inbox failed list --consumer <name>',
+      metric: metric(MetricName.InboxFailed, 'Maximum', Duration.minutes(5)),
+      threshold: 0,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    }),
   };
 }
 
@@ -163,6 +177,7 @@ export function createDashboard(
           right: [
             metric(MetricName.DeadLettered, 'Maximum'),
             metric(MetricName.InboxParked, 'Maximum'),
+            metric(MetricName.InboxFailed, 'Maximum'),
             metric(MetricName.ExtraRelays, 'Sum'),
           ],
           width: 12,

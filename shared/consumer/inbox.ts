@@ -9,10 +9,11 @@
  * record, or not at all (docs/guarantees.md#what-is-promised: a consumer invocation is all or nothing).
  *
  * The inbox wraps the handler itself rather than being a middy middleware: the transaction begins
- * and ends inside the handler's call, so no other middleware can end the invocation with the
- * transaction still open or skip its COMMIT or ROLLBACK (a middy middleware whose `after` or
- * `onError` returns a value cuts the chain short, and the middlewares after it never run). Use it
- * alone, or as the handler of a middy chain:
+ * and ends inside the handler's call, so no other middleware can skip its COMMIT or ROLLBACK (a
+ * middy middleware whose `after` or `onError` returns a value cuts the chain short, and the
+ * middlewares after it never run). Only middy's early timeout answers without waiting for the
+ * call: its abort rolls the transaction back at once, and the event's trace was written before the
+ * transaction began (trace.ts). Use it alone, or as the handler of a middy chain:
  *
  * ```ts
  * export const handler = inbox({ sql, consumer: 'billing', schema: OrderPlaced.schema },
@@ -42,6 +43,7 @@ import {
   WaitingForLowerEvent,
   waitForChain,
 } from './order.ts';
+import { abortSignalOf, FailureTrace } from './trace.ts';
 
 /**
  * How long Lambda keeps retrying an asynchronous invocation that failed, seconds: by default it
@@ -281,6 +283,14 @@ const ARRIVAL_METRIC: Partial<Record<InboxArrival, InboxMetricName>> = {
 /**
  * Wraps a handler with the inbox. The result is a Lambda handler `(event, context)`, to export as
  * it is or to give a middy chain as its handler (`middy().use(…).handler(inbox(options, fn))`).
+ *
+ * Every failure below leaves a trace in `inbox_failed` (the whole event, the error's name and
+ * message, the attempts) before it leaves the handler, so that a wrapper that turns it into a
+ * success (a middy `onError` returning a value) acknowledges nothing without a trace; the
+ * transaction that later applies, parks or acknowledges the event deletes the trace (trace.ts).
+ * Called with a third argument holding an AbortSignal (`{ signal }`, as middy calls its handler),
+ * the inbox writes the trace before its transaction begins, as an attempt not yet finished, and
+ * treats the signal's abort as its deadline (InboxAbortedError `signal`).
  * @returns what `handler` returned, or an {@link InboxSkip} when the handler did not run
  * @throws {InboxOptionsError} at once, when an option is invalid (it names the option)
  * @throws {InboxEnvelopeError} when the event is not an outbox envelope, its sequence is not a
@@ -298,7 +308,11 @@ const ARRIVAL_METRIC: Partial<Record<InboxArrival, InboxMetricName>> = {
 export function inbox<T = Record<string, unknown>, R = unknown>(
   options: InboxOptions<T>,
   handler: InboxHandler<T, R>,
-): (event: EventBridgeEvent<string, unknown>, context: Context) => Promise<R | InboxSkip> {
+): (
+  event: EventBridgeEvent<string, unknown>,
+  context: Context,
+  wrapper?: { signal?: AbortSignal },
+) => Promise<R | InboxSkip> {
   const settings = settingsOf(options);
   if (typeof handler !== 'function') {
     throw new InboxOptionsError('handler', 'expected the handler to wrap, a function (event, context)');
@@ -306,8 +320,13 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
   const metric = inboxMetrics(settings.consumer, options.metrics);
   const pool = options.sql instanceof ConnectionPool ? options.sql : undefined;
 
-  return async (event, context) => {
-    const deadline = lambdaDeadline(context);
+  const invoke = async (
+    event: EventBridgeEvent<string, unknown>,
+    context: Context,
+    deadline: number,
+    signal: AbortSignal | undefined,
+    trace: FailureTrace,
+  ): Promise<R | InboxSkip> => {
     if (deadline - settings.deadlineMarginMs <= Date.now()) {
       throw new InboxAbortedError(
         'deadline',
@@ -323,8 +342,9 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
         `the key function returned ${JSON.stringify(key)} for event ${metadata.eventId}: expected a non-empty string of at most ${MAX_KEY_LENGTH} characters`,
       );
     }
+    trace.key = key;
 
-    let invocation = new InvocationTransaction(deadline, settings.deadlineMarginMs);
+    let invocation = new InvocationTransaction(deadline, settings.deadlineMarginMs, signal);
     const generation = pool?.generation;
     const sql = pool ? pool.sql : (options.sql as Sql);
     /** After an invocation that lost its connection, the next one starts on a fresh pool. */
@@ -335,6 +355,16 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
     // An event waiting in this invocation for a lower one of its chain (order.ts) waits at most
     // half of the time left: the other half is the handler's.
     const waitUntil = Date.now() + (deadline - settings.deadlineMarginMs - Date.now()) / 2;
+
+    if (signal) {
+      try {
+        await trace.attempt(sql, invocation);
+      } catch (error) {
+        await invocation.abandon(error);
+        recover(error);
+        throw translateSchemaError(error);
+      }
+    }
 
     let decision: Decision;
     for (;;) {
@@ -349,7 +379,7 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
         if (error instanceof WaitingForLowerEvent) {
           // Rolled back, so that the lower event can take the chain's lock; decided again after.
           await invocation.abandon(error);
-          invocation = new InvocationTransaction(deadline, settings.deadlineMarginMs);
+          invocation = new InvocationTransaction(deadline, settings.deadlineMarginMs, signal);
           const next = invocation;
           await waitForChain(sql, error, waitUntil, (p) => next.bounded(p)).catch(async (e: unknown) => {
             await next.abandon(e);
@@ -408,5 +438,17 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
     const counted = ARRIVAL_METRIC[decision.apply];
     if (counted) metric(counted);
     return result;
+  };
+
+  return async (event, context, wrapper) => {
+    const deadline = lambdaDeadline(context);
+    const trace = new FailureTrace(settings.consumer, event, deadline);
+    try {
+      return await invoke(event, context, deadline, abortSignalOf(wrapper), trace);
+    } catch (error) {
+      // Before the error leaves: a wrapper may turn it into a success (see trace.ts).
+      await trace.fail(pool ? pool.sql : (options.sql as Sql), error);
+      throw error;
+    }
   };
 }

@@ -23,7 +23,9 @@
  * - **A deadline.** The invocation gives up `deadlineMarginMs` before the Lambda deadline: it
  *   refuses the handler's further statements, cancels the one still running, and rolls back,
  *   whether or not the handler returns. Every wait of the middleware (the connection, the
- *   bookkeeping, the COMMIT) ends by then.
+ *   bookkeeping, the COMMIT) ends by then. An AbortSignal from a wrapper (middy's, when its
+ *   `timeoutEarlyInMillis` fires) ends it the same way, at once: the wrapper answers right after
+ *   aborting, and the transaction must not outlive the answer in a frozen container.
  * - **A check before COMMIT** that the session is still the one the event was recorded in, in the
  *   same transaction, and not aborted: a COMMIT that would not commit fails the invocation.
  */
@@ -38,11 +40,12 @@ import {
 } from './sql/index.ts';
 
 /** Why an invocation's transaction stopped taking statements. */
-export type InboxAbortReason = 'deadline' | 'connection' | 'finished';
+export type InboxAbortReason = 'deadline' | 'signal' | 'connection' | 'finished';
 
 /**
  * The invocation's transaction is over, so a statement was refused or the invocation failed:
  * - `deadline`: the invocation reached `deadlineMarginMs` before its Lambda deadline and rolled back;
+ * - `signal`: the wrapper's AbortSignal aborted (middy's early timeout) and it rolled back;
  * - `connection`: the connection was lost and the transaction with it;
  * - `finished`: the handler had already returned or failed (a statement it did not await).
  * Nothing of the invocation was committed, except for `finished` after a COMMIT that succeeded.
@@ -116,12 +119,16 @@ export class InvocationTransaction {
   readonly #closed = Promise.withResolvers<void>();
   readonly #lambdaDeadline: number;
   readonly #timer: NodeJS.Timeout;
+  readonly #signal: AbortSignal | undefined;
+  readonly #onAbort = () => this.#abort();
 
   /**
    * @param lambdaDeadlineAt epoch ms when Lambda ends the invocation
    * @param marginMs how long before it to give up and roll back
+   * @param signal a wrapper's AbortSignal (middy passes one): its abort ends the transaction as
+   *   the deadline does, with {@link InboxAbortedError} `signal`
    */
-  constructor(lambdaDeadlineAt: number, marginMs: number) {
+  constructor(lambdaDeadlineAt: number, marginMs: number, signal?: AbortSignal) {
     this.#lambdaDeadline = lambdaDeadlineAt;
     // Settled only by the middleware; these handlers keep an early settlement from being unhandled.
     this.#outcome.promise.catch(() => {});
@@ -131,6 +138,9 @@ export class InvocationTransaction {
       Math.max(0, lambdaDeadlineAt - marginMs - Date.now()),
     );
     this.#timer.unref();
+    this.#signal = signal;
+    if (signal?.aborted) this.#abort();
+    else signal?.addEventListener('abort', this.#onAbort, { once: true });
   }
 
   /** True once the connection closed under the transaction. */
@@ -265,18 +275,33 @@ export class InvocationTransaction {
   }
 
   #reachDeadline(): void {
-    const deadline = new InboxAbortedError(
-      'deadline',
-      'the invocation reached its deadline (deadlineMarginMs before the Lambda timeout): its transaction was rolled back, or, if the COMMIT had been sent, its outcome is unknown (the retry then finds the event recorded); its later statements are refused',
+    this.#stop(
+      new InboxAbortedError(
+        'deadline',
+        'the invocation reached its deadline (deadlineMarginMs before the Lambda timeout): its transaction was rolled back, or, if the COMMIT had been sent, its outcome is unknown (the retry then finds the event recorded); its later statements are refused',
+      ),
     );
-    this.#ended ??= deadline;
+  }
+
+  #abort(): void {
+    this.#stop(
+      new InboxAbortedError(
+        'signal',
+        "the wrapper's AbortSignal aborted the invocation (e.g. middy's timeoutEarlyInMillis over deadlineMarginMs): rolled back as at the deadline",
+        { cause: this.#signal?.reason },
+      ),
+    );
+  }
+
+  #stop(error: InboxAbortedError): void {
+    this.#ended ??= error;
     // The ROLLBACK queues behind a statement of the handler that is still running (a lock wait, a
     // slow query): cancel it, so that the transaction ends before the invocation does, rather than
     // stay open, holding its locks, while the container is frozen. A cancel that comes too late
     // lands on an idle session and is ignored by the server.
     for (const query of this.#inFlight) Promise.resolve(query.cancel()).catch(noop);
-    this.#outcome.reject(deadline);
-    this.#giveUp.reject(deadline);
+    this.#outcome.reject(error);
+    this.#giveUp.reject(error);
   }
 
   /** Called by the guard for each statement of the handler that it sends. */
@@ -353,6 +378,7 @@ export class InvocationTransaction {
 
   #finishTimer(): void {
     clearTimeout(this.#timer);
+    this.#signal?.removeEventListener('abort', this.#onAbort);
   }
 }
 

@@ -69,6 +69,7 @@ export const MetricName = {
   PrunedRows: 'PrunedRows',
   PruneDuration: 'PruneDuration',
   InboxParked: 'InboxParkedCount',
+  InboxFailed: 'InboxFailedCount',
   ExtraRelays: 'ExtraRelaysStarted',
   // relay
   Published: 'Published',
@@ -92,6 +93,7 @@ export const METRIC_SERVICE: Readonly<Record<MetricName, ServiceName>> = {
   PrunedRows: ServiceName.monitor,
   PruneDuration: ServiceName.monitor,
   InboxParkedCount: ServiceName.monitor,
+  InboxFailedCount: ServiceName.monitor,
   ExtraRelaysStarted: ServiceName.monitor,
   Published: ServiceName.relay,
   Retried: ServiceName.relay,

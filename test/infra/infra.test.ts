@@ -110,8 +110,8 @@ describe('demo stack (synthesised)', () => {
       ['AWS::RDS::DBProxy', 1],
       ['AWS::Events::EventBus', 1],
       ['AWS::Scheduler::Schedule', 2],
-      // seven of the relay's; the example consumer's two failure queues and its parked events
-      ['AWS::CloudWatch::Alarm', 10],
+      // eight of the relay's; the example consumer's two failure queues and its parked events
+      ['AWS::CloudWatch::Alarm', 11],
       ['AWS::Events::Rule', 1],
       ['AWS::SQS::Queue', 2],
       ['AWS::CloudWatch::Dashboard', 1],
@@ -493,7 +493,7 @@ describe('demo stack (synthesised)', () => {
     });
   });
 
-  it('alarms on lag (missing data breaches), dead letters, relay errors and throttles, monitor errors, pinned proxy sessions and parked inbox events', () => {
+  it('alarms on lag (missing data breaches), dead letters, relay errors and throttles, monitor errors, pinned proxy sessions, parked and failed inbox events', () => {
     const alarms = Object.values(template.findResources('AWS::CloudWatch::Alarm')) as {
       Properties: {
         MetricName?: string;
@@ -538,6 +538,14 @@ describe('demo stack (synthesised)', () => {
     expect(find('AWS/RDS', 'DatabaseConnectionsCurrentlySessionPinned')[0]).toMatchObject({ Threshold: 0 });
     // Parked inbox events: the monitor's count, and the example consumer's own metric.
     expect(find('Outbox', 'InboxParkedCount')[0]).toMatchObject({
+      Threshold: 0,
+      TreatMissingData: 'notBreaching',
+      ComparisonOperator: 'GreaterThanThreshold',
+      Statistic: 'Maximum',
+      Dimensions: [{ Name: 'service', Value: 'outbox-monitor' }],
+    });
+    // Failed inbox events that no retry applied: the monitor's count.
+    expect(find('Outbox', 'InboxFailedCount')[0]).toMatchObject({
       Threshold: 0,
       TreatMissingData: 'notBreaching',
       ComparisonOperator: 'GreaterThanThreshold',
@@ -1090,12 +1098,12 @@ describe('demo stack without a proxy (databaseAccess=direct, synthesised)', () =
   /** `rds-db:connect` on the instance's resource id, as `user`. */
   const onInstance = (user: string) => rdsDbUser({ 'Fn::GetAtt': [instanceId, 'DbiResourceId'] }, user);
 
-  it('passes cdk-nag AwsSolutions, has no proxy, and six alarms of the relay beside the consumer’s three', () => {
+  it('passes cdk-nag AwsSolutions, has no proxy, and seven alarms of the relay beside the consumer’s three', () => {
     expect(directError).toBeUndefined();
     direct.resourceCountIs('AWS::RDS::DBProxy', 0);
     direct.resourceCountIs('AWS::RDS::DBInstance', 1);
     direct.hasResourceProperties('AWS::RDS::DBInstance', { EnableIAMDatabaseAuthentication: true });
-    direct.resourceCountIs('AWS::CloudWatch::Alarm', 9);
+    direct.resourceCountIs('AWS::CloudWatch::Alarm', 10);
     expect(JSON.stringify(direct.toJSON())).not.toContain('DatabaseConnectionsCurrentlySessionPinned');
   });
 
@@ -1316,9 +1324,9 @@ describe('OutboxRelay on an existing instance or Aurora cluster, without a proxy
         },
       ]);
     }
-    // No proxy, no pinning alarm: six alarms.
+    // No proxy, no pinning alarm: seven alarms.
     expect(outbox.alarms.proxyPinnedSessions).toBeUndefined();
-    t.resourceCountIs('AWS::CloudWatch::Alarm', 6);
+    t.resourceCountIs('AWS::CloudWatch::Alarm', 7);
     expect(outbox.databaseConnection.shape).toBe('direct');
   });
 

@@ -1,4 +1,7 @@
-/** Records an event for a consumer in `inbox_message`, unless the consumer has a record under its key. */
+/**
+ * Records an event for a consumer in `inbox_message`, unless the consumer has a record under its
+ * key, and deletes the event's failure trace (`inbox_failed`) in the same statement.
+ */
 import type { Tx } from '../../platform/db.ts';
 
 /** What the inbox records of a delivered event (the columns of `inbox_message` it sets on arrival). */
@@ -17,10 +20,18 @@ export interface MessageRecord {
 /**
  * Inserts the record. A concurrent delivery of the same event waits here on the first one's
  * uncommitted row, then sees it: only one of them goes on.
+ *
+ * Every transaction of the inbox that commits begins with this statement, whatever it then decides
+ * (applied, duplicate, stale, parked, replayed), so it also deletes the event's failure trace:
+ * the trace goes if and only if that transaction commits, and the hot path gains no round trip
+ * (an index probe that finds nothing when the event never failed).
  * @returns false when a record with the same key existed (nothing was written)
  */
 export async function recordMessage(tx: Tx, r: MessageRecord): Promise<boolean> {
   const inserted = await tx`
+    with traced as (
+      delete from inbox_failed where consumer = ${r.consumer} and event_id = ${r.eventId}
+    )
     insert into inbox_message (consumer, message_key, event_id, source, event_type, aggregate_type, aggregate_id, sequence)
     values (${r.consumer}, ${r.key}, ${r.eventId}, ${r.source}, ${r.type}, ${r.aggregateType}, ${r.aggregateId}, ${String(r.sequence)})
     on conflict do nothing

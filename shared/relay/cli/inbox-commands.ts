@@ -3,6 +3,9 @@
  * an inbox parked (wait-for-gap, `onGapTimeout: 'park'`). The database user needs the consumer
  * role's grants (`outbox_consumer`): reading and updating `inbox_message`.
  *
+ * `outbox inbox failed list --consumer <name>`: the events whose invocation failed and that no
+ * delivery applied since (`inbox_failed`); reading them needs the same role.
+ *
  * `replay` marks the events for re-application, then, with `--function-name`, invokes the
  * consumer's function with each one, oldest first, one at a time (RequestResponse, so that each
  * result is seen before the next is sent, and the events of one aggregate keep their order), and
@@ -15,6 +18,8 @@ import type { Command } from 'commander';
 import type { Sql } from '../../platform/index.ts';
 import {
   discardParked,
+  type FailedEvent,
+  listFailed,
   listParked,
   markParkedForReplay,
   type ParkedEvent,
@@ -84,13 +89,53 @@ const row = (p: ParkedEvent) =>
     p.reason.slice(0, 120),
   ].join('\t');
 
-/** Adds `inbox parked list|replay|discard` to the program. */
+/** One line of `failed list`. */
+const failedRow = (f: FailedEvent) =>
+  [
+    f.eventId,
+    f.type,
+    f.aggregate,
+    String(f.sequence ?? ''),
+    f.attempts,
+    f.lastFailedAt.toISOString(),
+    `${f.errorName}: ${f.errorMessage}`.slice(0, 120),
+  ].join('\t');
+
+/** Adds `inbox parked list|replay|discard` and `inbox failed list` to the program. */
 export function registerInbox(program: Command, ctx: OperationsContext): void {
-  const parked = program
+  const inbox = program
     .command('inbox')
-    .description("the inbox's parked events (order: 'wait-for-gap', onGapTimeout: 'park')")
-    .command('parked')
-    .description('list, re-apply or discard the events an inbox parked');
+    .description("the inbox's parked events (order: 'wait-for-gap', onGapTimeout: 'park') and failed events");
+  const parked = inbox.command('parked').description('list, re-apply or discard the events an inbox parked');
+
+  inbox
+    .command('failed')
+    .description('the events whose invocation failed and that no delivery applied since')
+    .command('list')
+    .description(
+      'list the failed events of a consumer, oldest first: being retried, in the on-failure destination, or answered for by a wrapper',
+    )
+    .requiredOption('--consumer <name>', 'the inbox consumer (its `consumer` option)')
+    .option('--limit <n>', 'at most n events', positiveInteger, 100)
+    .option('--json', 'print one JSON document: an array of failed events, each with the whole event')
+    .action(async (o: { consumer: string; limit: number; json?: boolean }) => {
+      await ctx.withDb(async (sql) => {
+        const events = await listFailed(sql, o.consumer, o.limit);
+        if (o.json) {
+          ctx.json(events);
+          return;
+        }
+        if (events.length === 0) {
+          ctx.out(`no failed events for consumer ${o.consumer}`);
+          return;
+        }
+        ctx.out('eventId\ttype\taggregate\tsequence\tattempts\tlast failed at\terror');
+        for (const f of events) ctx.out(failedRow(f));
+        ctx.out(
+          `${events.length} failed event(s)${events.length === o.limit ? ` (the first ${o.limit}; --limit for more)` : ''}`,
+        );
+      });
+    });
 
   parked
     .command('list')

@@ -243,7 +243,7 @@ function registerStatus(program: Command, ctx: OperationsContext): void {
   program
     .command('status')
     .description(
-      'show the backlog: pending, oldest pending age, in flight, dead-lettered, published, parked inbox events',
+      'show the backlog: pending, oldest pending age, in flight, dead-lettered, published, parked and failed inbox events',
     )
     .option('--json', 'print one JSON document')
     .action(async (opts: { json?: boolean }) => {
@@ -259,6 +259,7 @@ function registerStatus(program: Command, ctx: OperationsContext): void {
         ctx.out(`dead-lettered:       ${s.deadLettered}`);
         ctx.out(`published:           ${s.published}`);
         ctx.out(`inbox parked:        ${s.inboxParked}`);
+        ctx.out(`inbox failed:        ${s.inboxFailed}`);
       });
     });
 }

@@ -56,6 +56,7 @@ export function addMonitorMetrics(
     metrics.addMetric(MetricName.InFlight, MetricUnit.Count, s.inFlight);
     metrics.addMetric(MetricName.DeadLettered, MetricUnit.Count, s.deadLettered);
     metrics.addMetric(MetricName.InboxParked, MetricUnit.Count, s.inboxParked);
+    metrics.addMetric(MetricName.InboxFailed, MetricUnit.Count, s.inboxFailed);
   }
   if (p) {
     metrics.addMetric(

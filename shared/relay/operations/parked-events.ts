@@ -14,6 +14,7 @@ import type { Queryable } from '../../platform/index.ts';
 import {
   type DbParkedEvent,
   deleteExpiredChains,
+  deleteExpiredFailures,
   deleteExpiredGaps,
   deleteExpiredMessages,
   discardParkedRows,
@@ -26,7 +27,9 @@ import {
  * Deletes one batch of the inbox's expired rows, oldest first: records older than the retention
  * (`processed_at`; never a parked event still waiting for an operator), then the per-source order
  * state of migrations 010 to 017 its chain has taken over (`updated_at`), then wait-for-gap rows
- * of events last seen as long ago. One short statement; `prune` calls it until it returns 0.
+ * of events last seen as long ago, then traces of failed events whose last attempt is as old
+ * (`inbox_failed`: kept the retention, for an operator to see and act on). One short statement;
+ * `prune` calls it until it returns 0.
  *
  * A chain's order state (one row per consumer, aggregate and, with `types`, event type, about 100
  * bytes with its index entry) is kept: forgotten, a quiet chain's next event would wait for a #1
@@ -40,13 +43,15 @@ export async function pruneInboxBatch(
   retentionSeconds: number,
   batchSize: number,
 ): Promise<number> {
-  // Records, then chains, then gaps: prune calls this until it returns 0, so each table's expired
-  // rows go before the next table's.
+  // Records, then chains, then gaps, then failures: prune calls this until it returns 0, so each
+  // table's expired rows go before the next table's.
   const records = await deleteExpiredMessages(sql, retentionSeconds, batchSize);
   if (records > 0) return records;
   const chains = await deleteExpiredChains(sql, retentionSeconds, batchSize);
   if (chains > 0) return chains;
-  return deleteExpiredGaps(sql, retentionSeconds, batchSize);
+  const gaps = await deleteExpiredGaps(sql, retentionSeconds, batchSize);
+  if (gaps > 0) return gaps;
+  return deleteExpiredFailures(sql, retentionSeconds, batchSize);
 }
 
 /** A parked event, as `outbox inbox parked list` shows it. */

@@ -27,9 +27,10 @@ export interface PruneOptions {
   deadLetterRetentionSeconds: number;
   /**
    * Inbox records (`inbox_message`, but parked events awaiting an operator) older than this are
-   * deleted, and with them wait-for-gap rows (`inbox_gap`) untouched for as long; each chain's
-   * order state (`inbox_aggregate`) is kept (see pruneInboxBatch). Seconds. Keep it well above EventBridge's retry window (24 hours) and
-   * the on-failure destination's retention: a duplicate arriving after its record is gone would be
+   * deleted, and with them wait-for-gap rows (`inbox_gap`) and the traces of failed events
+   * (`inbox_failed`) last attempted as long ago; each chain's order state (`inbox_aggregate`) is
+   * kept (see pruneInboxBatch). Seconds. Keep it well above EventBridge's retry window (24 hours) and the
+   * on-failure destination's retention: a duplicate arriving after its record is gone would be
    * applied again. Default: not pruned.
    */
   inboxRetentionSeconds?: number;
@@ -50,7 +51,7 @@ export interface PruneOptions {
 export interface PruneResult {
   publishedDeleted: number;
   deadLettersDeleted: number;
-  /** Inbox records and order-state rows deleted. */
+  /** Inbox records, order-state rows and failed events' traces deleted. */
   inboxDeleted: number;
   /** Idempotency keys forgotten. */
   idempotencyKeysDeleted: number;

@@ -102,6 +102,9 @@ export async function ensureRoles(
         // the inbox's order state, pruned with its records (shared/relay/operations/parked-events.ts)
         'grant select, delete on inbox_aggregate, inbox_gap to %I',
         'grant select, delete on outbox_idempotency_key to %I',
+        // failed inbox events: counted (InboxFailedCount) and pruned, their `event` never read
+        'revoke all on inbox_failed from %I',
+        'grant select (consumer, event_id, last_failed_at), delete on inbox_failed to %I',
         // as for the relay: its prune and count statements gain nothing from JIT
         'alter role %I set jit = off',
       ],
@@ -126,6 +129,9 @@ export async function ensureRoles(
         'grant select, insert, update on inbox_message to %I',
         'grant select, insert, update on inbox_aggregate to %I',
         'grant select, insert, update, delete on inbox_gap to %I',
+        // the failure trace: written outside the invocation's transaction, deleted by the one that
+        // applies the event; read by `outbox inbox failed list`
+        'grant select, insert, update, delete on inbox_failed to %I',
       ],
     ],
   ];

@@ -19,7 +19,21 @@ export interface OutboxStatus {
    * of this database together, those being replayed included (`outbox inbox parked list`).
    */
   inboxParked: number;
+  /**
+   * Failed inbox events (`inbox_failed`, all consumers of this database together) whose last
+   * attempt is older than {@link INBOX_FAILED_SETTLE_SECONDS} and that no delivery applied since:
+   * Lambda's retries are over, and the event is in the function's on-failure destination, or, if
+   * a wrapper answered for the failure, nowhere else (`outbox inbox failed list`).
+   */
+  inboxFailed: number;
 }
+
+/**
+ * How old a failed inbox event's last attempt must be to count as failed, seconds: past Lambda's
+ * asynchronous retries (about 1 and 2 minutes apart; LAMBDA_ASYNC_RETRY_WINDOW_SECONDS, 180), so
+ * that an event still being retried (a wait-for-gap wait, a passing outage) does not count.
+ */
+export const INBOX_FAILED_SETTLE_SECONDS = 300;
 
 /**
  * Counts the outbox by state. Pending figures read only unfinished rows (partial indexes) and the
@@ -32,7 +46,7 @@ export async function getStatus(
   options: { includePublished?: boolean } = {},
 ): Promise<OutboxStatus> {
   const includePublished = options.includePublished ?? true;
-  const row = await countOutbox(sql, includePublished);
+  const row = await countOutbox(sql, includePublished, INBOX_FAILED_SETTLE_SECONDS);
   return {
     pending: countFromDatabase(row?.pending, 'pending'),
     oldestPendingAgeSeconds: Math.max(0, row?.oldest ?? 0),
@@ -40,5 +54,6 @@ export async function getStatus(
     deadLettered: countFromDatabase(row?.dead, 'dead-lettered'),
     published: row?.published == null ? -1 : countFromDatabase(row.published, 'published'),
     inboxParked: countFromDatabase(row?.inbox_parked, 'inbox parked'),
+    inboxFailed: countFromDatabase(row?.inbox_failed, 'inbox failed'),
   };
 }

@@ -1,6 +1,7 @@
 /**
  * Parked inbox events as an operator meets them: counted by `outbox status` (and the monitor),
- * listed, re-applied through the consumer's own function, or discarded, with the real `outbox`
+ * listed, re-applied through the consumer's own function, or discarded; failed events counted and
+ * listed; with the real `outbox`
  * command logged in as the consumer's database role, and the real Lambda client invoking the
  * function on a local endpoint that speaks the Invoke API.
  */
@@ -63,7 +64,7 @@ afterAll(async () => {
   await db?.drop();
 });
 beforeEach(async () => {
-  await db.sql`truncate inbox_message, inbox_aggregate, inbox_gap, effect`;
+  await db.sql`truncate inbox_message, inbox_aggregate, inbox_gap, inbox_failed, effect`;
 });
 
 const event = (sequence: number, data: Record<string, unknown> = {}) =>
@@ -254,5 +255,50 @@ describe('outbox inbox parked', () => {
     ]) {
       expect((await cli(['inbox', 'parked', ...args])).code, args.join(' ')).toBe(2);
     }
+  });
+});
+
+describe('outbox inbox failed', () => {
+  it('lists the events whose invocation failed, and status counts those no retry applied', async () => {
+    const e1 = event(1, { fail: true });
+    expect(await deliver(e1)).toBe('Error');
+    expect(await deliver(e1)).toBe('Error');
+
+    const listed = await cli(['inbox', 'failed', 'list', '--consumer', 'billing', '--json']);
+    expect(listed.code).toBe(0);
+    const failed = JSON.parse(listed.stdout) as {
+      eventId: string;
+      type: string;
+      aggregate: string;
+      errorName: string;
+      errorMessage: string;
+      attempts: number;
+      event: { detail: unknown };
+    }[];
+    expect(failed).toEqual([
+      expect.objectContaining({
+        eventId: eventIdOf(e1),
+        type: 'OrderPlaced',
+        aggregate: 'order/o-7',
+        errorName: 'Error',
+        errorMessage: 'cannot invoice order o-7: no price list',
+        attempts: 2,
+      }),
+    ]);
+    expect(failed[0]?.event.detail).toEqual(e1.detail);
+    const text = await cli(['inbox', 'failed', 'list', '--consumer', 'billing']);
+    expect(text.stdout).toContain(`${eventIdOf(e1)}\tOrderPlaced\torder/o-7\t1\t2\t`);
+    expect(text.stdout).toContain('1 failed event(s)');
+    expect((await cli(['inbox', 'failed', 'list', '--consumer', 'shipping'])).stdout.trim()).toBe(
+      'no failed events for consumer shipping',
+    );
+
+    // Counted once Lambda's retries are over: its last attempt 5 minutes old.
+    const failedCount = async () =>
+      JSON.parse((await cli(['status', '--json'], 'admin')).stdout).inboxFailed as number;
+    expect(await failedCount()).toBe(0);
+    await db.sql`update inbox_failed set last_failed_at = now() - interval '6 minutes'`;
+    expect(await failedCount()).toBe(1);
+    expect((await cli(['status'], 'admin')).stdout).toMatch(/inbox failed: +1/);
   });
 });

@@ -228,6 +228,12 @@ describe('monitor Lambda', () => {
     await h.db.sql`insert into inbox_message (consumer, message_key, outcome, processed_at)
                    values ('billing', 'p-1', 'parked', now() - interval '90 days'), ('billing', 'p-2', 'replaying', now()),
                           ('billing', 'done', 'processed', now())`;
+    // Failed inbox events: counted once Lambda's retries are over (5 minutes), not while retried.
+    await h.db.sql`truncate inbox_failed`;
+    await h.db
+      .sql`insert into inbox_failed (consumer, event_id, event, error_name, error_message, last_failed_at)
+                   values ('billing', 'f-1', '{}', 'Error', 'x', now() - interval '6 minutes'),
+                          ('billing', 'f-2', '{}', 'InboxGapError', 'x', now())`;
     const handler = createMonitorHandler({
       sql: h.db.sql,
       settings: {
@@ -269,9 +275,11 @@ describe('monitor Lambda', () => {
         { Name: 'PrunedRows', Unit: 'Count' },
         { Name: 'PruneDuration', Unit: 'Milliseconds' },
         { Name: 'InboxParkedCount', Unit: 'Count' },
+        { Name: 'InboxFailedCount', Unit: 'Count' },
       ]),
     );
     expect(doc.InboxParkedCount).toBe(2);
+    expect(doc.InboxFailedCount).toBe(1);
     expect(doc.PendingCount).toBe(1);
     expect(doc.DeadLetteredCount).toBe(1);
     expect(doc.PrunedRows).toBe(1);

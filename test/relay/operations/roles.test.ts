@@ -108,8 +108,8 @@ describe('database roles, each doing its real work as itself', () => {
     expect(row?.n).toBe(4);
   });
 
-  it("lets the monitor prune expired outbox rows, inbox records, the inbox's order state and idempotency keys, and count the backlog", async () => {
-    await db.sql`truncate outbox, outbox_aggregate, inbox_message, inbox_aggregate, inbox_gap, outbox_idempotency_key`;
+  it("lets the monitor prune expired outbox rows, inbox records, the inbox's order state and failed events' traces, and idempotency keys, and count the backlog", async () => {
+    await db.sql`truncate outbox, outbox_aggregate, inbox_message, inbox_aggregate, inbox_gap, inbox_failed, outbox_idempotency_key`;
     await db.sql.begin((tx) =>
       enqueueMany(tx, [{ ...event('p-1', 1), idempotencyKey: 'p-1-key' }, event('p-2', 1), event('p-3', 1)]),
     );
@@ -134,6 +134,10 @@ describe('database roles, each doing its real work as itself', () => {
       insert into inbox_gap (consumer, message_key, first_seen_at, last_seen_at)
       values ('billing', 'gone', now() - interval '61 days', now() - interval '60 days'),
              ('billing', 'waiting', now(), now())`;
+    await db.sql`
+      insert into inbox_failed (consumer, event_id, event, error_name, error_message, last_failed_at)
+      values ('billing', 'forgotten', '{}', 'Error', 'x', now() - interval '60 days'),
+             ('billing', 'failed', '{}', 'Error', 'x', now() - interval '1 hour')`;
 
     const monitor = as(roles.monitor);
     const pruned = await prune(monitor, {
@@ -147,7 +151,7 @@ describe('database roles, each doing its real work as itself', () => {
     expect(pruned).toMatchObject({
       publishedDeleted: 1,
       deadLettersDeleted: 1,
-      inboxDeleted: 3,
+      inboxDeleted: 4,
       idempotencyKeysDeleted: 1,
     });
     const status = await getStatus(monitor);
@@ -162,7 +166,10 @@ describe('database roles, each doing its real work as itself', () => {
     expect(chains.map((r) => r.aggregate_id)).toEqual(['busy']);
     const gaps = await db.sql<{ message_key: string }[]>`select message_key from inbox_gap`;
     expect(gaps.map((r) => r.message_key)).toEqual(['waiting']);
+    const failed = await db.sql<{ event_id: string }[]>`select event_id from inbox_failed`;
+    expect(failed.map((r) => r.event_id)).toEqual(['failed']);
     expect(status.inboxParked).toBe(1);
+    expect(status.inboxFailed).toBe(1);
   });
 
   it('lets the consumer run the inbox, in every order mode, and park an event', async () => {
@@ -230,12 +237,20 @@ describe('database roles, each doing its real work as itself', () => {
       { n: number }[]
     >`select count(*)::int as n from inbox_gap where consumer = 'billing-wait'`;
     expect(gap?.n).toBe(1);
+    // And, as the consumer role, its failure trace: one row, two attempts.
+    const [failed] = await db.sql<
+      { attempts: number }[]
+    >`select attempts from inbox_failed where consumer = 'billing-wait'`;
+    expect(failed?.attempts).toBe(2);
   });
 
   it('refuses each role what it does not need', async () => {
     expect(await attempt(roles.relay, 'delete from outbox where true')).toBe('42501');
     expect(await attempt(roles.relay, 'select * from outbox_aggregate')).toBe('42501');
     expect(await attempt(roles.relay, 'select * from inbox_message')).toBe('42501');
+    expect(await attempt(roles.relay, 'select * from inbox_failed')).toBe('42501');
+    // The monitor counts and prunes failed events; it reads none of them.
+    expect(await attempt(roles.monitor, 'select event from inbox_failed')).toBe('42501');
     expect(await attempt(roles.monitor, "update outbox set last_error = 'x' where true")).toBe('42501');
     expect(
       await attempt(roles.monitor, 'insert into inbox_message (consumer, message_key) values (1, 1)'),

@@ -12,21 +12,27 @@ export interface DbOutboxCounts {
   /** Null when not counted. */
   published: string | null;
   inbox_parked: string;
+  inbox_failed: string;
 }
 
 /**
  * Counts the outbox by state. Pending figures read only unfinished rows (partial indexes) and the
  * dead-letter count the dead-letter index; the published count, which scans the whole table, only
  * when `includePublished`. Ages use the database clock.
+ * @param failedSettleSeconds failed inbox events count once their last attempt is this old
  */
 export async function countOutbox(
   sql: Queryable,
   includePublished: boolean,
+  failedSettleSeconds: number,
 ): Promise<DbOutboxCounts | undefined> {
   const [row] = await sql<DbOutboxCounts[]>`
     select p.pending, p.oldest, p.in_flight,
       -- the partial index on parked records (migration 010): a few rows at most
       (select count(*) from inbox_message where outcome in ('parked', 'replaying')) as inbox_parked,
+      -- failed inbox events no retry applied (their last_failed_at index; a few rows at most)
+      (select count(*) from inbox_failed
+       where last_failed_at < now() - pg_catalog.make_interval(secs => ${failedSettleSeconds})) as inbox_failed,
       (select count(*) from outbox
        where ${deadLetterRow(sql)} and discarded_at is null) as dead,
       case when ${includePublished}::boolean

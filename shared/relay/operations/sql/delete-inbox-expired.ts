@@ -1,6 +1,6 @@
 /**
- * One batch of pruning the inbox, one statement per table: records, chains' order state, and
- * wait-for-gap rows. Each repeats its condition on the DELETE itself: Postgres re-checks only the
+ * One batch of pruning the inbox, one statement per table: records, chains' order state,
+ * wait-for-gap rows, and failed events' traces. Each repeats its condition on the DELETE itself: Postgres re-checks only the
  * outer WHERE against a row that changed while the DELETE waited for it (a chain a consumer just
  * moved on, an event an operator just asked to replay), which must then stay.
  */
@@ -78,4 +78,24 @@ export async function deleteExpiredGaps(sql: Queryable, retentionSeconds: number
     where g.consumer = old.consumer and g.message_key = old.message_key
       and g.last_seen_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})`;
   return gaps.count;
+}
+
+/**
+ * Deletes up to `batchSize` traces of failed events (`inbox_failed`) whose last attempt is older
+ * than the retention (seconds), oldest first: kept as long as the records, so that an operator has
+ * the retention to see them (InboxFailedCount is alarmed on) and act.
+ * @returns rows deleted
+ */
+export async function deleteExpiredFailures(sql: Queryable, retentionSeconds: number, batchSize: number) {
+  const failures = await sql`
+    delete from inbox_failed f
+    using (
+      select consumer, event_id from inbox_failed
+      where last_failed_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
+      order by last_failed_at
+      limit ${batchSize}
+    ) old
+    where f.consumer = old.consumer and f.event_id = old.event_id
+      and f.last_failed_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})`;
+  return failures.count;
 }

@@ -24,7 +24,12 @@ export {
 export { countOutbox, type DbOutboxCounts } from './count-outbox.ts';
 export { deleteDeadLetters } from './delete-dead-letters.ts';
 export { deleteIdempotencyKeys } from './delete-idempotency-keys.ts';
-export { deleteExpiredChains, deleteExpiredGaps, deleteExpiredMessages } from './delete-inbox-expired.ts';
+export {
+  deleteExpiredChains,
+  deleteExpiredFailures,
+  deleteExpiredGaps,
+  deleteExpiredMessages,
+} from './delete-inbox-expired.ts';
 export { deletePublished } from './delete-published.ts';
 export { discardDeadLetterRows } from './discard-dead-letters.ts';
 export {
@@ -42,3 +47,4 @@ export {
   selectDeadLetterRefs,
   selectDeadLetters,
 } from './select-dead-letters.ts';
+export { type DbFailedEvent, selectFailed } from './select-failed.ts';
