@@ -9,63 +9,26 @@
  * `zod/mini`, the one zod build of the project: its functions tree-shake to what is used, where
  * the full build puts all of zod into every bundle (docs/investigations.md#the-lambda-bundles).
  */
-import { en } from 'zod/locales';
 import * as z from 'zod/mini';
-import {
-  type $ZodCheckGreaterThanDef,
-  type $ZodCheckLessThanDef,
-  type $ZodCheckNumberFormatDef,
-  type $ZodDefaultDef,
-  type $ZodEnumDef,
-  type $ZodNumberDef,
-  type $ZodObject,
-  type $ZodOptionalDef,
-  type $ZodType,
-  globalRegistry,
-  type output,
-} from 'zod/v4/core';
+import type { output } from 'zod/v4/core';
+import { databaseSettingSchemas } from './database-settings.ts';
+import { int, num, parseEnv, required } from './env-settings.ts';
 import { OutboxConfigError } from './errors.ts';
+
+// The database's settings and the parser live in modules of their own, which the consumer's
+// bundle reaches without this one (every role's schemas, about 5 KB minified).
+export { databaseConfigSchema } from './database-settings.ts';
+export { parseEnv } from './env-settings.ts';
+
 import { DEFAULT_METRIC_NAMESPACE, DEFAULT_ROLES, EnvVar } from './names.ts';
-
-// zod/mini leaves the messages of its built-in checks to a locale; this is the English one that
-// the full build loads by default, so the messages are the same as before.
-z.config(en());
-
-/**
- * A whole-number setting from `min` to `max`. `unit` says what is counted; settings whose name ends
- * in `_MS`, `_SECONDS`, `_DAYS` or `_BYTES` get their unit from the name (see {@link parseEnv}).
- */
-const int = (min: number, max: number, unit?: string) =>
-  z.coerce.number().check(z.int(), z.minimum(min), z.maximum(max), ...(unit ? [z.describe(unit)] : []));
-
-/** A number setting (not necessarily whole) from `min` to `max`. */
-const num = (min: number, max: number) => z.coerce.number().check(z.minimum(min), z.maximum(max));
-
-/** A required non-empty string. */
-const required = () => z.string().check(z.minLength(1));
 
 /**
  * Every setting's schema, keyed by its variable. Units are in the names (ms, seconds, days, bytes)
  * or in the schema's description.
  */
 export const settingSchemas = {
-  // --- the database (every role) ---
-  [EnvVar.databaseUrl]: z.optional(z.string()),
-  /** Connections in the pool (the relay Lambda's default is its publish concurrency + 1, the monitor's 2). */
-  [EnvVar.dbPoolSize]: z._default(int(1, 100, 'connections'), 4),
-  /** Seconds to wait for a new connection; far below the Lambda timeout so a dead network fails fast. */
-  [EnvVar.dbConnectTimeoutSeconds]: z._default(int(1, 120), 5),
-  /** Per-statement limit, ms, enforced by the server. */
-  [EnvVar.dbStatementTimeoutMs]: z._default(int(100, 600_000), 15_000),
-  /** `true`: authenticate with an IAM token (RDS Proxy, or an RDS instance or Aurora cluster directly), over verified TLS. */
-  [EnvVar.iamAuth]: z._default(z.enum(['true', 'false']), 'false'),
-  /**
-   * `transaction`: the database is reached through a transaction pooler (RDS Proxy, PgBouncer in
-   * transaction mode, Supabase's or Neon's pooler): no prepared statements, no startup settings
-   * but the application name, one statement in flight per connection. `none`: a direct connection.
-   * Default: `transaction` with IAM auth (RDS Proxy), else `none`.
-   */
-  [EnvVar.dbPooler]: z.optional(z.enum(['none', 'transaction'])),
+  // --- the database (every role): database-settings.ts ---
+  ...databaseSettingSchemas,
 
   // --- both Lambdas ---
   /** CloudWatch namespace of the relay's and the monitor's metrics. */
@@ -247,16 +210,6 @@ export function readSetting<V extends SettingVar>(
   return (parseEnv(schemaOf([variable]), env) as Record<string, unknown>)[variable] as SettingValue<V>;
 }
 
-/** The database pool's settings (read by `connect` and `openPool`). */
-export const databaseConfigSchema = schemaOf([
-  EnvVar.databaseUrl,
-  EnvVar.dbPoolSize,
-  EnvVar.dbConnectTimeoutSeconds,
-  EnvVar.dbStatementTimeoutMs,
-  EnvVar.iamAuth,
-  EnvVar.dbPooler,
-]);
-
 /** The deploy-time migrate function's settings (functions/migrate). */
 export const migrateConfigSchema = schemaOf([
   EnvVar.adminSecretArn,
@@ -368,101 +321,6 @@ function checkValue(variable: SettingVar, value: string, name: string): void {
     if (!(error instanceof OutboxConfigError)) throw error;
     throw new OutboxConfigError(name, error.message.slice(`${variable}: `.length));
   }
-}
-
-/** Units implied by a variable's name, for settings that carry no description of their own. */
-const UNIT_SUFFIXES: [RegExp, string][] = [
-  [/_MS$/, 'ms'],
-  [/_SECONDS$/, 'seconds'],
-  [/_DAYS$/, 'days'],
-  [/_BYTES$/, 'bytes'],
-];
-
-/**
- * What a number or enum setting accepts, in words, from its schema ("a whole number from 1 to
- * 10000 (aggregates claimed per pass)", "one of aggregate, none"), and its default. The unit is the
- * schema's description, else the name's suffix. Undefined for other settings (they carry their own
- * messages).
- */
-function describeSetting(
-  variable: string,
-  schema: $ZodType | undefined,
-): { accepts: string; fallback: unknown } | undefined {
-  // Read from zod's core definitions, which the full build and zod/mini share.
-  let inner = schema;
-  let fallback: unknown;
-  while (inner && (inner._zod.def.type === 'default' || inner._zod.def.type === 'optional')) {
-    const def = inner._zod.def as $ZodDefaultDef | $ZodOptionalDef;
-    if (def.type === 'default') fallback ??= def.defaultValue;
-    inner = def.innerType;
-  }
-  if (!inner) return undefined;
-  if (inner._zod.def.type === 'enum') {
-    return {
-      accepts: `one of ${Object.values((inner._zod.def as $ZodEnumDef).entries).join(', ')}`,
-      fallback,
-    };
-  }
-  if (inner._zod.def.type !== 'number') return undefined;
-  let min: number | undefined;
-  let max: number | undefined;
-  let isInt = false;
-  for (const check of (inner._zod.def as $ZodNumberDef).checks ?? []) {
-    const def = check._zod.def as $ZodCheckGreaterThanDef | $ZodCheckLessThanDef | $ZodCheckNumberFormatDef;
-    if (def.check === 'greater_than') min = Number(def.value);
-    else if (def.check === 'less_than') max = Number(def.value);
-    else if (def.check === 'number_format') isInt = def.format.includes('int');
-  }
-  const unit =
-    globalRegistry.get(inner)?.description ?? UNIT_SUFFIXES.find(([suffix]) => suffix.test(variable))?.[1];
-  const range =
-    min !== undefined && max !== undefined && Number.isFinite(max) ? ` from ${min} to ${max}` : '';
-  return {
-    accepts: `${isInt ? 'a whole number' : 'a number'}${range}${unit ? ` (${unit})` : ''}`,
-    fallback,
-  };
-}
-
-/** What a required variable holds and where to get it, said when it is unset. */
-const REQUIRED_HINTS: Partial<Record<string, string>> = {
-  [EnvVar.eventBusName]:
-    'the name or ARN of the EventBridge event bus to publish to; for a local bus, `npm run bus` in a ' +
-    'checkout of outbox-relay-aws prints the exports to set',
-};
-
-/**
- * Parses `env` with a zod object schema; an empty string counts as unset (so defaults apply).
- * A number or enum setting that is refused is reported with what it accepts and its default, e.g.
- * `OUTBOX_BATCH_SIZE: must be a whole number from 1 to 10000 (aggregates claimed per pass)
- * (got "abc"); unset it to use the default, 100`.
- * @throws {OutboxConfigError} naming the variable
- */
-export function parseEnv<S extends $ZodObject>(schema: S, env: NodeJS.ProcessEnv): output<S> {
-  const shape = schema._zod.def.shape;
-  const cleaned: Record<string, string> = {};
-  for (const key of Object.keys(shape)) {
-    const value = env[key];
-    if (value !== undefined && value.trim() !== '') cleaned[key] = value.trim();
-  }
-  const result = z.safeParse(schema, cleaned);
-  if (!result.success) {
-    const issue = result.error.issues[0];
-    const variable = String(issue?.path[0] ?? 'environment');
-    const got = cleaned[variable];
-    if (got === undefined) {
-      const what = REQUIRED_HINTS[variable];
-      throw new OutboxConfigError(variable, what === undefined ? 'is required' : `is required: ${what}`);
-    }
-    const accepted = describeSetting(variable, shape[variable]);
-    throw new OutboxConfigError(
-      variable,
-      accepted
-        ? `must be ${accepted.accepts} (got ${JSON.stringify(got)})` +
-            (accepted.fallback === undefined ? '' : `; unset it to use the default, ${accepted.fallback}`)
-        : `${issue?.message ?? 'is invalid'} (got ${JSON.stringify(got)})`,
-    );
-  }
-  return result.data;
 }
 
 /** Monitor settings (pruning and metrics); units in the names. */

@@ -5,10 +5,10 @@
 import { isIP } from 'node:net';
 import type { Signer } from '@aws-sdk/rds-signer';
 import postgres from 'postgres';
-import { databaseConfigSchema, parseEnv } from './config.ts';
-
 import { isTransientDatabaseError } from './connection-errors.ts';
 import { checkDatabaseUrl, databasePasswords, redactError } from './connection-url.ts';
+import { databaseConfigSchema } from './database-settings.ts';
+import { parseEnv } from './env-settings.ts';
 import { OutboxConfigError, OutboxDeadlineError } from './errors.ts';
 import { EnvVar } from './names.ts';
 import { oneStatementPerConnection } from './pooler.ts';
