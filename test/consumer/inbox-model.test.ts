@@ -7,6 +7,7 @@
  * and 180 s, or 0 and 60 s with one retry, then the on-failure destination), retries that come
  * late or never reach the inbox (the database unreachable), every due attempt at once (a burst's
  * last attempts), replayed from that destination by an operator, and parked events re-applied —
+ * with the inbox alone or inside a middy chain whose `onError` answers success for every failure —
  * against the real inbox and Postgres. Time is the database's: `advance` back-dates the inbox's
  * timestamps.
  *
@@ -36,6 +37,7 @@
  * not moving its chain on (item 1), to a parked event whose successor then waits for it.
  */
 import { randomUUID } from 'node:crypto';
+import middy from '@middy/core';
 import type { EventBridgeEvent } from 'aws-lambda';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -77,6 +79,12 @@ interface Config {
   newestFirst: boolean;
   /** The function's MaximumRetryAttempts. */
   retries: 1 | 2;
+  /**
+   * The inbox as the handler of a middy chain whose `onError` answers for every failure (a
+   * response shaper): Lambda then sees success, and only the inbox's failure trace (`inbox_failed`)
+   * tells the operator, who replays from it at the end.
+   */
+  swallowing: boolean;
 }
 
 interface ModelEvent {
@@ -114,6 +122,8 @@ interface Model {
   /** What each attempt came to, for a failing run's report. */
   log: string[];
   metrics: Map<string, number>;
+  /** Events of invocations whose failure an outer middleware answered for with a success. */
+  swallowed: ModelEvent[];
   /** Per event, when it was first and last seen waiting for its gap (model clock), as the inbox keeps it. */
   waiting: Map<string, { first: number; last: number }>;
 }
@@ -156,8 +166,11 @@ async function attempt(
   const e = inv.event;
   const waitedBefore = waited(m, e);
   r.failNext(fails);
-  const outcome = await r.handler(inv.event.delivery, concurrent);
+  const answered = await r.handler(inv.event.delivery, concurrent);
   r.failNext(false);
+  // Under a swallowing middleware Lambda sees success; the inbox's own outcome was the error.
+  const swallowed = answered.startsWith('swallowed ');
+  const outcome = swallowed ? answered.slice('swallowed '.length) : answered;
   // A taken event never holds its chain back: once the event before it in its chain is taken
   // (applied or parked), an event neither waits for a gap nor is parked.
   // (Of two attempts at once, either may have been decided first: that is left to the order check.)
@@ -195,13 +208,17 @@ async function attempt(
   m.log.push(
     `#${inv.id} ${inv.event.source}/${inv.event.aggregateId}#${inv.event.sequence}${inv.event.type} → ${outcome}`,
   );
-  settle(m, inv, outcome);
+  settle(m, inv, swallowed ? 'swallowed' : outcome);
   return outcome;
 }
 
 /** Lambda's bookkeeping of an attempt's outcome: a retry, the on-failure destination, or done. */
 function settle(m: Model, inv: Invocation, outcome: string): void {
-  if (outcome.startsWith('error:')) {
+  if (outcome === 'swallowed') {
+    // Lambda saw success: no retry, nothing in the on-failure destination.
+    inv.done = true;
+    m.swallowed.push(inv.event);
+  } else if (outcome.startsWith('error:')) {
     if (inv.attempts >= maxAttempts(m)) {
       inv.done = true;
       m.failed.push({ event: inv.event, reason: outcome.slice('error:'.length) });
@@ -257,6 +274,21 @@ async function check(m: Model): Promise<void> {
     ).toBeTruthy();
   }
   for (const f of m.failed) expect(f.reason, 'a failure destination record has a reason').toMatch(/\S/);
+  // An invocation whose failure an outer middleware answered for left a trace (issue 33, item 4),
+  // unless a later delivery recorded the event.
+  if (m.swallowed.length > 0) {
+    const traced = new Set(
+      (await db.sql<{ event_id: string }[]>`select event_id from inbox_failed where consumer = 'model'`).map(
+        (t) => t.event_id,
+      ),
+    );
+    for (const e of m.swallowed) {
+      expect(
+        traced.has(e.eventId) || Boolean(byId.get(e.eventId)?.outcome),
+        `${e.aggregateId}#${e.sequence}: answered for by the outer middleware, with neither a record nor a trace`,
+      ).toBe(true);
+    }
+  }
   // Order: an event applied as `next` came after the event before it in its chain was taken.
   if (m.config.mode !== 'none') {
     for (const e of m.events) {
@@ -557,9 +589,17 @@ async function heal(m: Model, r: Real, newestFirst: boolean): Promise<void> {
   await drain();
   r.poisoned.clear(); // the bug is fixed
   for (let round = 0; round < 10; round++) {
-    const failures = m.failed
-      .splice(0)
-      .sort((a, b) => (newestFirst ? -1 : 1) * (a.event.sequence - b.event.sequence));
+    // The operator replays the on-failure destination and, for the swallowed ones, the inbox's
+    // failure traces (`outbox inbox failed list --json`).
+    const traced = new Set(
+      (await db.sql<{ event_id: string }[]>`select event_id from inbox_failed where consumer = 'model'`).map(
+        (t) => t.event_id,
+      ),
+    );
+    const swallowed = m.swallowed.splice(0).filter((e) => traced.has(e.eventId));
+    const failures = [...m.failed.splice(0), ...swallowed.map((event) => ({ event, reason: 'traced' }))].sort(
+      (a, b) => (newestFirst ? -1 : 1) * (a.event.sequence - b.event.sequence),
+    );
     for (const f of failures) newInvocation(m, f.event);
     await drain();
     const [parked] = await db.sql<{ n: number }[]>`
@@ -640,6 +680,7 @@ const configs = fc.record({
   /** The operator replays the failure destination newest first (the wrong order) or oldest first. */
   newestFirst: fc.boolean(),
   retries: fc.constantFrom<1 | 2>(2, 1),
+  swallowing: fc.boolean(),
 });
 
 describe('inbox model', () => {
@@ -660,6 +701,7 @@ describe('inbox model', () => {
           taken: [],
           log: [],
           metrics: new Map(),
+          swallowed: [],
           waiting: new Map(),
         };
         const options: InboxOptions<Record<string, unknown>> = {
@@ -676,17 +718,31 @@ describe('inbox model', () => {
             },
           },
         };
-        const wrapped = inbox(options, async (_event, { inbox: i }) => {
+        const inner = inbox(options, async (_event, { inbox: i }) => {
           await i.tx`insert into effect (event_id, arrival) values (${i.metadata.eventId}, ${i.arrival})`;
           if (failing || real.poisoned.has(i.metadata.eventId))
             throw new Error('the handler failed (injected)');
           return i.arrival;
         });
+        const wrapped = config.swallowing
+          ? (middy<EventBridgeEvent<string, unknown>, unknown>()
+              .use({
+                onError: async (request) => ({
+                  swallowed: `error:${(request.error as Error).name}: ${(request.error as Error).message}`,
+                }),
+              })
+              .handler(inner) as unknown as typeof inner)
+          : inner;
         const real: Real = {
           handler: (event, long) =>
             wrapped({ ...event, id: randomUUID() }, lambdaContext(long ? 10_000 : 2_000)).then(
               // the handler returns the arrival; a skip is the inbox's answer
-              (r) => (typeof r === 'string' ? r : r.inbox),
+              (r) =>
+                typeof r === 'string'
+                  ? r
+                  : 'swallowed' in (r as object)
+                    ? `swallowed ${(r as unknown as { swallowed: string }).swallowed}`
+                    : (r as { inbox: string }).inbox,
               (e: Error) => `error:${e.name}: ${e.message}`,
             ),
           failNext: (fails) => {
