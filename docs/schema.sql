@@ -13,6 +13,7 @@ create table inbox_aggregate (
   constraint inbox_aggregate_pkey PRIMARY KEY (consumer, aggregate_type, aggregate_id, source, chain)
 );
 CREATE INDEX inbox_aggregate_updated_at_idx ON public.inbox_aggregate USING btree (updated_at);
+alter table inbox_aggregate enable row level security;
 
 create table inbox_gap (
   consumer text not null,
@@ -22,6 +23,7 @@ create table inbox_gap (
   constraint inbox_gap_pkey PRIMARY KEY (consumer, message_key)
 );
 CREATE INDEX inbox_gap_last_seen_at_idx ON public.inbox_gap USING btree (last_seen_at);
+alter table inbox_gap enable row level security;
 
 create table inbox_message (
   consumer text not null,
@@ -40,6 +42,7 @@ create table inbox_message (
 );
 CREATE INDEX inbox_message_parked_idx ON public.inbox_message USING btree (consumer, processed_at) WHERE (outcome = ANY (ARRAY['parked'::text, 'replaying'::text]));
 CREATE INDEX inbox_message_processed_at_idx ON public.inbox_message USING btree (processed_at);
+alter table inbox_message enable row level security;
 
 create table outbox (
   id bigint generated always as identity not null,
@@ -491,6 +494,40 @@ begin
   foreach t in array grant_templates loop
     execute pg_catalog.format(t, role_name);
   end loop;
+end
+$function$;
+-- privileges: owner=X/owner
+
+CREATE OR REPLACE FUNCTION public.outbox_inbox_policy(table_name regclass, role_name text, consumer text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  qual text := case when consumer is null then 'true'
+                    else pg_catalog.format('(consumer = %L::text)', consumer) end;
+  role_oids oid[] := array[case when role_name = 'public' then 0::oid
+                                else pg_catalog.quote_ident(role_name)::regrole::oid end];
+  existing record;
+begin
+  if table_name not in ('public.inbox_message'::regclass, 'public.inbox_aggregate'::regclass,
+                        'public.inbox_gap'::regclass) then
+    raise exception 'outbox_inbox_policy: % is not an inbox table', table_name using errcode = '22023';
+  end if;
+  select pg_catalog.pg_get_expr(p.polqual, p.polrelid) as using_expr, p.polroles as to_roles,
+         p.polcmd as command, p.polpermissive as permissive, p.polwithcheck is null as no_check
+  into existing
+  from pg_catalog.pg_policy p
+  where p.polrelid = table_name and p.polname = role_name;
+  if not found then
+    execute pg_catalog.format('create policy %I on %s for all to %I using (%s)',
+      role_name, table_name, role_name, qual);
+  elsif existing.using_expr is distinct from qual or existing.to_roles is distinct from role_oids
+        or existing.command <> '*' or not existing.permissive or not existing.no_check then
+    execute pg_catalog.format('drop policy %I on %s', role_name, table_name);
+    execute pg_catalog.format('create policy %I on %s for all to %I using (%s)',
+      role_name, table_name, role_name, qual);
+  end if;
 end
 $function$;
 -- privileges: owner=X/owner
