@@ -24,6 +24,7 @@ import {
 } from '../shared/platform/names.ts';
 import { OUTBOX_BUNDLING } from './bundling.ts';
 import {
+  inboxConsumersEnvironment,
   type OutboxDatabaseConnection,
   type OutboxMigrationProps,
   outboxDatabaseConnection,
@@ -246,6 +247,7 @@ export class OutboxRelay extends Construct {
           [EnvVar.adminDatabase]: props.database.databaseName,
           [EnvVar.relayRole]: this.databaseUsers.relay,
           [EnvVar.monitorRole]: this.databaseUsers.monitor,
+          ...inboxConsumersEnvironment(migration),
           [EnvVar.migrationsDir]: '/var/task/migrations',
           [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
           NODE_OPTIONS: '--enable-source-maps',
