@@ -1,7 +1,8 @@
 /**
  * `outbox inbox parked list|replay|discard --consumer <name>`: what an operator does with the events
- * an inbox parked (wait-for-gap, `onGapTimeout: 'park'`). The database user needs the consumer
- * role's grants (`outbox_consumer`): reading and updating `inbox_message`.
+ * an inbox parked (wait-for-gap, `onGapTimeout: 'park'`). The database user reads and updates
+ * `inbox_message`: the consumer's own role (`outbox_consumer_<name>`, which sees only its rows),
+ * the shared `outbox_consumer`, or the tables' owner (migration 019's row-level security).
  *
  * `replay` marks the events for re-application, then, with `--function-name`, invokes the
  * consumer's function with each one, oldest first, one at a time (RequestResponse, so that each
