@@ -172,6 +172,16 @@ describe("a consumer's own role", () => {
     ).toBe('42501');
     // And it cannot become the shared role, which sees every consumer: it is not a member of it.
     expect(await attempt(billing, `set role "${testRoles.roles.consumer}"`)).toBe('42501');
+    // Nor give itself every row: the policy helper is the owner's (EXECUTE revoked from PUBLIC),
+    // and only the tables' owner may change their policies.
+    expect(
+      await attempt(
+        billing,
+        `select outbox_inbox_policy('inbox_message', '${testRoles.consumerRole('billing')}', null)`,
+      ),
+    ).toBe('42501');
+    expect(await attempt(billing, 'alter table inbox_message disable row level security')).toBe('42501');
+    expect(await attempt(billing, 'create policy mine on inbox_message using (true)')).toBe('42501');
     expect(await rowsOf('shipping')).toEqual(rows);
   });
 
