@@ -14,6 +14,7 @@ create table inbox_aggregate (
 );
 comment on column inbox_aggregate.source is '''''  for the chain of an aggregate across sources (from migration 018, and before migration 010); a source for the per-source chains of migrations 010 to 017, read only to adopt their position';
 CREATE INDEX inbox_aggregate_updated_at_idx ON public.inbox_aggregate USING btree (updated_at);
+alter table inbox_aggregate enable row level security;
 
 create table inbox_failed (
   consumer text not null,
@@ -28,6 +29,7 @@ create table inbox_failed (
   constraint inbox_failed_pkey PRIMARY KEY (consumer, event_id)
 );
 CREATE INDEX inbox_failed_last_failed_at_idx ON public.inbox_failed USING btree (last_failed_at);
+alter table inbox_failed enable row level security;
 
 create table inbox_gap (
   consumer text not null,
@@ -42,6 +44,7 @@ create table inbox_gap (
 );
 CREATE INDEX inbox_gap_chain_idx ON public.inbox_gap USING btree (consumer, aggregate_type, aggregate_id, chain, "position") WHERE ("position" IS NOT NULL);
 CREATE INDEX inbox_gap_last_seen_at_idx ON public.inbox_gap USING btree (last_seen_at);
+alter table inbox_gap enable row level security;
 
 create table inbox_message (
   consumer text not null,
@@ -60,6 +63,7 @@ create table inbox_message (
 );
 CREATE INDEX inbox_message_parked_idx ON public.inbox_message USING btree (consumer, processed_at) WHERE (outcome = ANY (ARRAY['parked'::text, 'replaying'::text]));
 CREATE INDEX inbox_message_processed_at_idx ON public.inbox_message USING btree (processed_at);
+alter table inbox_message enable row level security;
 
 create table outbox (
   id bigint generated always as identity not null,
@@ -511,6 +515,40 @@ begin
   foreach t in array grant_templates loop
     execute pg_catalog.format(t, role_name);
   end loop;
+end
+$function$;
+-- privileges: owner=X/owner
+
+CREATE OR REPLACE FUNCTION public.outbox_inbox_policy(table_name regclass, role_name text, consumer text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  qual text := case when consumer is null then 'true'
+                    else pg_catalog.format('(consumer = %L::text)', consumer) end;
+  role_oids oid[] := array[case when role_name = 'public' then 0::oid
+                                else pg_catalog.quote_ident(role_name)::regrole::oid end];
+  existing record;
+begin
+  if table_name not in ('public.inbox_message'::regclass, 'public.inbox_aggregate'::regclass,
+                        'public.inbox_gap'::regclass, 'public.inbox_failed'::regclass) then
+    raise exception 'outbox_inbox_policy: % is not an inbox table', table_name using errcode = '22023';
+  end if;
+  select pg_catalog.pg_get_expr(p.polqual, p.polrelid) as using_expr, p.polroles as to_roles,
+         p.polcmd as command, p.polpermissive as permissive, p.polwithcheck is null as no_check
+  into existing
+  from pg_catalog.pg_policy p
+  where p.polrelid = table_name and p.polname = role_name;
+  if not found then
+    execute pg_catalog.format('create policy %I on %s for all to %I using (%s)',
+      role_name, table_name, role_name, qual);
+  elsif existing.using_expr is distinct from qual or existing.to_roles is distinct from role_oids
+        or existing.command <> '*' or not existing.permissive or not existing.no_check then
+    execute pg_catalog.format('drop policy %I on %s', role_name, table_name);
+    execute pg_catalog.format('create policy %I on %s for all to %I using (%s)',
+      role_name, table_name, role_name, qual);
+  end if;
 end
 $function$;
 -- privileges: owner=X/owner

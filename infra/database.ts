@@ -9,7 +9,7 @@ import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import type { Construct } from 'constructs';
-import { EnvVar, LAMBDA_CA_BUNDLE } from '../shared/platform/names.ts';
+import { DEFAULT_ROLES, EnvVar, LAMBDA_CA_BUNDLE } from '../shared/platform/names.ts';
 
 /**
  * Where functions connect to Postgres, with IAM authentication and verified TLS: exactly one of
@@ -159,6 +159,33 @@ export interface OutboxMigrationProps {
    * @default none
    */
   readonly executeAfter?: Construct[];
+  /**
+   * Inbox consumers (their `consumer` option) that get a database role of their own,
+   * `outbox_consumer_<name>`, touching only their own inbox rows (docs/consuming.md#the-consumers-database-role);
+   * the migrate function creates them as `outbox migrate --roles --consumer <name>` does. Their
+   * functions log in as them: grant each `rds-db:connect` as that user.
+   * @default none: consumers log in as the shared `outbox_consumer`, which touches every consumer's rows
+   */
+  readonly inboxConsumers?: string[];
+}
+
+/**
+ * The migrate function's variable for {@link OutboxMigrationProps.inboxConsumers}, none when there
+ * are none (so that a deployment without them synthesises as before).
+ * @throws Error at synth for a name that is empty, holds a comma (the variable's separator), or
+ *   makes a role name over Postgres's 63 bytes
+ */
+export function inboxConsumersEnvironment(migration: OutboxMigrationProps): Record<string, string> {
+  const names = migration.inboxConsumers ?? [];
+  for (const name of names) {
+    const role = `${DEFAULT_ROLES.consumer}_${name}`;
+    if (name.trim() === '' || name.includes(',') || Buffer.byteLength(role) > 63) {
+      throw new Error(
+        `migration.inboxConsumers: "${name}" cannot name a consumer's role (${role}): it must be non-empty, hold no comma, and make a role name of at most 63 bytes`,
+      );
+    }
+  }
+  return names.length > 0 ? { [EnvVar.inboxConsumers]: names.join(',') } : {};
 }
 
 /**

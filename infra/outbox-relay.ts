@@ -25,6 +25,7 @@ import {
 import { OUTBOX_BUNDLING } from './bundling.ts';
 import { checkSources, restrictPutEvents } from './bus-policy.ts';
 import {
+  inboxConsumersEnvironment,
   type OutboxDatabaseConnection,
   type OutboxMigrationProps,
   outboxDatabaseConnection,
@@ -261,6 +262,7 @@ export class OutboxRelay extends Construct {
           [EnvVar.adminDatabase]: props.database.databaseName,
           [EnvVar.relayRole]: this.databaseUsers.relay,
           [EnvVar.monitorRole]: this.databaseUsers.monitor,
+          ...inboxConsumersEnvironment(migration),
           [EnvVar.migrationsDir]: '/var/task/migrations',
           [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
           NODE_OPTIONS: '--enable-source-maps',

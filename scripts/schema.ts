@@ -2,7 +2,7 @@
  * `npm run schema`: writes docs/schema.sql, the outbox's schema as all migrations leave it, to read
  * in one place (the migrations define some functions several times over). It migrates a fresh
  * database (on `DATABASE_URL`'s server, else an embedded Postgres) and prints its tables, indexes,
- * functions, triggers and grants from the catalog. test/relay/schema/schema-snapshot.test.ts fails when the file
+ * functions, triggers, row-level security and grants from the catalog. test/relay/schema/schema-snapshot.test.ts fails when the file
  * and a freshly migrated database differ: run this after adding a migration.
  */
 import { randomBytes } from 'node:crypto';
@@ -61,6 +61,17 @@ export async function describeSchema(sql: postgres.Sql): Promise<string> {
       select pg_get_triggerdef(oid) as def from pg_trigger where tgrelid = ${t.oid} and not tgisinternal
       order by tgname`;
     for (const tr of triggers) out.push(`${tr.def};`);
+    // Row-level security (the inbox tables, migration 020); its policies are made per role by
+    // `outbox migrate --roles`, so a freshly migrated database has none.
+    const [security] = await sql<{ rls: boolean; forced: boolean }[]>`
+      select relrowsecurity as rls, relforcerowsecurity as forced from pg_class where oid = ${t.oid}`;
+    if (security?.rls) out.push(`alter table ${t.name} enable row level security;`);
+    if (security?.forced) out.push(`alter table ${t.name} force row level security;`);
+    const policies = await sql<{ line: string }[]>`
+      select format('create policy %I on %I for %s to %s using (%s);', policyname, tablename, cmd,
+                    array_to_string(roles, ', '), qual) as line
+      from pg_policies where schemaname = current_schema() and tablename = ${t.name} order by policyname`;
+    for (const policy of policies) out.push(policy.line);
     const grants = await sql<
       { acl: string[] | null }[]
     >`select relacl::text[] as acl from pg_class where oid = ${t.oid}`;

@@ -125,7 +125,12 @@ export class BillingConsumer extends Construct {
       vpc: props.vpc,
       vpcSubnets: props.vpcSubnets,
       securityGroups: props.securityGroups,
-      environment: { ...database.environment(user), [EnvVar.pgDatabase]: props.databaseName },
+      environment: {
+        ...database.environment(user),
+        [EnvVar.pgDatabase]: props.databaseName,
+        // Which inbox consumer it runs: `outbox inbox parked replay --function-name` checks it.
+        [EnvVar.inboxConsumer]: BILLING_CONSUMER,
+      },
       bundling: OUTBOX_BUNDLING,
       retryAttempts: BILLING_RETRY_ATTEMPTS,
       // How long an event may wait in Lambda's queue (throttling), Lambda's default, set explicitly.

@@ -36,6 +36,7 @@ export async function handler(): Promise<{ applied: string[] }> {
       producer: env[EnvVar.producerRole],
       consumer: env[EnvVar.consumerRole],
     },
+    consumers: env[EnvVar.inboxConsumers],
     log: (line) => logger.info(line),
   });
   logger.info('migrations applied and roles ensured', { applied });

@@ -1,5 +1,5 @@
 /**
- * The failure trace of one invocation (`inbox_failed`, migration 020): nothing is acknowledged
+ * The failure trace of one invocation (`inbox_failed`, migration 019): nothing is acknowledged
  * without a trace, whatever wraps the inbox (docs/consuming.md#failed-events).
  *
  * A wrapper can turn the inbox's failure into a success: a middy `onError` that returns a value,

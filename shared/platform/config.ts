@@ -125,6 +125,19 @@ export const settingSchemas = {
   [EnvVar.monitorRole]: z._default(z.string(), DEFAULT_ROLES.monitor),
   [EnvVar.producerRole]: z._default(z.string(), DEFAULT_ROLES.producer),
   [EnvVar.consumerRole]: z._default(z.string(), DEFAULT_ROLES.consumer),
+  /** Inbox consumers that get a role of their own, comma-separated (`billing,shipping`). */
+  [EnvVar.inboxConsumers]: z._default(
+    z.pipe(
+      z.string(),
+      z.transform((names) =>
+        names
+          .split(',')
+          .map((name) => name.trim())
+          .filter((name) => name !== ''),
+      ),
+    ),
+    [],
+  ),
 
   // --- the CLI ---
   /** `outbox enqueue`: Source for lines without one. */
@@ -219,6 +232,7 @@ export const migrateConfigSchema = schemaOf([
   EnvVar.monitorRole,
   EnvVar.producerRole,
   EnvVar.consumerRole,
+  EnvVar.inboxConsumers,
 ]);
 
 /**

@@ -211,6 +211,17 @@ export const EnvVar = {
   monitorRole: 'OUTBOX_MONITOR_ROLE',
   producerRole: 'OUTBOX_PRODUCER_ROLE',
   consumerRole: 'OUTBOX_CONSUMER_ROLE',
+  /**
+   * The migrate function: inbox consumers that get a database role of their own
+   * (`<consumer role>_<name>`, touching only their inbox rows), comma-separated.
+   */
+  inboxConsumers: 'OUTBOX_INBOX_CONSUMERS',
+  /**
+   * A consumer's function: the inbox consumer it runs (its `consumer` option). Set on the function
+   * so that `outbox inbox parked replay --function-name F --consumer C` can check, before invoking
+   * F, that F is C's function (GetFunctionConfiguration); the inbox itself does not read it.
+   */
+  inboxConsumer: 'OUTBOX_INBOX_CONSUMER',
   /** The monitor: the relay function it invokes to scale out (unset: no scale-out). */
   relayFunctionName: 'OUTBOX_RELAY_FUNCTION_NAME',
   /** The monitor: most relays at once, the scheduled one included. */

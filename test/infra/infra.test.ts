@@ -15,7 +15,9 @@ import { buildApp } from '../../examples/demo/app.ts';
 import { OutboxDemoStack } from '../../examples/demo/demo-stack.ts';
 import { OutboxRelay } from '../../infra/outbox-relay.ts';
 import { ECONOMY_IDLE_RETURN_SECONDS } from '../../infra/props.ts';
+import { migrateConfigSchema, parseEnv } from '../../shared/platform/config.ts';
 import { OutboxConfigError } from '../../shared/platform/errors.ts';
+import { EnvVar } from '../../shared/platform/names.ts';
 
 // Every App in this file synthesises under one private directory, removed when the file ends. An App
 // built without an outdir makes its own `cdk.out*` directory in os.tmpdir() that nothing removes, so
@@ -1352,6 +1354,47 @@ describe('OutboxRelay on an existing instance or Aurora cluster, without a proxy
     expect(functionEnvironment(Template.fromStack(stack), 'Outbox migrations:').DB_HOST).toBe(
       'orders.abc.eu-west-1.rds.amazonaws.com',
     );
+  });
+
+  it('gives the migrate function the inbox consumers that get a role of their own, and refuses a name that cannot make one', () => {
+    const relayWith = (inboxConsumers: string[]) => {
+      const { stack, vpc, sg } = existing();
+      const instance = rds.DatabaseInstance.fromDatabaseInstanceAttributes(stack, 'Db', {
+        instanceIdentifier: 'orders',
+        instanceEndpointAddress: 'orders.abc.eu-west-1.rds.amazonaws.com',
+        port: 5432,
+        instanceResourceId: 'db-ABCDEFGHIJKLMNOP',
+        securityGroups: [],
+      });
+      new OutboxRelay(stack, 'Outbox', {
+        vpc,
+        securityGroups: [sg],
+        database: { instance, databaseName: 'orders' },
+        migration: {
+          adminSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'Admin', 'admin'),
+          securityGroups: [ec2.SecurityGroup.fromSecurityGroupId(stack, 'MigrateSg', 'sg-87654321')],
+          inboxConsumers,
+        },
+      });
+      return functionEnvironment(Template.fromStack(stack), 'Outbox migrations:');
+    };
+    const variables = relayWith(['billing', 'shipping']);
+    expect(variables.OUTBOX_INBOX_CONSUMERS).toBe('billing,shipping');
+    // What the migrate function reads from it (shared/platform/config.ts).
+    const read = parseEnv(migrateConfigSchema, {
+      DB_SECRET_ARN: 'arn',
+      DB_HOST: 'host',
+      DB_NAME: 'orders',
+      OUTBOX_INBOX_CONSUMERS: variables.OUTBOX_INBOX_CONSUMERS as string,
+    });
+    expect(read[EnvVar.inboxConsumers]).toEqual(['billing', 'shipping']);
+    // None: the function's environment is as before.
+    expect(relayWith([])).not.toHaveProperty('OUTBOX_INBOX_CONSUMERS');
+    for (const name of ['a,b', ' ', 'x'.repeat(60)]) {
+      expect(() => relayWith([name]), name).toThrow(
+        /^migration\.inboxConsumers: .* cannot name a consumer's role/,
+      );
+    }
   });
 
   it('refuses none or several of proxy, instance and cluster, and a proxy with migrations but no host', () => {

@@ -5,12 +5,14 @@
  */
 import { randomBytes } from 'node:crypto';
 import { connect, type OutboxRoles, type Sql } from '../../shared/platform/index.ts';
-import { ensureRoles } from '../../shared/relay/operations/index.ts';
+import { consumerRoleName, ensureRoles } from '../../shared/relay/operations/index.ts';
 import type { TestDatabase } from './db.ts';
 
 /** Roles of a test file, and pools logged in as them. */
 export interface TestRoles {
   roles: OutboxRoles;
+  /** The role of one of the consumers given to {@link createTestRoles} (`<roles.consumer>_<name>`). */
+  consumerRole(consumer: string): string;
   /** The role's connection string. */
   urlOf(role: string): string;
   /** A pool logged in as `role`, with the settings the functions use; closed by {@link drop}. */
@@ -19,8 +21,14 @@ export interface TestRoles {
   drop(): Promise<void>;
 }
 
-/** Creates the roles (twice, as two deploys would) with a role-default statement timeout of 7 s. */
-export async function createTestRoles(db: TestDatabase): Promise<TestRoles> {
+/**
+ * Creates the roles (twice, as two deploys would) with a role-default statement timeout of 7 s.
+ * @param options.consumers inbox consumers that get a role of their own (`--consumer`)
+ */
+export async function createTestRoles(
+  db: TestDatabase,
+  options: { consumers?: readonly string[] } = {},
+): Promise<TestRoles> {
   const suffix = randomBytes(4).toString('hex');
   const roles: OutboxRoles = {
     relay: `relay_${suffix}`,
@@ -28,10 +36,12 @@ export async function createTestRoles(db: TestDatabase): Promise<TestRoles> {
     producer: `producer_${suffix}`,
     consumer: `consumer_${suffix}`,
   };
-  await ensureRoles(db.sql, roles, 7_000);
-  await ensureRoles(db.sql, roles, 7_000); // idempotent: a second deploy changes nothing
+  const consumers = options.consumers ?? [];
+  await ensureRoles(db.sql, roles, 7_000, { consumers });
+  await ensureRoles(db.sql, roles, 7_000, { consumers }); // idempotent: a second deploy changes nothing
   const password = `test-${suffix}`;
-  for (const role of Object.values(roles)) await db.sql.unsafe(`alter role "${role}" password '${password}'`);
+  const all = [...Object.values(roles), ...consumers.map((c) => consumerRoleName(c, roles))];
+  for (const role of all) await db.sql.unsafe(`alter role "${role}" password '${password}'`);
   const pools: Sql[] = [];
   const urlOf = (role: string) => {
     const url = new URL(db.url);
@@ -41,6 +51,7 @@ export async function createTestRoles(db: TestDatabase): Promise<TestRoles> {
   };
   return {
     roles,
+    consumerRole: (consumer) => consumerRoleName(consumer, roles),
     urlOf,
     connectAs(role) {
       const pool = connect({ url: urlOf(role), max: 2, env: {} });
@@ -49,7 +60,7 @@ export async function createTestRoles(db: TestDatabase): Promise<TestRoles> {
     },
     async drop() {
       for (const pool of pools) await pool.end({ timeout: 1 });
-      for (const r of Object.values(roles)) {
+      for (const r of all) {
         await db.sql.unsafe(`drop owned by "${r}"; drop role if exists "${r}"`).catch(() => {});
       }
     },

@@ -1,5 +1,5 @@
 /**
- * The inbox's failure trace (`inbox_failed`, migration 020): a row per consumer and event whose
+ * The inbox's failure trace (`inbox_failed`, migration 019): a row per consumer and event whose
  * invocation did not commit, written outside the invocation's transaction (which rolled back, or
  * has not begun), so that a wrapper that turns the failure into a success cannot acknowledge the
  * event without it. The transaction that later applies, parks or acknowledges the event deletes

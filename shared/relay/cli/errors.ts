@@ -11,6 +11,7 @@ import {
   OutboxSchemaError,
   sameConnectionSettings,
 } from '../../platform/index.ts';
+import { ConsumerFunctionError } from './consumer-function.ts';
 
 /** Exit statuses of the `outbox` command. */
 export const EXIT = {
@@ -38,6 +39,11 @@ export function explainError(thrown: unknown, env: NodeJS.ProcessEnv): { message
   // database the command used.
   const error = thrown instanceof OutboxSchemaError ? thrown.cause : thrown;
   if (error instanceof OutboxConfigError) return { message: error.message, exitCode: EXIT.usage };
+  // A --function-name that is not the consumer's is a usage error; one whose configuration could
+  // not be read (the Lambda API's error is the cause) a failure.
+  if (error instanceof ConsumerFunctionError) {
+    return { message: error.message, exitCode: error.cause === undefined ? EXIT.usage : EXIT.failure };
+  }
   if (error instanceof OutboxError) return { message: error.message, exitCode: EXIT.failure };
   const e = error as Error & { code?: string };
   if (isConnectFailure(e)) {

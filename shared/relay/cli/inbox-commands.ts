@@ -1,7 +1,8 @@
 /**
  * `outbox inbox parked list|replay|discard --consumer <name>`: what an operator does with the events
- * an inbox parked (wait-for-gap, `onGapTimeout: 'park'`). The database user needs the consumer
- * role's grants (`outbox_consumer`): reading and updating `inbox_message`.
+ * an inbox parked (wait-for-gap, `onGapTimeout: 'park'`). The database user reads and updates
+ * `inbox_message`: the consumer's own role (`outbox_consumer_<name>`, which sees only its rows),
+ * the shared `outbox_consumer`, or the tables' owner (migration 020's row-level security).
  *
  * `outbox inbox failed list --consumer <name>`: the events whose invocation failed and that no
  * delivery applied since (`inbox_failed`); reading them needs the same role.
@@ -10,12 +11,14 @@
  * consumer's function with each one, oldest first, one at a time (RequestResponse, so that each
  * result is seen before the next is sent, and the events of one aggregate keep their order), and
  * checks that the inbox recorded it applied. It stops at the first failure; running it again
- * resumes. Without `--function-name` it prints each event as one JSON line, the payload to invoke
- * the function with by other means (`aws lambda invoke --payload …`).
+ * resumes. Before marking anything it checks that the function is the consumer's: its environment
+ * must name the consumer in `OUTBOX_INBOX_CONSUMER` (consumer-function.ts; `--skip-function-check`
+ * to do without). Without `--function-name` it prints each event as one JSON line, the payload to
+ * invoke the function with by other means (`aws lambda invoke --payload …`).
  */
 import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import type { Command } from 'commander';
-import type { Sql } from '../../platform/index.ts';
+import { EnvVar, type Sql } from '../../platform/index.ts';
 import {
   discardParked,
   type FailedEvent,
@@ -26,6 +29,7 @@ import {
   type ParkedSelection,
   parkedOutcome,
 } from '../operations/index.ts';
+import { checkConsumerFunction } from './consumer-function.ts';
 import { EXIT } from './errors.ts';
 import type { OperationsContext } from './operations.ts';
 import { positiveInteger } from './parsers.ts';
@@ -36,6 +40,15 @@ interface Selected {
   yes?: boolean;
   json?: boolean;
 }
+
+interface ReplayOptions extends Selected {
+  functionName?: string;
+  timeout: number;
+  skipFunctionCheck?: boolean;
+}
+
+/** Longest wait for the function's configuration (the check before a replay), ms. */
+const FUNCTION_CHECK_TIMEOUT_MS = 30_000;
 
 const usage = (command: Command, message: string): never =>
   command.error(`error: ${message}`, { exitCode: EXIT.usage, code: 'outbox.usage' });
@@ -178,27 +191,25 @@ export function registerInbox(program: Command, ctx: OperationsContext): void {
       positiveInteger,
       900,
     )
+    .option(
+      '--skip-function-check',
+      `do not check that --function-name is the consumer's function (its environment names the consumer in ${EnvVar.inboxConsumer}); for a function that does not set it`,
+    )
     .option('--yes', 'do not ask for confirmation')
     .option('--json', 'print one JSON document: {"replaying": n, "applied": n, "events": [...]}')
-    .action(async (ids: string[] | undefined, o: Selected & { functionName?: string; timeout: number }) => {
+    .action(async (ids: string[] | undefined, o: ReplayOptions) => {
       const s = selection(replay, ids, o, 'replay');
-      await ctx.withDb(async (sql) => {
-        if (!(await confirmed(ctx, sql, s, o, 'Replay'))) return;
-        const events = await markParkedForReplay(sql, s);
-        if (!o.functionName) {
-          if (o.json) ctx.json({ replaying: events.length, applied: 0, events: events.map((e) => e.event) });
-          else {
-            for (const e of events) ctx.out(JSON.stringify(e.event));
-            ctx.err(
-              `marked ${events.length} parked event(s) for replay: invoke the consumer's function with each line above; its inbox applies each once`,
-            );
-          }
-          return;
+      await withLambda(o.functionName, async (client) => {
+        // Before anything is marked: another consumer's function would apply these events as its own.
+        if (client && o.functionName && !o.skipFunctionCheck) {
+          await checkConsumerFunction(client, o.functionName, o.consumer, {
+            abortSignal: AbortSignal.timeout(FUNCTION_CHECK_TIMEOUT_MS),
+          });
         }
-        const applied = await invokeEach(ctx, sql, events, o.functionName, o.timeout, o.json ?? false);
-        if (o.json) ctx.json({ replaying: events.length, applied, events: events.map((e) => e.eventId) });
-        else ctx.out(`replayed ${applied} of ${events.length} parked event(s) through ${o.functionName}`);
-        if (applied < events.length) ctx.setExitCode(EXIT.failure);
+        await ctx.withDb(async (sql) => {
+          if (!(await confirmed(ctx, sql, s, o, 'Replay'))) return;
+          await replayMarked(ctx, sql, s, o, client);
+        });
       });
     });
 
@@ -224,6 +235,52 @@ export function registerInbox(program: Command, ctx: OperationsContext): void {
 }
 
 /**
+ * Runs `fn` with a Lambda client when there is a function to call (none otherwise), and closes it.
+ * Region, credentials and endpoint (AWS_ENDPOINT_URL_LAMBDA) come from the SDK's own settings.
+ * No retries of its own: a retried invocation would apply nothing twice (the inbox), but a timeout
+ * must say so rather than run the event again unseen.
+ */
+async function withLambda(
+  functionName: string | undefined,
+  fn: (client: LambdaClient | undefined) => Promise<void>,
+): Promise<void> {
+  const client = functionName ? new LambdaClient({ maxAttempts: 1 }) : undefined;
+  try {
+    await fn(client);
+  } finally {
+    client?.destroy();
+  }
+}
+
+/**
+ * Marks the selected events for replay, then invokes the function with each (`client`), or, with
+ * no function, prints them; sets the exit status when not all were applied.
+ */
+async function replayMarked(
+  ctx: OperationsContext,
+  sql: Sql,
+  s: ParkedSelection,
+  o: ReplayOptions,
+  client: LambdaClient | undefined,
+): Promise<void> {
+  const events = await markParkedForReplay(sql, s);
+  if (!client || !o.functionName) {
+    if (o.json) ctx.json({ replaying: events.length, applied: 0, events: events.map((e) => e.event) });
+    else {
+      for (const e of events) ctx.out(JSON.stringify(e.event));
+      ctx.err(
+        `marked ${events.length} parked event(s) for replay: invoke the consumer's function with each line above; its inbox applies each once`,
+      );
+    }
+    return;
+  }
+  const applied = await invokeEach(ctx, sql, client, events, o.functionName, o.timeout, o.json ?? false);
+  if (o.json) ctx.json({ replaying: events.length, applied, events: events.map((e) => e.eventId) });
+  else ctx.out(`replayed ${applied} of ${events.length} parked event(s) through ${o.functionName}`);
+  if (applied < events.length) ctx.setExitCode(EXIT.failure);
+}
+
+/**
  * Invokes the function with each event in turn and checks the inbox's record: applied when its
  * outcome became `processed`. Stops at the first event that was not.
  * @returns how many were applied
@@ -231,46 +288,39 @@ export function registerInbox(program: Command, ctx: OperationsContext): void {
 async function invokeEach(
   ctx: OperationsContext,
   sql: Sql,
+  client: LambdaClient,
   events: ParkedEvent[],
   functionName: string,
   timeoutSeconds: number,
   quiet: boolean,
 ): Promise<number> {
-  // Region, credentials and endpoint (AWS_ENDPOINT_URL_LAMBDA) come from the SDK's own settings.
-  // No retries of its own: a retried invocation would apply nothing twice (the inbox), but a
-  // timeout must say so rather than run the event again unseen.
-  const client = new LambdaClient({ maxAttempts: 1 });
   let applied = 0;
-  try {
-    for (const p of events) {
-      const answer = await client.send(
-        new InvokeCommand({
-          FunctionName: functionName,
-          InvocationType: 'RequestResponse',
-          Payload: Buffer.from(JSON.stringify(p.event)),
-        }),
-        { abortSignal: AbortSignal.timeout(timeoutSeconds * 1000) },
+  for (const p of events) {
+    const answer = await client.send(
+      new InvokeCommand({
+        FunctionName: functionName,
+        InvocationType: 'RequestResponse',
+        Payload: Buffer.from(JSON.stringify(p.event)),
+      }),
+      { abortSignal: AbortSignal.timeout(timeoutSeconds * 1000) },
+    );
+    const payload = answer.Payload ? Buffer.from(answer.Payload).toString('utf8') : '';
+    const outcome = await parkedOutcome(sql, p.consumer, p.eventId);
+    if (answer.FunctionError || outcome !== 'processed') {
+      ctx.err(
+        `${p.eventId} (${p.type} ${p.aggregateType}/${p.aggregateId} #${p.sequence}): not applied` +
+          (answer.FunctionError
+            ? ` — the function failed (${answer.FunctionError}): ${payload.slice(0, 500)}`
+            : ` — the function answered ${payload.slice(0, 200) || 'nothing'} but the record is ${outcome ?? 'gone'}: is ${functionName} the function of consumer ${p.consumer}?`),
       );
-      const payload = answer.Payload ? Buffer.from(answer.Payload).toString('utf8') : '';
-      const outcome = await parkedOutcome(sql, p.consumer, p.eventId);
-      if (answer.FunctionError || outcome !== 'processed') {
-        ctx.err(
-          `${p.eventId} (${p.type} ${p.aggregateType}/${p.aggregateId} #${p.sequence}): not applied` +
-            (answer.FunctionError
-              ? ` — the function failed (${answer.FunctionError}): ${payload.slice(0, 500)}`
-              : ` — the function answered ${payload.slice(0, 200) || 'nothing'} but the record is ${outcome ?? 'gone'}: is ${functionName} the function of consumer ${p.consumer}?`),
-        );
-        ctx.err(
-          'stopped: the remaining events stay marked for replay; run the command again once the cause is fixed',
-        );
-        return applied;
-      }
-      applied++;
-      if (!quiet)
-        ctx.err(`applied ${p.eventId} (${p.type} ${p.aggregateType}/${p.aggregateId} #${p.sequence})`);
+      ctx.err(
+        'stopped: the remaining events stay marked for replay; run the command again once the cause is fixed',
+      );
+      return applied;
     }
-    return applied;
-  } finally {
-    client.destroy();
+    applied++;
+    if (!quiet)
+      ctx.err(`applied ${p.eventId} (${p.type} ${p.aggregateType}/${p.aggregateId} #${p.sequence})`);
   }
+  return applied;
 }

@@ -19,11 +19,12 @@ import {
   databaseUrlFromEnv,
   EnvVar,
   migrate,
+  OutboxConfigError,
   readSetting,
   redactPasswords,
   type Sql,
 } from '../../platform/index.ts';
-import { getStatus, migrateWithRoles } from '../operations/index.ts';
+import { consumerRoleName, getStatus, migrateWithRoles } from '../operations/index.ts';
 import { registerCounters } from './counters-command.ts';
 import { type EnqueueProgress, enqueueFromLines } from './enqueue-lines.ts';
 import { EXIT, explainError } from './errors.ts';
@@ -165,20 +166,44 @@ Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
     );
 }
 
-/** `outbox migrate [--roles]`. */
+/** `outbox migrate [--roles [--consumer <name>…]]`. */
 function registerMigrate(program: Command, ctx: OperationsContext): void {
-  program
+  const command = program
     .command('migrate')
     .description('apply pending schema migrations (outbox tables) to the database')
     .option(
       '--roles',
       'also create or update the deployment roles (outbox_relay, outbox_monitor, outbox_producer, outbox_consumer) exactly as the deploy-time migrate function does; needs a user that may create roles',
     )
+    .option(
+      '--consumer <name>',
+      "with --roles: also the inbox consumer's own role, outbox_consumer_<name>, which touches only that consumer's inbox rows (repeat for each consumer)",
+      (name: string, names: string[]) => [...names, name],
+      [] as string[],
+    )
     .option('--json', 'print one JSON document: {"applied": [names], "roles": [names]}')
-    .action(async (opts: { roles?: boolean; json?: boolean }) => {
+    .action(async (opts: { roles?: boolean; consumer: string[]; json?: boolean }) => {
+      if (opts.consumer.length > 0 && !opts.roles) {
+        command.error('error: --consumer creates a role: give --roles too', {
+          exitCode: EXIT.usage,
+          code: 'outbox.usage',
+        });
+      }
+      // Checked before anything is applied: a name whose role Postgres would cut short.
+      const consumerRoles = opts.consumer.map((name) => {
+        try {
+          return consumerRoleName(name);
+        } catch (error) {
+          const reason =
+            error instanceof OutboxConfigError ? error.message.replace(/^consumer: /, '') : error;
+          return command.error(`error: --consumer ${reason}`, { exitCode: EXIT.usage, code: 'outbox.usage' });
+        }
+      });
       const url = databaseUrlFromEnv(ctx.env);
-      const applied = opts.roles ? await migrateWithRoles(url) : await migrate(url, { log: () => {} });
-      const roles = opts.roles ? Object.values(DEFAULT_ROLES) : [];
+      const applied = opts.roles
+        ? await migrateWithRoles(url, { consumers: opts.consumer })
+        : await migrate(url, { log: () => {} });
+      const roles = opts.roles ? [...Object.values(DEFAULT_ROLES), ...new Set(consumerRoles)] : [];
       if (opts.json) {
         ctx.json(opts.roles ? { applied, roles } : { applied });
         return;

@@ -1,5 +1,5 @@
 /**
- * The inbox's failed events (`inbox_failed`, migration 020): what `outbox inbox failed list` shows.
+ * The inbox's failed events (`inbox_failed`, migration 019): what `outbox inbox failed list` shows.
  *
  * The inbox writes a trace for every invocation that did not commit (the handler's error, a gap
  * under wait-for-gap, a COMMIT that failed, its deadline, a wrapper's abort), outside the

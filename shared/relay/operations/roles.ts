@@ -13,7 +13,11 @@
  *   rights, migration 009) and has no privilege on any table: it writes events only through them,
  *   and reads no other service's events;
  * - consumer: the inbox tables, and re-applying or discarding its parked events (an update of the
- *   record's outcome);
+ *   record's outcome). The shared consumer role touches every consumer's rows (as before migration
+ *   020); a consumer's own role (`<consumer role>_<consumer>`, {@link consumerRoleName}, made for
+ *   each name in `options.consumers`) has the same grants but touches only its consumer's rows:
+ *   the inbox tables have row-level security, with a policy per role (migration 020): `consumer =
+ *   '<consumer>'` for a consumer's own role, every row for the monitor and the shared role.
  * Each logs in through RDS Proxy with IAM (`rds_iam`, granted where it exists, i.e. on RDS), and
  * gets its statement timeout as a role default, so clients need no `SET` (which would pin).
  * Grants are revoked first where older versions gave more, so a redeploy takes them away.
@@ -24,10 +28,52 @@ import {
   DEFAULT_ROLES,
   databasePasswords,
   migrate,
+  OutboxConfigError,
   type OutboxRoles,
   RELAY_IDLE_IN_TRANSACTION_TIMEOUT_MS,
   redactError,
 } from '../../platform/index.ts';
+
+/** Longest role name Postgres keeps (NAMEDATALEN - 1 bytes); a longer one would be cut short. */
+const MAX_ROLE_NAME_BYTES = 63;
+
+/** The tables whose rows belong to one consumer, each with a row-level security policy per role. */
+const INBOX_TABLES = ['inbox_message', 'inbox_aggregate', 'inbox_gap', 'inbox_failed'] as const;
+
+/**
+ * The database role of one inbox consumer: `<roles.consumer>_<consumer>`, e.g.
+ * `outbox_consumer_billing` for the consumer `billing` (the inbox's `consumer` option).
+ * @throws OutboxConfigError (`consumer`) for an empty name, or a role name over Postgres's 63 bytes
+ */
+export function consumerRoleName(
+  consumer: string,
+  roles: Pick<OutboxRoles, 'consumer'> = DEFAULT_ROLES,
+): string {
+  if (consumer.trim() === '') {
+    throw new OutboxConfigError(
+      'consumer',
+      `expected a consumer's name (its inbox \`consumer\` option), got "${consumer}"`,
+    );
+  }
+  const role = `${roles.consumer}_${consumer}`;
+  if (Buffer.byteLength(role) > MAX_ROLE_NAME_BYTES) {
+    throw new OutboxConfigError(
+      'consumer',
+      `the role of consumer "${consumer}" would be named "${role}", ${Buffer.byteLength(role)} bytes; Postgres keeps at most ${MAX_ROLE_NAME_BYTES}`,
+    );
+  }
+  return role;
+}
+
+/** Options of {@link ensureRoles}. */
+export interface EnsureRolesOptions {
+  /**
+   * Inbox consumers (their `consumer` option) that get a role of their own, named by
+   * {@link consumerRoleName}, touching only their own inbox rows.
+   * @default none: every consumer logs in as the shared consumer role
+   */
+  consumers?: readonly string[];
+}
 
 /** The columns of `outbox` the relay writes: a row's delivery state, never the event. */
 export const RELAY_WRITES = [
@@ -62,14 +108,35 @@ export const MONITOR_READS = [
 ] as const;
 
 /**
+ * The grants of a role that runs inboxes: the shared consumer role's and each consumer's own.
+ * Which consumers' rows it touches is its row-level security policy's business.
+ */
+const INBOX_GRANTS = [
+  // The inbox, and the operator's `outbox inbox parked list|replay|discard` (an update of the
+  // record's outcome): nothing here deletes a record, which only the monitor prunes.
+  'grant select, insert, update on inbox_message to %I',
+  'grant select, insert, update on inbox_aggregate to %I',
+  'grant select, insert, update, delete on inbox_gap to %I',
+  // the failure trace: written outside the invocation's transaction, deleted by the one that
+  // applies the event; read by `outbox inbox failed list`
+  'grant select, insert, update, delete on inbox_failed to %I',
+];
+
+/**
  * Creates the roles if missing and (re)applies their grants; safe to run on every deploy.
  * @param statementTimeoutMs role default `statement_timeout`
+ * @throws OutboxConfigError for a consumer name {@link consumerRoleName} refuses, before any change
  */
 export async function ensureRoles(
   sql: Queryable,
   roles: OutboxRoles = DEFAULT_ROLES,
   statementTimeoutMs = 15_000,
+  options: EnsureRolesOptions = {},
 ): Promise<void> {
+  const consumers = [...new Set(options.consumers ?? [])].map((consumer) => ({
+    consumer,
+    role: consumerRoleName(consumer, roles),
+  }));
   const grants: [string, string[]][] = [
     [
       roles.relay,
@@ -121,25 +188,30 @@ export async function ensureRoles(
           'outbox_enqueue_many(text[], text[], text[], text[], jsonb[], text[], text[], integer) to %I',
       ],
     ],
-    [
-      roles.consumer,
-      [
-        // The inbox, and the operator's `outbox inbox parked list|replay|discard` (an update of
-        // the record's outcome): nothing here deletes a record, which only the monitor prunes.
-        'grant select, insert, update on inbox_message to %I',
-        'grant select, insert, update on inbox_aggregate to %I',
-        'grant select, insert, update, delete on inbox_gap to %I',
-        // the failure trace: written outside the invocation's transaction, deleted by the one that
-        // applies the event; read by `outbox inbox failed list`
-        'grant select, insert, update, delete on inbox_failed to %I',
-      ],
-    ],
+    [roles.consumer, INBOX_GRANTS],
+    ...consumers.map(({ role }): [string, string[]] => [role, INBOX_GRANTS]),
   ];
   for (const [role, statements] of grants) {
     // DDL takes no bind parameters: outbox_ensure_role (migrations 004, 017) quotes names with
     // format(). Typed arguments: an untyped one would let a planted outbox_ensure_role(text, text,
     // text[]) match better, and run with the admin's rights.
     await sql`select outbox_ensure_role(${role}::text, ${statementTimeoutMs}::integer, ${statements}::text[])`;
+  }
+  // Whose inbox rows each role touches: its row-level security policy on each inbox table
+  // (migration 020; null: every consumer's). A consumer's own role is not made a member of the
+  // shared one: Postgres 15 lets a member SET ROLE to it, and the shared role touches every row.
+  // One call per table and policy, each its own transaction: a policy change locks its table
+  // (ACCESS EXCLUSIVE, a few ms, waiting for running inbox transactions), and the function
+  // changes nothing, taking no lock, when the policy is already so (every later deploy).
+  const policies = [
+    { role: roles.monitor, consumer: null },
+    { role: roles.consumer, consumer: null },
+    ...consumers,
+  ];
+  for (const p of policies) {
+    for (const table of INBOX_TABLES) {
+      await sql`select outbox_inbox_policy(${table}::regclass, ${p.role}::text, ${p.consumer}::text)`;
+    }
   }
 }
 
@@ -153,12 +225,20 @@ export async function ensureRoles(
  */
 export async function migrateWithRoles(
   url: string | undefined,
-  options: { roles?: OutboxRoles; statementTimeoutMs?: number; log?: (line: string) => void } = {},
+  options: {
+    roles?: OutboxRoles;
+    statementTimeoutMs?: number;
+    log?: (line: string) => void;
+    /** Inbox consumers that get a role of their own ({@link EnsureRolesOptions.consumers}). */
+    consumers?: readonly string[];
+  } = {},
 ): Promise<string[]> {
   const applied = await migrate(url, { log: options.log ?? (() => {}) });
   const sql = connect({ ...(url ? { url } : {}), max: 1, env: url ? {} : process.env });
   try {
-    await ensureRoles(sql, options.roles ?? DEFAULT_ROLES, options.statementTimeoutMs);
+    await ensureRoles(sql, options.roles ?? DEFAULT_ROLES, options.statementTimeoutMs, {
+      consumers: options.consumers ?? [],
+    });
   } catch (error) {
     // The deploy-time function logs what it throws; the admin password must not be in it.
     throw redactError(error, databasePasswords(process.env, url));

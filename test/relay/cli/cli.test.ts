@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { Envelope } from '../../../shared/platform/envelope.ts';
 import { enqueueMany } from '../../../shared/producer/enqueue.ts';
@@ -42,6 +43,38 @@ describe('outbox CLI', () => {
       { role: 'outbox_producer', claims: false, prunes: false, enqueues: true },
       { role: 'outbox_relay', claims: true, prunes: false, enqueues: false },
     ]);
+  });
+
+  it("migrate --roles --consumer creates the consumer's own role, whose policy is its own inbox rows", async () => {
+    const consumer = `cli-${randomBytes(3).toString('hex')}`;
+    const role = `outbox_consumer_${consumer}`;
+    try {
+      const r = await run(['migrate', '--roles', '--consumer', consumer, '--json']);
+      expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 0, stderr: '' });
+      expect(JSON.parse(r.stdout)).toEqual({
+        applied: [],
+        roles: ['outbox_relay', 'outbox_monitor', 'outbox_producer', 'outbox_consumer', role],
+      });
+      const policies = await h.db.sql<{ tablename: string; qual: string }[]>`
+        select tablename, qual from pg_policies where ${role} = any(roles) order by tablename`;
+      expect(policies).toEqual(
+        ['inbox_aggregate', 'inbox_gap', 'inbox_message'].map((tablename) => ({
+          tablename,
+          qual: `(consumer = '${consumer}'::text)`,
+        })),
+      );
+      const [granted] = await h.db.sql<{ updates: boolean }[]>`
+        select has_table_privilege(${role}, 'inbox_message', 'update') as updates`;
+      expect(granted?.updates).toBe(true);
+    } finally {
+      await h.db.sql.unsafe(`drop owned by "${role}"; drop role if exists "${role}"`);
+    }
+    const alone = await run(['migrate', '--consumer', consumer]);
+    expect(alone.code).toBe(2);
+    expect(alone.stderr).toMatch(/^error: --consumer creates a role: give --roles too\n/);
+    const long = await run(['migrate', '--roles', '--consumer', 'x'.repeat(60)]);
+    expect(long.code).toBe(2);
+    expect(long.stderr).toMatch(/^error: --consumer the role of consumer "x+" would be named .*at most 63/);
   });
 
   it('enqueue reads JSON lines, skips duplicates by idempotency key, and relay --until-empty publishes them', async () => {

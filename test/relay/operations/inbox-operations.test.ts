@@ -10,7 +10,7 @@ import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type LocalLambda, startLocalLambda } from '../../../dev/local-lambda.ts';
 import { inbox } from '../../../shared/consumer/index.ts';
-import type { Sql } from '../../../shared/platform/index.ts';
+import { EnvVar, type Sql } from '../../../shared/platform/index.ts';
 import { runCli } from '../../support/cli.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/db.ts';
 import { delivery } from '../../support/events.ts';
@@ -47,14 +47,31 @@ beforeAll(async () => {
       return { invoiced: i.metadata.sequence };
     },
   );
-  // The consumer's function, as Lambda runs it when invoked (the real client, over HTTP).
+  // Another consumer's function, in the same database: what a wrong --function-name would run.
+  const shipping = inbox(
+    { sql: consumerSql, consumer: 'shipping', metrics: false },
+    async (_event, { inbox: i }) => {
+      await i.tx`insert into effect values (${i.metadata.eventId}, ${i.metadata.sequence}, 'shipping')`;
+      return { shipped: i.metadata.sequence };
+    },
+  );
+  // The consumers' functions, as Lambda runs them when invoked (the real client, over HTTP), and
+  // their configuration: billing-fn and shipping-fn name their consumer in OUTBOX_INBOX_CONSUMER,
+  // billing-unmarked-fn (billing's handler too) names none.
   lambda = await startLocalLambda({
     onInvoke: (invocation) => {
-      if (invocation.functionName !== 'billing-fn') throw new Error(`no function ${invocation.functionName}`);
-      return handler(
-        invocation.payload as EventBridgeEvent<string, unknown>,
-        lambdaContext(30_000, 'billing-fn'),
-      );
+      const event = invocation.payload as EventBridgeEvent<string, unknown>;
+      const context = lambdaContext(30_000, invocation.functionName);
+      if (invocation.functionName === 'shipping-fn') return shipping(event, context);
+      if (!invocation.functionName.startsWith('billing-')) {
+        throw new Error(`no function ${invocation.functionName}`);
+      }
+      return handler(event, context);
+    },
+    functions: {
+      'billing-fn': { environment: { [EnvVar.inboxConsumer]: 'billing', OTHER: 'x' } },
+      'shipping-fn': { environment: { [EnvVar.inboxConsumer]: 'shipping' } },
+      'billing-unmarked-fn': { environment: { OTHER: 'x' } },
     },
   });
 });
@@ -255,6 +272,55 @@ describe('outbox inbox parked', () => {
     ]) {
       expect((await cli(['inbox', 'parked', ...args])).code, args.join(' ')).toBe(2);
     }
+  });
+
+  it('refuses a --function-name whose environment does not name the consumer, before marking or invoking anything', async () => {
+    const e3 = event(3);
+    await deliver(event(1));
+    expect(await deliver(e3)).toBe('parked');
+    const invokedBefore = lambda.invocations.length;
+    const replay = (functionName: string, ...extra: string[]) =>
+      cli([
+        'inbox',
+        'parked',
+        'replay',
+        '--consumer',
+        'billing',
+        eventIdOf(e3),
+        '--function-name',
+        functionName,
+        ...extra,
+      ]);
+
+    // Another consumer's function: it would have applied billing's event as shipping's.
+    const other = await replay('shipping-fn');
+    expect({ code: other.code, stdout: other.stdout }).toEqual({ code: 2, stdout: '' });
+    expect(other.stderr).toMatch(
+      /^error: --function-name shipping-fn: its environment names inbox consumer "shipping" \(OUTBOX_INBOX_CONSUMER\), not "billing"/,
+    );
+    // A function that names no consumer, and one that does not exist.
+    const unmarked = await replay('billing-unmarked-fn');
+    expect(unmarked.code).toBe(2);
+    expect(unmarked.stderr).toMatch(
+      /^error: --function-name billing-unmarked-fn: its environment does not set OUTBOX_INBOX_CONSUMER/,
+    );
+    expect(unmarked.stderr).toContain('--skip-function-check');
+    const missing = await replay('no-such-fn');
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(
+      /^error: --function-name no-such-fn: could not read its configuration \(ResourceNotFoundException: Function not found/,
+    );
+    expect(lambda.invocations.length).toBe(invokedBefore);
+    expect((await outcomeOf(e3))?.outcome).toBe('parked');
+    expect(await effects()).toEqual(['#1 next']);
+
+    // The operator's override, for a function that does not set the variable.
+    const skipped = await replay('billing-unmarked-fn', '--skip-function-check');
+    expect({ code: skipped.code, stdout: skipped.stdout.trim() }).toEqual({
+      code: 0,
+      stdout: 'replayed 1 of 1 parked event(s) through billing-unmarked-fn',
+    });
+    expect(await effects()).toEqual(['#1 next', '#3 replayed']);
   });
 });
 

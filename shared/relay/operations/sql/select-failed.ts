@@ -1,4 +1,4 @@
-/** Failed inbox events (`inbox_failed`, migration 020), as `outbox inbox failed list` shows them. */
+/** Failed inbox events (`inbox_failed`, migration 019), as `outbox inbox failed list` shows them. */
 import type { EventBridgeEvent } from 'aws-lambda';
 import type { Queryable } from '../../../platform/index.ts';
 
