@@ -129,6 +129,7 @@ describe('database roles, each doing its real work as itself', () => {
     await db.sql`
       insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence, updated_at)
       values ('billing', 'order', 'quiet', 's', '', 3, now() - interval '60 days'),
+             ('billing', 'order', 'quiet', '', '', 3, now() - interval '60 days'),
              ('billing', 'order', 'busy', 's', '', 9, now())`;
     await db.sql`
       insert into inbox_gap (consumer, message_key, first_seen_at, last_seen_at)
@@ -162,8 +163,15 @@ describe('database roles, each doing its real work as itself', () => {
       { message_key: string }[]
     >`select message_key from inbox_message order by message_key`;
     expect(keys.map((r) => r.message_key)).toEqual(['new', 'parked']);
-    const chains = await db.sql<{ aggregate_id: string }[]>`select aggregate_id from inbox_aggregate`;
-    expect(chains.map((r) => r.aggregate_id)).toEqual(['busy']);
+    // A chain's own row (source '') stays however quiet; a per-source row of migrations 010 to
+    // 017 goes once the chain's row has taken it over.
+    const chains = await db.sql<
+      { aggregate_id: string; source: string }[]
+    >`select aggregate_id, source from inbox_aggregate order by aggregate_id`;
+    expect(chains).toEqual([
+      { aggregate_id: 'busy', source: 's' },
+      { aggregate_id: 'quiet', source: '' },
+    ]);
     const gaps = await db.sql<{ message_key: string }[]>`select message_key from inbox_gap`;
     expect(gaps.map((r) => r.message_key)).toEqual(['waiting']);
     const failed = await db.sql<{ event_id: string }[]>`select event_id from inbox_failed`;
