@@ -129,7 +129,7 @@ interface Model {
 }
 
 interface Real {
-  /** One invocation; `long`: a 10 s invocation (attempts at once), else 2 s. */
+  /** One invocation; `long`: a 5 s invocation (attempts at once: up to 2.25 s of waiting for a lower event), else 2 s. */
   handler: (event: EventBridgeEvent<string, unknown>, long?: boolean) => Promise<string>;
   /** Makes the handler throw after its write, for the next call (a bug, a dependency down). */
   failNext: (fails: boolean) => void;
@@ -397,7 +397,7 @@ class AttemptTogether implements Command {
 }
 
 /**
- * Every due attempt at once, each a 10 s invocation: the last attempts of a burst behind a gap,
+ * Every due attempt at once, each a 5 s invocation: the last attempts of a burst behind a gap,
  * which Lambda makes in any order. Of the events known to be waiting behind a gap, and not yet
  * overtaken, none is taken after a higher event of its chain taken in the same round (issue 33,
  * item 3), for the chains whose every waiting event is in the round and none of whose events fails in it.
@@ -608,6 +608,11 @@ async function heal(m: Model, r: Real, newestFirst: boolean): Promise<void> {
       select count(*)::int as n from inbox_message where consumer = 'model' and outcome in ('parked', 'replaying')`;
     if ((parked?.n ?? 0) > 0) await replayParked(m, r);
     if (failures.length === 0 && (parked?.n ?? 0) === 0) return;
+    // The operator's next look is minutes later: a swallowed event waiting for its gap (Lambda
+    // never retried it) finds its wait over by then.
+    m.clock += 200;
+    await db.sql`update inbox_gap set first_seen_at = first_seen_at - interval '200 seconds',
+                                      last_seen_at = last_seen_at - interval '200 seconds'`;
   }
   throw new Error('the system did not settle in 10 rounds of replays');
 }
@@ -737,7 +742,7 @@ describe('inbox model', () => {
           : inner;
         const real: Real = {
           handler: (event, long) =>
-            wrapped({ ...event, id: randomUUID() }, lambdaContext(long ? 10_000 : 2_000)).then(
+            wrapped({ ...event, id: randomUUID() }, lambdaContext(long ? 5_000 : 2_000)).then(
               // the handler returns the arrival; a skip is the inbox's answer
               (r) =>
                 typeof r === 'string'
