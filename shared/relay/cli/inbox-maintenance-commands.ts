@@ -60,9 +60,9 @@ export function registerInboxMaintenance(program: Command, ctx: OperationsContex
         }
         const days = retentionSeconds / DAY_SECONDS;
         if (r.dryRun) {
-          const e = r.expired ?? { messages: 0, chains: 0, gaps: 0 };
+          const e = r.expired ?? { messages: 0, chains: 0, gaps: 0, failures: 0 };
           ctx.out(
-            `would delete ${e.messages} inbox record(s), ${e.chains} superseded per-source chain state(s) and ${e.gaps} wait-for-gap row(s) older than ${days} day(s)`,
+            `would delete ${e.messages} inbox record(s), ${e.chains} superseded per-source chain state(s), ${e.gaps} wait-for-gap row(s) and ${e.failures} failure trace(s) older than ${days} day(s)`,
           );
         } else
           ctx.out(

@@ -29,10 +29,10 @@ export interface PruneInboxOptions {
 
 /** What {@link pruneInbox} did (or, on a dry run, would do). */
 export interface PruneInboxResult {
-  /** Rows deleted (or to delete): records, superseded per-source chain rows and wait-for-gap rows together. */
+  /** Rows deleted (or to delete): records, superseded per-source chain rows, wait-for-gap rows and failure traces together. */
   deleted: number;
   /** On a dry run, the rows per table; undefined otherwise. */
-  expired?: { messages: number; chains: number; gaps: number };
+  expired?: { messages: number; chains: number; gaps: number; failures: number };
   batches: number[];
   durationMs: number;
   /** False when the time budget ran out with rows still to delete. */
@@ -42,7 +42,7 @@ export interface PruneInboxResult {
 
 /**
  * Deletes the inbox's expired rows as the monitor does (records older than the retention but
- * parked ones, then superseded per-source chain rows, then wait-for-gap rows), and
+ * parked ones, then superseded per-source chain rows, wait-for-gap rows and failure traces), and
  * nothing of the outbox: see `pruneInboxBatch`.
  * @throws database errors; batches already committed stay deleted
  */
@@ -61,9 +61,10 @@ export async function pruneInbox(sql: Queryable, options: PruneInboxOptions): Pr
       messages: Number(row?.messages ?? 0),
       chains: Number(row?.chains ?? 0),
       gaps: Number(row?.gaps ?? 0),
+      failures: Number(row?.failures ?? 0),
     };
     result.expired = expired;
-    result.deleted = expired.messages + expired.chains + expired.gaps;
+    result.deleted = expired.messages + expired.chains + expired.gaps + expired.failures;
   } else {
     for (;;) {
       if (performance.now() - started > options.timeBudgetMs) {

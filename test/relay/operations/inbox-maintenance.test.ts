@@ -32,7 +32,7 @@ afterAll(async () => {
 
 /** Records, chains and gaps of two consumers: some past a 30-day retention, some not, two parked. */
 beforeEach(async () => {
-  await db.sql`truncate inbox_message, inbox_aggregate, inbox_gap`;
+  await db.sql`truncate inbox_message, inbox_aggregate, inbox_gap, inbox_failed`;
   const daysAgo = (d: number) => db.sql`now() - ${`${d} days`}::interval`;
   for (const [consumer, key, outcome, age] of [
     ['billing', 'old-1', 'processed', 40],
@@ -52,6 +52,8 @@ beforeEach(async () => {
                       ('billing', 'order', '2', '', 7, ${daysAgo(1)})`;
   await db.sql`insert into inbox_gap (consumer, message_key, first_seen_at, last_seen_at)
                values ('billing', 'gap-old', ${daysAgo(40)}, ${daysAgo(40)})`;
+  await db.sql`insert into inbox_failed (consumer, event_id, event, error_name, error_message, last_failed_at)
+               values ('billing', 'failed-old', '{}', 'Error', 'x', ${daysAgo(40)})`;
 });
 
 const env = () => ({ HOME: process.env.HOME, DATABASE_URL: testRoles.urlOf(testRoles.roles.monitor) });
@@ -72,7 +74,7 @@ describe('a consumer in its own database: outbox inbox prune', () => {
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(
-      /would delete 3 inbox record\(s\), 1 superseded per-source chain state\(s\) and 1 wait-for-gap row\(s\) older than 30 day\(s\)/,
+      /would delete 3 inbox record\(s\), 1 superseded per-source chain state\(s\), 1 wait-for-gap row\(s\) and 1 failure trace\(s\) older than 30 day\(s\)/,
     );
     expect(await left()).toHaveLength(6);
   });
@@ -83,7 +85,7 @@ describe('a consumer in its own database: outbox inbox prune', () => {
     });
     expect(r.code, r.stderr).toBe(0);
     expect(JSON.parse(r.stdout)).toMatchObject({
-      deleted: 5,
+      deleted: 6,
       complete: true,
       dryRun: false,
       retentionDays: 30,
@@ -94,6 +96,7 @@ describe('a consumer in its own database: outbox inbox prune', () => {
       { aggregate_id: '2', source: '' },
     ]);
     expect(await db.sql`select * from inbox_gap`).toEqual([]);
+    expect(await db.sql`select * from inbox_failed`).toEqual([]);
   });
 
   it('refuses a retention under 2 days (the setting’s bounds)', async () => {
@@ -164,7 +167,7 @@ describe('maintainInbox: one scheduled run for a scheduled function', () => {
       namespace: 'Shop',
       write: (line) => lines.push(line),
     });
-    expect(r.pruned).toMatchObject({ deleted: 5, complete: true });
+    expect(r.pruned).toMatchObject({ deleted: 6, complete: true });
     expect(r.parked).toEqual([{ consumer: 'billing', parked: 2 }]);
     expect(lines.map((l) => JSON.parse(l))).toEqual([
       expect.objectContaining({ consumer: 'billing', InboxParkedCount: 2 }),

@@ -11,11 +11,12 @@ export interface DbInboxExpired {
   messages: string;
   chains: string;
   gaps: string;
+  failures: string;
 }
 
 /**
- * Counts what {@link deleteExpiredMessages}, {@link deleteExpiredChains} and
- * {@link deleteExpiredGaps} would delete at this retention (seconds), on the same conditions.
+ * Counts what {@link deleteExpiredMessages}, {@link deleteExpiredChains}, {@link deleteExpiredGaps}
+ * and {@link deleteExpiredFailures} would delete at this retention (seconds), on the same conditions.
  */
 export async function countInboxExpired(
   sql: Queryable,
@@ -28,7 +29,9 @@ export async function countInboxExpired(
          and outcome not in ('parked', 'replaying')) as messages,
       (select count(*) from inbox_aggregate s where ${supersededChains(sql, retentionSeconds)}) as chains,
       (select count(*) from inbox_gap
-       where last_seen_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})) as gaps`;
+       where last_seen_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})) as gaps,
+      (select count(*) from inbox_failed
+       where last_failed_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})) as failures`;
   return row;
 }
 
