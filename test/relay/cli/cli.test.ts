@@ -58,7 +58,7 @@ describe('outbox CLI', () => {
       const policies = await h.db.sql<{ tablename: string; qual: string }[]>`
         select tablename, qual from pg_policies where ${role} = any(roles) order by tablename`;
       expect(policies).toEqual(
-        ['inbox_aggregate', 'inbox_gap', 'inbox_message'].map((tablename) => ({
+        ['inbox_aggregate', 'inbox_failed', 'inbox_gap', 'inbox_message'].map((tablename) => ({
           tablename,
           qual: `(consumer = '${consumer}'::text)`,
         })),
