@@ -5,7 +5,8 @@
  * the shared `outbox_consumer`, or the tables' owner (migration 020's row-level security).
  *
  * `outbox inbox failed list --consumer <name>`: the events whose invocation failed and that no
- * delivery applied since (`inbox_failed`); reading them needs the same role.
+ * delivery applied since (`inbox_failed`); reading them needs the same role. `failed replay` is in
+ * failed-replay-command.ts.
  *
  * `replay` marks the events for re-application, then, with `--function-name`, invokes the
  * consumer's function with each one, oldest first, one at a time (RequestResponse, so that each
@@ -16,7 +17,7 @@
  * to do without). Without `--function-name` it prints each event as one JSON line, the payload to
  * invoke the function with by other means (`aws lambda invoke --payload …`).
  */
-import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
+import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
 import type { Command } from 'commander';
 import { EnvVar, type Sql } from '../../platform/index.ts';
 import {
@@ -31,6 +32,8 @@ import {
 } from '../operations/index.ts';
 import { checkConsumerFunction } from './consumer-function.ts';
 import { EXIT } from './errors.ts';
+import { registerFailedReplay } from './failed-replay-command.ts';
+import { withLambda } from './lambda-client.ts';
 import type { OperationsContext } from './operations.ts';
 import { positiveInteger } from './parsers.ts';
 
@@ -121,9 +124,11 @@ export function registerInbox(program: Command, ctx: OperationsContext): void {
     .description("the inbox's parked events (order: 'wait-for-gap', onGapTimeout: 'park') and failed events");
   const parked = inbox.command('parked').description('list, re-apply or discard the events an inbox parked');
 
-  inbox
+  const failed = inbox
     .command('failed')
-    .description('the events whose invocation failed and that no delivery applied since')
+    .description('the events whose invocation failed and that no delivery applied since');
+  registerFailedReplay(failed, ctx);
+  failed
     .command('list')
     .description(
       'list the failed events of a consumer, oldest first: being retried, in the on-failure destination, or answered for by a wrapper',
@@ -232,24 +237,6 @@ export function registerInbox(program: Command, ctx: OperationsContext): void {
         else ctx.out(`discarded ${n} parked event(s)`);
       });
     });
-}
-
-/**
- * Runs `fn` with a Lambda client when there is a function to call (none otherwise), and closes it.
- * Region, credentials and endpoint (AWS_ENDPOINT_URL_LAMBDA) come from the SDK's own settings.
- * No retries of its own: a retried invocation would apply nothing twice (the inbox), but a timeout
- * must say so rather than run the event again unseen.
- */
-async function withLambda(
-  functionName: string | undefined,
-  fn: (client: LambdaClient | undefined) => Promise<void>,
-): Promise<void> {
-  const client = functionName ? new LambdaClient({ maxAttempts: 1 }) : undefined;
-  try {
-    await fn(client);
-  } finally {
-    client?.destroy();
-  }
 }
 
 /**

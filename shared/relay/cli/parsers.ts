@@ -13,6 +13,14 @@ export function positiveInteger(value: string): number {
   return Number(value);
 }
 
+/** A whole number of at least 0 (a number of seconds that may be none). */
+export function nonNegativeInteger(value: string): number {
+  if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(Number(value))) {
+    throw new InvalidArgumentError('It must be a whole number, 0 or more.');
+  }
+  return Number(value);
+}
+
 const UNIT_SECONDS = { s: 1, m: 60, h: 3_600, d: 86_400 } as const;
 
 /**

@@ -7,11 +7,12 @@
  * parks or acknowledges the event deletes it. What is left is an event no delivery applied: being
  * retried (its last attempt is recent), in the function's on-failure destination, or, when a
  * wrapper answered for the failure (a middy `onError` that returns a value, `timeoutEarlyResponse`),
- * nowhere else. Replaying them is a separate command (not yet).
+ * nowhere else. `outbox inbox failed replay` invokes the consumer's function with them again.
  */
 import type { EventBridgeEvent } from 'aws-lambda';
 import type { Queryable } from '../../platform/index.ts';
-import { type DbFailedEvent, selectFailed } from './sql/index.ts';
+import { type DbFailedEvent, hasFailureTrace, selectFailed, selectFailedForReplay } from './sql/index.ts';
+import { INBOX_FAILED_SETTLE_SECONDS } from './status.ts';
 
 /** A failed event, as `outbox inbox failed list` shows it. */
 export interface FailedEvent {
@@ -68,4 +69,33 @@ const toFailed = (r: DbFailedEvent): FailedEvent => {
  */
 export async function listFailed(sql: Queryable, consumer: string, limit = 100): Promise<FailedEvent[]> {
   return (await selectFailed(sql, consumer, limit)).map(toFailed);
+}
+
+/**
+ * The failed events to replay, in each aggregate's order (`sequence`), aggregate by aggregate.
+ * @param options `eventIds`: only these; `settledSeconds`: only those whose last attempt is older
+ *   (default {@link INBOX_FAILED_SETTLE_SECONDS}, as the monitor counts them: Lambda is no
+ *   longer retrying them)
+ */
+export async function failedForReplay(
+  sql: Queryable,
+  consumer: string,
+  options: { eventIds?: readonly string[]; settledSeconds?: number } = {},
+): Promise<FailedEvent[]> {
+  const rows = await selectFailedForReplay(
+    sql,
+    consumer,
+    options.settledSeconds ?? INBOX_FAILED_SETTLE_SECONDS,
+    options.eventIds,
+  );
+  return rows.map(toFailed);
+}
+
+/**
+ * Whether the event is still failed for the consumer: its trace is there. The inbox deletes the
+ * trace in the transaction that applies, parks or acknowledges the event, so after a replay it is
+ * gone exactly when the delivery was taken.
+ */
+export function isStillFailed(sql: Queryable, consumer: string, eventId: string): Promise<boolean> {
+  return hasFailureTrace(sql, consumer, eventId);
 }

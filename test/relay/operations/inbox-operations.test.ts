@@ -21,6 +21,8 @@ let db: TestDatabase;
 let testRoles: TestRoles;
 let consumerSql: Sql;
 let lambda: LocalLambda;
+/** The cause of the failed-events tests' failures, fixed before their replay. */
+let priceListMissing = false;
 let handler: (
   event: EventBridgeEvent<string, unknown>,
   context: ReturnType<typeof lambdaContext>,
@@ -42,7 +44,9 @@ beforeAll(async () => {
       metrics: false,
     },
     async (_event, { inbox: i }) => {
-      if (i.data.fail) throw new Error(`cannot invoice order ${i.metadata.aggregateId}: no price list`);
+      if (i.data.fail || priceListMissing) {
+        throw new Error(`cannot invoice order ${i.metadata.aggregateId}: no price list`);
+      }
       await i.tx`insert into effect values (${i.metadata.eventId}, ${i.metadata.sequence}, ${i.arrival})`;
       return { invoiced: i.metadata.sequence };
     },
@@ -366,5 +370,105 @@ describe('outbox inbox failed', () => {
     await db.sql`update inbox_failed set last_failed_at = now() - interval '6 minutes'`;
     expect(await failedCount()).toBe(1);
     expect((await cli(['status'], 'admin')).stdout).toMatch(/inbox failed: +1/);
+  });
+
+  it("replays the settled failed events through the consumer's function in each aggregate's order, once; a second replay finds none", async () => {
+    // o-8's #2 and #1 failed in that order (Lambda's retries out of order) while the price list
+    // was missing; o-9's #1 too. The traces are the inbox's own.
+    priceListMissing = true;
+    const at = (aggregateId: string, sequence: number) =>
+      delivery({ detailType: 'OrderPlaced', metadata: { eventId: randomUUID(), aggregateId, sequence } });
+    const [o8n1, o8n2, o9n1] = [at('o-8', 1), at('o-8', 2), at('o-9', 1)];
+    const failingBilling = inbox(
+      { sql: consumerSql, consumer: 'billing', order: 'none', metrics: false },
+      async () => {
+        throw new Error('cannot invoice: no price list');
+      },
+    );
+    for (const e of [o8n2, o8n1, o9n1]) {
+      await expect(failingBilling({ ...e, id: randomUUID() }, lambdaContext(10_000))).rejects.toThrow(
+        /no price list/,
+      );
+    }
+    const replay = (...args: string[]) =>
+      cli(['inbox', 'failed', 'replay', '--consumer', 'billing', ...args]);
+    // Lambda may still be retrying them: not taken until their last attempt is 5 minutes old.
+    expect((await replay('--all', '--function-name', 'billing-fn', '--yes')).stdout).toMatch(
+      /no settled failed events for consumer billing/,
+    );
+    await db.sql`update inbox_failed set last_failed_at = now() - interval '6 minutes'`;
+
+    // The dry run prints them in the order they would be invoked: each aggregate by sequence.
+    const dry = await replay('--all', '--function-name', 'billing-fn', '--dry-run');
+    expect(dry.code, dry.stderr).toBe(0);
+    const order = dry.stdout
+      .trim()
+      .split('\n')
+      .map(
+        (l) =>
+          (JSON.parse(l) as { detail: { metadata: { aggregateId: string; sequence: number } } }).detail
+            .metadata,
+      )
+      .map((m) => `${m.aggregateId}#${m.sequence}`);
+    expect(order).toEqual(['o-8#1', 'o-8#2', 'o-9#1']);
+
+    // Still broken: o-8's #1 fails, so its #2 is held; o-9's #1 is tried and fails too.
+    const broken = await replay('--all', '--function-name', 'billing-fn', '--yes', '--json');
+    expect(broken.code).toBe(1);
+    expect(JSON.parse(broken.stdout)).toMatchObject({
+      replayed: 0,
+      of: 3,
+      events: [
+        { eventId: eventIdOf(o8n1), outcome: 'failed' },
+        { eventId: eventIdOf(o8n2), outcome: 'held' },
+        { eventId: eventIdOf(o9n1), outcome: 'failed' },
+      ],
+    });
+    expect(await effects()).toEqual([]);
+
+    // Fixed: each applied once, in its aggregate's order; the traces are gone.
+    priceListMissing = false;
+    await db.sql`update inbox_failed set last_failed_at = now() - interval '6 minutes'`;
+    const fixed = await replay('--all', '--function-name', 'billing-fn', '--yes');
+    expect(fixed.code, fixed.stderr).toBe(0);
+    expect(fixed.stdout).toMatch(/replayed 3 of 3 failed event\(s\) through billing-fn/);
+    expect(await effects()).toEqual(['#1 next', '#2 next', '#1 next']);
+    expect(await db.sql`select * from inbox_failed`).toEqual([]);
+    // A second replay finds nothing; the same event delivered again is a duplicate.
+    expect((await replay('--all', '--function-name', 'billing-fn', '--yes')).stdout).toMatch(
+      /no settled failed events/,
+    );
+    expect(await deliver(o8n1)).toBe('duplicate');
+    expect(await effects()).toHaveLength(3);
+  });
+
+  it("refuses event ids it has no settled failure for, and another consumer's function, invoking nothing", async () => {
+    const unknown = randomUUID();
+    const r = await cli([
+      'inbox',
+      'failed',
+      'replay',
+      '--consumer',
+      'billing',
+      unknown,
+      '--function-name',
+      'billing-fn',
+    ]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`no settled failed event ${unknown} for consumer billing`);
+    const wrong = await cli([
+      'inbox',
+      'failed',
+      'replay',
+      '--consumer',
+      'billing',
+      '--all',
+      '--function-name',
+      'shipping-fn',
+    ]);
+    expect(wrong.code).toBe(2);
+    expect(wrong.stderr).toMatch(/OUTBOX_INBOX_CONSUMER/);
+    const both = await cli(['inbox', 'failed', 'replay', '--consumer', 'billing', unknown, '--all']);
+    expect(both.code).toBe(2);
   });
 });

@@ -47,4 +47,4 @@ export {
   selectDeadLetterRefs,
   selectDeadLetters,
 } from './select-dead-letters.ts';
-export { type DbFailedEvent, selectFailed } from './select-failed.ts';
+export { type DbFailedEvent, hasFailureTrace, selectFailed, selectFailedForReplay } from './select-failed.ts';
