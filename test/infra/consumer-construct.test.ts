@@ -7,10 +7,13 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as rds from 'aws-cdk-lib/aws-rds';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { OrderPlaced } from '../../examples/billing/events.ts';
 import { OutboxConsumer, type OutboxConsumerProps } from '../../infra/outbox-consumer.ts';
 import { OutboxRelay } from '../../infra/outbox-relay.ts';
+import { InboxOptionsError } from '../../shared/consumer/errors.ts';
+import { inbox } from '../../shared/consumer/inbox.ts';
+import type { Sql } from '../../shared/platform/db.ts';
 import { OutboxConfigError } from '../../shared/platform/errors.ts';
 
 const workRoot = mkdtempSync(join(tmpdir(), 'outbox-consumer-test-'));
@@ -238,5 +241,42 @@ describe('OutboxConsumer options and checks (bundling skipped)', () => {
       EventBusName: 'other',
       EventPattern: { source: ['demo.shop'], 'detail-type': ['OrderPlaced', 'OrderCancelled'] },
     });
+  });
+});
+
+describe("the inbox takes the construct's settings from the function's environment", () => {
+  afterEach(() => vi.unstubAllEnvs());
+  // Options are checked when inbox() is called, before any connection: a pool-shaped stub will do.
+  const sql = { begin: async () => undefined } as unknown as Sql;
+  const build = (options: {
+    gapWaitSeconds?: number;
+    retryWindowSeconds?: number;
+    maxEventAgeSeconds?: number;
+  }) => {
+    try {
+      inbox({ sql, consumer: 'billing', order: 'wait-for-gap', metrics: false, ...options }, async () => {});
+      return 'accepted';
+    } catch (error) {
+      expect(error).toBeInstanceOf(InboxOptionsError);
+      return (error as InboxOptionsError).field;
+    }
+  };
+
+  it('a 60 s window from OUTBOX_INBOX_RETRY_WINDOW_SECONDS refuses the default 120 s gap wait', () => {
+    expect(build({})).toBe('accepted');
+    vi.stubEnv('OUTBOX_INBOX_RETRY_WINDOW_SECONDS', '60');
+    expect(build({})).toBe('gapWaitSeconds');
+    expect(build({ gapWaitSeconds: 50 })).toBe('accepted');
+    // An option given in the code wins over the variable.
+    expect(build({ retryWindowSeconds: 180 })).toBe('accepted');
+  });
+
+  it('checks OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS against the window, and refuses a value that is no number', () => {
+    vi.stubEnv('OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS', '120');
+    expect(build({})).toBe('maxEventAgeSeconds');
+    vi.stubEnv('OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS', 'six hours');
+    expect(() => inbox({ sql, consumer: 'billing' }, async () => {})).toThrow(
+      /maxEventAgeSeconds: OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS must be a number/,
+    );
   });
 });
