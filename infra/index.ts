@@ -26,6 +26,7 @@ export {
 } from './database.ts';
 export type { OutboxAlarms } from './observability.ts';
 export {
+  MAX_QUEUE_VISIBILITY_SECONDS,
   OutboxConsumer,
   type OutboxConsumerAlarms,
   type OutboxConsumerEvent,

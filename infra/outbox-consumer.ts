@@ -6,9 +6,10 @@
  * alarms. Shaped after aws-solutions-constructs' eventbridge-lambda pattern: each part is either
  * built from props or passed in, the resources are exposed, the props are checked at synth.
  *
- * Only the direct topology (rule → Lambda, asynchronous invocation) is built: the inbox handles one
- * EventBridge event per invocation, and an SQS-buffered topology would need a batch wrapper with
- * partial-batch responses that the consumer package does not have yet.
+ * Two topologies: `direct` (default), rule → Lambda (asynchronous invocation, one event per
+ * invocation, Lambda's retries and an on-failure destination); `queue`, rule → SQS queue (with a
+ * dead-letter queue after `maxReceiveCount` receives) → Lambda event source mapping with partial
+ * batch responses, whose handler wraps the inbox in `sqsBatch` (shared/consumer/sqs-batch.ts).
  */
 
 import { spawnSync } from 'node:child_process';
@@ -21,6 +22,7 @@ import * as events from 'aws-cdk-lib/aws-events';
 import * as eventTargets from 'aws-cdk-lib/aws-events-targets';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as destinations from 'aws-cdk-lib/aws-lambda-destinations';
+import * as eventSources from 'aws-cdk-lib/aws-lambda-event-sources';
 import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import type * as sns from 'aws-cdk-lib/aws-sns';
@@ -61,11 +63,28 @@ export interface OutboxConsumerEvent {
  */
 export const RETRY_WINDOW_SECONDS_BY_ATTEMPTS: Readonly<Record<0 | 1 | 2, number>> = { 0: 0, 1: 60, 2: 180 };
 
+/**
+ * The longest visibility timeout of the queue topology's queue, seconds. The monitor counts an
+ * inbox event that failed as failed (`InboxFailedCount`, alarmed on) once its last attempt is 300 s
+ * old with no retry since (INBOX_FAILED_SETTLE_SECONDS, shared/relay/operations/status.ts); a
+ * message that failed is received again one visibility timeout after its last receive, so that
+ * timeout must stay well under 300 s.
+ */
+export const MAX_QUEUE_VISIBILITY_SECONDS = 240;
+
 /** The inbox settings that depend on how the function is invoked; see {@link OutboxConsumer.inboxSettings}. */
 export interface OutboxConsumerInboxSettings {
-  /** The inbox's `retryWindowSeconds`: 180 for 2 retries, 60 for 1, 0 for none. */
+  /**
+   * The inbox's `retryWindowSeconds`. Direct: 180 for 2 retries, 60 for 1, 0 for none. Queue:
+   * `(maxReceiveCount − 1) × visibilityTimeout` (each retry comes a visibility timeout after the
+   * previous receive, never earlier).
+   */
   readonly retryWindowSeconds: number;
-  /** The inbox's `maxEventAgeSeconds`: the function's `MaximumEventAgeInSeconds`. */
+  /**
+   * The inbox's `maxEventAgeSeconds`. Direct: the function's `MaximumEventAgeInSeconds`. Queue:
+   * 21,600, the inbox's largest (a receive can come later than the visibility timeout when the
+   * function is throttled).
+   */
   readonly maxEventAgeSeconds: number;
 }
 
@@ -76,6 +95,17 @@ export interface OutboxConsumerProps extends OutboxDatabaseTarget {
    * and its database role `outbox_consumer_<name>`. Non-empty, no comma, a role name of at most 63 bytes.
    */
   readonly consumer: string;
+  /**
+   * - `direct` (default): the rule invokes the function asynchronously, one event per invocation;
+   *   Lambda retries a failed one (`retryAttempts`) and then sends its record (the event and the
+   *   error) to `failedEventsQueue`.
+   * - `queue`: the rule sends to an SQS queue; the function reads it in batches (`batchSize`) with
+   *   `ReportBatchItemFailures`, so its handler must be `sqsBatch(inbox(…))`; a message received
+   *   `maxReceiveCount` times goes to `failedEventsQueue` (the event itself, without the error). It
+   *   buffers bursts and bounds the function's concurrency (`maxConcurrency`).
+   * @default 'direct'
+   */
+  readonly topology?: 'direct' | 'queue';
   /** The bus the relay publishes to: `relay.eventBus` of an {@link OutboxRelay}. */
   readonly eventBus: events.IEventBus;
   /**
@@ -131,6 +161,22 @@ export interface OutboxConsumerProps extends OutboxDatabaseTarget {
    */
   readonly maxEventAge?: Duration;
   /**
+   * Queue topology: the queue's visibility timeout, at least the function's timeout and at most
+   * {@link MAX_QUEUE_VISIBILITY_SECONDS}.
+   * @default six times the function's timeout (AWS's advice for an SQS event source), at most 240 s
+   */
+  readonly visibilityTimeout?: Duration;
+  /**
+   * Queue topology: receives of a message before it goes to `failedEventsQueue`, 1 to 50. A
+   * throttled receive counts too, so keep a few (AWS advises at least 5).
+   * @default 5
+   */
+  readonly maxReceiveCount?: number;
+  /** Queue topology: messages per invocation, 1 to 10 (one inbox transaction each, one after the other). @default 10 */
+  readonly batchSize?: number;
+  /** Queue topology: most concurrent invocations the event source mapping makes, 2 to 1000. @default no limit */
+  readonly maxConcurrency?: number;
+  /**
    * The rule target's retries of a delivery into Lambda (throttled Invoke API, missing permission), 0 to 185.
    * @default 185 (EventBridge's default)
    */
@@ -172,8 +218,14 @@ export class OutboxConsumer extends Construct {
   public readonly function: lambda.IFunction;
   /** Events EventBridge could not deliver into Lambda, after the target's retries. */
   public readonly deadLetterQueue: sqs.IQueue;
-  /** Invocation records (event, error) of events whose handler failed every attempt. */
+  /**
+   * Direct: invocation records (event, error) of events whose handler failed every attempt. Queue:
+   * the queue's dead-letter queue (the events themselves).
+   */
   public readonly failedEventsQueue: sqs.IQueue;
+  /** Queue topology: the queue between the rule and the function; undefined in the direct topology. */
+  public readonly queue: sqs.Queue | undefined;
+  public readonly topology: 'direct' | 'queue';
   public readonly alarms: OutboxConsumerAlarms;
   /** The database user the function logs in as. */
   public readonly databaseUser: string;
@@ -190,12 +242,21 @@ export class OutboxConsumer extends Construct {
   constructor(scope: Construct, id: string, props: OutboxConsumerProps) {
     super(scope, id);
     const { sources, types } = validateConsumerProps(props);
+    this.topology = props.topology ?? 'direct';
     const retryAttempts = props.retryAttempts ?? 2;
     const maxEventAge = props.maxEventAge ?? Duration.hours(6);
-    this.inboxSettings = {
-      retryWindowSeconds: RETRY_WINDOW_SECONDS_BY_ATTEMPTS[retryAttempts],
-      maxEventAgeSeconds: maxEventAge.toSeconds(),
-    };
+    const visibilityTimeout = this.topology === 'queue' ? queueVisibilityTimeout(props) : Duration.seconds(0);
+    const maxReceiveCount = props.maxReceiveCount ?? 5;
+    this.inboxSettings =
+      this.topology === 'direct'
+        ? {
+            retryWindowSeconds: RETRY_WINDOW_SECONDS_BY_ATTEMPTS[retryAttempts],
+            maxEventAgeSeconds: maxEventAge.toSeconds(),
+          }
+        : {
+            retryWindowSeconds: (maxReceiveCount - 1) * visibilityTimeout.toSeconds(),
+            maxEventAgeSeconds: 21_600,
+          };
     this.databaseUser = props.databaseUser ?? `${DEFAULT_ROLES.consumer}_${props.consumer}`;
     const database = outboxDatabaseConnection(props);
     if (props.proxy) warnOnProxyAuth(this, props.proxy);
@@ -218,28 +279,51 @@ export class OutboxConsumer extends Construct {
     if (!props.entry && this.function instanceof lambda.Function) {
       for (const [name, value] of Object.entries(this.environment)) this.function.addEnvironment(name, value);
     }
-    // Lambda's own handling of a failed asynchronous invocation: the retries, the event's age, and
-    // the on-failure destination (without it Lambda drops the event after the last retry).
-    this.function.configureAsyncInvoke({
-      retryAttempts,
-      maxEventAge,
-      onFailure: new destinations.SqsDestination(this.failedEventsQueue),
-    });
     database.grantConnect(this.function, this.databaseUser);
+    if (this.topology === 'direct') {
+      // Lambda's own handling of a failed asynchronous invocation: the retries, the event's age,
+      // and the on-failure destination (without it Lambda drops the event after the last retry).
+      this.function.configureAsyncInvoke({
+        retryAttempts,
+        maxEventAge,
+        onFailure: new destinations.SqsDestination(this.failedEventsQueue),
+      });
+      this.queue = undefined;
+    } else {
+      this.queue = new sqs.Queue(this, 'Queue', {
+        encryption: sqs.QueueEncryption.SQS_MANAGED,
+        enforceSSL: true,
+        // SQS's longest, as the failure queues': a consumer stopped for days loses nothing.
+        retentionPeriod: Duration.days(14),
+        visibilityTimeout,
+        deadLetterQueue: { queue: this.failedEventsQueue, maxReceiveCount },
+      });
+      this.function.addEventSource(
+        new eventSources.SqsEventSource(this.queue, {
+          batchSize: props.batchSize ?? 10,
+          reportBatchItemFailures: true,
+          maxConcurrency: props.maxConcurrency,
+        }),
+      );
+    }
 
     this.rule = new events.Rule(this, 'Rule', {
       eventBus: props.eventBus,
       eventPattern: { source: sources, detailType: types },
       description: `${types.join(', ')} from ${sources.join(', ')} to the inbox consumer ${props.consumer}`,
     });
-    // Delivery into Lambda (EventBridge invokes asynchronously, so this covers only getting the
-    // event into Lambda's queue): the target's retries, then the dead-letter queue.
+    // Delivery into Lambda's queue (direct: EventBridge invokes asynchronously, so this covers
+    // only getting the event queued) or into the SQS queue: the target's retries, then the
+    // dead-letter queue.
+    const delivery = {
+      retryAttempts: props.deliveryRetryAttempts ?? 185,
+      maxEventAge: props.deliveryMaxEventAge ?? Duration.hours(24),
+      deadLetterQueue: this.deadLetterQueue,
+    };
     this.rule.addTarget(
-      new eventTargets.LambdaFunction(this.function, {
-        retryAttempts: props.deliveryRetryAttempts ?? 185,
-        maxEventAge: props.deliveryMaxEventAge ?? Duration.hours(24),
-        deadLetterQueue: this.deadLetterQueue,
-      }),
+      this.queue
+        ? new eventTargets.SqsQueue(this.queue, delivery)
+        : new eventTargets.LambdaFunction(this.function, delivery),
     );
     this.alarms = this.createAlarms(props);
   }
@@ -316,7 +400,9 @@ export class OutboxConsumer extends Construct {
       failed: alarm(
         'FailedEventsAlarm',
         visible(this.failedEventsQueue),
-        `The ${name} consumer's handler failed on every attempt for some events. Each message holds the event (requestPayload) and the error; fix the cause, then send the event to the bus or the function again: the inbox applies it once.`,
+        this.topology === 'direct'
+          ? `The ${name} consumer's handler failed on every attempt for some events. Each message holds the event (requestPayload) and the error; fix the cause, then send the event to the bus or the function again: the inbox applies it once.`
+          : `The ${name} consumer's handler failed on every receive for some events (the messages are the events; the errors are in the function's logs and in outbox inbox failed list --consumer ${name}). Fix the cause, then redrive the queue to its source queue: the inbox applies each once.`,
       ),
       errors: alarm(
         'ErrorsAlarm',
@@ -379,6 +465,27 @@ export function validateConsumerProps(props: OutboxConsumerProps): { sources: st
     fail('entry', 'expected exactly one of entry (a handler file to bundle) and existingFunction');
   }
   if (props.functionProps && !props.entry) fail('functionProps', 'applies only with entry');
+  const topology = props.topology ?? 'direct';
+  if (topology !== 'direct' && topology !== 'queue')
+    fail('topology', `expected direct or queue, got ${topology}`);
+  const onlyFor = (field: keyof OutboxConsumerProps, only: 'direct' | 'queue') => {
+    if (props[field] !== undefined && topology !== only) fail(field, `applies only to the ${only} topology`);
+  };
+  for (const field of ['retryAttempts', 'maxEventAge'] as const) onlyFor(field, 'direct');
+  for (const field of ['visibilityTimeout', 'maxReceiveCount', 'batchSize', 'maxConcurrency'] as const)
+    onlyFor(field, 'queue');
+  const whole = (field: keyof OutboxConsumerProps, value: unknown, min: number, max: number) => {
+    if (
+      value !== undefined &&
+      (!Number.isInteger(value) || (value as number) < min || (value as number) > max)
+    ) {
+      fail(field, `expected a whole number from ${min} to ${max}, got ${String(value)}`);
+    }
+  };
+  whole('maxReceiveCount', props.maxReceiveCount, 1, 50);
+  whole('batchSize', props.batchSize, 1, 10);
+  whole('maxConcurrency', props.maxConcurrency, 2, 1000);
+  if (topology === 'queue') queueVisibilityTimeout(props);
   const retryAttempts = props.retryAttempts ?? 2;
   if (![0, 1, 2].includes(retryAttempts)) fail('retryAttempts', `expected 0, 1 or 2, got ${retryAttempts}`);
   const window = RETRY_WINDOW_SECONDS_BY_ATTEMPTS[retryAttempts];
@@ -420,4 +527,38 @@ function requireLocalEsbuild(): void {
   throw new Error(
     'OutboxConsumer: esbuild cannot be found beside aws-cdk-lib or on the PATH, so NodejsFunction would bundle the entry in Docker. Install it in the CDK app (npm i -D esbuild), or pass functionProps.bundling.forceDockerBundling: true to use Docker on purpose.',
   );
+}
+
+/**
+ * The queue topology's visibility timeout: the given one, or six times the function's timeout
+ * capped at {@link MAX_QUEUE_VISIBILITY_SECONDS}. The event source mapping needs at least the
+ * function's timeout, or a message would be received again while its first invocation still runs.
+ * @throws {OutboxConfigError} (`visibilityTimeout`) when it is under the function's timeout or over the cap,
+ *   or (`existingFunction`) when a function not made by CDK leaves it unknown and none was given
+ */
+function queueVisibilityTimeout(props: OutboxConsumerProps): Duration {
+  const fail = (field: string, message: string): never => {
+    throw new OutboxConfigError(field, `OutboxConsumer ${JSON.stringify(props.consumer)}: ${message}`);
+  };
+  const functionTimeout = props.entry
+    ? (props.functionProps?.timeout ?? Duration.seconds(30)).toSeconds()
+    : props.existingFunction instanceof lambda.Function
+      ? (props.existingFunction.timeout ?? Duration.seconds(3)).toSeconds()
+      : undefined;
+  if (props.visibilityTimeout === undefined && functionTimeout === undefined) {
+    fail('existingFunction', "the function's timeout is unknown: give visibilityTimeout");
+  }
+  const seconds =
+    props.visibilityTimeout?.toSeconds() ??
+    Math.min(6 * (functionTimeout as number), MAX_QUEUE_VISIBILITY_SECONDS);
+  if (
+    seconds > MAX_QUEUE_VISIBILITY_SECONDS ||
+    (functionTimeout !== undefined && seconds < functionTimeout)
+  ) {
+    fail(
+      'visibilityTimeout',
+      `${seconds} s: expected at least the function's timeout (${functionTimeout ?? '?'} s) and at most ${MAX_QUEUE_VISIBILITY_SECONDS} s (a retry must come before the monitor counts the event as failed)`,
+    );
+  }
+  return Duration.seconds(seconds);
 }

@@ -7,6 +7,7 @@ import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as rds from 'aws-cdk-lib/aws-rds';
+import type { Construct } from 'constructs';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { OrderPlaced } from '../../examples/billing/events.ts';
 import { OutboxConsumer, type OutboxConsumerProps } from '../../infra/outbox-consumer.ts';
@@ -241,6 +242,78 @@ describe('OutboxConsumer options and checks (bundling skipped)', () => {
       EventBusName: 'other',
       EventPattern: { source: ['demo.shop'], 'detail-type': ['OrderPlaced', 'OrderCancelled'] },
     });
+  });
+});
+
+describe('OutboxConsumer, queue topology (bundling skipped)', () => {
+  const build = (extra: Partial<OutboxConsumerProps> = {}) => {
+    const { stack, base } = relayStack(newApp({ context: { 'aws:cdk:bundling-stacks': [] } }));
+    const consumer = new OutboxConsumer(stack, 'Billing', { ...base, entry, topology: 'queue', ...extra });
+    return {
+      consumer,
+      t: Template.fromStack(stack),
+      id: (c: Construct) => Stack.of(stack).getLogicalId(c.node.defaultChild as never),
+    };
+  };
+
+  it('sends the rule to an encrypted queue with a redrive policy, read with partial batch responses', () => {
+    const { consumer, t, id } = build();
+    const queue = id(consumer.queue as Construct);
+    const failed = id(consumer.failedEventsQueue);
+    const dlq = id(consumer.deadLetterQueue);
+    t.hasResourceProperties('AWS::Events::Rule', {
+      EventPattern: { source: ['demo.shop'], 'detail-type': ['OrderPlaced'] },
+      Targets: [
+        Match.objectLike({
+          Arn: { 'Fn::GetAtt': [queue, 'Arn'] },
+          RetryPolicy: { MaximumRetryAttempts: 185, MaximumEventAgeInSeconds: 86_400 },
+          DeadLetterConfig: { Arn: { 'Fn::GetAtt': [dlq, 'Arn'] } },
+        }),
+      ],
+    });
+    expect(t.toJSON().Resources[queue].Properties).toMatchObject({
+      SqsManagedSseEnabled: true,
+      VisibilityTimeout: 180,
+      RedrivePolicy: { deadLetterTargetArn: { 'Fn::GetAtt': [failed, 'Arn'] }, maxReceiveCount: 5 },
+    });
+    t.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+      EventSourceArn: { 'Fn::GetAtt': [queue, 'Arn'] },
+      BatchSize: 10,
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+    });
+    // No asynchronous invocation: nothing to configure for it.
+    t.resourceCountIs('AWS::Lambda::EventInvokeConfig', 2); // the relay's and the monitor's only
+    const alarms = Object.keys(t.findResources('AWS::CloudWatch::Alarm')).filter((a) =>
+      a.startsWith('Billing'),
+    );
+    expect(alarms).toHaveLength(4);
+  });
+
+  it('tells the inbox the window of its receives: (maxReceiveCount - 1) x visibility timeout', () => {
+    const { consumer, t } = build({ maxReceiveCount: 3, visibilityTimeout: Duration.seconds(120) });
+    expect(consumer.inboxSettings).toEqual({ retryWindowSeconds: 240, maxEventAgeSeconds: 21_600 });
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Environment: { Variables: Match.objectLike({ OUTBOX_INBOX_RETRY_WINDOW_SECONDS: '240' }) },
+    });
+  });
+
+  it.each([
+    ['visibilityTimeout', { visibilityTimeout: Duration.seconds(20) }], // under the function's 30 s
+    ['visibilityTimeout', { visibilityTimeout: Duration.minutes(5) }], // the monitor would count it failed first
+    ['maxReceiveCount', { maxReceiveCount: 0 }],
+    ['batchSize', { batchSize: 11 }],
+    ['retryAttempts', { retryAttempts: 1 as const }], // the direct topology's
+  ])('refuses %s out of range or out of place', (field, extra) => {
+    expect(() => build(extra as Partial<OutboxConsumerProps>)).toThrow(
+      expect.objectContaining({ name: 'OutboxConfigError', variable: field }),
+    );
+  });
+
+  it('refuses the direct-only and queue-only props in the other topology', () => {
+    const { stack, base } = relayStack(newApp({ context: { 'aws:cdk:bundling-stacks': [] } }));
+    expect(() => new OutboxConsumer(stack, 'D', { ...base, entry, maxReceiveCount: 3 })).toThrow(
+      expect.objectContaining({ variable: 'maxReceiveCount' }),
+    );
   });
 });
 
