@@ -209,6 +209,11 @@ export interface OutboxConsumerAlarms {
   readonly errors: cloudwatch.Alarm;
   /** The inbox parked events (`onGapTimeout: 'park'`), emitted by the function itself. */
   readonly parked: cloudwatch.Alarm;
+  /**
+   * Queue topology: the queue's oldest message is over an hour old (the function is not keeping
+   * up, or not reading at all); undefined in the direct topology.
+   */
+  readonly queueAge: cloudwatch.Alarm | undefined;
 }
 
 /** A rule on the outbox's bus, the consumer's function, its two failure queues and their alarms. */
@@ -293,8 +298,10 @@ export class OutboxConsumer extends Construct {
       this.queue = new sqs.Queue(this, 'Queue', {
         encryption: sqs.QueueEncryption.SQS_MANAGED,
         enforceSSL: true,
-        // SQS's longest, as the failure queues': a consumer stopped for days loses nothing.
-        retentionPeriod: Duration.days(14),
+        // Shorter than its dead-letter queue's 14 days, as AWS advises: a message keeps its first
+        // enqueue time when it moves there (standard queues). A stalled consumer is alarmed on
+        // (queueAge) long before a message would expire.
+        retentionPeriod: Duration.days(7),
         visibilityTimeout,
         deadLetterQueue: { queue: this.failedEventsQueue, maxReceiveCount },
       });
@@ -422,6 +429,17 @@ export class OutboxConsumer extends Construct {
         }),
         `The ${name} inbox parked events: an earlier one of the same chain was still missing after the gap wait. Run: outbox inbox parked list --consumer ${name}; then replay or discard each.`,
       ),
+      queueAge: this.queue
+        ? alarm(
+            'QueueAgeAlarm',
+            this.queue.metricApproximateAgeOfOldestMessage({
+              period: Duration.minutes(5),
+              statistic: 'Maximum',
+            }),
+            `The ${name} consumer's queue holds a message over an hour old: the function is not keeping up or not reading (its event source mapping disabled, failing invocations). Messages expire after 7 days.`,
+            3_600,
+          )
+        : undefined,
     };
   }
 }

@@ -149,7 +149,14 @@ describe('OutboxConsumer, direct topology (bundled from an entry, locally)', () 
   });
 
   it('alarms on the dead-letter queue, the on-failure queue, function errors and parked events', () => {
-    expect(Object.keys(consumer.alarms).sort()).toEqual(['errors', 'failed', 'parked', 'undelivered']);
+    expect(Object.keys(consumer.alarms).sort()).toEqual([
+      'errors',
+      'failed',
+      'parked',
+      'queueAge',
+      'undelivered',
+    ]);
+    expect(consumer.alarms.queueAge).toBeUndefined();
     const alarms = Object.keys(t.findResources('AWS::CloudWatch::Alarm')).filter((id) =>
       id.startsWith('Billing'),
     );
@@ -274,6 +281,7 @@ describe('OutboxConsumer, queue topology (bundling skipped)', () => {
     expect(t.toJSON().Resources[queue].Properties).toMatchObject({
       SqsManagedSseEnabled: true,
       VisibilityTimeout: 180,
+      MessageRetentionPeriod: 7 * 86_400,
       RedrivePolicy: { deadLetterTargetArn: { 'Fn::GetAtt': [failed, 'Arn'] }, maxReceiveCount: 5 },
     });
     t.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
@@ -286,7 +294,12 @@ describe('OutboxConsumer, queue topology (bundling skipped)', () => {
     const alarms = Object.keys(t.findResources('AWS::CloudWatch::Alarm')).filter((a) =>
       a.startsWith('Billing'),
     );
-    expect(alarms).toHaveLength(4);
+    expect(alarms).toHaveLength(5);
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      MetricName: 'ApproximateAgeOfOldestMessage',
+      Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [queue, 'QueueName'] } }],
+      Threshold: 3_600,
+    });
   });
 
   it('tells the inbox the window of its receives: (maxReceiveCount - 1) x visibility timeout', () => {
