@@ -1,7 +1,8 @@
 /**
- * The CDK side (package `@outbox-relay-aws/cdk`): the `OutboxRelay` construct
- * and its props. In the installed package the construct deploys handler bundles built at pack time,
- * so `cdk synth` needs neither esbuild nor Docker.
+ * The CDK side (package `@outbox-relay-aws/cdk`): the `OutboxRelay` construct and its props, and
+ * the `OutboxConsumer` construct. In the installed package OutboxRelay deploys handler bundles
+ * built at pack time; OutboxConsumer bundles the consumer's own entry with esbuild (a dependency of
+ * the package), locally. Neither needs Docker.
  */
 // Names a consumer's own CDK wiring shares with its function: environment variables, database
 // roles, the inbox's metric names.
@@ -24,5 +25,14 @@ export {
   outboxDatabaseConnection,
 } from './database.ts';
 export type { OutboxAlarms } from './observability.ts';
+export {
+  MAX_QUEUE_VISIBILITY_SECONDS,
+  OutboxConsumer,
+  type OutboxConsumerAlarms,
+  type OutboxConsumerEvent,
+  type OutboxConsumerInboxSettings,
+  type OutboxConsumerProps,
+  RETRY_WINDOW_SECONDS_BY_ATTEMPTS,
+} from './outbox-consumer.ts';
 export { OutboxRelay } from './outbox-relay.ts';
 export { DEFAULT_RELAY_MEMORY_MB, ECONOMY_IDLE_RETURN_SECONDS, type OutboxRelayProps } from './props.ts';

@@ -26,7 +26,7 @@ import type { Context, EventBridgeEvent } from 'aws-lambda';
 import { isConnectionFailure } from '../platform/connection-errors.ts';
 import { ConnectionPool, type Sql, type Tx } from '../platform/db.ts';
 import type { EnvelopeMetadata } from '../platform/envelope.ts';
-import { InboxMetricName } from '../platform/names.ts';
+import { EnvVar, InboxMetricName } from '../platform/names.ts';
 import type { PayloadSchema } from '../producer/typed-events.ts';
 import { type InboxEvent, readDelivery } from './delivery.ts';
 import { InboxGapError, InboxOptionsError, translateSchemaError } from './errors.ts';
@@ -126,9 +126,10 @@ export interface InboxOptions<T> {
   onGapTimeout?: 'process' | 'park';
   /**
    * When the invoker's last retry of a failed invocation comes, seconds after the first attempt;
-   * bounds `gapWaitSeconds`. Default {@link LAMBDA_ASYNC_RETRY_WINDOW_SECONDS} (180, Lambda's
-   * default asynchronous retries). Set it when the function's `MaximumRetryAttempts` is not 2
-   * (0 retries: 0; 1 retry: 60).
+   * bounds `gapWaitSeconds`. Default: `OUTBOX_INBOX_RETRY_WINDOW_SECONDS` when set (the
+   * OutboxConsumer construct sets it from the function's retries), else
+   * {@link LAMBDA_ASYNC_RETRY_WINDOW_SECONDS} (180, Lambda's default asynchronous retries). Set it
+   * when the function's `MaximumRetryAttempts` is not 2 (0 retries: 0; 1 retry: 60).
    */
   retryWindowSeconds?: number;
   /**
@@ -136,7 +137,8 @@ export interface InboxOptions<T> {
    * configuration), seconds, 60 to 21,600: no retry comes later than this after the previous
    * attempt. An event delivered again after a longer pause (a replay from the on-failure
    * destination) waits for its gap anew; one that waits no longer counts for the events behind
-   * it. Default {@link LAMBDA_MAX_EVENT_AGE_SECONDS} (6 hours, Lambda's default). Must be at least
+   * it. Default: `OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS` when set (by the OutboxConsumer construct),
+   * else {@link LAMBDA_MAX_EVENT_AGE_SECONDS} (6 hours, Lambda's default). Must be at least
    * `retryWindowSeconds`: with less, Lambda discards the event before its last retry.
    */
   maxEventAgeSeconds?: number;
@@ -190,6 +192,23 @@ interface Settings extends OrderSettings {
   deadlineMarginMs: number;
 }
 
+/**
+ * A setting's default from the function's environment: the OutboxConsumer construct sets
+ * `OUTBOX_INBOX_RETRY_WINDOW_SECONDS` and `OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS` from the function's
+ * asynchronous invocation settings, so that the handler need not repeat them. Unset or empty: no
+ * default (the option's own applies). Read when `inbox()` is called, at cold start.
+ * @throws InboxOptionsError naming the option and the variable when the value is not a number
+ */
+function fromEnv(field: string, variable: string): number | undefined {
+  const raw = process.env[variable]?.trim();
+  if (raw === undefined || raw === '') return undefined;
+  const n = Number(raw);
+  if (!Number.isFinite(n)) {
+    throw new InboxOptionsError(field, `${variable} must be a number of seconds, got "${raw}"`);
+  }
+  return n;
+}
+
 function settingsOf<T>(options: InboxOptions<T>): Settings {
   const number = (field: keyof InboxOptions<T>, value: unknown, fallback: number, min: number) => {
     const n = value ?? fallback;
@@ -229,7 +248,7 @@ function settingsOf<T>(options: InboxOptions<T>): Settings {
   }
   const retryWindowSeconds = number(
     'retryWindowSeconds',
-    options.retryWindowSeconds,
+    options.retryWindowSeconds ?? fromEnv('retryWindowSeconds', EnvVar.inboxRetryWindowSeconds),
     LAMBDA_ASYNC_RETRY_WINDOW_SECONDS,
     0,
   );
@@ -243,7 +262,7 @@ function settingsOf<T>(options: InboxOptions<T>): Settings {
   }
   const maxEventAgeSeconds = number(
     'maxEventAgeSeconds',
-    options.maxEventAgeSeconds,
+    options.maxEventAgeSeconds ?? fromEnv('maxEventAgeSeconds', EnvVar.inboxMaxEventAgeSeconds),
     LAMBDA_MAX_EVENT_AGE_SECONDS,
     60,
   );

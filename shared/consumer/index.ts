@@ -32,3 +32,4 @@ export {
 } from './invocation.ts';
 export type { InboxMetricsOptions } from './metrics.ts';
 export type { InboxArrival, InboxOrder, InboxSkip } from './order.ts';
+export { type EventBridgeHandler, type SqsBatchFailureListener, sqsBatch } from './sqs-batch.ts';

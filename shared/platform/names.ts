@@ -222,6 +222,16 @@ export const EnvVar = {
    * F, that F is C's function (GetFunctionConfiguration); the inbox itself does not read it.
    */
   inboxConsumer: 'OUTBOX_INBOX_CONSUMER',
+  /**
+   * A consumer's function: the inbox's default `retryWindowSeconds`, set by the OutboxConsumer
+   * construct from the function's retry attempts (180 for 2, 60 for 1, 0 for none).
+   */
+  inboxRetryWindowSeconds: 'OUTBOX_INBOX_RETRY_WINDOW_SECONDS',
+  /**
+   * A consumer's function: the inbox's default `maxEventAgeSeconds`, set by the OutboxConsumer
+   * construct from the function's `MaximumEventAgeInSeconds`.
+   */
+  inboxMaxEventAgeSeconds: 'OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS',
   /** The monitor: the relay function it invokes to scale out (unset: no scale-out). */
   relayFunctionName: 'OUTBOX_RELAY_FUNCTION_NAME',
   /** The monitor: most relays at once, the scheduled one included. */

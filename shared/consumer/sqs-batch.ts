@@ -1,0 +1,92 @@
+/**
+ * `sqsBatch(handler)`: runs an inbox handler, which takes one EventBridge event per call, over a
+ * batch of SQS messages, for a consumer whose rule delivers into an SQS queue that a Lambda event
+ * source mapping reads (the OutboxConsumer construct's `topology: 'queue'`).
+ *
+ * Each message's body is the EventBridge event the rule matched (an SQS rule target sends the whole
+ * event as the body unless an input transformer says otherwise). The messages run one after the
+ * other, each in its own inbox transaction; a message whose handler failed is reported in
+ * `batchItemFailures`, so only it becomes visible again for a retry (the event source mapping
+ * must have `ReportBatchItemFailures`; "Handling errors for an SQS event source in Lambda", AWS
+ * Lambda Developer Guide). Throwing from the handler as a whole would retry the whole batch, so the
+ * wrapper never throws for one message.
+ */
+import type { Context, EventBridgeEvent, SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
+
+/** A handler of one EventBridge event, such as `inbox(options, fn)` returns. */
+export type EventBridgeHandler<R> = (
+  event: EventBridgeEvent<string, unknown>,
+  context: Context,
+) => Promise<R>;
+
+/** What {@link sqsBatch} calls when a message fails; by default nothing (the inbox logs and traces its own failures). */
+export type SqsBatchFailureListener = (record: SQSRecord, error: unknown) => void;
+
+/**
+ * Wraps an EventBridge-event handler for an SQS event source with partial batch responses.
+ *
+ * - An SQS event (`Records`): every message's body is parsed as an EventBridge event and given to
+ *   `handler` in turn, lowest `detail.metadata.sequence` first, so that a chain's events in one
+ *   batch come in their order (an event ahead of a gap under `wait-for-gap` would otherwise wait
+ *   for one queued behind it). A body that is not an EventBridge event, or a handler that throws,
+ *   puts the message's id in `batchItemFailures`; the others are acknowledged.
+ * - Anything else is taken for one EventBridge event and passed to `handler` as it is, so that
+ *   the function can still be invoked with a single event (`outbox inbox parked replay
+ *   --function-name`, or a replay by hand).
+ *
+ * The Lambda deadline is shared: each message's inbox reads the time left when it starts, and one
+ * that starts too late fails with `InboxAbortedError` and is retried like any failure.
+ */
+export function sqsBatch<R>(
+  handler: EventBridgeHandler<R>,
+  onFailure: SqsBatchFailureListener = () => {},
+): (event: SQSEvent | EventBridgeEvent<string, unknown>, context: Context) => Promise<SQSBatchResponse | R> {
+  return async (event, context) => {
+    if (!isSqsEvent(event)) return handler(event, context);
+    const failures: SQSBatchResponse['batchItemFailures'] = [];
+    const parsed: { record: SQSRecord; event: EventBridgeEvent<string, unknown>; sequence: number }[] = [];
+    for (const record of event.Records) {
+      try {
+        const body = JSON.parse(record.body) as unknown;
+        if (!isEventBridgeEvent(body)) throw new TypeError('the message body is not an EventBridge event');
+        parsed.push({ record, event: body, sequence: sequenceOf(body) });
+      } catch (error) {
+        onFailure(record, error);
+        failures.push({ itemIdentifier: record.messageId });
+      }
+    }
+    // Array.prototype.sort is stable: events without a sequence keep their queue order.
+    parsed.sort((a, b) => (a.sequence === b.sequence ? 0 : a.sequence < b.sequence ? -1 : 1));
+    for (const { record, event: one } of parsed) {
+      try {
+        await handler(one, context);
+      } catch (error) {
+        onFailure(record, error);
+        failures.push({ itemIdentifier: record.messageId });
+      }
+    }
+    return { batchItemFailures: failures };
+  };
+}
+
+function isSqsEvent(event: unknown): event is SQSEvent {
+  return (
+    typeof event === 'object' &&
+    event !== null &&
+    Array.isArray((event as SQSEvent).Records) &&
+    (event as SQSEvent).Records.every((r) => r?.eventSource === 'aws:sqs')
+  );
+}
+
+function isEventBridgeEvent(body: unknown): body is EventBridgeEvent<string, unknown> {
+  if (typeof body !== 'object' || body === null) return false;
+  const e = body as Record<string, unknown>;
+  return typeof e['detail-type'] === 'string' && typeof e.source === 'string' && 'detail' in e;
+}
+
+/** The event's per-aggregate sequence, for ordering a batch; events without one sort last. */
+function sequenceOf(event: EventBridgeEvent<string, unknown>): number {
+  const sequence = (event.detail as { metadata?: { sequence?: unknown } } | null)?.metadata?.sequence;
+  const n = typeof sequence === 'number' ? sequence : typeof sequence === 'string' ? Number(sequence) : NaN;
+  return Number.isFinite(n) ? n : Number.POSITIVE_INFINITY;
+}

@@ -1,0 +1,101 @@
+/**
+ * sqsBatch: the inbox over a batch of SQS messages (OutboxConsumer's queue topology), against a
+ * real database: each message in its own inbox transaction, only the failed ones reported.
+ */
+import { randomUUID } from 'node:crypto';
+import type { EventBridgeEvent, SQSEvent, SQSRecord } from 'aws-lambda';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { inbox, sqsBatch } from '../../shared/consumer/index.ts';
+import { createTestDatabase, type TestDatabase } from '../support/db.ts';
+import { delivery } from '../support/events.ts';
+import { lambdaContext } from '../support/lambda.ts';
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase({ max: 4 });
+  await db.sql`create table applied (aggregate_id text not null, sequence int not null, at serial)`;
+});
+afterAll(async () => {
+  await db?.drop();
+});
+beforeEach(async () => {
+  await db.sql`truncate inbox_message, inbox_aggregate, inbox_gap, inbox_failed, applied`;
+});
+
+const eventFor = (sequence: number, aggregateId = 'o-1', data: Record<string, unknown> = {}) =>
+  delivery({ metadata: { eventId: randomUUID(), aggregateId, sequence }, data });
+
+/** An SQS message carrying `body` as an EventBridge rule's SQS target sends it. */
+const message = (body: unknown): SQSRecord =>
+  ({
+    messageId: randomUUID(),
+    receiptHandle: 'r',
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+    attributes: {},
+    messageAttributes: {},
+    md5OfBody: '',
+    eventSource: 'aws:sqs',
+    eventSourceARN: 'arn:aws:sqs:eu-west-1:123456789012:billing',
+    awsRegion: 'eu-west-1',
+  }) as SQSRecord;
+const batch = (...records: SQSRecord[]): SQSEvent => ({ Records: records });
+
+function batchHandler(order: 'none' | 'wait-for-gap' = 'none') {
+  return sqsBatch(
+    inbox(
+      { sql: db.sql, consumer: 'billing', order, metrics: false },
+      async (_event, { inbox: { tx, metadata, data } }) => {
+        if ((data as { fail?: boolean }).fail) throw new Error('handler failed');
+        await tx`insert into applied (aggregate_id, sequence) values (${metadata.aggregateId}, ${metadata.sequence})`;
+        return 'applied';
+      },
+    ),
+  );
+}
+const applied = () => db.sql<{ aggregate_id: string; sequence: number }[]>`
+  select aggregate_id, sequence from applied order by at`;
+
+describe('sqsBatch', () => {
+  it('applies each message once and reports only the failed ones: an unparsable body, a failing handler', async () => {
+    const good = message(eventFor(1, 'o-1'));
+    const duplicate = message(JSON.parse(good.body));
+    const notJson = message('{oops');
+    const notAnEvent = message({ hello: 'world' });
+    const failing = message(eventFor(1, 'o-2', { fail: true }));
+    const other = message(eventFor(1, 'o-3'));
+    const answer = await batchHandler()(
+      batch(good, notJson, duplicate, failing, notAnEvent, other),
+      lambdaContext(10_000),
+    );
+    expect(answer).toEqual({
+      batchItemFailures: expect.arrayContaining(
+        [notJson, notAnEvent, failing].map((m) => ({ itemIdentifier: m.messageId })),
+      ),
+    });
+    expect((answer as { batchItemFailures: unknown[] }).batchItemFailures).toHaveLength(3);
+    expect(await applied()).toEqual([
+      { aggregate_id: 'o-1', sequence: 1 },
+      { aggregate_id: 'o-3', sequence: 1 },
+    ]);
+  });
+
+  it("runs a chain's events in one batch in their order, so wait-for-gap applies both at once", async () => {
+    const second = message(eventFor(2, 'o-9'));
+    const first = message(eventFor(1, 'o-9'));
+    const started = Date.now();
+    const answer = await batchHandler('wait-for-gap')(batch(second, first), lambdaContext(10_000));
+    expect(answer).toEqual({ batchItemFailures: [] });
+    expect(await applied()).toEqual([
+      { aggregate_id: 'o-9', sequence: 1 },
+      { aggregate_id: 'o-9', sequence: 2 },
+    ]);
+    // No in-invocation wait for the lower event (it would take half the time left, 5 s).
+    expect(Date.now() - started).toBeLessThan(4_000);
+  });
+
+  it('passes a single EventBridge event through, as a replay invokes the function', async () => {
+    const event = eventFor(1, 'o-5') as EventBridgeEvent<string, unknown>;
+    expect(await batchHandler()(event, lambdaContext(10_000))).toBe('applied');
+    expect(await applied()).toEqual([{ aggregate_id: 'o-5', sequence: 1 }]);
+  });
+});

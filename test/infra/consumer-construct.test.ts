@@ -1,0 +1,368 @@
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { App, type AppProps, Duration, Stack } from 'aws-cdk-lib';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as rds from 'aws-cdk-lib/aws-rds';
+import type { Construct } from 'constructs';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { OrderPlaced } from '../../examples/billing/events.ts';
+import { OutboxConsumer, type OutboxConsumerProps } from '../../infra/outbox-consumer.ts';
+import { OutboxRelay } from '../../infra/outbox-relay.ts';
+import { InboxOptionsError } from '../../shared/consumer/errors.ts';
+import { inbox } from '../../shared/consumer/inbox.ts';
+import type { Sql } from '../../shared/platform/db.ts';
+import { OutboxConfigError } from '../../shared/platform/errors.ts';
+
+const workRoot = mkdtempSync(join(tmpdir(), 'outbox-consumer-test-'));
+afterAll(() => rmSync(workRoot, { recursive: true, force: true }));
+function newApp(props: AppProps = {}): App {
+  return new App({ outdir: mkdtempSync(join(workRoot, 'cdk.out-')), ...props });
+}
+const entry = new URL('../../examples/billing/handler.ts', import.meta.url).pathname;
+const repoRoot = new URL('../..', import.meta.url).pathname;
+
+/** A stack with a VPC, a proxy and an OutboxRelay, all imported or cheap. */
+function relayStack(app: App) {
+  const stack = new Stack(app, 'Shop', { env: { account: '123456789012', region: 'eu-west-1' } });
+  const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
+    vpcId: 'vpc-12345678',
+    availabilityZones: ['eu-west-1a'],
+    privateSubnetIds: ['subnet-11111111'],
+  });
+  const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
+  const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
+    dbProxyName: 'p',
+    dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
+    endpoint: 'p.proxy.eu-west-1.rds.amazonaws.com',
+    securityGroups: [],
+  });
+  const relay = new OutboxRelay(stack, 'Outbox', {
+    vpc,
+    securityGroups: [sg],
+    database: { proxy, databaseName: 'shop' },
+  });
+  const base = {
+    consumer: 'billing',
+    eventBus: relay.eventBus,
+    events: [OrderPlaced],
+    vpc,
+    securityGroups: [sg],
+    proxy,
+    databaseName: 'shop',
+  } satisfies Partial<OutboxConsumerProps>;
+  return { stack, relay, base };
+}
+
+describe('OutboxConsumer, direct topology (bundled from an entry, locally)', () => {
+  let t: Template;
+  let consumer: OutboxConsumer;
+  let assetDir: string | undefined;
+  beforeAll(() => {
+    const app = newApp();
+    const { stack, base } = relayStack(app);
+    consumer = new OutboxConsumer(stack, 'Billing', {
+      ...base,
+      entry,
+      functionProps: { projectRoot: repoRoot, depsLockFilePath: `${repoRoot}package-lock.json` },
+    });
+    const assembly = app.synth();
+    t = Template.fromStack(stack);
+    const fn = t.findResources('AWS::Lambda::Function', {
+      Properties: { Description: 'Inbox consumer billing' },
+    });
+    // The function's code is the asset `<hash>.zip`, staged in the cloud assembly as `asset.<hash>`.
+    const code = (Object.values(fn)[0] as { Properties: { Code: { S3Key: string } } } | undefined)?.Properties
+      .Code;
+    assetDir = code ? join(assembly.directory, `asset.${code.S3Key.replace(/\.zip$/, '')}`) : undefined;
+  }, 180_000);
+
+  it('bundles the entry with esbuild on this machine (no Docker) for Node.js 24', () => {
+    expect(assetDir && existsSync(join(assetDir, 'index.mjs')), 'the bundled handler').toBe(true);
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Description: 'Inbox consumer billing',
+      Runtime: 'nodejs24.x',
+      Architectures: ['arm64'],
+    });
+  });
+
+  it("matches the events' sources and detail-types on the relay's bus", () => {
+    t.hasResourceProperties('AWS::Events::Rule', {
+      EventPattern: { source: ['demo.shop'], 'detail-type': ['OrderPlaced'] },
+      EventBusName: Match.anyValue(),
+    });
+  });
+
+  it('retries delivery into Lambda, then dead-letters it to an encrypted queue', () => {
+    const dlq = Stack.of(consumer).getLogicalId(consumer.deadLetterQueue.node.defaultChild as never);
+    t.hasResourceProperties('AWS::Events::Rule', {
+      Targets: [
+        Match.objectLike({
+          RetryPolicy: { MaximumRetryAttempts: 185, MaximumEventAgeInSeconds: 86_400 },
+          DeadLetterConfig: { Arn: { 'Fn::GetAtt': [dlq, 'Arn'] } },
+        }),
+      ],
+    });
+    expect(t.toJSON().Resources[dlq].Properties).toMatchObject({ SqsManagedSseEnabled: true });
+  });
+
+  it('retries a failed handler twice, then sends the record to the encrypted on-failure queue', () => {
+    const failed = Stack.of(consumer).getLogicalId(consumer.failedEventsQueue.node.defaultChild as never);
+    t.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+      MaximumRetryAttempts: 2,
+      MaximumEventAgeInSeconds: 21_600,
+      DestinationConfig: { OnFailure: { Destination: { 'Fn::GetAtt': [failed, 'Arn'] } } },
+    });
+    expect(t.toJSON().Resources[failed].Properties).toMatchObject({ SqsManagedSseEnabled: true });
+  });
+
+  it('derives the inbox settings from the delivery and hands them to the function with its login', () => {
+    expect(consumer.inboxSettings).toEqual({ retryWindowSeconds: 180, maxEventAgeSeconds: 21_600 });
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Description: 'Inbox consumer billing',
+      Environment: {
+        Variables: Match.objectLike({
+          OUTBOX_INBOX_CONSUMER: 'billing',
+          OUTBOX_INBOX_RETRY_WINDOW_SECONDS: '180',
+          OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS: '21600',
+          PGUSER: 'outbox_consumer_billing',
+          PGDATABASE: 'shop',
+          PGHOST: 'p.proxy.eu-west-1.rds.amazonaws.com',
+          OUTBOX_DB_IAM_AUTH: 'true',
+          OUTBOX_DB_POOLER: 'transaction',
+        }),
+      },
+    });
+  });
+
+  it('lets the function log in as its own role only, on the proxy', () => {
+    const statements = Object.values(t.findResources('AWS::IAM::Policy')).flatMap(
+      (p) =>
+        (p as { Properties: { PolicyDocument: { Statement: { Action: unknown; Resource: unknown }[] } } })
+          .Properties.PolicyDocument.Statement,
+    );
+    const connect = statements.filter((s) => [s.Action].flat().includes('rds-db:connect'));
+    expect(JSON.stringify(connect)).toContain('/outbox_consumer_billing');
+  });
+
+  it('alarms on the dead-letter queue, the on-failure queue, function errors and parked events', () => {
+    expect(Object.keys(consumer.alarms).sort()).toEqual([
+      'errors',
+      'failed',
+      'parked',
+      'queueAge',
+      'undelivered',
+    ]);
+    expect(consumer.alarms.queueAge).toBeUndefined();
+    const alarms = Object.keys(t.findResources('AWS::CloudWatch::Alarm')).filter((id) =>
+      id.startsWith('Billing'),
+    );
+    expect(alarms.length).toBeGreaterThanOrEqual(4);
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      Namespace: 'AWS/Lambda',
+      MetricName: 'Errors',
+      Threshold: 0,
+    });
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      Namespace: 'Outbox',
+      MetricName: 'InboxParked',
+      Dimensions: [{ Name: 'consumer', Value: 'billing' }],
+    });
+    for (const q of [consumer.deadLetterQueue, consumer.failedEventsQueue]) {
+      const id = Stack.of(consumer).getLogicalId(q.node.defaultChild as never);
+      t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+        Namespace: 'AWS/SQS',
+        MetricName: 'ApproximateNumberOfMessagesVisible',
+        Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [id, 'QueueName'] } }],
+      });
+    }
+  });
+});
+
+describe('OutboxConsumer options and checks (bundling skipped)', () => {
+  const app = () => newApp({ context: { 'aws:cdk:bundling-stacks': [] } });
+
+  it('with 1 retry and a 10-minute event age, tells the inbox a 60 s window', () => {
+    const { stack, base } = relayStack(app());
+    const consumer = new OutboxConsumer(stack, 'C', {
+      ...base,
+      entry,
+      retryAttempts: 1,
+      maxEventAge: Duration.minutes(10),
+    });
+    expect(consumer.inboxSettings).toEqual({ retryWindowSeconds: 60, maxEventAgeSeconds: 600 });
+    Template.fromStack(stack).hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+      MaximumRetryAttempts: 1,
+      MaximumEventAgeInSeconds: 600,
+    });
+  });
+
+  it("wires a function of the user's own, adding the environment", () => {
+    const { stack, base } = relayStack(app());
+    const own = new lambda.Function(stack, 'Own', {
+      runtime: lambda.Runtime.NODEJS_24_X,
+      handler: 'index.handler',
+      code: lambda.Code.fromInline('export const handler = async () => {}'),
+    });
+    const consumer = new OutboxConsumer(stack, 'C', { ...base, existingFunction: own, retryAttempts: 0 });
+    expect(consumer.function).toBe(own);
+    const t = Template.fromStack(stack);
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Environment: { Variables: Match.objectLike({ OUTBOX_INBOX_RETRY_WINDOW_SECONDS: '0' }) },
+    });
+    t.hasResourceProperties('AWS::Lambda::EventInvokeConfig', { MaximumRetryAttempts: 0 });
+  });
+
+  it.each([
+    ['events', { events: [] }],
+    ['events[0].source', { events: [{ type: 'OrderPlaced', source: undefined }] }],
+    ['events[1].type', { events: [OrderPlaced, { type: '', source: 'demo.shop' }] }],
+    ['consumer', { consumer: '' }],
+    ['retryAttempts', { retryAttempts: 3 as 2 }],
+    ['maxEventAge', { retryAttempts: 2 as const, maxEventAge: Duration.minutes(2) }],
+    ['entry', { existingFunction: undefined, entry: undefined }],
+  ])('refuses bad props with an OutboxConfigError naming %s', (field, override) => {
+    const { stack, base } = relayStack(app());
+    let error: unknown;
+    try {
+      new OutboxConsumer(stack, 'Bad', { entry, ...base, ...override } as OutboxConsumerProps);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(OutboxConfigError);
+    expect((error as OutboxConfigError).variable).toBe(field);
+    expect((error as Error).message).toContain(field);
+  });
+
+  it('builds one rule from several events, each source and type once', () => {
+    const { stack, base } = relayStack(app());
+    new OutboxConsumer(stack, 'C', {
+      ...base,
+      entry,
+      events: [OrderPlaced, { type: 'OrderCancelled', source: 'demo.shop' }],
+      eventBus: events.EventBus.fromEventBusName(stack, 'Other', 'other'),
+    });
+    Template.fromStack(stack).hasResourceProperties('AWS::Events::Rule', {
+      EventBusName: 'other',
+      EventPattern: { source: ['demo.shop'], 'detail-type': ['OrderPlaced', 'OrderCancelled'] },
+    });
+  });
+});
+
+describe('OutboxConsumer, queue topology (bundling skipped)', () => {
+  const build = (extra: Partial<OutboxConsumerProps> = {}) => {
+    const { stack, base } = relayStack(newApp({ context: { 'aws:cdk:bundling-stacks': [] } }));
+    const consumer = new OutboxConsumer(stack, 'Billing', { ...base, entry, topology: 'queue', ...extra });
+    return {
+      consumer,
+      t: Template.fromStack(stack),
+      id: (c: Construct) => Stack.of(stack).getLogicalId(c.node.defaultChild as never),
+    };
+  };
+
+  it('sends the rule to an encrypted queue with a redrive policy, read with partial batch responses', () => {
+    const { consumer, t, id } = build();
+    const queue = id(consumer.queue as Construct);
+    const failed = id(consumer.failedEventsQueue);
+    const dlq = id(consumer.deadLetterQueue);
+    t.hasResourceProperties('AWS::Events::Rule', {
+      EventPattern: { source: ['demo.shop'], 'detail-type': ['OrderPlaced'] },
+      Targets: [
+        Match.objectLike({
+          Arn: { 'Fn::GetAtt': [queue, 'Arn'] },
+          RetryPolicy: { MaximumRetryAttempts: 185, MaximumEventAgeInSeconds: 86_400 },
+          DeadLetterConfig: { Arn: { 'Fn::GetAtt': [dlq, 'Arn'] } },
+        }),
+      ],
+    });
+    expect(t.toJSON().Resources[queue].Properties).toMatchObject({
+      SqsManagedSseEnabled: true,
+      VisibilityTimeout: 180,
+      MessageRetentionPeriod: 7 * 86_400,
+      RedrivePolicy: { deadLetterTargetArn: { 'Fn::GetAtt': [failed, 'Arn'] }, maxReceiveCount: 5 },
+    });
+    t.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+      EventSourceArn: { 'Fn::GetAtt': [queue, 'Arn'] },
+      BatchSize: 10,
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+    });
+    // No asynchronous invocation: nothing to configure for it.
+    t.resourceCountIs('AWS::Lambda::EventInvokeConfig', 2); // the relay's and the monitor's only
+    const alarms = Object.keys(t.findResources('AWS::CloudWatch::Alarm')).filter((a) =>
+      a.startsWith('Billing'),
+    );
+    expect(alarms).toHaveLength(5);
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      MetricName: 'ApproximateAgeOfOldestMessage',
+      Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [queue, 'QueueName'] } }],
+      Threshold: 3_600,
+    });
+  });
+
+  it('tells the inbox the window of its receives: (maxReceiveCount - 1) x visibility timeout', () => {
+    const { consumer, t } = build({ maxReceiveCount: 3, visibilityTimeout: Duration.seconds(120) });
+    expect(consumer.inboxSettings).toEqual({ retryWindowSeconds: 240, maxEventAgeSeconds: 21_600 });
+    t.hasResourceProperties('AWS::Lambda::Function', {
+      Environment: { Variables: Match.objectLike({ OUTBOX_INBOX_RETRY_WINDOW_SECONDS: '240' }) },
+    });
+  });
+
+  it.each([
+    ['visibilityTimeout', { visibilityTimeout: Duration.seconds(20) }], // under the function's 30 s
+    ['visibilityTimeout', { visibilityTimeout: Duration.minutes(5) }], // the monitor would count it failed first
+    ['maxReceiveCount', { maxReceiveCount: 0 }],
+    ['batchSize', { batchSize: 11 }],
+    ['retryAttempts', { retryAttempts: 1 as const }], // the direct topology's
+  ])('refuses %s out of range or out of place', (field, extra) => {
+    expect(() => build(extra as Partial<OutboxConsumerProps>)).toThrow(
+      expect.objectContaining({ name: 'OutboxConfigError', variable: field }),
+    );
+  });
+
+  it('refuses the direct-only and queue-only props in the other topology', () => {
+    const { stack, base } = relayStack(newApp({ context: { 'aws:cdk:bundling-stacks': [] } }));
+    expect(() => new OutboxConsumer(stack, 'D', { ...base, entry, maxReceiveCount: 3 })).toThrow(
+      expect.objectContaining({ variable: 'maxReceiveCount' }),
+    );
+  });
+});
+
+describe("the inbox takes the construct's settings from the function's environment", () => {
+  afterEach(() => vi.unstubAllEnvs());
+  // Options are checked when inbox() is called, before any connection: a pool-shaped stub will do.
+  const sql = { begin: async () => undefined } as unknown as Sql;
+  const build = (options: {
+    gapWaitSeconds?: number;
+    retryWindowSeconds?: number;
+    maxEventAgeSeconds?: number;
+  }) => {
+    try {
+      inbox({ sql, consumer: 'billing', order: 'wait-for-gap', metrics: false, ...options }, async () => {});
+      return 'accepted';
+    } catch (error) {
+      expect(error).toBeInstanceOf(InboxOptionsError);
+      return (error as InboxOptionsError).field;
+    }
+  };
+
+  it('a 60 s window from OUTBOX_INBOX_RETRY_WINDOW_SECONDS refuses the default 120 s gap wait', () => {
+    expect(build({})).toBe('accepted');
+    vi.stubEnv('OUTBOX_INBOX_RETRY_WINDOW_SECONDS', '60');
+    expect(build({})).toBe('gapWaitSeconds');
+    expect(build({ gapWaitSeconds: 50 })).toBe('accepted');
+    // An option given in the code wins over the variable.
+    expect(build({ retryWindowSeconds: 180 })).toBe('accepted');
+  });
+
+  it('checks OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS against the window, and refuses a value that is no number', () => {
+    vi.stubEnv('OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS', '120');
+    expect(build({})).toBe('maxEventAgeSeconds');
+    vi.stubEnv('OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS', 'six hours');
+    expect(() => inbox({ sql, consumer: 'billing' }, async () => {})).toThrow(
+      /maxEventAgeSeconds: OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS must be a number/,
+    );
+  });
+});
