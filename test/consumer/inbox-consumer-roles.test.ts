@@ -247,4 +247,30 @@ describe('the shared consumer role and the monitor', () => {
       { consumer: 'shipping', outcome: 'parked' },
     ]);
   });
+
+  it('writes only the service tables it was granted: an ungranted one fails the invocation, recorded nowhere but the failure trace, until the grant', async () => {
+    await db.sql`create table if not exists invoices (order_id text primary key)`;
+    const invoicing = inbox(
+      { sql: billing, consumer: 'billing', metrics: false },
+      async (_event, { inbox: i }) => {
+        await i.tx`insert into invoices values (${i.metadata.aggregateId})`;
+        return 'invoiced';
+      },
+    );
+    const e = event('inv-1', 1);
+    const run = () =>
+      invoicing({ ...e, id: randomUUID() }, lambdaContext(10_000)).then(String, (error: { code?: string }) =>
+        String(error.code),
+      );
+    expect(await run()).toBe('42501'); // permission denied for table invoices
+    expect(await db.sql`select 1 from inbox_message where event_id = ${eventIdOf(e)}`).toHaveLength(0);
+    expect(await db.sql`select error_message from inbox_failed where event_id = ${eventIdOf(e)}`).toEqual([
+      { error_message: expect.stringMatching(/permission denied for table invoices/) },
+    ]);
+    // The grant the docs give (docs/consuming.md#the-consumers-database-role), to its own role only.
+    await db.sql.unsafe(`grant select, insert, update on invoices to "${testRoles.consumerRole('billing')}"`);
+    expect(await run()).toBe('invoiced');
+    expect(await db.sql`select order_id from invoices`).toEqual([{ order_id: 'inv-1' }]);
+    expect(await db.sql`select 1 from inbox_failed where event_id = ${eventIdOf(e)}`).toHaveLength(0);
+  });
 });
