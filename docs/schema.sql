@@ -29,6 +29,7 @@ create table inbox_failed (
   constraint inbox_failed_pkey PRIMARY KEY (consumer, event_id)
 );
 CREATE INDEX inbox_failed_last_failed_at_idx ON public.inbox_failed USING btree (last_failed_at);
+CREATE INDEX inbox_failed_message_key_idx ON public.inbox_failed USING btree (consumer, message_key);
 alter table inbox_failed enable row level security;
 
 create table inbox_gap (

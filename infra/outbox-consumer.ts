@@ -528,9 +528,9 @@ export function validateConsumerProps(props: OutboxConsumerProps): { sources: st
 
 /**
  * NodejsFunction bundles locally only when it finds esbuild — resolvable from aws-cdk-lib, or
- * `esbuild` on the PATH — and otherwise silently builds in Docker. The package depends on esbuild
- * so that npm installs it beside aws-cdk-lib; where it is not found (a layout that does not hoist
- * it), fail at synth with the remedy rather than need Docker.
+ * `esbuild` on the PATH — and otherwise silently builds in Docker. esbuild is an optional peer of
+ * the package (an app with only OutboxRelay, whose bundles are pre-built, need not install its
+ * 10 MB): where it is not found, synth fails with the remedy rather than need Docker.
  * @throws Error naming the remedy when esbuild cannot be found
  */
 function requireLocalEsbuild(): void {

@@ -29,3 +29,6 @@ create table inbox_failed (
 );
 -- Serves the monitor's count (settled failures) and pruning, oldest first.
 create index inbox_failed_last_failed_at_idx on inbox_failed (last_failed_at);
+-- The traces of one business key (an inbox `key` option): removed with the event's own when a
+-- delivery of that key commits (shared/consumer/sql/record-message.ts).
+create index inbox_failed_message_key_idx on inbox_failed (consumer, message_key);

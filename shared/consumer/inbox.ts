@@ -386,11 +386,12 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
     }
 
     let decision: Decision;
+    let mayWait = true;
     for (;;) {
       try {
         decision = await invocation.open(
           sql,
-          (tx) => decide(tx, settings, delivery, key, event, Date.now() < waitUntil),
+          (tx) => decide(tx, settings, delivery, key, event, mayWait && Date.now() < waitUntil),
           (d) => 'apply' in d,
         );
         break;
@@ -400,11 +401,14 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
           await invocation.abandon(error);
           invocation = new InvocationTransaction(deadline, settings.deadlineMarginMs, signal);
           const next = invocation;
-          await waitForChain(sql, error, waitUntil, (p) => next.bounded(p)).catch(async (e: unknown) => {
-            await next.abandon(e);
-            recover(e);
-            throw translateSchemaError(e);
-          });
+          // A wait that ran out decides next time without waiting again.
+          mayWait = await waitForChain(sql, error, waitUntil, (p) => next.bounded(p)).catch(
+            async (e: unknown) => {
+              await next.abandon(e);
+              recover(e);
+              throw translateSchemaError(e);
+            },
+          );
           continue;
         }
         if (error instanceof InboxGapError) {

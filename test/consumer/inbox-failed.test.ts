@@ -258,3 +258,29 @@ describe('inbox: an onError that returns a value cannot acknowledge an event wit
     });
   });
 });
+
+describe('a business key: the fact applied by one route clears the failure traces of the others', () => {
+  it("removes route 1's trace when route 2's event of the same key commits", async () => {
+    // The same payment by two routes, two event ids, one key: route 1's event fails every attempt.
+    const keyed = (fail: boolean) =>
+      inbox(options({ key: ({ data }) => `pay:${String(data.paymentId)}` }), async (_e, ctx) => {
+        if (fail) throw new Error('the ledger is down');
+        await applyEffect(_e, ctx);
+      });
+    const route = (eventId: string) =>
+      eventBridgeDelivery({ metadata: { eventId, sequence: 1 }, data: { paymentId: 'P-1' } });
+    const [one, two] = [randomUUID(), randomUUID()];
+    for (let attempt = 0; attempt < 3; attempt++) {
+      await expect(keyed(true)(route(one), lambdaContext(10_000))).rejects.toThrow(/ledger is down/);
+    }
+    expect(await admin`select event_id, message_key from inbox_failed`).toEqual([
+      { event_id: one, message_key: 'pay:P-1' },
+    ]);
+    await keyed(false)(route(two), lambdaContext(10_000));
+    // The fact is recorded (route 2's event): route 1's trace would count an applied payment as failed.
+    expect(await admin`select message_key, event_id from inbox_message`).toEqual([
+      { message_key: 'pay:P-1', event_id: two },
+    ]);
+    expect(await admin`select * from inbox_failed`).toEqual([]);
+  });
+});

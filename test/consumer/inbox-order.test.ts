@@ -7,6 +7,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { EventBridgeEvent } from 'aws-lambda';
+import postgres from 'postgres';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type InboxOptions, inbox } from '../../shared/consumer/index.ts';
 import { pruneInboxBatch } from '../../shared/relay/operations/index.ts';
@@ -323,6 +324,46 @@ describe('order mode × situation (the table in docs/consuming.md)', () => {
         return { four, three, applied: await appliedOf(name) };
       },
     );
+  });
+
+  it('an event whose wait for a lower one ran out decides once more, without waiting again', async () => {
+    // Counts the inbox's decisions (each begins with the record's insert) on a pool of its own.
+    let decisions = 0;
+    const counted = postgres(db.url, {
+      max: 2,
+      onnotice: () => {},
+      debug: (_connection, query) => {
+        if (query.includes('insert into inbox_message')) decisions++;
+      },
+    });
+    try {
+      const handler = inbox(
+        { sql: counted, consumer: 'ran-out', order: 'wait-for-gap', metrics: false },
+        async (_event, { inbox: i }) => i.arrival,
+      );
+      const deliver = (e: EventBridgeEvent<string, unknown>, ms: number) =>
+        handler({ ...e, id: randomUUID() }, lambdaContext(ms)).then(
+          (r) => (typeof r === 'string' ? r : (r as { inbox: string }).inbox),
+          (e: Error) => e.name,
+        );
+      const [e3, e4] = [
+        outboxEvent(3, { aggregateId: 'ran-out' }),
+        outboxEvent(4, { aggregateId: 'ran-out' }),
+      ];
+      expect(await deliver(outboxEvent(1, { aggregateId: 'ran-out' }), 10_000)).toBe('next');
+      expect([await deliver(e3, 10_000), await deliver(e4, 10_000)]).toEqual([
+        'InboxGapError',
+        'InboxGapError',
+      ]);
+      await elapse(180);
+      decisions = 0;
+      // #4's wait is over and #3 waits below it, but #3 never comes: one decision that waits, then
+      // one that takes the timeout action (a 3 s invocation: about 1.25 s of waiting).
+      expect(await deliver(e4, 3_000)).toBe('ahead');
+      expect(decisions).toBe(2);
+    } finally {
+      await counted.end({ timeout: 1 });
+    }
   });
 
   it('a burst behind one missing event: #2 never comes, #3…#12 follow, their last attempts in shuffled order, at once: applied in order', async () => {

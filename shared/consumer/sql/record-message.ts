@@ -22,15 +22,17 @@ export interface MessageRecord {
  * uncommitted row, then sees it: only one of them goes on.
  *
  * Every transaction of the inbox that commits begins with this statement, whatever it then decides
- * (applied, duplicate, stale, parked, replayed), so it also deletes the event's failure trace:
- * the trace goes if and only if that transaction commits, and the hot path gains no round trip
- * (an index probe that finds nothing when the event never failed).
+ * (applied, duplicate, stale, parked, replayed), so it also deletes the event's failure trace, and
+ * with a business key the traces of the other events of that key (the fact is recorded now: they
+ * would be duplicates): a trace goes if and only if that transaction commits, and the hot path
+ * gains no round trip (two index probes that find nothing when nothing failed).
  * @returns false when a record with the same key existed (nothing was written)
  */
 export async function recordMessage(tx: Tx, r: MessageRecord): Promise<boolean> {
   const inserted = await tx`
     with traced as (
-      delete from inbox_failed where consumer = ${r.consumer} and event_id = ${r.eventId}
+      delete from inbox_failed
+      where consumer = ${r.consumer} and (event_id = ${r.eventId} or message_key = ${r.key})
     )
     insert into inbox_message (consumer, message_key, event_id, source, event_type, aggregate_type, aggregate_id, sequence)
     values (${r.consumer}, ${r.key}, ${r.eventId}, ${r.source}, ${r.type}, ${r.aggregateType}, ${r.aggregateId}, ${String(r.sequence)})

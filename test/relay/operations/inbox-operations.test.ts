@@ -442,6 +442,26 @@ describe('outbox inbox failed', () => {
     expect(await effects()).toHaveLength(3);
   });
 
+  it('takes a trace whose event has a malformed sequence last, instead of failing the whole replay', async () => {
+    // The inbox traces an envelope it refuses too (sequence "x": InboxEnvelopeError).
+    const bad = event(2);
+    (bad.detail as { metadata: { sequence: unknown } }).metadata.sequence = 'x';
+    expect(await deliver(bad)).toBe('InboxEnvelopeError');
+    priceListMissing = true;
+    const good = event(1);
+    expect(await deliver(good)).toBe('Error');
+    priceListMissing = false;
+    await db.sql`update inbox_failed set last_failed_at = now() - interval '6 minutes'`;
+    const dry = await cli(['inbox', 'failed', 'replay', '--consumer', 'billing', '--all', '--dry-run']);
+    expect(dry.code, dry.stderr).toBe(0);
+    expect(
+      dry.stdout
+        .trim()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as { detail: { metadata: { eventId: string } } }).detail.metadata.eventId),
+    ).toEqual([eventIdOf(good), eventIdOf(bad)]);
+  });
+
   it("refuses event ids it has no settled failure for, and another consumer's function, invoking nothing", async () => {
     const unknown = randomUUID();
     const r = await cli([

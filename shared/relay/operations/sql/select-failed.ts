@@ -49,7 +49,10 @@ export function selectFailedForReplay(
       and last_failed_at < now() - pg_catalog.make_interval(secs => ${settledSeconds})
       and (${eventIds === undefined}::boolean or event_id = any(${eventIds ?? []}::text[]))
     order by event #>> '{detail,metadata,aggregateType}', event #>> '{detail,metadata,aggregateId}',
-             (event #>> '{detail,metadata,sequence}')::numeric nulls first, first_failed_at, event_id`;
+             -- a malformed sequence (the envelope errors are traced too) sorts last, not fails
+             case when event #>> '{detail,metadata,sequence}' ~ '^[0-9]{1,19}$'
+                  then (event #>> '{detail,metadata,sequence}')::numeric end nulls last,
+             first_failed_at, event_id`;
 }
 
 /** Whether the consumer still has a failure trace for the event (a replay that applied it has none). */
