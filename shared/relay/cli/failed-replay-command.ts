@@ -15,21 +15,23 @@
  */
 import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
 import type { Command } from 'commander';
-import { EnvVar, type Sql } from '../../platform/index.ts';
+import type { Sql } from '../../platform/index.ts';
 import { type FailedEvent, failedForReplay, isStillFailed } from '../operations/index.ts';
-import { checkConsumerFunction } from './consumer-function.ts';
 import { EXIT } from './errors.ts';
-import { withLambda } from './lambda-client.ts';
+import {
+  addInvokeOptions,
+  checkFunctionUnlessSkipped,
+  type InvokeOptions,
+  withLambda,
+} from './lambda-client.ts';
 import type { OperationsContext } from './operations.ts';
-import { nonNegativeInteger, positiveInteger } from './parsers.ts';
+import { nonNegativeInteger } from './parsers.ts';
 
-interface FailedReplayOptions {
+interface FailedReplayOptions extends InvokeOptions {
   consumer: string;
   all?: boolean;
   functionName?: string;
   settledSeconds: number;
-  timeout: number;
-  skipFunctionCheck?: boolean;
   dryRun?: boolean;
   yes?: boolean;
   json?: boolean;
@@ -45,15 +47,11 @@ interface Replayed {
   error?: string;
 }
 
-/** Longest wait for the function's configuration (the check before a replay), ms. */
-const FUNCTION_CHECK_TIMEOUT_MS = 30_000;
-
 const label = (f: FailedEvent) => `${f.eventId} (${f.type} ${f.aggregate} #${String(f.sequence ?? '?')})`;
 
 /** Adds `replay` to `outbox inbox failed`. */
 export function registerFailedReplay(failed: Command, ctx: OperationsContext): void {
-  const replay = failed
-    .command('replay')
+  const replay = addInvokeOptions(failed.command('replay'))
     .argument('[eventIds...]', 'event ids (metadata.eventId), as `outbox inbox failed list` shows them')
     .description(
       "invoke the consumer's function again with its failed events, in each aggregate's order, once their cause is fixed",
@@ -70,16 +68,6 @@ export function registerFailedReplay(failed: Command, ctx: OperationsContext): v
       nonNegativeInteger,
       300,
     )
-    .option(
-      '--timeout <seconds>',
-      'longest wait for one invocation (above the function timeout)',
-      positiveInteger,
-      900,
-    )
-    .option(
-      '--skip-function-check',
-      `do not check that --function-name is the consumer's function (its environment names the consumer in ${EnvVar.inboxConsumer})`,
-    )
     .option('--dry-run', 'print what would be replayed, in order, and invoke nothing')
     .option('--yes', 'do not ask for confirmation')
     .option('--json', 'print one JSON document: {"replayed": n, "of": n, "events": [...]}')
@@ -94,11 +82,7 @@ export function registerFailedReplay(failed: Command, ctx: OperationsContext): v
       }
       const invoke = o.dryRun ? undefined : o.functionName;
       await withLambda(invoke, async (client) => {
-        if (client && invoke && !o.skipFunctionCheck) {
-          await checkConsumerFunction(client, invoke, o.consumer, {
-            abortSignal: AbortSignal.timeout(FUNCTION_CHECK_TIMEOUT_MS),
-          });
-        }
+        if (client && invoke) await checkFunctionUnlessSkipped(client, invoke, o.consumer, o);
         await ctx.withDb(async (sql) => {
           const events = await failedForReplay(sql, o.consumer, {
             ...(o.all ? {} : { eventIds }),

@@ -19,7 +19,7 @@
  */
 import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
 import type { Command } from 'commander';
-import { EnvVar, type Sql } from '../../platform/index.ts';
+import type { Sql } from '../../platform/index.ts';
 import {
   discardParked,
   type FailedEvent,
@@ -30,10 +30,14 @@ import {
   type ParkedSelection,
   parkedOutcome,
 } from '../operations/index.ts';
-import { checkConsumerFunction } from './consumer-function.ts';
 import { EXIT } from './errors.ts';
 import { registerFailedReplay } from './failed-replay-command.ts';
-import { withLambda } from './lambda-client.ts';
+import {
+  addInvokeOptions,
+  checkFunctionUnlessSkipped,
+  type InvokeOptions,
+  withLambda,
+} from './lambda-client.ts';
 import type { OperationsContext } from './operations.ts';
 import { positiveInteger } from './parsers.ts';
 
@@ -44,14 +48,9 @@ interface Selected {
   json?: boolean;
 }
 
-interface ReplayOptions extends Selected {
+interface ReplayOptions extends Selected, InvokeOptions {
   functionName?: string;
-  timeout: number;
-  skipFunctionCheck?: boolean;
 }
-
-/** Longest wait for the function's configuration (the check before a replay), ms. */
-const FUNCTION_CHECK_TIMEOUT_MS = 30_000;
 
 const usage = (command: Command, message: string): never =>
   command.error(`error: ${message}`, { exitCode: EXIT.usage, code: 'outbox.usage' });
@@ -180,8 +179,7 @@ export function registerInbox(program: Command, ctx: OperationsContext): void {
       });
     });
 
-  const replay = parked
-    .command('replay')
+  const replay = addInvokeOptions(parked.command('replay'))
     .argument('[eventIds...]', 'event ids (metadata.eventId)')
     .description("re-apply parked events: the consumer's inbox applies each one's next delivery once")
     .requiredOption('--consumer <name>', 'the inbox consumer (its `consumer` option)')
@@ -190,27 +188,13 @@ export function registerInbox(program: Command, ctx: OperationsContext): void {
       '--function-name <name>',
       "invoke the consumer's Lambda function (name or ARN) with each event, one at a time; without it the events are printed, one JSON line each, to invoke it yourself",
     )
-    .option(
-      '--timeout <seconds>',
-      'longest wait for one invocation (above the function timeout)',
-      positiveInteger,
-      900,
-    )
-    .option(
-      '--skip-function-check',
-      `do not check that --function-name is the consumer's function (its environment names the consumer in ${EnvVar.inboxConsumer}); for a function that does not set it`,
-    )
     .option('--yes', 'do not ask for confirmation')
     .option('--json', 'print one JSON document: {"replaying": n, "applied": n, "events": [...]}')
     .action(async (ids: string[] | undefined, o: ReplayOptions) => {
       const s = selection(replay, ids, o, 'replay');
       await withLambda(o.functionName, async (client) => {
         // Before anything is marked: another consumer's function would apply these events as its own.
-        if (client && o.functionName && !o.skipFunctionCheck) {
-          await checkConsumerFunction(client, o.functionName, o.consumer, {
-            abortSignal: AbortSignal.timeout(FUNCTION_CHECK_TIMEOUT_MS),
-          });
-        }
+        if (client && o.functionName) await checkFunctionUnlessSkipped(client, o.functionName, o.consumer, o);
         await ctx.withDb(async (sql) => {
           if (!(await confirmed(ctx, sql, s, o, 'Replay'))) return;
           await replayMarked(ctx, sql, s, o, client);
