@@ -22,6 +22,7 @@ import { inbox } from '../shared/consumer/index.ts';
 import { connect, type OutboxRoles } from '../shared/platform/index.ts';
 import { migrate } from '../shared/platform/migrate.ts';
 import { consumerRoleName, ensureRoles } from '../shared/relay/operations/index.ts';
+import { delivery } from '../test/support/events.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -71,21 +72,8 @@ try {
     async () => 'applied',
   );
   const context = { getRemainingTimeInMillis: () => 30_000 } as never;
-  const delivery = (sequence: number, aggregateId: string): EventBridgeEvent<string, unknown> =>
-    ({
-      version: '0',
-      id: randomUUID(),
-      'detail-type': 'OrderPlaced',
-      source: 'shop.orders',
-      account: '123456789012',
-      time: new Date().toISOString(),
-      region: 'eu-west-1',
-      resources: [],
-      detail: {
-        metadata: { eventId: randomUUID(), aggregateType: 'order', aggregateId, sequence, occurredAt: '' },
-        data: {},
-      },
-    }) as EventBridgeEvent<string, unknown>;
+  const deliveryOf = (sequence: number, aggregateId: string) =>
+    delivery({ metadata: { aggregateId, sequence } }) as EventBridgeEvent<string, unknown>;
   // The pool's one backend: its CPU time (/proc, when the server runs on this machine) is what
   // the policy adds to, and it is far less disturbed by other load than the wall time.
   const [{ pid } = { pid: 0 }] = await sql<{ pid: number }[]>`select pg_backend_pid() as pid`;
@@ -104,7 +92,7 @@ try {
     const cpuBefore = backendCpuMs();
     const started = performance.now();
     for (let i = 0; i < events; i++) {
-      await handler(delivery((i % 2) + 1, `${aggregate}-${Math.floor(i / 2)}`), context);
+      await handler(deliveryOf((i % 2) + 1, `${aggregate}-${Math.floor(i / 2)}`), context);
     }
     const wall = ((performance.now() - started) * 1000) / events;
     const cpuAfter = backendCpuMs();

@@ -15,23 +15,17 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Context, EventBridgeEvent } from 'aws-lambda';
-import postgres from 'postgres';
 import { inbox } from '../shared/consumer/index.ts';
 import { connect } from '../shared/platform/db.ts';
-import { migrate } from '../shared/platform/migrate.ts';
+import { delivery } from '../test/support/events.ts';
+import { createBenchDatabase } from './support/database.ts';
 
 const EVENTS = Number(process.argv[2] ?? 2_000);
 const serverUrl = process.env.DATABASE_URL;
 if (!serverUrl) throw new Error('set DATABASE_URL to a Postgres server this script may create a database on');
 const name = 'outbox_bench_inbox_trace';
-const url = new URL(serverUrl);
-url.pathname = `/${name}`;
-
-const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
-await admin.unsafe(`drop database if exists ${name} with (force)`);
-await admin.unsafe(`create database ${name}`);
-await migrate(url.toString());
-const sql = connect({ url: url.toString(), max: 1, env: {} });
+const { url, admin, drop } = await createBenchDatabase(serverUrl, name);
+const sql = connect({ url, max: 1, env: {} });
 await sql`create table effect (id text primary key)`;
 
 const context = { getRemainingTimeInMillis: () => 60_000 } as unknown as Context;
@@ -44,28 +38,12 @@ const call = handler as unknown as (
   wrapper?: { signal: AbortSignal },
 ) => Promise<unknown>;
 
-function event(): EventBridgeEvent<string, unknown> {
-  return {
-    version: '0',
-    id: randomUUID(),
-    'detail-type': 'OrderPlaced',
-    source: 'shop.orders',
-    account: '123456789012',
-    time: new Date().toISOString(),
-    region: 'eu-west-1',
-    resources: [],
-    detail: {
-      metadata: {
-        eventId: randomUUID(),
-        aggregateType: 'order',
-        aggregateId: randomUUID(),
-        sequence: 1,
-        occurredAt: new Date().toISOString(),
-      },
-      data: { total: 42 },
-    },
-  };
-}
+/** One new event of a new aggregate (#1), as EventBridge hands it to the function. */
+const event = () =>
+  delivery({ metadata: { aggregateId: randomUUID() }, data: { total: 42 } }) as EventBridgeEvent<
+    string,
+    unknown
+  >;
 
 const lsn = async () => {
   const [row] = await admin<{ lsn: string }[]>`select pg_current_wal_insert_lsn()::text as lsn`;
@@ -108,5 +86,4 @@ for (const mode of ['plain', 'signal'] as const) {
   );
 }
 await sql.end({ timeout: 5 });
-await admin.unsafe(`drop database if exists ${name} with (force)`);
-await admin.end({ timeout: 5 });
+await drop();

@@ -9,26 +9,19 @@
  * `DATABASE_URL=postgres://… node bench/monitor-status.ts [rows]`. Not part of `npm test`: the fill
  * takes minutes and about 2 GB. The database is dropped at the end.
  */
-import postgres from 'postgres';
 import { connect } from '../shared/platform/db.ts';
-import { migrate } from '../shared/platform/migrate.ts';
 import { measureClaimable } from '../shared/relay/operations/scale-out.ts';
 import { countOutbox } from '../shared/relay/operations/sql/index.ts';
 import { INBOX_FAILED_SETTLE_SECONDS } from '../shared/relay/operations/status.ts';
+import { createBenchDatabase } from './support/database.ts';
 
 const ROWS = Number(process.argv[2] ?? 3_000_000);
 const PER_AGGREGATE = 30;
 const serverUrl = process.env.DATABASE_URL;
 if (!serverUrl) throw new Error('set DATABASE_URL to a Postgres server this script may create a database on');
 const name = 'outbox_bench_monitor_status';
-const url = new URL(serverUrl);
-url.pathname = `/${name}`;
-
-const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
-await admin.unsafe(`drop database if exists ${name} with (force)`);
-await admin.unsafe(`create database ${name}`);
-await migrate(url.toString());
-const sql = connect({ url: url.toString(), max: 2, env: {} });
+const { url, drop } = await createBenchDatabase(serverUrl, name);
+const sql = connect({ url, max: 2, env: {} });
 
 /** One statement: median wall time of 3 runs, and the buffers of one EXPLAIN ANALYZE. */
 async function measure(label: string, run: () => Promise<unknown>, explain: string): Promise<void> {
@@ -158,6 +151,5 @@ try {
   await statements('After VACUUM ANALYZE');
 } finally {
   await sql.end({ timeout: 5 });
-  await admin.unsafe(`drop database if exists ${name} with (force)`);
-  await admin.end();
+  await drop();
 }
