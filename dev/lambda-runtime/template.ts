@@ -1,6 +1,8 @@
 /**
  * Reads what the synthesised template says the functions are: each function's asset folder,
- * handler, environment, memory and timeout; the schedules' rates; the alarms' metrics. Values that
+ * handler, environment, memory and timeout; the schedules' rates; the alarms' metrics; and how
+ * events reach a consumer: the rules and their targets, the queues (visibility timeout, redrive),
+ * the functions' asynchronous invocation configs and their SQS event source mappings. Values that
  * CloudFormation would fill in at deploy time (a proxy endpoint, a secret ARN, a bus name) are
  * resolved to the rehearsal's stand-ins; any other intrinsic is an error naming it, so a template
  * change that the rehearsal cannot follow fails loudly instead of being guessed at.
@@ -58,8 +60,57 @@ export interface TemplateAlarm {
   dimensions: Record<string, string>;
 }
 
+/** An SQS queue; the rehearsal creates it on the local SQS endpoint under `name`. */
+export interface TemplateQueue {
+  logicalId: string;
+  /** The name its `QueueName` and ARN resolve to: `<stack>-<logicalId>`. */
+  name: string;
+  /** `VisibilityTimeout`, seconds (SQS's default 30). */
+  visibilityTimeoutSeconds: number;
+  /** `MessageRetentionPeriod`, seconds (SQS's default 4 days). */
+  retentionSeconds: number;
+  /** `RedrivePolicy`: where a message goes after `maxReceiveCount` receives. */
+  redrive: { deadLetterLogicalId: string; maxReceiveCount: number } | undefined;
+}
+
+/** A function's `AWS::Lambda::EventInvokeConfig`: how Lambda handles its failed asynchronous invocations. */
+export interface TemplateAsyncConfig {
+  functionLogicalId: string;
+  maximumRetryAttempts: number;
+  maximumEventAgeSeconds: number;
+  /** The queue of `DestinationConfig.OnFailure`, when it is one. */
+  onFailureQueueLogicalId: string | undefined;
+}
+
+/** An EventBridge rule: what it matches and where it sends it. */
+export interface TemplateRule {
+  logicalId: string;
+  /** The `EventPattern` as written (`source`, `detail-type` lists). */
+  pattern: Record<string, Json>;
+  targets: {
+    kind: 'lambda' | 'sqs';
+    /** The function or queue. */
+    logicalId: string;
+    /** The target's `DeadLetterConfig` queue. */
+    deadLetterQueueLogicalId: string | undefined;
+    retryAttempts: number | undefined;
+  }[];
+}
+
+/** An `AWS::Lambda::EventSourceMapping` from an SQS queue. */
+export interface TemplateEventSource {
+  functionLogicalId: string;
+  queueLogicalId: string;
+  batchSize: number;
+  reportBatchItemFailures: boolean;
+}
+
 /** The parts of a synthesised stack the rehearsal runs. */
 export interface SynthesisedStack {
+  queues: TemplateQueue[];
+  asyncConfigs: TemplateAsyncConfig[];
+  rules: TemplateRule[];
+  eventSources: TemplateEventSource[];
   functions: TemplateFunction[];
   schedules: TemplateSchedule[];
   alarms: TemplateAlarm[];
@@ -163,6 +214,19 @@ export async function readStack(
     throw new Error(`${where}: the rehearsal cannot resolve ${JSON.stringify(value)}`);
   };
 
+  /** The resource a `Ref` or `Fn::GetAtt` (an ARN, a name) points at. */
+  const target = (value: Json | undefined, where: string): string => {
+    if (value && typeof value === 'object' && !Array.isArray(value)) {
+      if ('Ref' in value) return String(value.Ref);
+      if ('Fn::GetAtt' in value) return String((value['Fn::GetAtt'] as Json[])[0]);
+    }
+    throw new Error(`${where}: expected a Ref or Fn::GetAtt of a resource, got ${JSON.stringify(value)}`);
+  };
+
+  const queues: TemplateQueue[] = [];
+  const asyncConfigs: TemplateAsyncConfig[] = [];
+  const rules: TemplateRule[] = [];
+  const eventSources: TemplateEventSource[] = [];
   const functions: TemplateFunction[] = [];
   const schedules: TemplateSchedule[] = [];
   const alarms: TemplateAlarm[] = [];
@@ -201,6 +265,71 @@ export async function readStack(
         targetLogicalId: target.Arn['Fn::GetAtt'][0],
         input: target.Input ? JSON.parse(target.Input) : {},
       });
+    } else if (resource.Type === 'AWS::SQS::Queue') {
+      const redrive = p.RedrivePolicy as { deadLetterTargetArn?: Json; maxReceiveCount?: Json } | undefined;
+      queues.push({
+        logicalId,
+        name: `${stackName}-${logicalId}`,
+        visibilityTimeoutSeconds: Number(p.VisibilityTimeout ?? 30),
+        retentionSeconds: Number(p.MessageRetentionPeriod ?? 345_600),
+        redrive: redrive
+          ? {
+              deadLetterLogicalId: target(redrive.deadLetterTargetArn, `${logicalId}.RedrivePolicy`),
+              maxReceiveCount: Number(redrive.maxReceiveCount),
+            }
+          : undefined,
+      });
+    } else if (resource.Type === 'AWS::Lambda::EventInvokeConfig') {
+      const onFailure = (p.DestinationConfig as { OnFailure?: { Destination?: Json } } | undefined)?.OnFailure
+        ?.Destination;
+      const destination = onFailure === undefined ? undefined : target(onFailure, `${logicalId}.OnFailure`);
+      asyncConfigs.push({
+        functionLogicalId: target(p.FunctionName, `${logicalId}.FunctionName`),
+        maximumRetryAttempts: Number(p.MaximumRetryAttempts ?? 2),
+        maximumEventAgeSeconds: Number(p.MaximumEventAgeInSeconds ?? 21_600),
+        onFailureQueueLogicalId:
+          destination && resources[destination]?.Type === 'AWS::SQS::Queue' ? destination : undefined,
+      });
+    } else if (resource.Type === 'AWS::Events::Rule') {
+      rules.push({
+        logicalId,
+        pattern: (p.EventPattern ?? {}) as Record<string, Json>,
+        targets: (
+          (p.Targets ?? []) as {
+            Arn: Json;
+            DeadLetterConfig?: { Arn: Json };
+            RetryPolicy?: { MaximumRetryAttempts?: Json };
+          }[]
+        ).flatMap((t, i) => {
+          const id = target(t.Arn, `${logicalId}.Targets[${i}]`);
+          const type = resources[id]?.Type;
+          if (type !== 'AWS::Lambda::Function' && type !== 'AWS::SQS::Queue') return [];
+          return [
+            {
+              kind: type === 'AWS::Lambda::Function' ? ('lambda' as const) : ('sqs' as const),
+              logicalId: id,
+              deadLetterQueueLogicalId: t.DeadLetterConfig
+                ? target(t.DeadLetterConfig.Arn, `${logicalId}.Targets[${i}].DeadLetterConfig`)
+                : undefined,
+              retryAttempts:
+                t.RetryPolicy?.MaximumRetryAttempts === undefined
+                  ? undefined
+                  : Number(t.RetryPolicy.MaximumRetryAttempts),
+            },
+          ];
+        }),
+      });
+    } else if (resource.Type === 'AWS::Lambda::EventSourceMapping') {
+      const source = target(p.EventSourceArn, `${logicalId}.EventSourceArn`);
+      if (resources[source]?.Type !== 'AWS::SQS::Queue') continue;
+      eventSources.push({
+        functionLogicalId: target(p.FunctionName, `${logicalId}.FunctionName`),
+        queueLogicalId: source,
+        batchSize: Number(p.BatchSize ?? 10),
+        reportBatchItemFailures: ((p.FunctionResponseTypes ?? []) as Json[]).includes(
+          'ReportBatchItemFailures',
+        ),
+      });
     } else if (resource.Type === 'AWS::CloudWatch::Alarm') {
       const dimensions: Record<string, string> = {};
       for (const d of (p.Dimensions ?? []) as { Name: string; Value: Json }[]) {
@@ -214,5 +343,5 @@ export async function readStack(
       });
     }
   }
-  return { functions, schedules, alarms, secrets, buses };
+  return { functions, schedules, alarms, secrets, buses, queues, asyncConfigs, rules, eventSources };
 }

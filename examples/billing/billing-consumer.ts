@@ -42,13 +42,16 @@ export interface BillingConsumerProps extends OutboxDatabaseTarget {
   readonly databaseUser?: string;
   /** Topic the alarms notify. @default no action: the alarms still change state */
   readonly alarmTopic?: sns.ITopic;
+  /** `direct` (the rule invokes the function) or `queue` (through an SQS queue). @default 'direct' */
+  readonly topology?: 'direct' | 'queue';
 }
 
 /** The billing Lambda, its rule, its two failure queues and their alarms. */
 export class BillingConsumer extends OutboxConsumer {
-  constructor(scope: Construct, id: string, { bus, databaseUser, ...props }: BillingConsumerProps) {
+  constructor(scope: Construct, id: string, { bus, databaseUser, topology, ...props }: BillingConsumerProps) {
     super(scope, id, {
       ...props,
+      topology,
       consumer: BILLING_CONSUMER,
       eventBus: bus,
       events: [OrderPlaced],
@@ -56,7 +59,8 @@ export class BillingConsumer extends OutboxConsumer {
       // The repository is the project: its lock file, its esbuild.
       functionProps: { projectRoot: repoRoot, depsLockFilePath: `${repoRoot}package-lock.json` },
       databaseUser: databaseUser ?? DEFAULT_ROLES.consumer,
-      retryAttempts: BILLING_RETRY_ATTEMPTS,
+      // Queue topology: the queue's receives stand for Lambda's retries (maxReceiveCount 5).
+      ...(topology === 'queue' ? {} : { retryAttempts: BILLING_RETRY_ATTEMPTS }),
       // wait-for-gap: an OrderPlaced ahead of a missing one fails (InboxGapError) until the gap wait
       // ends, by design; the failed-events queue, not the error count, says when one was lost.
       errorsAlarmThreshold: 10,

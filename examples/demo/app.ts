@@ -1,6 +1,8 @@
 /**
  * The CDK app (`cdk.json`): the demo stack. Context: `stackName` (default OutboxRelayDemo), and
- * `databaseAccess`: `proxy` (default, through RDS Proxy) or `direct` (IAM straight to the instance).
+ * `databaseAccess`: `proxy` (default, through RDS Proxy) or `direct` (IAM straight to the instance),
+ * and `consumerTopology`: how the example billing consumer gets its events, `direct` (default, the
+ * rule invokes its function) or `queue` (through an SQS queue).
  */
 import { App } from 'aws-cdk-lib';
 import { OutboxDemoStack } from './demo-stack.ts';
@@ -11,9 +13,16 @@ export function buildApp(app = new App()): { app: App; stack: OutboxDemoStack } 
   if (databaseAccess !== 'proxy' && databaseAccess !== 'direct') {
     throw new Error(`context databaseAccess must be proxy or direct (got ${JSON.stringify(databaseAccess)})`);
   }
+  const consumerTopology = app.node.tryGetContext('consumerTopology') ?? 'direct';
+  if (consumerTopology !== 'direct' && consumerTopology !== 'queue') {
+    throw new Error(
+      `context consumerTopology must be direct or queue (got ${JSON.stringify(consumerTopology)})`,
+    );
+  }
   const stack = new OutboxDemoStack(app, app.node.tryGetContext('stackName') ?? 'OutboxRelayDemo', {
     description: 'Transactional outbox relay: Postgres outbox → EventBridge (demo)',
     databaseAccess,
+    consumerTopology,
   });
   return { app, stack };
 }

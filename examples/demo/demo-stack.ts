@@ -34,6 +34,12 @@ export interface OutboxDemoStackProps extends StackProps {
    * @default 'proxy'
    */
   readonly databaseAccess?: 'proxy' | 'direct';
+  /**
+   * How the example consumer gets its events: `direct` (the rule invokes its function) or `queue`
+   * (the rule sends them to an SQS queue its function reads); see OutboxConsumer's `topology`.
+   * @default 'direct'
+   */
+  readonly consumerTopology?: 'direct' | 'queue';
 }
 
 /** The complete demo system; `app.ts` beside it synthesises it. */
@@ -263,6 +269,7 @@ export class OutboxDemoStack extends Stack {
       ...target,
       databaseName,
       alarmTopic: this.outbox.alarmTopic,
+      topology: props.consumerTopology ?? 'direct',
     });
     // Its table is created by its own migration; the relay's migrations come first.
     this.billing.function.node.addDependency(this.outbox);

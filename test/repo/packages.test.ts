@@ -86,6 +86,7 @@ describe("the example consumer's Lambda bundle", () => {
         'commander',
         '@aws-sdk/client-eventbridge',
         '@aws-sdk/client-lambda',
+        '@aws-sdk/client-sqs',
         '@aws-lambda-powertools/metrics',
         '@middy/core',
         'shared/relay',

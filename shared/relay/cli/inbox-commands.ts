@@ -40,6 +40,7 @@ import {
 } from './lambda-client.ts';
 import type { OperationsContext } from './operations.ts';
 import { positiveInteger } from './parsers.ts';
+import { registerQueueCommands } from './queue-commands.ts';
 
 interface Selected {
   consumer: string;
@@ -127,6 +128,7 @@ export function registerInbox(program: Command, ctx: OperationsContext): void {
     .command('failed')
     .description('the events whose invocation failed and that no delivery applied since');
   registerFailedReplay(failed, ctx);
+  registerQueueCommands(inbox, ctx);
   failed
     .command('list')
     .description(

@@ -21,6 +21,14 @@ export function nonNegativeInteger(value: string): number {
   return Number(value);
 }
 
+/** An SQS visibility timeout: a whole number of seconds from 0 to 43,200 (12 hours, SQS's range). */
+export function visibilitySeconds(value: string): number {
+  const n = nonNegativeInteger(value);
+  if (n > 43_200)
+    throw new InvalidArgumentError('It must be at most 43200 (12 hours, the longest SQS allows).');
+  return n;
+}
+
 const UNIT_SECONDS = { s: 1, m: 60, h: 3_600, d: 86_400 } as const;
 
 /**
