@@ -13,22 +13,20 @@
  * KMS, message move tasks, authentication (any credentials are accepted), a standard queue's
  * duplicate deliveries; see `local-sqs/queues.ts` and `local-sqs/protocol.ts` for the limits.
  */
-import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import {
   checkBatch,
   checkMessage,
-  errorResponse,
   integerIn,
   invalidParameter,
   type MessageAttributeValue,
-  md5OfBody,
-  md5OfMessageAttributes,
   SqsError,
+  send,
+  sendError,
   sqsError,
 } from './local-sqs/protocol.ts';
-import { ACCOUNT, type Queue, Queues, SENDER_ID, type StoredMessage } from './local-sqs/queues.ts';
+import { ACCOUNT, type Queue, Queues, receivedMessage } from './local-sqs/queues.ts';
 
 export type { MessageAttributeValue } from './local-sqs/protocol.ts';
 
@@ -123,13 +121,6 @@ const LOSABLE = new Set(['SendMessage', 'SendMessageBatch', 'DeleteMessage', 'De
 const MAX_BATCH_BYTES = 1_048_576;
 // PurgeQueue API reference: one purge per queue every 60 seconds.
 const PURGE_INTERVAL_MS = 60_000;
-const SYSTEM_ATTRIBUTES = [
-  'SenderId',
-  'SentTimestamp',
-  'ApproximateReceiveCount',
-  'ApproximateFirstReceiveTimestamp',
-  'AWSTraceHeader',
-];
 
 /** Starts the endpoint on 127.0.0.1 (a free port unless `port` is given). */
 export async function startLocalSqs(options: LocalSqsOptions = {}): Promise<LocalSqs> {
@@ -185,41 +176,6 @@ export async function startLocalSqs(options: LocalSqsOptions = {}): Promise<Loca
     return { Successful, Failed };
   };
 
-  /** A received message as ReceiveMessage answers it, with only the attributes asked for. */
-  const view = (m: StoredMessage, systemNames: string[], attributeNames: string[]) => {
-    const wanted = (name: string, names: string[]) =>
-      names.some(
-        (n) =>
-          n === 'All' || n === '.*' || n === name || (n.endsWith('.*') && name.startsWith(n.slice(0, -1))),
-      );
-    const system: Record<string, string | undefined> = {
-      SenderId: SENDER_ID,
-      SentTimestamp: String(m.sentAt),
-      ApproximateReceiveCount: String(m.receiveCount),
-      ApproximateFirstReceiveTimestamp: String(m.firstReceivedAt),
-      AWSTraceHeader: m.traceHeader,
-    };
-    const Attributes = Object.fromEntries(
-      SYSTEM_ATTRIBUTES.filter((n) => wanted(n, systemNames) && system[n] !== undefined).map((n) => [
-        n,
-        system[n],
-      ]),
-    );
-    const MessageAttributes = Object.fromEntries(
-      Object.entries(m.messageAttributes).filter(([n]) => wanted(n, attributeNames)),
-    );
-    // SQS digests the attributes it returns, so a filtered receive still verifies.
-    const md5 = md5OfMessageAttributes(MessageAttributes);
-    return {
-      MessageId: m.messageId,
-      ReceiptHandle: m.receiptHandle,
-      MD5OfBody: md5OfBody(m.body),
-      Body: m.body,
-      ...(Object.keys(Attributes).length > 0 ? { Attributes } : {}),
-      ...(md5 ? { MD5OfMessageAttributes: md5, MessageAttributes } : {}),
-    };
-  };
-
   /** ReceiveMessage, with long polling: waits until a message is visible, the wait is up, or close(). */
   const receive = async (input: Input) => {
     const queue = queueOf(input);
@@ -249,7 +205,9 @@ export async function startLocalSqs(options: LocalSqsOptions = {}): Promise<Loca
       const remaining = deadline - Date.now();
       if (taken.length > 0 || remaining <= 0 || closed) {
         // SQS leaves Messages out of an empty answer.
-        return taken.length === 0 ? {} : { Messages: taken.map((m) => view(m, systemNames, attributeNames)) };
+        return taken.length === 0
+          ? {}
+          : { Messages: taken.map((m) => receivedMessage(m, systemNames, attributeNames)) };
       }
       // A send or a visibility change wakes the wait at once; the tick catches a visibility timeout
       // or delay running out, which nothing announces.
@@ -328,21 +286,13 @@ export async function startLocalSqs(options: LocalSqsOptions = {}): Promise<Loca
     },
     ChangeMessageVisibility: (i) => {
       const queue = queueOf(i);
-      queues.changeVisibility(
-        queue,
-        i.ReceiptHandle,
-        integerIn(i.VisibilityTimeout, 'VisibilityTimeout', 0, 43_200, Number.NaN),
-      );
+      queues.changeVisibility(queue, i.ReceiptHandle, requiredVisibility(i.VisibilityTimeout));
       return {};
     },
     ChangeMessageVisibilityBatch: (i) => {
       const queue = queueOf(i);
       return batch(checkBatch(i.Entries) as Input[], (e) => {
-        queues.changeVisibility(
-          queue,
-          e.ReceiptHandle,
-          integerIn(e.VisibilityTimeout, 'VisibilityTimeout', 0, 43_200, Number.NaN),
-        );
+        queues.changeVisibility(queue, e.ReceiptHandle, requiredVisibility(e.VisibilityTimeout));
         return {};
       });
     },
@@ -366,7 +316,12 @@ export async function startLocalSqs(options: LocalSqsOptions = {}): Promise<Loca
     const name = target.startsWith('AmazonSQS.') ? target.slice('AmazonSQS.'.length) : target;
     stats.requests++;
     stats.byOperation[name] = (stats.byOperation[name] ?? 0) + 1;
-    const operation = req.method === 'POST' && target.startsWith('AmazonSQS.') ? operations[name] : undefined;
+    const operation =
+      req.method === 'POST' && target.startsWith('AmazonSQS.')
+        ? Object.hasOwn(operations, name)
+          ? operations[name]
+          : undefined
+        : undefined;
     if (!operation) {
       stats.errors++;
       return sendError(
@@ -476,6 +431,13 @@ export async function startLocalSqs(options: LocalSqsOptions = {}): Promise<Loca
   };
 }
 
+/** ChangeMessageVisibility's VisibilityTimeout: required, 0–43,200 s (API reference). */
+function requiredVisibility(value: unknown): number {
+  if (value === undefined)
+    throw sqsError('MissingParameter', 'The request must contain the parameter VisibilityTimeout.');
+  return integerIn(value, 'VisibilityTimeout', 0, 43_200, 0);
+}
+
 /** A batch entry's size for the batch total; an entry too malformed to size fails on its own later. */
 function safeSize(entry: Input): number {
   try {
@@ -489,19 +451,4 @@ async function delay(faults: SqsFaults, random: () => number): Promise<void> {
   const l = faults.latencyMs;
   const ms = typeof l === 'number' ? l : Array.isArray(l) ? l[0] + random() * (l[1] - l[0]) : 0;
   if (ms > 0) await new Promise((r) => setTimeout(r, ms));
-}
-
-function send(res: ServerResponse, status: number, text: string, headers: Record<string, string> = {}): void {
-  res.writeHead(status, {
-    'content-type': 'application/x-amz-json-1.0',
-    'content-length': Buffer.byteLength(text),
-    'x-amzn-requestid': randomUUID(),
-    ...headers,
-  });
-  res.end(text);
-}
-
-function sendError(res: ServerResponse, error: SqsError): void {
-  const { status, headers, body } = errorResponse(error);
-  send(res, status, body, headers);
 }

@@ -13,7 +13,8 @@
  * that have no class (InvalidParameterValue, MissingParameter, InternalError): the SDK raises those
  * as `SQSServiceException` with that `name`.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
 
 /** One of SQS's errors; `type` is the shape name in `__type`, `code` the legacy query code. */
 export class SqsError extends Error {
@@ -90,7 +91,8 @@ export function md5OfBody(body: string): string {
  * for message attributes"): for each attribute, sorted by name, the name, the data type and the
  * value each as a 4-byte big-endian length and their bytes, with a transport byte (1 for String and
  * Number types, 2 for Binary) between the type and the value. Undefined for no attributes, as SQS
- * omits the field then.
+ * omits the field then. `@aws-sdk/middleware-sdk-sqs` (3.1175) verifies only the body digests; this
+ * one is checked by the tests against digests published by an independent implementation.
  */
 export function md5OfMessageAttributes(
   attributes: Record<string, MessageAttributeValue>,
@@ -234,4 +236,26 @@ export function checkBatch(entries: unknown): { Id: string }[] {
     seen.add(id);
   }
   return entries as { Id: string }[];
+}
+
+/** Writes a JSON 1.0 answer with a request id, as SQS does. */
+export function send(
+  res: ServerResponse,
+  status: number,
+  text: string,
+  headers: Record<string, string> = {},
+): void {
+  res.writeHead(status, {
+    'content-type': 'application/x-amz-json-1.0',
+    'content-length': Buffer.byteLength(text),
+    'x-amzn-requestid': randomUUID(),
+    ...headers,
+  });
+  res.end(text);
+}
+
+/** Writes an SQS error answer (see {@link errorResponse}). */
+export function sendError(res: ServerResponse, error: SqsError): void {
+  const { status, headers, body } = errorResponse(error);
+  send(res, status, body, headers);
 }

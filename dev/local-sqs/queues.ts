@@ -331,3 +331,50 @@ export class Queues {
     if (seconds === 0) queue.wake();
   }
 }
+
+const SYSTEM_ATTRIBUTES = [
+  'SenderId',
+  'SentTimestamp',
+  'ApproximateReceiveCount',
+  'ApproximateFirstReceiveTimestamp',
+  'AWSTraceHeader',
+];
+
+/**
+ * A received message as ReceiveMessage answers it: the system attributes named in
+ * `systemNames` (All, SenderId, SentTimestamp, ApproximateReceiveCount,
+ * ApproximateFirstReceiveTimestamp, AWSTraceHeader; timestamps in ms since the epoch) and the
+ * message attributes matching `attributeNames` (All, `.*`, a `prefix.*` or an exact name).
+ */
+export function receivedMessage(m: StoredMessage, systemNames: string[], attributeNames: string[]) {
+  const wanted = (name: string, names: string[]) =>
+    names.some(
+      (n) => n === 'All' || n === '.*' || n === name || (n.endsWith('.*') && name.startsWith(n.slice(0, -1))),
+    );
+  const system: Record<string, string | undefined> = {
+    SenderId: SENDER_ID,
+    SentTimestamp: String(m.sentAt),
+    ApproximateReceiveCount: String(m.receiveCount),
+    ApproximateFirstReceiveTimestamp: String(m.firstReceivedAt),
+    AWSTraceHeader: m.traceHeader,
+  };
+  const Attributes = Object.fromEntries(
+    SYSTEM_ATTRIBUTES.filter((n) => wanted(n, systemNames) && system[n] !== undefined).map((n) => [
+      n,
+      system[n],
+    ]),
+  );
+  const MessageAttributes = Object.fromEntries(
+    Object.entries(m.messageAttributes).filter(([n]) => wanted(n, attributeNames)),
+  );
+  // SQS digests the attributes it returns, so a filtered receive still verifies.
+  const md5 = md5OfMessageAttributes(MessageAttributes);
+  return {
+    MessageId: m.messageId,
+    ReceiptHandle: m.receiptHandle,
+    MD5OfBody: md5OfBody(m.body),
+    Body: m.body,
+    ...(Object.keys(Attributes).length > 0 ? { Attributes } : {}),
+    ...(md5 ? { MD5OfMessageAttributes: md5, MessageAttributes } : {}),
+  };
+}

@@ -386,4 +386,32 @@ describe('local SQS', () => {
     expect(sqs.stats.throttled).toBeGreaterThan(1);
     expect(sqs.messages('throttled').map((m) => m.body)).toEqual(['persistent']);
   });
+
+  it('injects server errors, and lost responses after the message is stored', async () => {
+    const QueueUrl = sqs.createQueue('faults');
+    sqs.setFaults({ serverErrorRate: 1 });
+    const error = await failure(client.send(new SendMessageCommand({ QueueUrl, MessageBody: 'x' })));
+    expect(error.name).toBe('InternalError');
+    expect(error.$metadata?.httpStatusCode).toBe(500);
+    expect(sqs.messages('faults')).toEqual([]);
+
+    sqs.setFaults({ lostResponseRate: 1 });
+    const lost = await failure(client.send(new SendMessageCommand({ QueueUrl, MessageBody: 'landed' })));
+    expect(lost.name).not.toBe('InternalError');
+    expect(sqs.messages('faults').map((m) => m.body)).toEqual(['landed']);
+    expect(sqs.stats).toMatchObject({ serverErrors: 1, lostResponses: 1 });
+  });
+
+  it('answers an unknown operation as SQS does, whatever the name', async () => {
+    for (const target of ['AmazonSQS.DeleteEverything', 'AmazonSQS.toString']) {
+      const response = await fetch(sqs.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-amz-json-1.0', 'x-amz-target': target },
+        body: '{}',
+      });
+      expect(response.status).toBe(400);
+      expect(response.headers.get('x-amzn-query-error')).toBe('InvalidAction;Sender');
+      expect(((await response.json()) as { __type: string }).__type).toMatch(/UnknownOperationException$/);
+    }
+  });
 });
