@@ -122,7 +122,10 @@ export function registerQueueCommands(inbox: Command, ctx: OperationsContext): v
         const { messages, order, unreadable } = await readQueues(sqs, o);
         try {
           if (o.json) {
-            ctx.json({ events: order.map((i) => described(i.first)), unreadable: unreadable.map(described) });
+            ctx.json({
+              events: order.map((i) => ({ ...described(i.first), copies: i.copies.length })),
+              unreadable: unreadable.map(described),
+            });
             return;
           }
           if (messages.length === 0) {
