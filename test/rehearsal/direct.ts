@@ -18,6 +18,7 @@ import type { AcceptedEvent, LocalBus } from '../../dev/local-bus.ts';
 import { freePort } from '../../dev/net.ts';
 import { EnvVar } from '../../shared/platform/index.ts';
 import { countOrderViolations } from '../chaos/chaos.ts';
+import { rehearseConsumerFailures } from './consumer-failures.ts';
 import { startIamProxy } from './iam-proxy.ts';
 
 /** What the first shape's run hands to this one. */
@@ -193,5 +194,20 @@ export async function rehearseDirect(c: DirectShapeContext): Promise<void> {
   c.info(
     `direct: connections per warm container after one invocation: relay ${byFunctions.filter((l) => l.user === relay.environment[EnvVar.pgUser]).length}, monitor ${byFunctions.filter((l) => l.user === monitor.environment[EnvVar.pgUser]).length}, consumer ${byFunctions.filter((l) => l.user === consumer.environment[EnvVar.pgUser]).length}`,
   );
+  // The consumer's failure path in this shape's topology (the queue: see run.ts's synthesis).
+  await rehearseConsumerFailures({
+    stack,
+    stackName: c.stackName,
+    region: c.region,
+    account: c.account,
+    consumer,
+    consumerFn,
+    invoke: c.invoke,
+    timeoutMs: consumer.timeoutSeconds * 1000 * c.scale,
+    db: c.db,
+    shape: 'direct: ',
+    check: c.check,
+    info: c.info,
+  });
   for (const fn of [relayFn, monitorFn, consumerFn]) await fn.stop();
 }

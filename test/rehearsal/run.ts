@@ -6,7 +6,11 @@
  * Prints one line per check and `rehearsal: N passed, N failed`; exits 1 when a check failed.
  *
  * Then the second shape, the demo without RDS Proxy (`-c databaseAccess=direct`): its relay,
- * monitor and consumer log in to the instance itself with IAM over TLS (test/rehearsal/direct.ts).
+ * monitor and consumer log in to the instance itself with IAM over TLS (test/rehearsal/direct.ts),
+ * and its consumer reads an SQS queue (`-c consumerTopology=queue`). In each shape the consumer's
+ * failure path runs in its topology (test/rehearsal/consumer-failures.ts): an event failing every
+ * attempt lands in the failure queue, `outbox inbox queue replay` applies it once, a second
+ * replay is a duplicate.
  *
  * Options: `--scale 0.25` (function timeouts and schedule gaps are multiplied by it),
  * `--cdk-out DIR` and `--cdk-out-direct DIR` (use existing syntheses of the two shapes instead of
@@ -43,6 +47,7 @@ import {
 import { enqueueMany } from '../../shared/producer/index.ts';
 import { countOrderViolations } from '../chaos/chaos.ts';
 import { delivery } from '../support/events.ts';
+import { rehearseConsumerFailures } from './consumer-failures.ts';
 import { rehearseDirect } from './direct.ts';
 import { startIamProxy } from './iam-proxy.ts';
 import { startPgBouncer } from './pgbouncer.ts';
@@ -109,7 +114,7 @@ async function rehearse(): Promise<void> {
   const cdkOutDirect = values['cdk-out-direct'] ?? join(work, 'cdk.out.direct');
   const directSynth: Promise<unknown> = values['cdk-out-direct']
     ? Promise.resolve()
-    : synthesise(['-c', 'databaseAccess=direct', '--output', cdkOutDirect]);
+    : synthesise(['-c', 'databaseAccess=direct', '-c', 'consumerTopology=queue', '--output', cdkOutDirect]);
   directSynth.catch(() => {}); // awaited (and reported) before the direct shape runs
   const certs = await makeCertificates(work, ['localhost', '127.0.0.1', PROXY_HOST, INSTANCE_HOST]);
   const adminPassword = randomUUID();
@@ -454,6 +459,21 @@ async function rehearse(): Promise<void> {
       'the example consumer waits for a missing event, then parks the one behind it',
       `${describe(waits)}; then ${describe(parks)}; ${parkedRow?.n} parked`,
     );
+    // Its failure path in this shape's topology (direct; the second shape runs the queue).
+    await rehearseConsumerFailures({
+      stack,
+      stackName,
+      region: REGION,
+      account: ACCOUNT,
+      consumer,
+      consumerFn,
+      invoke,
+      timeoutMs: consumer.timeoutSeconds * 1000 * scale,
+      db,
+      shape: '',
+      check,
+      info,
+    });
   } else {
     check(false, 'the template has the example consumer', 'no Billing function in the demo stack');
   }
