@@ -27,6 +27,7 @@ import {
   sqsError,
 } from './local-sqs/protocol.ts';
 import { ACCOUNT, type Queue, Queues, receivedMessage } from './local-sqs/queues.ts';
+import { seeded } from './seeded.ts';
 
 export type { MessageAttributeValue } from './local-sqs/protocol.ts';
 
@@ -94,18 +95,6 @@ export interface LocalSqs {
 
 type Input = Record<string, unknown>;
 type Operation = (input: Input) => unknown;
-
-/** mulberry32: a tiny seeded PRNG, so a fault schedule can be replayed (as in local-bus.ts). */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const emptyStats = (): SqsStats => ({
   requests: 0,

@@ -12,8 +12,11 @@ import {
   type SynthesisedStack,
   type TemplateFunction,
 } from '../../dev/lambda-runtime/template.ts';
+import { seeded } from '../../dev/seeded.ts';
 import type { Sql } from '../../shared/platform/index.ts';
 import { enqueue } from '../../shared/producer/index.ts';
+
+export { seeded };
 
 /** The demo stack `cdk synth` writes. */
 export const STACK_NAME = 'OutboxRelayDemo';
@@ -78,18 +81,6 @@ export function serviceOptions(
     },
     timeoutMs: f.timeoutSeconds * 1000,
     ...extra,
-  };
-}
-
-/** mulberry32, so that a run's delays can be replayed. */
-export function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
 

@@ -13,7 +13,7 @@
  * them) are taken: Lambda may still be retrying a younger one. Without `--function-name`, or with
  * `--dry-run`, the events are printed in the order they would be invoked.
  */
-import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
+import type { LambdaClient } from '@aws-sdk/client-lambda';
 import type { Command } from 'commander';
 import type { Sql } from '../../platform/index.ts';
 import { type FailedEvent, failedForReplay, isStillFailed } from '../operations/index.ts';
@@ -22,6 +22,7 @@ import {
   addInvokeOptions,
   checkFunctionUnlessSkipped,
   type InvokeOptions,
+  invokeWithEvent,
   withLambda,
 } from './lambda-client.ts';
 import type { OperationsContext } from './operations.ts';
@@ -155,19 +156,12 @@ async function invokeInOrder(
       results.push({ ...base, outcome: 'held', error: 'an earlier event of its aggregate failed' });
       continue;
     }
-    const answer = await client.send(
-      new InvokeCommand({
-        FunctionName: functionName,
-        InvocationType: 'RequestResponse',
-        Payload: Buffer.from(JSON.stringify(f.event)),
-      }),
-      { abortSignal: AbortSignal.timeout(o.timeout * 1000) },
-    );
-    const payload = answer.Payload ? Buffer.from(answer.Payload).toString('utf8') : '';
+    const answer = await invokeWithEvent(client, functionName, f.event, o.timeout);
+    const { payload } = answer;
     const left = await isStillFailed(sql, f.consumer, f.eventId);
-    if (answer.FunctionError || left) {
-      const error = answer.FunctionError
-        ? `the function failed (${answer.FunctionError}): ${payload.slice(0, 500)}`
+    if (answer.functionError || left) {
+      const error = answer.functionError
+        ? `the function failed (${answer.functionError}): ${payload.slice(0, 500)}`
         : `the function answered ${payload.slice(0, 200) || 'nothing'} but the event is still failed: is ${functionName} the function of consumer ${f.consumer}?`;
       ctx.err(`${label(f)}: not replayed — ${error}`);
       failedAggregates.add(f.aggregate);

@@ -17,7 +17,7 @@
  * to do without). Without `--function-name` it prints each event as one JSON line, the payload to
  * invoke the function with by other means (`aws lambda invoke --payload …`).
  */
-import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
+import type { LambdaClient } from '@aws-sdk/client-lambda';
 import type { Command } from 'commander';
 import type { Sql } from '../../platform/index.ts';
 import {
@@ -36,6 +36,7 @@ import {
   addInvokeOptions,
   checkFunctionUnlessSkipped,
   type InvokeOptions,
+  invokeWithEvent,
   withLambda,
 } from './lambda-client.ts';
 import type { OperationsContext } from './operations.ts';
@@ -269,21 +270,14 @@ async function invokeEach(
 ): Promise<number> {
   let applied = 0;
   for (const p of events) {
-    const answer = await client.send(
-      new InvokeCommand({
-        FunctionName: functionName,
-        InvocationType: 'RequestResponse',
-        Payload: Buffer.from(JSON.stringify(p.event)),
-      }),
-      { abortSignal: AbortSignal.timeout(timeoutSeconds * 1000) },
-    );
-    const payload = answer.Payload ? Buffer.from(answer.Payload).toString('utf8') : '';
+    const answer = await invokeWithEvent(client, functionName, p.event, timeoutSeconds);
+    const { payload } = answer;
     const outcome = await parkedOutcome(sql, p.consumer, p.eventId);
-    if (answer.FunctionError || outcome !== 'processed') {
+    if (answer.functionError || outcome !== 'processed') {
       ctx.err(
         `${p.eventId} (${p.type} ${p.aggregateType}/${p.aggregateId} #${p.sequence}): not applied` +
-          (answer.FunctionError
-            ? ` — the function failed (${answer.FunctionError}): ${payload.slice(0, 500)}`
+          (answer.functionError
+            ? ` — the function failed (${answer.functionError}): ${payload.slice(0, 500)}`
             : ` — the function answered ${payload.slice(0, 200) || 'nothing'} but the record is ${outcome ?? 'gone'}: is ${functionName} the function of consumer ${p.consumer}?`),
       );
       ctx.err(

@@ -1,9 +1,9 @@
 /**
  * The Lambda side of the replay commands (`outbox inbox parked replay`, `outbox inbox failed
- * replay`): the client, the options both give for invoking the consumer's function, and the check
- * that it is the consumer's.
+ * replay`, `outbox inbox queue replay`): the client, the options they give for invoking the
+ * consumer's function, the check that it is the consumer's, and the synchronous invocation.
  */
-import { LambdaClient } from '@aws-sdk/client-lambda';
+import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import type { Command } from 'commander';
 import { EnvVar } from '../../platform/index.ts';
 import { checkConsumerFunction } from './consumer-function.ts';
@@ -66,4 +66,39 @@ export async function withLambda(
   } finally {
     client?.destroy();
   }
+}
+
+/** What a synchronous invocation answered. */
+export interface InvokeAnswer {
+  /** Lambda's `FunctionError` (`Unhandled`, `Handled`) when the function failed; undefined on success. */
+  functionError: string | undefined;
+  /** The response payload as text: the handler's result, or the error's JSON. */
+  payload: string;
+}
+
+/**
+ * Invokes the function with one event and waits for its answer (RequestResponse): what the replay
+ * commands do with each event, so that each result is seen before the next is sent.
+ * @param timeoutSeconds longest wait for the answer (`--timeout`)
+ * @throws the SDK's error when no answer came in time or the call failed (the invocation may or
+ *   may not have run)
+ */
+export async function invokeWithEvent(
+  client: LambdaClient,
+  functionName: string,
+  event: unknown,
+  timeoutSeconds: number,
+): Promise<InvokeAnswer> {
+  const answer = await client.send(
+    new InvokeCommand({
+      FunctionName: functionName,
+      InvocationType: 'RequestResponse',
+      Payload: Buffer.from(JSON.stringify(event)),
+    }),
+    { abortSignal: AbortSignal.timeout(timeoutSeconds * 1000) },
+  );
+  return {
+    functionError: answer.FunctionError,
+    payload: answer.Payload ? Buffer.from(answer.Payload).toString('utf8') : '',
+  };
 }

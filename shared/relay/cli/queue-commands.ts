@@ -17,7 +17,7 @@
  * Why invoke the function rather than put the events back on the bus or redrive the queue: the
  * result of each is known here, in each chain's order, and no other rule of the bus sees them twice.
  */
-import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
+import type { LambdaClient } from '@aws-sdk/client-lambda';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { Command } from 'commander';
 import { EXIT } from './errors.ts';
@@ -33,6 +33,7 @@ import {
   addInvokeOptions,
   checkFunctionUnlessSkipped,
   type InvokeOptions,
+  invokeWithEvent,
   withLambda,
 } from './lambda-client.ts';
 import type { OperationsContext } from './operations.ts';
@@ -264,18 +265,10 @@ async function invokeInOrder(
     let outcome: QueueOutcome;
     let detail: string;
     try {
-      const answer = await lambda.send(
-        new InvokeCommand({
-          FunctionName: functionName,
-          InvocationType: 'RequestResponse',
-          Payload: Buffer.from(JSON.stringify(first.event)),
-        }),
-        { abortSignal: AbortSignal.timeout(o.timeout * 1000) },
-      );
-      const payload = answer.Payload ? Buffer.from(answer.Payload).toString('utf8') : '';
-      if (answer.FunctionError) {
+      const { functionError, payload } = await invokeWithEvent(lambda, functionName, first.event, o.timeout);
+      if (functionError) {
         outcome = 'failed';
-        detail = `the function failed (${answer.FunctionError}): ${payload.slice(0, 500)}`;
+        detail = `the function failed (${functionError}): ${payload.slice(0, 500)}`;
       } else {
         outcome = skipOf(payload) ?? 'applied';
         detail = payload.slice(0, 200);
