@@ -1,8 +1,8 @@
 /**
  * The CDK side (package `@outbox-relay-aws/cdk`): the `OutboxRelay` construct and its props, and
  * the `OutboxConsumer` construct. In the installed package OutboxRelay deploys handler bundles
- * built at pack time; OutboxConsumer bundles the consumer's own entry with esbuild (a dependency of
- * the package), locally. Neither needs Docker.
+ * built at pack time; OutboxConsumer bundles the consumer's own entry with esbuild (an optional
+ * peer of the package: the app installs it), locally. Neither needs Docker.
  */
 // Names a consumer's own CDK wiring shares with its function: environment variables, database
 // roles, the inbox's metric names.

@@ -197,6 +197,11 @@ export interface OutboxConsumerProps extends OutboxDatabaseTarget {
   readonly errorsAlarmThreshold?: number;
   /** Namespace of the inbox's metrics (the inbox's `metrics.namespace`). @default 'Outbox' */
   readonly metricNamespace?: string;
+  /**
+   * A dashboard to add the consumer's {@link OutboxConsumer.widgets} to, as one row, e.g. the
+   * relay's (`relay.dashboard`). @default none: add `widgets` to a dashboard yourself
+   */
+  readonly dashboard?: cloudwatch.Dashboard;
 }
 
 /** The consumer's alarms. */
@@ -242,6 +247,23 @@ export class OutboxConsumer extends Construct {
   public readonly inboxSettings: OutboxConsumerInboxSettings;
   /** The environment the function needs: database login, consumer name, inbox settings. */
   public readonly environment: Readonly<Record<string, string>>;
+  /**
+   * The consumer's dashboard widgets: graphs 6 high filling one row of 24 units (three 8 wide in
+   * the direct topology, four 6 wide in the queue one), every metric per 5 minutes:
+   * - `<consumer>: failure queues (messages)`: ApproximateNumberOfMessagesVisible (Maximum, a
+   *   count) of `deadLetterQueue` (undelivered) and `failedEventsQueue` (failed), the queues the
+   *   `undelivered` and `failed` alarms watch;
+   * - `<consumer>: invocations and errors (count)`: the function's Invocations and Errors (Sum);
+   * - `<consumer>: duration (ms), parked events`: the function's Duration in milliseconds, p50 and
+   *   p99 (left axis), and the inbox's InboxParked (Sum, a count, right axis), the metric the
+   *   `parked` alarm watches;
+   * - queue topology only, `<consumer>: queue (messages, age in s)`: the queue's
+   *   ApproximateNumberOfMessagesVisible (Maximum, left axis) and ApproximateAgeOfOldestMessage
+   *   (Maximum, seconds, right axis; the `queueAge` alarm's metric).
+   *
+   * Added to `dashboard` as one row when one is given; otherwise add them to a dashboard of yours.
+   */
+  public readonly widgets: readonly cloudwatch.IWidget[];
 
   /** @throws {OutboxConfigError} naming the prop (`events[0].source`, `retryAttempts`…) that is wrong */
   constructor(scope: Construct, id: string, props: OutboxConsumerProps) {
@@ -333,6 +355,8 @@ export class OutboxConsumer extends Construct {
         : new eventTargets.LambdaFunction(this.function, delivery),
     );
     this.alarms = this.createAlarms(props);
+    this.widgets = this.createWidgets(props);
+    props.dashboard?.addWidgets(...this.widgets);
   }
 
   /** A queue that is the end of the line: encrypted, TLS only, kept 14 days (SQS's longest). */
@@ -382,6 +406,71 @@ export class OutboxConsumer extends Construct {
     return fn;
   }
 
+  /** The inbox's parked events, as the function emits them: the metric of the `parked` alarm. */
+  private parkedMetric(props: OutboxConsumerProps): cloudwatch.Metric {
+    return new cloudwatch.Metric({
+      namespace: props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE,
+      metricName: InboxMetricName.Parked,
+      dimensionsMap: { [INBOX_METRIC_DIMENSION]: props.consumer },
+      statistic: 'Sum',
+      period: Duration.minutes(5),
+    });
+  }
+
+  /** See {@link OutboxConsumer.widgets}. */
+  private createWidgets(props: OutboxConsumerProps): cloudwatch.IWidget[] {
+    const name = props.consumer;
+    const period = Duration.minutes(5);
+    const visible = (q: sqs.IQueue, label: string) =>
+      q.metricApproximateNumberOfMessagesVisible({ period, statistic: 'Maximum', label });
+    // One row of 24 units: three widgets 8 wide, or four 6 wide with the queue's.
+    const size = { width: this.queue ? 6 : 8, height: 6 };
+    const widgets: cloudwatch.IWidget[] = [
+      new cloudwatch.GraphWidget({
+        ...size,
+        title: `${name}: failure queues (messages)`,
+        left: [
+          visible(this.deadLetterQueue, 'undelivered (dead-letter queue)'),
+          visible(this.failedEventsQueue, 'failed (failed-events queue)'),
+        ],
+      }),
+      new cloudwatch.GraphWidget({
+        ...size,
+        title: `${name}: invocations and errors (count)`,
+        left: [
+          this.function.metricInvocations({ period, statistic: 'Sum' }),
+          this.function.metricErrors({ period, statistic: 'Sum' }),
+        ],
+      }),
+      new cloudwatch.GraphWidget({
+        ...size,
+        title: `${name}: duration (ms), parked events`,
+        left: [
+          this.function.metricDuration({ period, statistic: 'p50', label: 'duration p50' }),
+          this.function.metricDuration({ period, statistic: 'p99', label: 'duration p99' }),
+        ],
+        right: [this.parkedMetric(props).with({ label: 'parked events' })],
+      }),
+    ];
+    if (this.queue) {
+      widgets.push(
+        new cloudwatch.GraphWidget({
+          ...size,
+          title: `${name}: queue (messages, age in s)`,
+          left: [visible(this.queue, 'visible messages')],
+          right: [
+            this.queue.metricApproximateAgeOfOldestMessage({
+              period,
+              statistic: 'Maximum',
+              label: 'oldest message age (s)',
+            }),
+          ],
+        }),
+      );
+    }
+    return widgets;
+  }
+
   private createAlarms(props: OutboxConsumerProps): OutboxConsumerAlarms {
     const alarm = (name: string, metric: cloudwatch.IMetric, description: string, threshold = 0) => {
       const created = new cloudwatch.Alarm(this, name, {
@@ -420,13 +509,7 @@ export class OutboxConsumer extends Construct {
       // Emitted by the inbox in the function itself (an EMF line per parked event).
       parked: alarm(
         'ParkedAlarm',
-        new cloudwatch.Metric({
-          namespace: props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE,
-          metricName: InboxMetricName.Parked,
-          dimensionsMap: { [INBOX_METRIC_DIMENSION]: name },
-          statistic: 'Sum',
-          period: Duration.minutes(5),
-        }),
+        this.parkedMetric(props),
         `The ${name} inbox parked events: an earlier one of the same chain was still missing after the gap wait. Run: outbox inbox parked list --consumer ${name}; then replay or discard each.`,
       ),
       queueAge: this.queue

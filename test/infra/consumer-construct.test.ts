@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { App, type AppProps, Duration, Stack } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -327,6 +328,107 @@ describe('OutboxConsumer, queue topology (bundling skipped)', () => {
     expect(() => new OutboxConsumer(stack, 'D', { ...base, entry, maxReceiveCount: 3 })).toThrow(
       expect.objectContaining({ variable: 'maxReceiveCount' }),
     );
+  });
+});
+
+describe("OutboxConsumer's dashboard widgets (bundling skipped)", () => {
+  /** A dashboard's widgets, its body's tokens written as `LogicalId` or `LogicalId.Attribute`. */
+  interface Widget {
+    type: string;
+    width: number;
+    properties: { title?: string; metrics?: (string | Record<string, unknown>)[][] };
+  }
+  const dashboardWidgets = (t: Template, idPrefix: string): Widget[] => {
+    const [dashboard] = Object.entries(t.findResources('AWS::CloudWatch::Dashboard')).filter(([id]) =>
+      id.startsWith(idPrefix),
+    );
+    if (!dashboard) throw new Error(`no dashboard ${idPrefix}…`);
+    const body = (dashboard[1] as { Properties: { DashboardBody: unknown } }).Properties.DashboardBody;
+    const parts = (body as { 'Fn::Join': [string, unknown[]] })['Fn::Join']?.[1] ?? [body];
+    const text = parts
+      .map((part) => {
+        if (typeof part === 'string') return part;
+        const token = part as { Ref?: string; 'Fn::GetAtt'?: [string, string] };
+        return token.Ref ?? token['Fn::GetAtt']?.join('.') ?? JSON.stringify(part);
+      })
+      .join('');
+    return (JSON.parse(text) as { widgets: Widget[] }).widgets;
+  };
+  /** Each graph's metrics as `Namespace MetricName DimensionValue… statistic`. */
+  const metricsOf = (widgets: Widget[], consumer: string) =>
+    widgets
+      .filter((w) => w.properties.title?.startsWith(`${consumer}: `))
+      .flatMap((w) =>
+        (w.properties.metrics ?? []).map((m) => {
+          const options = (typeof m.at(-1) === 'object' ? m.at(-1) : {}) as { stat?: string };
+          return [...m.filter((x) => typeof x === 'string'), options.stat].join(' ');
+        }),
+      );
+  const build = (
+    topology: 'direct' | 'queue',
+    withDashboard: boolean,
+    before: (consumer: OutboxConsumer) => void = () => {},
+  ) => {
+    const { stack, relay, base } = relayStack(newApp({ context: { 'aws:cdk:bundling-stacks': [] } }));
+    const consumer = new OutboxConsumer(stack, 'Billing', {
+      ...base,
+      entry,
+      topology,
+      ...(withDashboard ? { dashboard: relay.dashboard } : {}),
+    });
+    before(consumer);
+    const t = Template.fromStack(stack);
+    const id = (c: Construct) => Stack.of(stack).getLogicalId(c.node.defaultChild as never);
+    return { consumer, t, id, fn: id(consumer.function) };
+  };
+
+  it("adds the failure queues, the function's invocations, errors and duration, and parked events to the relay's dashboard", () => {
+    const { consumer, t, id, fn } = build('direct', true);
+    expect(consumer.widgets).toHaveLength(3);
+    const widgets = dashboardWidgets(t, 'Outbox');
+    const ours = widgets.filter((w) => w.properties.title?.startsWith('billing: '));
+    expect(ours.map((w) => w.width)).toEqual([8, 8, 8]);
+    expect(metricsOf(widgets, 'billing').sort()).toEqual(
+      [
+        `AWS/SQS ApproximateNumberOfMessagesVisible QueueName ${id(consumer.deadLetterQueue)}.QueueName Maximum`,
+        `AWS/SQS ApproximateNumberOfMessagesVisible QueueName ${id(consumer.failedEventsQueue)}.QueueName Maximum`,
+        `AWS/Lambda Invocations FunctionName ${fn} Sum`,
+        `AWS/Lambda Errors FunctionName ${fn} Sum`,
+        `AWS/Lambda Duration FunctionName ${fn} p50`,
+        `AWS/Lambda Duration FunctionName ${fn} p99`,
+        'Outbox InboxParked consumer billing Sum',
+      ].sort(),
+    );
+    // The parked graph is the alarm's metric.
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      Namespace: 'Outbox',
+      MetricName: 'InboxParked',
+      Dimensions: [{ Name: 'consumer', Value: 'billing' }],
+      Statistic: 'Sum',
+      Period: 300,
+    });
+    // The relay's own widgets are still there.
+    expect(widgets.some((w) => w.properties.title === 'Throughput (events published)')).toBe(true);
+  });
+
+  it("adds the queue's visible messages and oldest message age in the queue topology", () => {
+    const { consumer, t, id } = build('queue', true);
+    expect(consumer.widgets).toHaveLength(4);
+    const queue = id(consumer.queue as Construct);
+    expect(metricsOf(dashboardWidgets(t, 'Outbox'), 'billing')).toEqual(
+      expect.arrayContaining([
+        `AWS/SQS ApproximateNumberOfMessagesVisible QueueName ${queue}.QueueName Maximum`,
+        `AWS/SQS ApproximateAgeOfOldestMessage QueueName ${queue}.QueueName Maximum`,
+      ]),
+    );
+  });
+
+  it('leaves the dashboard alone without the prop, and its widgets fit a dashboard of your own', () => {
+    const { t } = build('direct', false, (consumer) => {
+      new cloudwatch.Dashboard(Stack.of(consumer), 'Mine', { widgets: [[...consumer.widgets]] });
+    });
+    expect(metricsOf(dashboardWidgets(t, 'Outbox'), 'billing')).toEqual([]);
+    expect(metricsOf(dashboardWidgets(t, 'Mine'), 'billing')).toHaveLength(7);
   });
 });
 

@@ -9,12 +9,22 @@
  *   the main API and both adapters into a real Postgres, and relays them (test/package/runtime.ts);
  * - runs the pre-built relay bundle as Lambda would, on the same database;
  * - synthesises a CDK app with OutboxRelay on an imported VPC and proxy, without esbuild
- *   (test/package/cdk-app.ts).
+ *   (test/package/cdk-app.ts);
+ * - synthesises a service's app with two OutboxConsumers beside the relay, one per topology,
+ *   subscribing to typed events (test/package/consumer-app.ts, consumer-events.ts and the two
+ *   handlers, type-checked above): first without esbuild, which fails naming the install, then
+ *   with esbuild installed as a team would (`npm i -D esbuild`, its postinstall denied under
+ *   `allowScripts`), with a `docker` on the PATH that only records being called. It reads the
+ *   template (each rule's pattern is its events' source and detail-type; direct: Lambda's retries
+ *   and on-failure queue, the target's retry policy and dead-letter queue; queue: the queue, its
+ *   redrive to the dead-letter queue, the event source mapping with ReportBatchItemFailures; the
+ *   alarms and dashboard widgets of each), and the consumers' bundles: small, without the AWS
+ *   SDK's EventBridge client or aws-cdk-lib.
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { cp, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, cp, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -23,6 +33,7 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type LocalBus, startLocalBus } from '../../dev/local-bus.ts';
 import { countPackages, folderBytes, IMPORT_PROBE } from '../../scripts/measure.ts';
+import { OrderPlaced, OrderShipped } from '../package/consumer-events.ts';
 import { withDatabase } from '../support/db.ts';
 import { lambdaContext } from '../support/lambda.ts';
 
@@ -38,6 +49,25 @@ const PACKAGES = {
   relay: { name: '@outbox-relay-aws/relay', exports: ['.', './operations', './package.json'] },
   cdk: { name: '@outbox-relay-aws/cdk', exports: ['.', './package.json'] },
 } as const;
+
+/**
+ * The most a consumer's bundle may weigh, bytes: the inbox, postgres, zod/mini and the AWS SDK's
+ * RDS signer (the IAM login), minified. Measured 425,035 (direct) and 426,058 (queue, with
+ * sqsBatch) on 2026-12-02; aws-cdk-lib pulled in by mistake would be megabytes. The EventBridge
+ * client is too small to show in the size (the relay's whole bundle, with it, is 492 kB), so the
+ * test looks for it by name.
+ */
+const BUNDLE_BYTES = 550_000;
+/** The fixtures copied into the fresh project, and type-checked there. */
+const APP_FILES = [
+  'check.ts',
+  'runtime.ts',
+  'cdk-app.ts',
+  'consumer-events.ts',
+  'consumer-handler.ts',
+  'consumer-queue-handler.ts',
+  'consumer-app.ts',
+];
 
 /** The parts of a synthesised AWS::Lambda::Function this test reads. */
 interface LambdaProperties {
@@ -161,12 +191,13 @@ beforeAll(async () => {
         noEmit: true,
         skipLibCheck: true,
         types: ['node'],
+        // The consumer's files import each other by their .ts names, as Node runs them.
+        allowImportingTsExtensions: true,
       },
-      files: ['check.ts', 'runtime.ts', 'cdk-app.ts'],
+      files: APP_FILES,
     }),
   );
-  for (const file of ['check.ts', 'runtime.ts', 'cdk-app.ts'])
-    await cp(join(fixtures, file), join(app, file));
+  for (const file of APP_FILES) await cp(join(fixtures, file), join(app, file));
   // The service's own dependencies (the peers it brings, its tools), at the versions in the npm
   // cache, and the tarball; --prefer-offline takes everything from the cache.
   const extras = await Promise.all(
@@ -391,5 +422,143 @@ describe('the packed package, installed in a fresh project', () => {
       }
     },
     5 * MINUTES,
+  );
+
+  it(
+    'synthesises a direct and a queue OutboxConsumer on typed events, bundling their handlers with esbuild, never Docker',
+    async () => {
+      type Resource = { Type: string; Properties: Record<string, unknown> };
+      const out = join(work, 'cdk.out-consumers');
+      // The app's PATH: Node 24, the app's bins, and the system's, but no other node_modules/.bin
+      // (npx puts the repository's on this process's PATH, whose esbuild the construct would
+      // find), and a docker that only records being called, ahead of any real one.
+      const fakeBin = join(work, 'fake-bin');
+      const dockerCalls = join(work, 'docker-calls.txt');
+      await mkdir(fakeBin, { recursive: true });
+      await writeFile(join(fakeBin, 'docker'), `#!/bin/sh\necho "$@" >> '${dockerCalls}'\nexit 1\n`);
+      await chmod(join(fakeBin, 'docker'), 0o755);
+      await symlink(node24, join(fakeBin, 'node'));
+      const systemPath = (process.env.PATH ?? '').split(':').filter((dir) => !dir.includes('node_modules'));
+      const PATH = [fakeBin, join(app, 'node_modules', '.bin'), ...systemPath].join(':');
+      const synth = () => inApp(node24, node24, ['consumer-app.ts', out], { PATH });
+
+      // Without esbuild the consumers cannot be bundled locally: synth fails, naming the install.
+      const refused = (await synth().then(
+        () => ({ stderr: 'synthesised without esbuild' }),
+        (error: { stderr?: string }) => error,
+      )) as { stderr?: string };
+      expect(refused.stderr).toContain('npm i -D esbuild');
+
+      // esbuild as a team adds it. Its postinstall only swaps the JavaScript launcher for the
+      // native binary (and checks it): denied under allowScripts, as in this repository, so that
+      // npm 11 neither runs it nor warns, and esbuild still runs through the launcher.
+      const manifestFile = join(app, 'package.json');
+      const manifest = JSON.parse(await readFile(manifestFile, 'utf8'));
+      await writeFile(
+        manifestFile,
+        `${JSON.stringify({ ...manifest, allowScripts: { ...manifest.allowScripts, esbuild: false } }, null, 2)}\n`,
+      );
+      const esbuild = await installedVersion('esbuild');
+      const installed = await inApp(node24, 'npm', [
+        'install',
+        '--save-dev',
+        '--prefer-offline',
+        '--no-audit',
+        '--no-fund',
+        esbuild,
+      ]);
+      expect(installed.stderr).not.toContain('install-scripts');
+      const launcher = await readFile(join(app, 'node_modules', 'esbuild', 'bin', 'esbuild'));
+      expect(launcher.subarray(0, 2).toString()).toBe('#!'); // still the script: the postinstall did not run
+      const { stdout: version } = await inApp(node24, 'esbuild', ['--version'], { PATH });
+      expect(`esbuild@${version.trim()}`).toBe(esbuild);
+
+      const synthesised = await synth();
+      expect(existsSync(dockerCalls), 'docker was called').toBe(false);
+      expect(synthesised.stderr).not.toMatch(/docker/i);
+      const template = JSON.parse(await readFile(join(out, 'ConsumersStack.template.json'), 'utf8'));
+      const resources = template.Resources as Record<string, Resource>;
+      /** The one resource of a type whose logical id is the construct path's (`BillingRule`) and a hash. */
+      const only = (prefix: string, type: string): [string, Record<string, unknown>] => {
+        const found = Object.entries(resources).filter(
+          ([id, r]) => r.Type === type && new RegExp(`^${prefix}[0-9A-F]{8}$`).test(id),
+        );
+        expect(found.map(([id]) => id)).toHaveLength(1);
+        const [id, resource] = found[0] as [string, Resource];
+        return [id, resource.Properties];
+      };
+      const arn = (id: string) => ({ 'Fn::GetAtt': [id, 'Arn'] });
+      const ofType = (type: string) => Object.entries(resources).filter(([, r]) => r.Type === type);
+      const bundles: Record<string, string> = {};
+
+      for (const [name, event] of [
+        ['Billing', OrderPlaced],
+        ['Notifications', OrderShipped],
+      ] as const) {
+        const [fn, fnProps] = only(`${name}Function`, 'AWS::Lambda::Function');
+        const [, rule] = only(`${name}Rule`, 'AWS::Events::Rule');
+        const [dlq] = only(`${name}DeadLetterQueue`, 'AWS::SQS::Queue');
+        const [failed] = only(`${name}FailedEventsQueue`, 'AWS::SQS::Queue');
+        expect(rule.EventPattern).toEqual({ source: [event.source], 'detail-type': [event.type] });
+        const [target] = rule.Targets as Record<string, unknown>[];
+        expect(target).toMatchObject({
+          RetryPolicy: { MaximumRetryAttempts: 185, MaximumEventAgeInSeconds: 86_400 },
+          DeadLetterConfig: { Arn: arn(dlq) },
+        });
+        const invokeConfigs = ofType('AWS::Lambda::EventInvokeConfig').filter(
+          ([, r]) => (r.Properties.FunctionName as { Ref?: string }).Ref === fn,
+        );
+        const mappings = ofType('AWS::Lambda::EventSourceMapping').filter(
+          ([, r]) => (r.Properties.FunctionName as { Ref?: string }).Ref === fn,
+        );
+        if (name === 'Billing') {
+          expect(target?.Arn).toEqual(arn(fn));
+          expect(invokeConfigs.map(([, r]) => r.Properties)).toEqual([
+            expect.objectContaining({
+              MaximumRetryAttempts: 2,
+              DestinationConfig: { OnFailure: { Destination: arn(failed) } },
+            }),
+          ]);
+          expect(mappings).toEqual([]);
+        } else {
+          const [queue, queueProps] = only(`${name}Queue`, 'AWS::SQS::Queue');
+          expect(queueProps.RedrivePolicy).toEqual({ deadLetterTargetArn: arn(failed), maxReceiveCount: 5 });
+          expect(target?.Arn).toEqual(arn(queue));
+          expect(mappings.map(([, r]) => r.Properties)).toEqual([
+            expect.objectContaining({
+              EventSourceArn: arn(queue),
+              FunctionResponseTypes: ['ReportBatchItemFailures'],
+            }),
+          ]);
+          expect(invokeConfigs).toEqual([]);
+        }
+        const alarms = ofType('AWS::CloudWatch::Alarm').filter(([id]) => id.startsWith(name));
+        expect(alarms).toHaveLength(name === 'Billing' ? 4 : 5);
+
+        // The bundle: Node 24 ESM, esbuild's output of the handler and what it imports.
+        expect(fnProps).toMatchObject({ Handler: 'index.handler', Runtime: 'nodejs24.x' });
+        const hash = String((fnProps.Code as { S3Key: string }).S3Key).replace(/\.zip$/, '');
+        const bundle = join(out, `asset.${hash}`, 'index.mjs');
+        bundles[name] = await readFile(bundle, 'utf8');
+        expect(bundles[name]).toContain(event.type);
+        expect((await stat(bundle)).size, `${name}'s bundle size`).toBeLessThan(BUNDLE_BYTES);
+      }
+      for (const code of Object.values(bundles)) {
+        // The inbox and its typed event are in; the EventBridge client (the relay's) and the CDK are not.
+        expect(code).toContain('InboxGapError');
+        expect(code).not.toMatch(/EventBridgeClient|PutEventsCommand|AWSEvents\./);
+        expect(code).not.toMatch(/aws-cdk-lib|@aws-cdk\/|CfnResource/);
+      }
+      // sqsBatch only where the handler uses it (the consumer package is tree-shaken).
+      expect(bundles.Notifications).toContain('batchItemFailures');
+      expect(bundles.Billing).not.toContain('batchItemFailures');
+
+      // Both consumers' widgets are on the relay's dashboard.
+      const dashboards = ofType('AWS::CloudWatch::Dashboard').map(([, r]) => JSON.stringify(r.Properties));
+      expect(dashboards).toHaveLength(1);
+      expect(dashboards[0]).toContain('billing: failure queues (messages)');
+      expect(dashboards[0]).toContain('notifications: queue (messages, age in s)');
+    },
+    10 * MINUTES,
   );
 });
