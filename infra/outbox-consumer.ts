@@ -487,18 +487,20 @@ export class OutboxConsumer extends Construct {
     const visible = (q: sqs.IQueue) =>
       q.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(5), statistic: 'Maximum' });
     const name = props.consumer;
+    // The command that lists and replays both failure queues, with their URLs and the function's
+    // name filled in at deploy time (docs/consuming.md#failure-queues).
+    const queues = `--queue-url ${this.failedEventsQueue.queueUrl} --queue-url ${this.deadLetterQueue.queueUrl}`;
+    const replay = `run: outbox inbox queue list ${queues}; then outbox inbox queue replay ${queues} --consumer ${name} --function-name ${this.function.functionName} (in each aggregate's order; the inbox applies each event once).`;
     return {
       undelivered: alarm(
         'UndeliveredAlarm',
         visible(this.deadLetterQueue),
-        `EventBridge could not deliver events to the ${name} consumer's function. Fix the cause, then send the queued events to the bus again.`,
+        `EventBridge could not deliver events to the ${name} consumer's ${this.queue ? 'queue' : 'function'} (the messages are the events, the error in their attributes). Fix the cause, then ${replay}`,
       ),
       failed: alarm(
         'FailedEventsAlarm',
         visible(this.failedEventsQueue),
-        this.topology === 'direct'
-          ? `The ${name} consumer's handler failed on every attempt for some events. Each message holds the event (requestPayload) and the error; fix the cause, then send the event to the bus or the function again: the inbox applies it once.`
-          : `The ${name} consumer's handler failed on every receive for some events (the messages are the events; the errors are in the function's logs and in outbox inbox failed list --consumer ${name}). Fix the cause, then redrive the queue to its source queue: the inbox applies each once.`,
+        `The ${name} consumer's handler failed on every ${this.topology === 'direct' ? 'attempt' : 'receive'} for some events (${this.topology === 'direct' ? "each message is Lambda's record: the event and the error" : "the messages are the events; the errors are in the function's logs and outbox inbox failed list"}). Fix the cause, then ${replay}`,
       ),
       errors: alarm(
         'ErrorsAlarm',

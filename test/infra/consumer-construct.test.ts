@@ -58,6 +58,32 @@ function relayStack(app: App) {
   return { stack, relay, base };
 }
 
+/** The failure queues' alarms give the replay command with both queue URLs and the function filled in, within CloudWatch's 1,024 characters. */
+function expectReplayCommandInAlarms(t: Template, consumer: OutboxConsumer): void {
+  const idOf = (c: { node: { defaultChild?: unknown } }) =>
+    Stack.of(consumer).getLogicalId(c.node.defaultChild as never);
+  for (const alarm of [consumer.alarms.undelivered, consumer.alarms.failed]) {
+    const description = t.toJSON().Resources[idOf(alarm)].Properties.AlarmDescription as {
+      'Fn::Join': [string, unknown[]];
+    };
+    const parts = description['Fn::Join'][1];
+    const text = parts.map((p) => (typeof p === 'string' ? p : JSON.stringify(p))).join('');
+    expect(text).toMatch(
+      /outbox inbox queue list --queue-url .* --queue-url .*; then outbox inbox queue replay --queue-url /,
+    );
+    expect(text).toContain(`{"Ref":"${idOf(consumer.failedEventsQueue)}"}`);
+    expect(text).toContain(`{"Ref":"${idOf(consumer.deadLetterQueue)}"}`);
+    expect(text).toContain(
+      `--consumer billing --function-name {"Ref":"${idOf(consumer.function as never)}"}`,
+    );
+    // CloudWatch takes at most 1,024 characters: the text, 4 queue URLs of at most 130 (an
+    // 80-character name, SQS's longest, after https://sqs.<region>.amazonaws.com/<account>/) and
+    // a function name of at most 64.
+    const literal = parts.filter((p) => typeof p === 'string').join('').length;
+    expect(literal + 4 * 130 + 64).toBeLessThanOrEqual(1024);
+  }
+}
+
 describe('OutboxConsumer, direct topology (bundled from an entry, locally)', () => {
   let t: Template;
   let consumer: OutboxConsumer;
@@ -181,6 +207,10 @@ describe('OutboxConsumer, direct topology (bundled from an entry, locally)', () 
       });
     }
   });
+
+  it("gives the failure queues' alarms the command that replays them, with both queue URLs and the function filled in", () => {
+    expectReplayCommandInAlarms(t, consumer);
+  });
 });
 
 describe('OutboxConsumer options and checks (bundling skipped)', () => {
@@ -263,6 +293,11 @@ describe('OutboxConsumer, queue topology (bundling skipped)', () => {
       id: (c: Construct) => Stack.of(stack).getLogicalId(c.node.defaultChild as never),
     };
   };
+
+  it("gives the failure queues' alarms the replay command", () => {
+    const { consumer, t } = build();
+    expectReplayCommandInAlarms(t, consumer);
+  });
 
   it('sends the rule to an encrypted queue with a redrive policy, read with partial batch responses', () => {
     const { consumer, t, id } = build();
