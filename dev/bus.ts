@@ -41,6 +41,8 @@ process.stdout.write(
     // Everything `outbox relay` needs besides DATABASE_URL: the bus name is required (the local bus
     // takes any name and prints it with each event).
     `  export EVENT_BUS_NAME=demo AWS_ENDPOINT_URL_EVENTBRIDGE=${bus.url} AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local\n` +
+    // The same port answers the Custom Event Bus's PutEvents (any event-busv2 ARN).
+    `  or, for a Custom Event Bus: export OUTBOX_EVENT_BUS_ARN=arn:aws:events:us-east-1:000000000000:event-busv2/demo/local AWS_ENDPOINT_URL_EVENTBRIDGEV2=${bus.url} (instead of EVENT_BUS_NAME)\n` +
     (values.refuse === undefined
       ? ''
       : `  refusing every event whose detail holds ${JSON.stringify(values.refuse)} (InvalidArgument: dead-lettered at once)\n`),

@@ -10,6 +10,10 @@
  * characters (InvalidArgument); Source starting with `aws.` refused (NotAuthorizedForSourceException);
  * Detail must be a JSON object (MalformedDetail).
  *
+ * The same server answers the Custom Event Bus's PutEvents (EventsV2, Smithy RPC v2 CBOR, routed by
+ * its `/service/AWSEventsV2/operation/PutEvents` path and `smithy-protocol` header), with that
+ * API's limits, its 5-minute deduplication and per-bus sequence numbers: see local-bus/eventsv2.ts.
+ *
  * Control endpoints for other processes: `GET /_local/events` (accepted events as JSON),
  * `GET /_local/stats`, `PUT /_local/faults` (JSON {@link Faults}), `POST /_local/reset`.
  */
@@ -23,6 +27,15 @@ import {
   MAX_DETAIL_TYPE_LENGTH,
   MAX_ENTRIES_PER_REQUEST,
 } from '../shared/platform/envelope.ts';
+import { EventsV2State, handleEventsV2, isEventsV2Request } from './local-bus/eventsv2.ts';
+
+export {
+  DEDUP_WINDOW_MS,
+  EVENTSV2_MAX_ENTRIES,
+  fifoDeliveries,
+  MAX_DEDUPLICATION_ID_LENGTH,
+  MAX_EVENT_GROUP_ID_LENGTH,
+} from './local-bus/eventsv2.ts';
 
 /** Fault injection; every rate is a probability in [0, 1], drawn per request or per entry. */
 export interface Faults {
@@ -64,6 +77,12 @@ export interface AcceptedEvent {
   requestId: string;
   /** True when the response to this request was deliberately lost (the sender cannot know it landed). */
   responseLost: boolean;
+  /** Custom Event Bus only (then `eventBusName` is the bus ARN): `SystemMetadata.EventGroupId`. */
+  eventGroupId?: string;
+  /** Custom Event Bus only: `SystemMetadata.DeduplicationId`. */
+  deduplicationId?: string;
+  /** Custom Event Bus only: the bus's sequence number for the event (decimal text, 1, 2, 3… per bus). */
+  sequenceNumber?: string;
 }
 
 /** Counters of what the bus saw. */
@@ -76,6 +95,8 @@ export interface BusStats {
   entryFailures: number;
   lostResponses: number;
   rejected: number;
+  /** Custom Event Bus entries answered DEDUPLICATED (not delivered again). */
+  deduplicated: number;
   /** Largest number of entries in one request, and largest request size in bytes. */
   maxEntriesPerRequest: number;
   maxRequestBytes: number;
@@ -121,6 +142,7 @@ function emptyStats(): BusStats {
     entryFailures: 0,
     lostResponses: 0,
     rejected: 0,
+    deduplicated: 0,
     maxEntriesPerRequest: 0,
     maxRequestBytes: 0,
   };
@@ -149,9 +171,33 @@ export async function startLocalBus(options: LocalBusOptions = {}): Promise<Loca
   emitter.setMaxListeners(0);
   const chance = (rate: number | undefined) => rate !== undefined && rate > 0 && random() < rate;
 
-  const handle = async (req: IncomingMessage, res: ServerResponse, body: string) => {
+  const eventsV2 = new EventsV2State();
+  const handle = async (req: IncomingMessage, res: ServerResponse, raw: Buffer) => {
     const url = req.url ?? '/';
+    const body = raw.toString('utf8');
     if (url.startsWith('/_local/')) return control(req, res, url, body);
+    if (isEventsV2Request(req)) {
+      return handleEventsV2(
+        req,
+        res,
+        raw,
+        {
+          faults: () => faults,
+          chance,
+          delay: () => delay(faults, random),
+          stats: () => stats,
+          record(accepted) {
+            events.push(accepted);
+            stats.accepted++;
+            emitter.emit('accepted', accepted);
+          },
+          emitReceived: (entries) => emitter.emit('received', entries),
+          maxRequestBytes,
+          now: () => Date.now(),
+        },
+        eventsV2,
+      );
+    }
 
     const target = req.headers['x-amz-target'];
     if (req.method !== 'POST' || target !== 'AWSEvents.PutEvents') {
@@ -282,7 +328,7 @@ export async function startLocalBus(options: LocalBusOptions = {}): Promise<Loca
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      handle(req, res, Buffer.concat(chunks).toString('utf8')).catch((error: unknown) => {
+      handle(req, res, Buffer.concat(chunks)).catch((error: unknown) => {
         sendError(res, 500, 'InternalException', String(error));
       });
     });
@@ -308,6 +354,7 @@ export async function startLocalBus(options: LocalBusOptions = {}): Promise<Loca
     reset() {
       events.length = 0;
       stats = emptyStats();
+      eventsV2.reset();
     },
     close: () =>
       new Promise<void>((resolve) => {

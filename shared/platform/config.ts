@@ -48,6 +48,22 @@ export const settingSchemas = {
         'must be an event bus name ([/.-_A-Za-z0-9], at most 256) or its ARN',
       ),
     ),
+  /**
+   * A Custom Event Bus (EventsV2): its ARN, `arn:<partition>:events:<region>:<account>:event-busv2/<name>/<id>`
+   * (the ARN format of the EventsV2 API's `EventBusArn`). Optional: unset, the relay publishes to
+   * `EVENT_BUS_NAME`'s classic bus.
+   */
+  [EnvVar.eventBusArn]: z.optional(
+    z
+      .string()
+      .check(
+        z.maxLength(1_600),
+        z.regex(
+          /^arn:aws[\w-]*:events:[a-z0-9-]+:\d{12}:event-busv2\/[^/\s]+(\/[^/\s]+)?$/,
+          'must be a Custom Event Bus ARN, arn:aws:events:<region>:<account>:event-busv2/<name>/<id>',
+        ),
+      ),
+  ),
   /** Aggregates (heads) claimed per pass. */
   [EnvVar.batchSize]: z._default(int(1, 10_000, 'aggregates claimed per pass'), 100),
   /**
@@ -175,14 +191,20 @@ export const RELAY_SETTING_VARS = {
   pollIntervalMs: EnvVar.pollIntervalMs,
   idleReturnSeconds: EnvVar.idleReturnSeconds,
   metricNamespace: EnvVar.metricNamespace,
-} as const satisfies Record<keyof RelaySettings, SettingVar>;
+} as const satisfies Record<Exclude<keyof RelaySettings, 'eventBusArn'>, SettingVar>;
 
 /** Relay settings; the units are in the names (ms, seconds, bytes). */
 export const relayConfigSchema = schemaOf(Object.values(RELAY_SETTING_VARS));
 
 /** The relay's settings in the shape the relay core takes (see {@link settingSchemas} for each). */
 export interface RelaySettings {
+  /** The classic bus's name or ARN; with `eventBusArn`, that ARN (for logs and reports). */
   eventBusName: string;
+  /**
+   * Set (`OUTBOX_EVENT_BUS_ARN`): the relay publishes to this Custom Event Bus (EventsV2) instead,
+   * with per-aggregate `EventGroupId` and the event id as `DeduplicationId`.
+   */
+  eventBusArn?: string;
   batchSize: number;
   leaseSeconds: number;
   maxAttempts: number;
@@ -206,10 +228,38 @@ export interface RelaySettings {
  * @throws {OutboxConfigError} naming the first variable that is missing or malformed
  */
 export function loadRelaySettings(env: NodeJS.ProcessEnv = process.env): RelaySettings {
-  const e = parseEnv(relayConfigSchema, env);
-  return Object.fromEntries(
-    Object.entries(RELAY_SETTING_VARS).map(([field, variable]) => [field, e[variable]]),
-  ) as unknown as RelaySettings;
+  const eventBusArn = readSetting(EnvVar.eventBusArn, env);
+  const busName = env[EnvVar.eventBusName]?.trim();
+  if (eventBusArn === undefined) {
+    if (busName?.includes(':event-busv2/')) {
+      throw new OutboxConfigError(
+        EnvVar.eventBusName,
+        `names a Custom Event Bus (EventsV2): set ${EnvVar.eventBusArn} to its ARN instead`,
+      );
+    }
+    const e = parseEnv(relayConfigSchema, env);
+    return Object.fromEntries(
+      Object.entries(RELAY_SETTING_VARS).map(([field, variable]) => [field, e[variable]]),
+    ) as unknown as RelaySettings;
+  }
+  // One bus: a Custom Event Bus ARN beside a classic bus name is a configuration mistake, not a choice.
+  if (busName) {
+    throw new OutboxConfigError(
+      EnvVar.eventBusArn,
+      `and ${EnvVar.eventBusName} are both set: set only ${EnvVar.eventBusArn} to publish to the Custom ` +
+        `Event Bus, or only ${EnvVar.eventBusName} for a classic event bus`,
+    );
+  }
+  const { eventBusName: _name, ...rest } = RELAY_SETTING_VARS;
+  const e = parseEnv(schemaOf(Object.values(rest)), env) as Record<string, unknown>;
+  return {
+    ...(Object.fromEntries(Object.entries(rest).map(([field, variable]) => [field, e[variable]])) as Omit<
+      RelaySettings,
+      'eventBusName'
+    >),
+    eventBusName: eventBusArn,
+    eventBusArn,
+  };
 }
 
 /**

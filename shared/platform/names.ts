@@ -171,6 +171,8 @@ export const EnvVar = {
   dbConnectTimeoutSeconds: 'OUTBOX_DB_CONNECT_TIMEOUT_SECONDS',
   dbStatementTimeoutMs: 'OUTBOX_DB_STATEMENT_TIMEOUT_MS',
   eventBusName: 'EVENT_BUS_NAME',
+  /** A Custom Event Bus (EventsV2) ARN: set, the relay publishes there instead of EVENT_BUS_NAME's bus. */
+  eventBusArn: 'OUTBOX_EVENT_BUS_ARN',
   metricNamespace: 'OUTBOX_METRIC_NAMESPACE',
   // the relay
   batchSize: 'OUTBOX_BATCH_SIZE',

@@ -24,6 +24,14 @@ export {
 } from '../platform/index.ts';
 export type { RelayCounts } from './counts.ts';
 export {
+  EVENTSV2_ENDPOINT_ENV,
+  EventsV2Client,
+  type EventsV2ClientConfig,
+  EventsV2PutEventsCommand,
+  type EventsV2PutEventsInput,
+  type EventsV2PutEventsOutput,
+} from './eventsv2-client.ts';
+export {
   type PassReport,
   type RelayRunResult,
   type RunRelayOptions,
@@ -36,6 +44,16 @@ export {
   createEventBridgeClient,
   PERMANENT_ENTRY_ERRORS,
 } from './publish.ts';
+export {
+  createEventsV2Client,
+  EVENTSV2_MAX_ENTRIES_PER_REQUEST,
+  eventBridgePublisher,
+  eventGroupIdOf,
+  eventsV2Publisher,
+  MAX_EVENT_GROUP_ID_LENGTH,
+  type Publisher,
+  type PublishRequest,
+} from './publisher.ts';
 export {
   type CreateRelayOptions,
   createRelay,

@@ -15,7 +15,7 @@
  * outstanding, so a live pass keeps its rows through a call longer than its lease, while a dead
  * relay's rows come back one short lease after its last renewal.
  */
-import type { EventBridgeClient, PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
+import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import {
   type ConnectionPool,
   compareInt8,
@@ -29,14 +29,8 @@ import { AnswerTimeout } from './answer-timeout.ts';
 import { backoffDelayMs } from './backoff.ts';
 import { emptyCounts, type RelayCounts } from './counts.ts';
 import type { Lease } from './lease.ts';
-import {
-  type EntryOutcome,
-  isNoAnswer,
-  mapWithConcurrency,
-  packRequests,
-  putEntries,
-  toEntry,
-} from './publish.ts';
+import { type EntryOutcome, isNoAnswer, mapWithConcurrency } from './publish.ts';
+import { eventBridgePublisher, type Publisher, type PublishRequest } from './publisher.ts';
 import type { Semaphore } from './semaphore.ts';
 import {
   type ClaimOptions,
@@ -59,7 +53,13 @@ export interface RelayDeps {
    * connections after one broke or stopped answering; a plain pool works but is never replaced.
    */
   sql: Sql | ConnectionPool;
-  client: EventBridgeClient;
+  /** The classic bus's client, used when no `publisher` is given. */
+  client?: EventBridgeClient;
+  /**
+   * Where events are put (publisher.ts): default the classic bus through `client`. The Custom
+   * Event Bus's is `eventsV2Publisher` (createRelay picks it when `OUTBOX_EVENT_BUS_ARN` is set).
+   */
+  publisher?: Publisher;
   settings: RelaySettings;
   /** Source of randomness for backoff jitter; tests may fix it. */
   random?: () => number;
@@ -283,6 +283,7 @@ class Pass {
   readonly #endBy: number;
   readonly #random: () => number;
   readonly #answerTimeout: AnswerTimeout;
+  readonly #publisher: Publisher;
   /** Aggregates that must send nothing more this pass → ms before their next event may go. */
   readonly #stopped = new Map<string, number>();
   /**
@@ -302,6 +303,7 @@ class Pass {
     this.#watchdog = new Watchdog(lease, this.#endBy);
     this.#random = deps.random ?? Math.random;
     this.#answerTimeout = deps.answerTimeout ?? new AnswerTimeout();
+    this.#publisher = deps.publisher ?? classicPublisher(deps);
   }
 
   #sql(): Sql {
@@ -587,16 +589,18 @@ class Pass {
    * lease renewed while they wait for a slot or an answer.
    */
   async publish(round: ClaimedEvent[]): Promise<SentEvent[]> {
-    const settings = this.#settings;
-    const items = round.map((event) => ({ event, entry: toEntry(event, settings.eventBusName) }));
-    const requests = packRequests(items, settings.maxRequestBytes);
+    const requests = this.#publisher.pack(round);
     this.counts.putEventsCalls += requests.length;
     const stopKeeping = this.#keepLease();
     try {
-      const outcomes = await mapWithConcurrency(requests, settings.publishConcurrency, async (request) => {
-        const results = await this.#sendInSlot(request.map((i) => i.entry));
-        return request.map((item, i) => ({ event: item.event, outcome: results[i] as EntryOutcome }));
-      });
+      const outcomes = await mapWithConcurrency(
+        requests,
+        this.#settings.publishConcurrency,
+        async (request) => {
+          const results = await this.#sendInSlot(request);
+          return request.events.map((event, i) => ({ event, outcome: results[i] as EntryOutcome }));
+        },
+      );
       return outcomes.flat();
     } finally {
       await stopKeeping();
@@ -607,14 +611,14 @@ class Pass {
    * {@link #send} once a slot of `publishSlots` is free. The wait ends when the watchdog fires:
    * the entries are then not sent (the pass is over and hands them back).
    */
-  async #sendInSlot(entries: PutEventsRequestEntry[]): Promise<EntryOutcome[]> {
+  async #sendInSlot(request: PublishRequest): Promise<EntryOutcome[]> {
     const slots = this.#deps.publishSlots;
-    if (!slots) return this.#send(entries);
+    if (!slots) return this.#send(request);
     const signal = this.#watchdog.signal;
     try {
-      return await slots.run(() => this.#send(entries), signal);
+      return await slots.run(() => this.#send(request), signal);
     } catch (error) {
-      if (signal.aborted && error === signal.reason) return entries.map(() => notSent());
+      if (signal.aborted && error === signal.reason) return request.events.map(() => notSent());
       throw error;
     }
   }
@@ -624,9 +628,9 @@ class Pass {
    * for marking its outcome; the lease is renewed meanwhile (see {@link #keepLease}), and the
    * watchdog aborts the call if the lease cannot be.
    */
-  async #send(entries: PutEventsRequestEntry[]): Promise<EntryOutcome[]> {
+  async #send(request: PublishRequest): Promise<EntryOutcome[]> {
     const watchdog = this.#watchdog;
-    if (watchdog.signal.aborted) return entries.map(() => notSent());
+    if (watchdog.signal.aborted) return request.events.map(() => notSent());
     // Measured when the call starts (after waiting for a slot).
     const budget = Math.min(MAX_CALL_MS, this.#endBy - performance.now() - MARK_RESERVE_MS);
     const call = watchdog.callSignal(Math.max(0, Math.floor(budget)));
@@ -635,7 +639,7 @@ class Pass {
     const callStarted = performance.now();
     let results: EntryOutcome[] | undefined;
     try {
-      results = await putEntries(this.#deps.client, entries, call.signal, attemptMs);
+      results = await this.#publisher.put(request, call.signal, attemptMs);
       return results;
     } finally {
       call.release();
@@ -760,6 +764,13 @@ class Pass {
 }
 
 /** The outcome of an entry never sent: the watchdog fired before its call could start. */
+/** The classic bus through `deps.client`, when no publisher was given. */
+function classicPublisher(deps: RelayDeps): Publisher {
+  if (!deps.client)
+    throw new TypeError('the relay needs a publisher or an EventBridge client (RelayDeps.client)');
+  return eventBridgePublisher(deps.client, deps.settings);
+}
+
 function notSent(): EntryOutcome {
   return {
     ok: false,

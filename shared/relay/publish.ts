@@ -86,9 +86,18 @@ export function createEventBridgeClient(config: EventBridgeClientConfig = {}): E
     ...config,
   });
   client.middlewareStack.remove(USER_AGENT_MIDDLEWARE);
+  addNoRetryAfterTimeout(client.middlewareStack);
+  return client;
+}
+
+/**
+ * Adds the middleware that turns an attempt's timeout into {@link PutEventsTimeoutError} (not
+ * retried inside the call) to an SDK client's stack: the classic client's and the EventsV2 one's.
+ */
+export function addNoRetryAfterTimeout(stack: { add(middleware: never, options: never): void }): void {
   // In the deserialize step, below the retry middleware (finalizeRequest): it sees each attempt.
-  client.middlewareStack.add(
-    (next) => async (args) => {
+  stack.add(
+    ((next: (args: unknown) => Promise<unknown>) => async (args: unknown) => {
       try {
         return await next(args);
       } catch (error) {
@@ -96,10 +105,9 @@ export function createEventBridgeClient(config: EventBridgeClientConfig = {}): E
           throw new PutEventsTimeoutError((error as Error).message);
         throw error;
       }
-    },
-    { step: 'deserialize', name: NO_RETRY_AFTER_TIMEOUT_MIDDLEWARE, priority: 'high' },
+    }) as never,
+    { step: 'deserialize', name: NO_RETRY_AFTER_TIMEOUT_MIDDLEWARE, priority: 'high' } as never,
   );
-  return client;
 }
 
 /** The name `@aws-sdk/middleware-user-agent` registers its middleware under (in the build step). */
@@ -111,7 +119,9 @@ export const USER_AGENT_MIDDLEWARE = 'getUserAgentMiddleware';
  * finally dead-lettered) for what is a deployment problem.
  * @throws {OutboxConfigError} naming AWS_REGION or the credentials
  */
-export async function checkEventBridgeClient(client: EventBridgeClient): Promise<void> {
+export async function checkEventBridgeClient(client: {
+  config: { region(): Promise<string>; credentials(): Promise<unknown> };
+}): Promise<void> {
   try {
     await client.config.region();
   } catch (error) {
@@ -205,33 +215,53 @@ export async function putEntries(
       ...(answerTimeoutMs === undefined ? {} : { requestTimeout: answerTimeoutMs }),
     });
     const results = out.Entries ?? [];
-    return entries.map((_, i) => {
-      const r = results[i];
-      if (r && !r.ErrorCode && r.EventId) return { ok: true };
-      const code = r?.ErrorCode ?? 'MissingResult';
-      return {
-        ok: false,
-        code,
-        message: r?.ErrorMessage ?? 'no result for this entry in the PutEvents response',
-        permanent: PERMANENT_ENTRY_ERRORS.has(code),
-        throttled: code === 'ThrottlingException',
-        // A throttled entry met the account's rate, not a fault of its own; any other per-entry
-        // code (InternalFailure included) is the entry's and counts towards dead-lettering.
-        backPressure: code === 'ThrottlingException',
-      };
-    });
+    return entries.map((_, i) => entryOutcome(results[i]));
   } catch (error) {
-    const err = error as { name?: string; message?: string; $metadata?: { httpStatusCode?: number } };
-    const code = err.name ?? 'Error';
-    const status = err.$metadata?.httpStatusCode;
-    const refusedAsInvalid =
-      status !== undefined && status >= 400 && status < 500 && code === 'ValidationException';
-    if (refusedAsInvalid && entries.length > 1 && !signal?.aborted) {
+    if (refusedAsInvalid(error, 'ValidationException') && entries.length > 1 && !signal?.aborted) {
       const singles = await Promise.all(entries.map((e) => putEntries(client, [e], signal, answerTimeoutMs)));
       return singles.flat();
     }
+    const outcome = requestFailure(error);
+    return entries.map(() => ({ ...outcome }));
+  }
+}
+
+/**
+ * The outcome of one entry of a PutEvents answer (either bus): accepted when it has an `EventId`
+ * and no `ErrorCode`, else failed with its code, classified by {@link PERMANENT_ENTRY_ERRORS}.
+ */
+export function entryOutcome(
+  r: { EventId?: string; ErrorCode?: string; ErrorMessage?: string } | undefined,
+): EntryOutcome {
+  if (r && !r.ErrorCode && r.EventId) return { ok: true };
+  const code = r?.ErrorCode ?? 'MissingResult';
+  return {
+    ok: false,
+    code,
+    message: r?.ErrorMessage ?? 'no result for this entry in the PutEvents response',
+    permanent: PERMANENT_ENTRY_ERRORS.has(code),
+    throttled: code === 'ThrottlingException',
+    // A throttled entry met the account's rate, not a fault of its own; any other per-entry
+    // code (InternalFailure included) is the entry's and counts towards dead-lettering.
+    backPressure: code === 'ThrottlingException',
+  };
+}
+
+/** Whether a call failed as a whole because the request was refused as invalid (HTTP 4xx named `invalidCode`). */
+export function refusedAsInvalid(error: unknown, invalidCode: string): boolean {
+  const err = error as { name?: string; $metadata?: { httpStatusCode?: number } };
+  const status = err.$metadata?.httpStatusCode;
+  return status !== undefined && status >= 400 && status < 500 && err.name === invalidCode;
+}
+
+/** The outcome of each entry of a call that failed as a whole (either bus). */
+export function requestFailure(error: unknown): EntryOutcome {
+  {
+    const err = error as { name?: string; message?: string; $metadata?: { httpStatusCode?: number } };
+    const code = err.name ?? 'Error';
+    const status = err.$metadata?.httpStatusCode;
     const throttled = code === 'ThrottlingException' || status === 429;
-    return entries.map(() => ({
+    return {
       ok: false as const,
       code,
       message: `${err.message ?? String(error)}${status ? ` (HTTP ${status})` : ''}`,
@@ -244,7 +274,7 @@ export async function putEntries(
       // service failed. Neither says anything about the entries, so their attempt is given back.
       // Other 4xx still count, so that a refusal that never heals ends in a visible dead letter.
       backPressure: throttled || status === undefined || status >= 500,
-    }));
+    };
   }
 }
 

@@ -15,9 +15,16 @@ import {
 } from '../platform/index.ts';
 import { AnswerTimeout } from './answer-timeout.ts';
 import type { RelayCounts } from './counts.ts';
+import type { EventsV2ClientConfig } from './eventsv2-client.ts';
 import { type RelayRunResult, type RunRelayOptions, relayOnce, runRelay, UnreturnedLeases } from './loop.ts';
 import type { RelayFailure } from './pass.ts';
-import { checkEventBridgeClient, createEventBridgeClient } from './publish.ts';
+import { createEventBridgeClient } from './publish.ts';
+import {
+  createEventsV2Client,
+  eventBridgePublisher,
+  eventsV2Publisher,
+  type Publisher,
+} from './publisher.ts';
 
 /**
  * The relay's sessions plan every statement at each call (`plan_cache_mode`): the claim's best plan
@@ -51,12 +58,20 @@ export interface CreateRelayOptions {
   client?: EventBridgeClient;
   /** Configuration of the default client (region, credentials, endpoint). */
   clientConfig?: EventBridgeClientConfig;
+  /**
+   * Where events are put. Default: with `settings.eventBusArn` (`OUTBOX_EVENT_BUS_ARN`) the Custom
+   * Event Bus through `createEventsV2Client(eventsV2ClientConfig)` (endpoint from
+   * `AWS_ENDPOINT_URL_EVENTBRIDGEV2`), else the classic bus through `client`.
+   */
+  publisher?: Publisher;
+  /** Configuration of the default Custom Event Bus client (region, credentials, endpoint). */
+  eventsV2ClientConfig?: EventsV2ClientConfig;
 }
 
 /** What a relay run is told: everything of `runRelay`'s options but what {@link createRelay} wired. */
 export type RelayRunOptions = Omit<
   RunRelayOptions,
-  'sql' | 'client' | 'settings' | 'unreturned' | 'answerTimeout' | 'publishSlots'
+  'sql' | 'client' | 'publisher' | 'settings' | 'unreturned' | 'answerTimeout' | 'publishSlots'
 >;
 
 /** A wired relay. Runs share what a relay learns: the bus's answer time and leases still to hand back. */
@@ -64,7 +79,10 @@ export interface Relay {
   readonly settings: RelaySettings;
   /** The database (a {@link ConnectionPool} unless one was given). */
   readonly sql: Sql | ConnectionPool;
-  readonly client: EventBridgeClient;
+  /** The classic bus's client; undefined when the relay publishes to a Custom Event Bus or was given a publisher. */
+  readonly client: EventBridgeClient | undefined;
+  /** Where events are put: the classic bus or the Custom Event Bus (publisher.ts). */
+  readonly publisher: Publisher;
   /**
    * Checks once that the client can sign PutEvents requests (region and credentials resolve).
    * @throws {OutboxConfigError} naming AWS_REGION or the credentials
@@ -112,28 +130,37 @@ export function createRelay(options: CreateRelayOptions = {}): Relay {
       idleInTransactionTimeoutMs: settings.leaseSeconds * 1000,
       max: poolSize(relayPoolSize(settings.publishConcurrency), env),
     });
-  const client = options.client ?? createEventBridgeClient(options.clientConfig);
+  let client: EventBridgeClient | undefined;
+  let publisher = options.publisher;
+  if (!publisher && settings.eventBusArn) {
+    publisher = eventsV2Publisher(createEventsV2Client(options.eventsV2ClientConfig), settings);
+  } else if (!publisher) {
+    client = options.client ?? createEventBridgeClient(options.clientConfig);
+    publisher = eventBridgePublisher(client, settings);
+  }
+  const chosen = publisher;
   const unreturned = new UnreturnedLeases();
   // Kept across runs (a Lambda's warm invocations): a slow bus is learned once, not every minute.
   const answerTimeout = new AnswerTimeout();
   let checked: Promise<void> | undefined;
   const check = () => {
-    checked ??= checkEventBridgeClient(client);
+    checked ??= chosen.check();
     return checked;
   };
   return {
     settings,
     sql,
     client,
+    publisher: chosen,
     check,
     async run(runOptions = {}) {
       await check();
-      return runRelay({ ...runOptions, sql, client, settings, unreturned, answerTimeout });
+      return runRelay({ ...runOptions, sql, publisher: chosen, settings, unreturned, answerTimeout });
     },
     async once(onceOptions = {}) {
       await check();
       return relayOnce(
-        { sql, client, settings, answerTimeout, onFailure: onceOptions.onFailure },
+        { sql, publisher: chosen, settings, answerTimeout, onFailure: onceOptions.onFailure },
         onceOptions.leaseSeconds,
       );
     },
