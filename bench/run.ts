@@ -15,7 +15,7 @@
  * lambda-lag section without its model of Scheduler's delays and cold starts),
  * `--instructions-events n` (the enqueue-instructions section's transactions per step), `--only a,b` or
  * `--only a --only b` (run only these sections: relay, rounds, peers, profile, grid, lag, claim,
- * producer, bundle, lambda, scale, lambda-lag, lambda-scale, db-cost, enqueue-anatomy,
+ * producer, bus-kind, bundle, lambda, scale, lambda-lag, lambda-scale, db-cost, enqueue-anatomy,
  * enqueue-instructions (needs valgrind); and economy, which runs only when
  * named or with `--full`: about 13 minutes of real schedule).
  * Prints markdown tables as they are measured; writes JSON, markdown and an SVG chart to
@@ -24,6 +24,7 @@
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { runBundle } from './sections/bundle.ts';
+import { runBusKind } from './sections/bus-kind.ts';
 import { runClaim } from './sections/claim.ts';
 import { dbCost } from './sections/db-cost.ts';
 import { economy } from './sections/economy.ts';
@@ -77,6 +78,7 @@ const SECTIONS: Section[] = [
   { names: ['profile'], relayCpu: true, run: runProfile },
   { names: ['grid'], relayCpu: true, run: runGrid },
   { names: ['lag'], run: runLag },
+  { names: ['bus-kind'], run: runBusKind },
   { names: ['claim'], run: runClaim },
   { names: ['producer'], run: runProducer },
   { names: ['bundle'], bundle: true, run: runBundle },
