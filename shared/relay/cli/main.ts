@@ -23,6 +23,7 @@ import {
   readSetting,
   redactPasswords,
   type Sql,
+  unreleasedMigrationNumbers,
 } from '../../platform/index.ts';
 import {
   type BacklogDetail,
@@ -219,6 +220,17 @@ function registerMigrate(program: Command, ctx: OperationsContext): void {
           ? 'schema is up to date'
           : `applied ${applied.length} migration(s): ${applied.join(', ')}`,
       );
+      // The gaps in the numbering read as migrations skipped: say they never existed.
+      const first = applied[0]?.slice(0, 3) ?? '';
+      const last = applied.at(-1)?.slice(0, 3) ?? '';
+      const gaps = unreleasedMigrationNumbers().filter((n) => n > first && n < last);
+      if (gaps.length > 0) {
+        ctx.out(
+          `no migration ${gaps.join(gaps.length === 2 ? ' or ' : ', ')}: ` +
+            `${gaps.length === 1 ? 'that number was' : 'those numbers were'} never released ` +
+            '(a migration takes the next number after the highest)',
+        );
+      }
       if (opts.roles) ctx.out(`roles ensured: ${roles.join(', ')}`);
     });
 }

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import type { Envelope } from '../../../shared/platform/envelope.ts';
 import { enqueueMany } from '../../../shared/producer/enqueue.ts';
 import { cliEnv, runCli, startCli } from '../../support/cli.ts';
+import { createEmptyDatabase } from '../../support/db.ts';
 import { useHarness } from '../../support/harness.ts';
 
 const h = useHarness({ max: 10 });
@@ -23,6 +24,26 @@ describe('outbox CLI', () => {
     expect(r.stderr).toBe('');
     expect(r.stdout.trim()).toBe('schema is up to date');
     expect(r.code).toBe(0);
+  });
+
+  it('migrate says why it skips 008 and 012: those numbers were never released', async () => {
+    const empty = await createEmptyDatabase();
+    try {
+      const r = await run(['migrate'], { env: env({ DATABASE_URL: empty.url }) });
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toMatch(
+        /^applied \d+ migration\(s\): 001_outbox, .*007_outbox_enqueue, 009_least_privilege,/m,
+      );
+      expect(r.stdout).toMatch(
+        /^no migration 008 or 012: those numbers were never released \(a migration takes the next number after the highest\)$/m,
+      );
+      // Nothing to say once the schema is up to date.
+      expect((await run(['migrate'], { env: env({ DATABASE_URL: empty.url }) })).stdout.trim()).toBe(
+        'schema is up to date',
+      );
+    } finally {
+      await empty.drop();
+    }
   });
 
   it('migrate --roles creates the deployment roles with the grants the Trigger gives them', async () => {
