@@ -9,6 +9,7 @@ import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import type { Construct } from 'constructs';
+import { OutboxConfigError } from '../shared/platform/errors.ts';
 import { DEFAULT_ROLES, EnvVar, LAMBDA_CA_BUNDLE } from '../shared/platform/names.ts';
 
 /**
@@ -86,9 +87,20 @@ export interface OutboxDatabaseConnection {
 }
 
 /**
+ * An {@link OutboxConfigError} naming `prop`, whose message starts with the construct's name as
+ * its other synth errors do (`OutboxRelay: database.instance: …`).
+ */
+function relayPropError(prop: string, problem: string): OutboxConfigError {
+  const error = new OutboxConfigError(prop, problem);
+  error.message = `OutboxRelay: ${error.message}`;
+  return error;
+}
+
+/**
  * Resolves where functions connect and how they are allowed to; shared by {@link OutboxRelay} and
  * any function of your own that logs in the same way (the example consumer does).
  * @throws when the target names none or several of `proxy`, `instance` and `cluster`
+ * @throws {OutboxConfigError} (`database.instance`) for an imported instance without `instanceResourceId`
  */
 export function outboxDatabaseConnection(target: OutboxDatabaseTarget): OutboxDatabaseConnection {
   const given = (['proxy', 'instance', 'cluster'] as const).filter((k) => target[k] !== undefined);
@@ -98,6 +110,16 @@ export function outboxDatabaseConnection(target: OutboxDatabaseTarget): OutboxDa
     );
   }
   const { proxy, instance, cluster } = target;
+  // aws-cdk-lib only finds out at grantConnect, with an error that names neither the construct nor
+  // the prop (an instance of the app always has it: a token).
+  if (instance && instance.instanceResourceId === undefined) {
+    throw relayPropError(
+      'database.instance',
+      'an imported instance needs instanceResourceId (db-…, the rds-db:connect ARN names it: ' +
+        'dbuser:db-…/<user>): give it to DatabaseInstance.fromDatabaseInstanceAttributes ' +
+        '(`aws rds describe-db-instances --query "DBInstances[].DbiResourceId"`)',
+    );
+  }
   const [host, port, grantConnect]: [string, string, OutboxDatabaseConnection['grantConnect']] = proxy
     ? // RDS Proxy listens on the engine's default port, 5432 for Postgres.
       [proxy.endpoint, '5432', (grantee, user) => proxy.grantConnect(grantee, user)]

@@ -1404,6 +1404,31 @@ describe('OutboxRelay on an existing instance or Aurora cluster, without a proxy
     }
   });
 
+  it('refuses an imported instance without instanceResourceId with an OutboxRelay error naming the prop', () => {
+    const { stack, vpc, sg } = existing();
+    const instance = rds.DatabaseInstance.fromDatabaseInstanceAttributes(stack, 'Db', {
+      instanceIdentifier: 'orders',
+      instanceEndpointAddress: 'orders.abc.eu-west-1.rds.amazonaws.com',
+      port: 5432,
+      securityGroups: [],
+    });
+    let error: unknown;
+    try {
+      new OutboxRelay(stack, 'Outbox', {
+        vpc,
+        securityGroups: [sg],
+        database: { instance, databaseName: 'orders' },
+      });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(OutboxConfigError);
+    expect((error as OutboxConfigError).variable).toBe('database.instance');
+    expect((error as Error).message).toMatch(
+      /^OutboxRelay: database\.instance: an imported instance needs instanceResourceId \(db-…, /,
+    );
+  });
+
   it('refuses none or several of proxy, instance and cluster, and a proxy with migrations but no host', () => {
     const { stack, vpc, sg } = existing();
     const instance = rds.DatabaseInstance.fromDatabaseInstanceAttributes(stack, 'Db', {
