@@ -3,7 +3,7 @@
  * directly, with IAM authentication and verified TLS), the deploy-time migration's props, and the
  * synth-time warnings about a proxy or cluster that would refuse the functions' IAM logins.
  */
-import { Annotations, Tokenization } from 'aws-cdk-lib';
+import { Annotations, ArnFormat, Stack, Tokenization } from 'aws-cdk-lib';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as rds from 'aws-cdk-lib/aws-rds';
@@ -84,6 +84,12 @@ export interface OutboxDatabaseConnection {
   environment(user: string): Record<string, string>;
   /** Grants `rds-db:connect` as `user`, on the proxy's id or the instance's or cluster's resource id. */
   grantConnect(grantee: iam.IGrantable, user: string): void;
+  /**
+   * The resource an IAM policy allows `rds-db:connect` on to log in as `user`:
+   * `arn:aws:rds-db:<region>:<account>:dbuser:<prx-… | db-… | cluster-…>/<user>` (`*` for any user).
+   * What {@link grantConnect} grants, for a person's policy (docs/operations.md#connect-the-cli-to-the-deployed-database).
+   */
+  connectArn(scope: Construct, user: string): string;
 }
 
 /**
@@ -135,6 +141,14 @@ export function outboxDatabaseConnection(target: OutboxDatabaseTarget): OutboxDa
           (grantee, user) => (cluster as rds.IDatabaseCluster).grantConnect(grantee, user),
         ];
   const shape = proxy ? 'proxy' : 'direct';
+  // The ids aws-cdk-lib's grantConnect names: the proxy's generated id (the last part of its ARN),
+  // the instance's DbiResourceId, the cluster's resource id.
+  const resourceId = (scope: Construct) =>
+    proxy
+      ? (Stack.of(scope).splitArn(proxy.dbProxyArn, ArnFormat.COLON_RESOURCE_NAME).resourceName as string)
+      : instance
+        ? instance.instanceResourceId
+        : (cluster as rds.IDatabaseCluster).clusterResourceIdentifier;
   return {
     shape,
     host,
@@ -150,6 +164,13 @@ export function outboxDatabaseConnection(target: OutboxDatabaseTarget): OutboxDa
       [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
     }),
     grantConnect,
+    connectArn: (scope, user) =>
+      Stack.of(scope).formatArn({
+        service: 'rds-db',
+        resource: 'dbuser',
+        resourceName: `${resourceId(scope)}/${user}`,
+        arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+      }),
   };
 }
 
