@@ -489,7 +489,7 @@ begin
                      case when event_index is null then '' else format('events[%s].', event_index) end,
                      field, problem),
     column = field,
-    hint = 'Nothing was written. Fix the event; see the README, "Enqueue from SQL".';
+    hint = 'Nothing was written. Fix the event; see docs/producing.md, "Enqueue from SQL: any driver, ORM or language".';
 end
 $function$;
 -- privileges: owner=X/owner

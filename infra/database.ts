@@ -3,12 +3,13 @@
  * directly, with IAM authentication and verified TLS), the deploy-time migration's props, and the
  * synth-time warnings about a proxy or cluster that would refuse the functions' IAM logins.
  */
-import { Annotations, Tokenization } from 'aws-cdk-lib';
+import { Annotations, ArnFormat, Stack, Tokenization } from 'aws-cdk-lib';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as iam from 'aws-cdk-lib/aws-iam';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import type * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import type { Construct } from 'constructs';
+import { OutboxConfigError } from '../shared/platform/errors.ts';
 import { DEFAULT_ROLES, EnvVar, LAMBDA_CA_BUNDLE } from '../shared/platform/names.ts';
 
 /**
@@ -83,12 +84,29 @@ export interface OutboxDatabaseConnection {
   environment(user: string): Record<string, string>;
   /** Grants `rds-db:connect` as `user`, on the proxy's id or the instance's or cluster's resource id. */
   grantConnect(grantee: iam.IGrantable, user: string): void;
+  /**
+   * The resource an IAM policy allows `rds-db:connect` on to log in as `user`:
+   * `arn:aws:rds-db:<region>:<account>:dbuser:<prx-… | db-… | cluster-…>/<user>` (`*` for any user).
+   * What {@link grantConnect} grants, for a person's policy (docs/operations.md#connect-the-cli-to-the-deployed-database).
+   */
+  connectArn(scope: Construct, user: string): string;
+}
+
+/**
+ * An {@link OutboxConfigError} naming `prop`, whose message starts with the construct's name as
+ * its other synth errors do (`OutboxRelay: database.instance: …`).
+ */
+function relayPropError(prop: string, problem: string): OutboxConfigError {
+  const error = new OutboxConfigError(prop, problem);
+  error.message = `OutboxRelay: ${error.message}`;
+  return error;
 }
 
 /**
  * Resolves where functions connect and how they are allowed to; shared by {@link OutboxRelay} and
  * any function of your own that logs in the same way (the example consumer does).
  * @throws when the target names none or several of `proxy`, `instance` and `cluster`
+ * @throws {OutboxConfigError} (`database.instance`) for an imported instance without `instanceResourceId`
  */
 export function outboxDatabaseConnection(target: OutboxDatabaseTarget): OutboxDatabaseConnection {
   const given = (['proxy', 'instance', 'cluster'] as const).filter((k) => target[k] !== undefined);
@@ -98,6 +116,16 @@ export function outboxDatabaseConnection(target: OutboxDatabaseTarget): OutboxDa
     );
   }
   const { proxy, instance, cluster } = target;
+  // aws-cdk-lib only finds out at grantConnect, with an error that names neither the construct nor
+  // the prop (an instance of the app always has it: a token).
+  if (instance && instance.instanceResourceId === undefined) {
+    throw relayPropError(
+      'database.instance',
+      'an imported instance needs instanceResourceId (db-…, the rds-db:connect ARN names it: ' +
+        'dbuser:db-…/<user>): give it to DatabaseInstance.fromDatabaseInstanceAttributes ' +
+        '(`aws rds describe-db-instances --query "DBInstances[].DbiResourceId"`)',
+    );
+  }
   const [host, port, grantConnect]: [string, string, OutboxDatabaseConnection['grantConnect']] = proxy
     ? // RDS Proxy listens on the engine's default port, 5432 for Postgres.
       [proxy.endpoint, '5432', (grantee, user) => proxy.grantConnect(grantee, user)]
@@ -113,6 +141,14 @@ export function outboxDatabaseConnection(target: OutboxDatabaseTarget): OutboxDa
           (grantee, user) => (cluster as rds.IDatabaseCluster).grantConnect(grantee, user),
         ];
   const shape = proxy ? 'proxy' : 'direct';
+  // The ids aws-cdk-lib's grantConnect names: the proxy's generated id (the last part of its ARN),
+  // the instance's DbiResourceId, the cluster's resource id.
+  const resourceId = (scope: Construct) =>
+    proxy
+      ? (Stack.of(scope).splitArn(proxy.dbProxyArn, ArnFormat.COLON_RESOURCE_NAME).resourceName as string)
+      : instance
+        ? instance.instanceResourceId
+        : (cluster as rds.IDatabaseCluster).clusterResourceIdentifier;
   return {
     shape,
     host,
@@ -128,6 +164,13 @@ export function outboxDatabaseConnection(target: OutboxDatabaseTarget): OutboxDa
       [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
     }),
     grantConnect,
+    connectArn: (scope, user) =>
+      Stack.of(scope).formatArn({
+        service: 'rds-db',
+        resource: 'dbuser',
+        resourceName: `${resourceId(scope)}/${user}`,
+        arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+      }),
   };
 }
 

@@ -24,7 +24,7 @@ export {
   type OutboxMigrationProps,
   outboxDatabaseConnection,
 } from './database.ts';
-export type { OutboxAlarms } from './observability.ts';
+export { type OutboxAlarms, RUNBOOK_ANCHORS } from './observability.ts';
 export {
   MAX_QUEUE_VISIBILITY_SECONDS,
   OutboxConsumer,
@@ -35,4 +35,9 @@ export {
   RETRY_WINDOW_SECONDS_BY_ATTEMPTS,
 } from './outbox-consumer.ts';
 export { OutboxRelay } from './outbox-relay.ts';
-export { DEFAULT_RELAY_MEMORY_MB, ECONOMY_IDLE_RETURN_SECONDS, type OutboxRelayProps } from './props.ts';
+export {
+  DEFAULT_RELAY_MEMORY_MB,
+  ECONOMY_IDLE_RETURN_SECONDS,
+  OPERATIONS_DOCS_URL,
+  type OutboxRelayProps,
+} from './props.ts';

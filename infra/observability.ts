@@ -11,7 +11,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sns from 'aws-cdk-lib/aws-sns';
 import type { Construct } from 'constructs';
 import { METRIC_DIMENSION, METRIC_SERVICE, MetricName } from '../shared/platform/names.ts';
-import type { OutboxRelayProps } from './props.ts';
+import { OPERATIONS_DOCS_URL, type OutboxRelayProps } from './props.ts';
 
 /** The alarms an `OutboxRelay` creates. */
 export interface OutboxAlarms {
@@ -44,7 +44,20 @@ export function outboxMetric(
   });
 }
 
-/** The alarms of an `OutboxRelay`, each notifying `watched.alarmTopic`. */
+/** The sections of docs/operations.md#runbooks the alarms link to, one per alarm. */
+export const RUNBOOK_ANCHORS = [
+  'lag',
+  'dead-lettered-events',
+  'relay-errors',
+  'relay-throttles',
+  'monitor-errors',
+  'pinned-proxy-sessions',
+  'parked-inbox-events',
+  'failed-inbox-events',
+] as const;
+type RunbookAnchor = (typeof RUNBOOK_ANCHORS)[number];
+
+/** The alarms of an `OutboxRelay`, each notifying `watched.alarmTopic`, each description linking to its runbook. */
 export function createAlarms(
   scope: Construct,
   props: OutboxRelayProps,
@@ -59,9 +72,12 @@ export function createAlarms(
     return created;
   };
   const lagThreshold = (props.lagAlarmThreshold ?? Duration.minutes(5)).toSeconds();
+  // Each alarm links to its section of docs/operations.md#runbooks (test/repo/docs.test.ts checks
+  // that the anchors exist).
+  const runbook = (anchor: RunbookAnchor) => `${props.runbookUrl ?? OPERATIONS_DOCS_URL}#${anchor}`;
   return {
     lag: alarm('LagAlarm', {
-      alarmDescription: `The oldest pending outbox event is older than ${lagThreshold} s, or the monitor stopped reporting. Run: outbox status`,
+      alarmDescription: `The oldest pending outbox event is older than ${lagThreshold} s, or the monitor stopped reporting. Run: outbox status. Runbook: ${runbook('lag')}`,
       metric: metric(MetricName.OldestPendingAge, 'Maximum'),
       threshold: lagThreshold,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
@@ -71,7 +87,7 @@ export function createAlarms(
       treatMissingData: cloudwatch.TreatMissingData.BREACHING,
     }),
     deadLetters: alarm('DeadLetterAlarm', {
-      alarmDescription: 'Outbox events were dead-lettered. Run: outbox dead-letters list',
+      alarmDescription: `Outbox events were dead-lettered. Run: outbox dead-letters list. Runbook: ${runbook('dead-lettered-events')}`,
       metric: metric(MetricName.DeadLettered, 'Maximum', Duration.minutes(5)),
       threshold: 0,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
@@ -79,7 +95,7 @@ export function createAlarms(
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     }),
     relayErrors: alarm('RelayErrorAlarm', {
-      alarmDescription: 'Relay invocations failed. See the relay log group.',
+      alarmDescription: `Relay invocations failed. See the relay log group. Runbook: ${runbook('relay-errors')}`,
       metric: watched.relayFunction.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
       threshold: 1,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -87,8 +103,7 @@ export function createAlarms(
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     }),
     relayThrottles: alarm('RelayThrottleAlarm', {
-      alarmDescription:
-        'PutEvents throttled the relay. Consider a quota increase or lower OUTBOX_PUBLISH_CONCURRENCY.',
+      alarmDescription: `PutEvents throttled the relay. Consider a quota increase or lower OUTBOX_PUBLISH_CONCURRENCY. Runbook: ${runbook('relay-throttles')}`,
       metric: metric(MetricName.Throttled, 'Sum', Duration.minutes(5)),
       threshold: 0,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
@@ -96,7 +111,7 @@ export function createAlarms(
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     }),
     monitorErrors: alarm('MonitorErrorAlarm', {
-      alarmDescription: 'Monitor invocations failed (pruning or metrics). See the monitor log group.',
+      alarmDescription: `Monitor invocations failed (pruning or metrics). See the monitor log group. Runbook: ${runbook('monitor-errors')}`,
       metric: watched.monitorFunction.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
       threshold: 1,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -106,7 +121,7 @@ export function createAlarms(
     // Pinning is RDS Proxy's: a direct connection is a session of its own anyway.
     ...(props.database.proxy && {
       proxyPinnedSessions: alarm('ProxyPinnedSessionsAlarm', {
-        alarmDescription: 'RDS Proxy connections are pinned: some client sets session state.',
+        alarmDescription: `RDS Proxy connections are pinned: some client sets session state. Runbook: ${runbook('pinned-proxy-sessions')}`,
         metric: new cloudwatch.Metric({
           namespace: 'AWS/RDS',
           metricName: 'DatabaseConnectionsCurrentlySessionPinned',
@@ -123,8 +138,7 @@ export function createAlarms(
     // The monitor counts parked inbox records of every consumer whose inbox lives in this
     // database; it stays in alarm until each is replayed or discarded.
     inboxParked: alarm('InboxParkedAlarm', {
-      alarmDescription:
-        'Inbox events are parked, waiting for an operator. Run: outbox inbox parked list --consumer <name>',
+      alarmDescription: `Inbox events are parked, waiting for an operator. Run: outbox inbox parked list --consumer <name>. Runbook: ${runbook('parked-inbox-events')}`,
       metric: metric(MetricName.InboxParked, 'Maximum', Duration.minutes(5)),
       threshold: 0,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
@@ -135,8 +149,7 @@ export function createAlarms(
     // retries are over (5 minutes after the last attempt): the event failed, or a wrapper answered
     // for its failure. It stays in alarm until a delivery applies them or they are pruned.
     inboxFailed: alarm('InboxFailedAlarm', {
-      alarmDescription:
-        'Inbox events failed and no retry applied them (a wrapper may have answered for the failure). Run: outbox inbox failed list --consumer <name>',
+      alarmDescription: `Inbox events failed and no retry applied them (a wrapper may have answered for the failure). Run: outbox inbox failed list --consumer <name>. Runbook: ${runbook('failed-inbox-events')}`,
       metric: metric(MetricName.InboxFailed, 'Maximum', Duration.minutes(5)),
       threshold: 0,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,

@@ -4,7 +4,7 @@
  * relay and monitor Lambdas on EventBridge Scheduler schedules, the event bus, optional
  * deploy-time migrations, alarms wired to an SNS topic, and a dashboard.
  */
-import { Duration, Stack, Validations } from 'aws-cdk-lib';
+import { CfnOutput, Duration, Stack, Validations } from 'aws-cdk-lib';
 import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as iam from 'aws-cdk-lib/aws-iam';
@@ -132,6 +132,50 @@ export class OutboxRelay extends Construct {
     this.alarmTopic = props.alarmTopic ?? createAlarmTopic(this);
     this.alarms = createAlarms(this, props, namespace, this);
     this.dashboard = createDashboard(this, props, namespace);
+    this.createOutputs(props, database, settings);
+  }
+
+  /**
+   * What an operator's `outbox` command needs to log in to this deployment's database
+   * (docs/operations.md#connect-the-cli-to-the-deployed-database): the endpoint, the database,
+   * the users and the `rds-db:connect` resource a person's IAM policy must allow.
+   */
+  private createOutputs(
+    props: OutboxRelayProps,
+    database: OutboxDatabaseConnection,
+    settings: FunctionSettings,
+  ): void {
+    const connect = 'docs/operations.md#connect-the-cli-to-the-deployed-database';
+    const outputs: Record<string, { value: string; description: string }> = {
+      DatabaseHost: {
+        value: database.host,
+        description: `PGHOST for the outbox CLI (${database.shape === 'proxy' ? 'the RDS Proxy endpoint' : 'the instance or cluster endpoint'}), with OUTBOX_DB_IAM_AUTH=true: ${connect}`,
+      },
+      DatabasePort: { value: database.port, description: `PGPORT for the outbox CLI: ${connect}` },
+      DatabaseName: {
+        value: props.database.databaseName,
+        description: `PGDATABASE for the outbox CLI: ${connect}`,
+      },
+      RelayDatabaseUser: { value: this.databaseUsers.relay, description: "The relay's database user" },
+      MonitorDatabaseUser: {
+        value: this.databaseUsers.monitor,
+        description: `PGUSER for outbox status (reads the backlog, no payloads): ${connect}`,
+      },
+      StatusEnvironment: {
+        value: [
+          `${EnvVar.maxRelays}=${this.maxRelays}`,
+          `${EnvVar.backlogPerRelay}=${props.backlogPerRelay ?? DEFAULT_BACKLOG_PER_RELAY}`,
+          `${EnvVar.ordering}=${readSetting(EnvVar.ordering, settings.relay)}`,
+          `${EnvVar.deadLetterPolicy}=${readSetting(EnvVar.deadLetterPolicy, settings.relay)}`,
+        ].join(' '),
+        description: 'The settings outbox status reads to say what the monitor would scale to, as deployed',
+      },
+      DatabaseConnectResource: {
+        value: database.connectArn(this, '*'),
+        description: `rds-db:connect resource of this database's users (replace * with the user): ${connect}`,
+      },
+    };
+    for (const [id, o] of Object.entries(outputs)) new CfnOutput(this, id, o);
   }
 
   /** The relay function, allowed to put events on the bus; scheduled invocations are not retried. */

@@ -208,6 +208,13 @@ export interface OutboxRelayProps {
    */
   readonly lagAlarmThreshold?: Duration;
   /**
+   * Address of the operations runbooks (this project's docs/operations.md) that each alarm's
+   * description links to, with the alarm's section as `#anchor`: give your own copy's (a wiki, a
+   * fork, a pinned release) so that the links open the runbook of the version you deploy.
+   * @default {@link OPERATIONS_DOCS_URL}
+   */
+  readonly runbookUrl?: string;
+  /**
    * Topic every alarm notifies. Its policy must let `cloudwatch.amazonaws.com` publish, and if it is
    * encrypted, its key policy must let `cloudwatch.amazonaws.com` use `kms:Decrypt` and
    * `kms:GenerateDataKey*` (an AWS managed `alias/aws/sns` key cannot: use a customer managed key).
@@ -226,3 +233,10 @@ export interface OutboxRelayProps {
    */
   readonly dashboardName?: string;
 }
+
+/**
+ * docs/operations.md on GitHub, its main branch: where each alarm's description links to, by
+ * default ({@link OutboxRelayProps.runbookUrl}).
+ */
+export const OPERATIONS_DOCS_URL =
+  'https://github.com/outbox-relay-aws/outbox-relay-aws/blob/main/docs/operations.md';

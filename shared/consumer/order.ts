@@ -188,10 +188,12 @@ export async function decide<T>(
   await advance();
   await clearGap();
   if (otherRoute) return { skip: 'duplicate' };
+  // One missing event is named once (#2), several as a range (#2…#4).
+  const gapEvents = position - 1n === last + 1n ? `#${last + 1n}` : `#${last + 1n}…#${position - 1n}`;
   const missing =
     gap.lower === null
-      ? `#${last + 1n}…#${position - 1n} of ${describeChain(d, chain)} still missing after ${waited.toFixed(0)} s`
-      : `#${last + 1n}…#${position - 1n} of ${describeChain(d, chain)} not applied after ${waited.toFixed(0)} s (#${gap.lower} was seen waiting, but did not come again in time)`;
+      ? `${gapEvents} of ${describeChain(d, chain)} still missing after ${waited.toFixed(0)} s`
+      : `${gapEvents} of ${describeChain(d, chain)} not applied after ${waited.toFixed(0)} s (#${gap.lower} was seen waiting, but did not come again in time)`;
   if (s.onGapTimeout === 'park') {
     await markParked(tx, consumer, key, event, missing);
     return { skip: 'parked' };

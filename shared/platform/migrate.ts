@@ -3,6 +3,7 @@
  * node-pg-migrate (a maintained runner: a history table, an advisory lock so two deploys cannot
  * migrate at once, all pending files in one transaction).
  */
+import { readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { runner } from 'node-pg-migrate';
 import { checkDatabaseUrl, databasePasswords, redactError, redactPasswords } from './connection-url.ts';
@@ -53,4 +54,21 @@ export async function migrate(
     throw redactError(error, passwords);
   }
   return applied.map((m) => m.name);
+}
+
+/**
+ * The numbers below the highest migration that no migration has (`['008', '012']`): numbers that
+ * were never released. A new migration takes the next number after the highest, never one of
+ * these: a database that ran later ones would refuse it as out of order (`checkOrder`).
+ * @param names migration names (`007_outbox_enqueue`) or file names; default: the files in
+ *   {@link MIGRATIONS_DIR}
+ */
+export function unreleasedMigrationNumbers(
+  names: string[] = readdirSync(MIGRATIONS_DIR).filter((f) => f.endsWith('.sql')),
+): string[] {
+  const numbers = new Set(names.map((n) => Number.parseInt(n.slice(0, 3), 10)).filter(Number.isInteger));
+  const highest = Math.max(0, ...numbers);
+  const gaps: string[] = [];
+  for (let n = 1; n < highest; n++) if (!numbers.has(n)) gaps.push(String(n).padStart(3, '0'));
+  return gaps;
 }

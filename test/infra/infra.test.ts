@@ -13,6 +13,7 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildApp } from '../../examples/demo/app.ts';
 import { OutboxDemoStack } from '../../examples/demo/demo-stack.ts';
+import { RUNBOOK_ANCHORS } from '../../infra/observability.ts';
 import { OutboxRelay } from '../../infra/outbox-relay.ts';
 import { ECONOMY_IDLE_RETURN_SECONDS } from '../../infra/props.ts';
 import { migrateConfigSchema, parseEnv } from '../../shared/platform/config.ts';
@@ -618,6 +619,87 @@ describe('feature flags and physical names', () => {
     // CloudWatch dashboards are global to the account, not regional.
     const dashboard = [...first].find(([key]) => key.startsWith('AWS::CloudWatch::Dashboard'));
     expect(dashboard?.[1]).toContain('{"Ref":"AWS::Region"}');
+  });
+});
+
+describe('alarms link to their runbooks, and the outputs say how to connect', () => {
+  /** The `#anchor`s docs/operations.md has, as GitHub slugs its headings. */
+  const operationsAnchors = new Set(
+    readFileSync(new URL('../../docs/operations.md', import.meta.url), 'utf8')
+      .split('\n')
+      .filter((l) => /^#{1,6} /.test(l))
+      .map((l) =>
+        l
+          .replace(/^#+ /, '')
+          .trim()
+          .toLowerCase()
+          .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+          .replace(/\s/g, '-'),
+      ),
+  );
+
+  it("every alarm's description links to a section of docs/operations.md that exists", () => {
+    // The relay's alarms (infra/observability.ts), not the example consumer's.
+    const alarms = Object.entries(template.findResources('AWS::CloudWatch::Alarm'))
+      .filter(([id]) =>
+        /(Lag|DeadLetter|RelayError|RelayThrottle|MonitorError|ProxyPinnedSessions|InboxParked|InboxFailed)Alarm/.test(
+          id,
+        ),
+      )
+      .map(([, a]) => a) as { Properties: { AlarmDescription?: string } }[];
+    expect(alarms).toHaveLength(8);
+    const links = alarms.map((a) => {
+      const description = a.Properties.AlarmDescription ?? '';
+      const link = / Runbook: (https:\/\/\S+\/docs\/operations\.md)#([a-z0-9-]+)$/.exec(description);
+      expect(link, description).not.toBeNull();
+      return link?.[2] ?? '';
+    });
+    expect(links.filter((anchor) => !operationsAnchors.has(anchor))).toEqual([]);
+    expect(new Set(links).size).toBeGreaterThanOrEqual(8);
+    for (const anchor of RUNBOOK_ANCHORS) expect(operationsAnchors, anchor).toContain(anchor);
+  });
+
+  it('takes runbookUrl for the links, and outputs the endpoint, database, users and connect resource', () => {
+    const app = newApp();
+    const stack = new Stack(app, 'Existing', { env: { account: '123456789012', region: 'eu-west-1' } });
+    const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
+      vpcId: 'vpc-12345678',
+      availabilityZones: ['eu-west-1a', 'eu-west-1b'],
+      privateSubnetIds: ['subnet-11111111', 'subnet-22222222'],
+    });
+    const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
+      dbProxyName: 'orders-proxy',
+      dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-0123456789abcdef0',
+      endpoint: 'orders-proxy.proxy-abc.eu-west-1.rds.amazonaws.com',
+      securityGroups: [],
+    });
+    new OutboxRelay(stack, 'Outbox', {
+      vpc,
+      securityGroups: [ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678')],
+      database: { proxy, databaseName: 'orders' },
+      relaySettings: { deadLetterPolicy: 'block' },
+      runbookUrl: 'https://wiki.example.com/outbox/operations',
+    });
+    const t = Template.fromStack(stack);
+    t.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      AlarmDescription: Match.stringLikeRegexp(
+        'Runbook: https://wiki\\.example\\.com/outbox/operations#lag$',
+      ),
+    });
+    const outputs = t.findOutputs('*');
+    const value = (suffix: string) =>
+      Object.entries(outputs).find(([id]) => id.startsWith('Outbox') && id.includes(suffix))?.[1]?.Value;
+    expect(value('DatabaseHost')).toBe('orders-proxy.proxy-abc.eu-west-1.rds.amazonaws.com');
+    expect(value('DatabasePort')).toBe('5432');
+    expect(value('DatabaseName')).toBe('orders');
+    expect(value('MonitorDatabaseUser')).toBe('outbox_monitor');
+    expect(value('RelayDatabaseUser')).toBe('outbox_relay');
+    expect(value('StatusEnvironment')).toBe(
+      'OUTBOX_MAX_RELAYS=4 OUTBOX_BACKLOG_PER_RELAY=30000 OUTBOX_ORDERING=aggregate OUTBOX_DEAD_LETTER_POLICY=block',
+    );
+    expect(JSON.stringify(value('DatabaseConnectResource'))).toMatch(
+      /:rds-db:eu-west-1:123456789012:dbuser:prx-0123456789abcdef0\/\*/,
+    );
   });
 });
 
@@ -1402,6 +1484,31 @@ describe('OutboxRelay on an existing instance or Aurora cluster, without a proxy
         /^migration\.inboxConsumers: .* cannot name a consumer's role/,
       );
     }
+  });
+
+  it('refuses an imported instance without instanceResourceId with an OutboxRelay error naming the prop', () => {
+    const { stack, vpc, sg } = existing();
+    const instance = rds.DatabaseInstance.fromDatabaseInstanceAttributes(stack, 'Db', {
+      instanceIdentifier: 'orders',
+      instanceEndpointAddress: 'orders.abc.eu-west-1.rds.amazonaws.com',
+      port: 5432,
+      securityGroups: [],
+    });
+    let error: unknown;
+    try {
+      new OutboxRelay(stack, 'Outbox', {
+        vpc,
+        securityGroups: [sg],
+        database: { instance, databaseName: 'orders' },
+      });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(OutboxConfigError);
+    expect((error as OutboxConfigError).variable).toBe('database.instance');
+    expect((error as Error).message).toMatch(
+      /^OutboxRelay: database\.instance: an imported instance needs instanceResourceId \(db-…, /,
+    );
   });
 
   it('refuses none or several of proxy, instance and cluster, and a proxy with migrations but no host', () => {

@@ -23,8 +23,15 @@ import {
   readSetting,
   redactPasswords,
   type Sql,
+  unreleasedMigrationNumbers,
 } from '../../platform/index.ts';
-import { consumerRoleName, getStatus, migrateWithRoles } from '../operations/index.ts';
+import {
+  type BacklogDetail,
+  consumerRoleName,
+  getBacklogDetail,
+  getStatus,
+  migrateWithRoles,
+} from '../operations/index.ts';
 import { registerCounters } from './counters-command.ts';
 import { type EnqueueProgress, enqueueFromLines } from './enqueue-lines.ts';
 import { EXIT, explainError } from './errors.ts';
@@ -213,6 +220,17 @@ function registerMigrate(program: Command, ctx: OperationsContext): void {
           ? 'schema is up to date'
           : `applied ${applied.length} migration(s): ${applied.join(', ')}`,
       );
+      // The gaps in the numbering read as migrations skipped: say they never existed.
+      const first = applied[0]?.slice(0, 3) ?? '';
+      const last = applied.at(-1)?.slice(0, 3) ?? '';
+      const gaps = unreleasedMigrationNumbers().filter((n) => n > first && n < last);
+      if (gaps.length > 0) {
+        ctx.out(
+          `no migration ${gaps.join(gaps.length === 2 ? ' or ' : ', ')}: ` +
+            `${gaps.length === 1 ? 'that number was' : 'those numbers were'} never released ` +
+            '(a migration takes the next number after the highest)',
+        );
+      }
       if (opts.roles) ctx.out(`roles ensured: ${roles.join(', ')}`);
     });
 }
@@ -268,23 +286,60 @@ function registerStatus(program: Command, ctx: OperationsContext): void {
   program
     .command('status')
     .description(
-      'show the backlog: pending, oldest pending age, in flight, dead-lettered, published, parked and failed inbox events',
+      'show the backlog: pending, oldest pending age, in flight, dead-lettered, published, parked and failed inbox events, ' +
+        'events held back behind dead letters, in backoff, and the relays the monitor would scale to ' +
+        `(${EnvVar.maxRelays}, ${EnvVar.backlogPerRelay}, ${EnvVar.ordering} and ${EnvVar.deadLetterPolicy} as deployed)`,
     )
     .option('--json', 'print one JSON document')
     .action(async (opts: { json?: boolean }) => {
+      // The monitor's scale-out settings, read as the monitor reads them, before connecting.
+      const scaleOut = {
+        maxRelays: readSetting(EnvVar.maxRelays, ctx.env),
+        backlogPerRelay: readSetting(EnvVar.backlogPerRelay, ctx.env),
+        ordering: readSetting(EnvVar.ordering, ctx.env),
+        deadLetterPolicy: readSetting(EnvVar.deadLetterPolicy, ctx.env),
+      };
       await ctx.withDb(async (sql) => {
         const s = await getStatus(sql);
+        const d = await getBacklogDetail(sql, scaleOut);
         if (opts.json) {
-          ctx.json(s);
+          ctx.json({ ...s, ...d });
           return;
         }
         ctx.out(`pending:             ${s.pending}`);
         ctx.out(`oldest pending age:  ${s.oldestPendingAgeSeconds.toFixed(1)} s`);
         ctx.out(`in flight:           ${s.inFlight}`);
+        ctx.out(`in backoff:          ${d.inBackoff}`);
+        ctx.out(`held back:           ${d.heldBack}${heldBackNote(d, scaleOut.deadLetterPolicy)}`);
+        for (const h of d.heldBackBy) {
+          ctx.out(
+            `  ${h.heldBack} behind dead letter ${h.id} (${h.aggregateType}/${h.aggregateId} #${h.sequence}): outbox dead-letters show ${h.id}`,
+          );
+        }
         ctx.out(`dead-lettered:       ${s.deadLettered}`);
         ctx.out(`published:           ${s.published}`);
         ctx.out(`inbox parked:        ${s.inboxParked}`);
         ctx.out(`inbox failed:        ${s.inboxFailed}`);
+        ctx.out(`monitor scales to:   ${scaleOutLine(d.scaleOut)}`);
       });
     });
+}
+
+/** Says on the `held back` line what holds the events back, and whether they stay held. */
+function heldBackNote(d: BacklogDetail, policy: 'continue' | 'block'): string {
+  if (d.heldBack === 0) return '';
+  const letters = d.heldBackBy.length === 1 ? '1 dead letter' : `${d.heldBackBy.length}+ dead letters`;
+  return policy === 'block'
+    ? ` (behind ${letters}, ${EnvVar.deadLetterPolicy}=block: replay or discard them to release)`
+    : ` (behind ${letters}; ${EnvVar.deadLetterPolicy}=continue here: if they stay, the relay runs with block)`;
+}
+
+/** The `monitor scales to` line: relays, and why no more. */
+function scaleOutLine(o: BacklogDetail['scaleOut']): string {
+  const relays = `${o.relays} relay${o.relays === 1 ? '' : 's'}`;
+  if (o.maxRelays === 1) return `${relays} (scale-out off: ${EnvVar.maxRelays}=1)`;
+  if (o.throttled) return `${relays} (the bus is throttling: no extra relays)`;
+  const claimable =
+    o.claimable > (o.maxRelays - 1) * o.backlogPerRelay ? `${o.claimable - 1}+` : `${o.claimable}`;
+  return `${relays} of ${o.maxRelays} (${claimable} claimable, ${o.backlogPerRelay} per relay)`;
 }

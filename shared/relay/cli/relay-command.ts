@@ -58,6 +58,8 @@ interface RunOutcome {
   result: RelayRunResult;
   seconds: number;
   gaveUp: boolean;
+  /** Stopped by Ctrl-C (or SIGTERM): the loop's `aborted`, which the summary calls `interrupted`. */
+  interrupted: boolean;
   heldBack?: HeldBack;
   report: RelayReport;
 }
@@ -113,8 +115,10 @@ async function runWithReport(
 ): Promise<RunOutcome> {
   const oneShot = Boolean(opts.once || opts.untilEmpty);
   const abort = new AbortController();
+  let interrupted = false;
   const removeInterruptHandlers = onInterrupt(
     () => {
+      interrupted = true;
       ctx.err('relay: stopping after the current pass (Ctrl-C again to force)');
       abort.abort();
     },
@@ -166,7 +170,7 @@ async function runWithReport(
         STATEMENT_DEADLINE_MS,
       );
     }
-    return { result, seconds: (performance.now() - started) / 1000, gaveUp, heldBack, report };
+    return { result, seconds: (performance.now() - started) / 1000, gaveUp, interrupted, heldBack, report };
   } finally {
     clearInterval(ticker);
     removeInterruptHandlers();
@@ -175,7 +179,7 @@ async function runWithReport(
 
 /** The summary on stdout: one line (and the failures by reason), or one JSON document. */
 function printSummary(outcome: RunOutcome, opts: RelayCommandOptions, ctx: OperationsContext): void {
-  const { result, seconds, gaveUp, heldBack, report } = outcome;
+  const { result, seconds, gaveUp, interrupted, heldBack, report } = outcome;
   const stopReason = gaveUp ? 'gave up' : heldBack?.events ? 'held back' : result.stopReason;
   const failures = report.failures();
   if (opts.json) {
@@ -192,8 +196,11 @@ function printSummary(outcome: RunOutcome, opts: RelayCommandOptions, ctx: Opera
     });
     return;
   }
+  // An operator's Ctrl-C is how a looping relay ends: "aborted" read as a failure. The JSON keeps
+  // the loop's own `aborted`, which programs may already test for.
+  const said = interrupted && stopReason === 'aborted' ? 'interrupted' : stopReason;
   ctx.out(
-    `relay stopped (${stopReason}) after ${seconds.toFixed(2)} s: ` +
+    `relay stopped (${said}) after ${seconds.toFixed(2)} s: ` +
       `published ${result.published}, retried ${result.retried}, dead-lettered ${result.deadLettered}, ` +
       `lease lost ${result.leaseLost}, ${(result.published / Math.max(seconds, 0.001)).toFixed(0)} events/s`,
   );

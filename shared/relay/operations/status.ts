@@ -1,6 +1,7 @@
 /** Backlog figures for `outbox status`, `npm start` and the monitor's metrics. */
 import { countFromDatabase, type Queryable } from '../../platform/index.ts';
-import { countOutbox } from './sql/index.ts';
+import { measureClaimable, relaysWanted, type ScaleOutSettings } from './scale-out.ts';
+import { countInBackoff, countOutbox, selectHoldingDeadLetters } from './sql/index.ts';
 
 /** The outbox's state, counted with the database clock. */
 export interface OutboxStatus {
@@ -55,5 +56,85 @@ export async function getStatus(
     published: row?.published == null ? -1 : countFromDatabase(row.published, 'published'),
     inboxParked: countFromDatabase(row?.inbox_parked, 'inbox parked'),
     inboxFailed: countFromDatabase(row?.inbox_failed, 'inbox failed'),
+  };
+}
+
+/** A dead letter that holds its aggregate back, and the pending events behind it. */
+export interface HoldingDeadLetter {
+  /** The dead letter's row id (`outbox dead-letters show <id>`). */
+  id: string;
+  eventId: string;
+  aggregateType: string;
+  aggregateId: string;
+  /** The dead letter's per-aggregate sequence. */
+  sequence: string;
+  /** Pending events of the aggregate behind it. */
+  heldBack: number;
+}
+
+/** Why pending rows are not being claimed, and what the monitor would do about the backlog. */
+export interface BacklogDetail {
+  /**
+   * Pending events held back behind a dead letter: their aggregate's lowest row that holds it back
+   * is a dead letter not discarded. Under the `block` policy they wait for `outbox dead-letters
+   * replay` or `discard`; under `continue` the relay publishes them anyway, so they show here only
+   * until its next pass.
+   */
+  heldBack: number;
+  /** The dead letters holding events back, most events behind first, at most {@link HELD_BACK_LISTED}. */
+  heldBackBy: HoldingDeadLetter[];
+  /** Pending events waiting out a backoff after a failed attempt (not leased, an error recorded). */
+  inBackoff: number;
+  /** What the monitor would scale the relays to for the claimable work now. */
+  scaleOut: {
+    /** Relays the monitor would want running, the scheduled one included: 1 to `maxRelays`, 1 while the bus throttles. */
+    relays: number;
+    /** `OUTBOX_MAX_RELAYS` as given (1: scale-out is off). */
+    maxRelays: number;
+    /** `OUTBOX_BACKLOG_PER_RELAY` as given. */
+    backlogPerRelay: number;
+    /** Rows a claim could take now, counted up to `(maxRelays − 1) × backlogPerRelay + 1`. */
+    claimable: number;
+    /** The bus is throttling the relays: the monitor then starts none. */
+    throttled: boolean;
+  };
+}
+
+/** Dead letters listed in {@link BacklogDetail.heldBackBy}, at most. */
+export const HELD_BACK_LISTED = 10;
+
+/**
+ * Reads why pending rows wait and what the monitor would scale to, for `outbox status` (the
+ * monitor leaves it out: it measures the claimable work itself, and the rest is for an operator).
+ * The held-back count reads the dead letters and the rows behind them, the backoff count the
+ * pending rows not yet due, the scale-out the claimable rows up to what `maxRelays` needs.
+ * @param settings the monitor's scale-out settings (`OUTBOX_MAX_RELAYS`, `OUTBOX_BACKLOG_PER_RELAY`,
+ *   the relay's `OUTBOX_ORDERING` and `OUTBOX_DEAD_LETTER_POLICY`)
+ */
+export async function getBacklogDetail(
+  sql: Queryable,
+  settings: Pick<ScaleOutSettings, 'maxRelays' | 'backlogPerRelay' | 'ordering' | 'deadLetterPolicy'>,
+): Promise<BacklogDetail> {
+  const holding = await selectHoldingDeadLetters(sql);
+  const backoff = await countInBackoff(sql);
+  const work = await measureClaimable(sql, settings);
+  const heldBackBy = holding.map((r) => ({
+    id: r.id,
+    eventId: r.event_id,
+    aggregateType: r.aggregate_type,
+    aggregateId: r.aggregate_id,
+    sequence: r.sequence,
+    heldBack: countFromDatabase(r.behind, 'held back'),
+  }));
+  return {
+    heldBack: heldBackBy.reduce((n, r) => n + r.heldBack, 0),
+    heldBackBy: heldBackBy.slice(0, HELD_BACK_LISTED),
+    inBackoff: countFromDatabase(backoff?.in_backoff, 'in backoff'),
+    scaleOut: {
+      relays: work.throttled ? 1 : relaysWanted(work.claimable, settings),
+      maxRelays: settings.maxRelays,
+      backlogPerRelay: settings.backlogPerRelay,
+      ...work,
+    },
   };
 }

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import type { Envelope } from '../../../shared/platform/envelope.ts';
 import { enqueueMany } from '../../../shared/producer/enqueue.ts';
 import { cliEnv, runCli, startCli } from '../../support/cli.ts';
+import { createEmptyDatabase } from '../../support/db.ts';
 import { useHarness } from '../../support/harness.ts';
 
 const h = useHarness({ max: 10 });
@@ -23,6 +24,26 @@ describe('outbox CLI', () => {
     expect(r.stderr).toBe('');
     expect(r.stdout.trim()).toBe('schema is up to date');
     expect(r.code).toBe(0);
+  });
+
+  it('migrate says why it skips 008 and 012: those numbers were never released', async () => {
+    const empty = await createEmptyDatabase();
+    try {
+      const r = await run(['migrate'], { env: env({ DATABASE_URL: empty.url }) });
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toMatch(
+        /^applied \d+ migration\(s\): 001_outbox, .*007_outbox_enqueue, 009_least_privilege,/m,
+      );
+      expect(r.stdout).toMatch(
+        /^no migration 008 or 012: those numbers were never released \(a migration takes the next number after the highest\)$/m,
+      );
+      // Nothing to say once the schema is up to date.
+      expect((await run(['migrate'], { env: env({ DATABASE_URL: empty.url }) })).stdout.trim()).toBe(
+        'schema is up to date',
+      );
+    } finally {
+      await empty.drop();
+    }
   });
 
   it('migrate --roles creates the deployment roles with the grants the Trigger gives them', async () => {
@@ -189,6 +210,96 @@ describe('outbox CLI', () => {
     expect(status).toMatchObject({ pending: 2, inFlight: 1, deadLettered: 1, published: 1 });
     expect(status.oldestPendingAgeSeconds).toBeGreaterThanOrEqual(90);
     expect(status.oldestPendingAgeSeconds).toBeLessThan(120);
+  });
+
+  it('status --json counts the events held back behind a block dead letter, and names the dead letter', async () => {
+    const events = (aggregateId: string, n: number) =>
+      Array.from({ length: n }, (_, i) => ({
+        type: 'T',
+        source: 's',
+        aggregateType: 'order',
+        aggregateId,
+        payload: { i },
+      }));
+    await h.db.sql.begin((tx) => enqueueMany(tx, [...events('stuck', 6), ...events('fine', 2)]));
+    // The first event of `stuck` failed for good: under `block` the 5 behind it wait for an operator.
+    await h.db
+      .sql`update outbox set dead_lettered_at = now(), attempts = 1, last_error = 'InvalidArgument: refused'
+      where aggregate_id = 'stuck' and sequence = 1`;
+    const blockEnv = env({ OUTBOX_DEAD_LETTER_POLICY: 'block' });
+    const relayed = await run(['relay', '--until-empty', '--json'], { env: blockEnv });
+    // It stops with exit 1, saying the 5 wait behind a dead letter (what status must count too).
+    expect(relayed.code, relayed.stderr).toBe(1);
+    const r = await run(['status', '--json'], { env: blockEnv });
+    expect(r.code, r.stderr).toBe(0);
+    const status = JSON.parse(r.stdout);
+    const [dead] = await h.db
+      .sql`select id::text, event_id::text from outbox where dead_lettered_at is not null`;
+    expect(status).toMatchObject({
+      pending: 5,
+      deadLettered: 1,
+      published: 2,
+      heldBack: 5,
+      heldBackBy: [
+        {
+          id: dead?.id,
+          eventId: dead?.event_id,
+          aggregateType: 'order',
+          aggregateId: 'stuck',
+          sequence: '1',
+          heldBack: 5,
+        },
+      ],
+      inBackoff: 0,
+      // Held-back rows are not claimable: the monitor would start no extra relay for them.
+      scaleOut: { relays: 1, maxRelays: 1, claimable: 0, throttled: false },
+    });
+    const human = await run(['status'], { env: blockEnv });
+    expect(human.stdout).toMatch(/^held back: +5 \(behind 1 dead letter, OUTBOX_DEAD_LETTER_POLICY=block/m);
+    expect(human.stdout).toMatch(new RegExp(`^  5 behind dead letter ${dead?.id} \\(order/stuck #1\\)`, 'm'));
+    // Discarded, it holds nothing back.
+    await h.db.sql`update outbox set discarded_at = now() where dead_lettered_at is not null`;
+    expect(JSON.parse((await run(['status', '--json'], { env: blockEnv })).stdout)).toMatchObject({
+      heldBack: 0,
+      heldBackBy: [],
+    });
+  });
+
+  it('status counts the rows in backoff and says what the monitor would scale to', async () => {
+    await h.db.sql.begin((tx) =>
+      enqueueMany(
+        tx,
+        Array.from({ length: 25 }, (_, i) => ({
+          type: 'T',
+          source: 's',
+          aggregateType: 'x',
+          aggregateId: String(i),
+          payload: {},
+        })),
+      ),
+    );
+    // 3 wait out a backoff after a failed attempt; 2 were leased by a relay (in flight, not in backoff).
+    await h.db.sql`update outbox set attempts = 1, last_error = 'InternalFailure: try again',
+      available_at = now() + interval '1 minute' where aggregate_id in ('0', '1', '2')`;
+    await h.db.sql`update outbox set attempts = 1, last_error = 'InternalFailure: try again',
+      available_at = now() + interval '1 minute', lease_token = gen_random_uuid(),
+      lease_expires_at = now() + interval '1 minute' where aggregate_id in ('3', '4')`;
+    const scaled = env({ OUTBOX_MAX_RELAYS: '4', OUTBOX_BACKLOG_PER_RELAY: '8' });
+    const r = await run(['status', '--json'], { env: scaled });
+    expect(r.code, r.stderr).toBe(0);
+    // 20 claimable at 8 per relay: 3 relays of 4.
+    expect(JSON.parse(r.stdout)).toMatchObject({
+      pending: 25,
+      inFlight: 2,
+      inBackoff: 3,
+      heldBack: 0,
+      scaleOut: { relays: 3, maxRelays: 4, backlogPerRelay: 8, claimable: 20, throttled: false },
+    });
+    const human = await run(['status'], { env: scaled });
+    expect(human.stdout).toMatch(/^in backoff: +3$/m);
+    expect(human.stdout).toMatch(/^monitor scales to: +3 relays of 4 \(20 claimable, 8 per relay\)$/m);
+    const off = await run(['status'], { env: env({ OUTBOX_MAX_RELAYS: '1' }) });
+    expect(off.stdout).toMatch(/^monitor scales to: +1 relay \(scale-out off: OUTBOX_MAX_RELAYS=1\)$/m);
   });
 
   it('relay fails fast with a message naming a missing or malformed variable', async () => {

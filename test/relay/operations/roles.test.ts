@@ -16,7 +16,7 @@ import type { OutboxRoles, Sql } from '../../../shared/platform/index.ts';
 import { enqueue, enqueueMany } from '../../../shared/producer/index.ts';
 import { enqueue as enqueueWithPg } from '../../../shared/producer/pg.ts';
 import { runRelay } from '../../../shared/relay/index.ts';
-import { getStatus, prune } from '../../../shared/relay/operations/index.ts';
+import { getBacklogDetail, getStatus, prune } from '../../../shared/relay/operations/index.ts';
 import {
   abandonLease,
   claimBatch,
@@ -157,6 +157,14 @@ describe('database roles, each doing its real work as itself', () => {
     });
     const status = await getStatus(monitor);
     expect(status).toMatchObject({ pending: 1, deadLettered: 0 });
+    // `outbox status`'s other figures, as the monitor's user (docs/operations.md#connect-the-cli-to-the-deployed-database).
+    const detail = await getBacklogDetail(monitor, {
+      maxRelays: 4,
+      backlogPerRelay: 1,
+      ordering: 'aggregate',
+      deadLetterPolicy: 'block',
+    });
+    expect(detail).toMatchObject({ heldBack: 0, inBackoff: 0, scaleOut: { relays: 1, claimable: 1 } });
     const left = await db.sql<{ aggregate_id: string }[]>`select aggregate_id from outbox`;
     expect(left.map((r) => r.aggregate_id)).toEqual(['p-3']);
     const keys = await db.sql<

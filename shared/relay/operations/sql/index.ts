@@ -13,6 +13,7 @@ export {
   selectKnownTypes,
 } from './advance-counters.ts';
 export { expiredDeadLetter } from './conditions.ts';
+export { countInBackoff, type DbBackoffCount } from './count-backoff.ts';
 export { countClaimable, type DbClaimable, THROTTLE_SCAN_ROWS } from './count-claimable.ts';
 export { countExpiredKeys, countExpiredRows, type DbExpiredCounts } from './count-expired.ts';
 export {
@@ -48,3 +49,4 @@ export {
   selectDeadLetters,
 } from './select-dead-letters.ts';
 export { type DbFailedEvent, hasFailureTrace, selectFailed, selectFailedForReplay } from './select-failed.ts';
+export { type DbHoldingDeadLetter, selectHoldingDeadLetters } from './select-held-back.ts';
