@@ -66,7 +66,8 @@ const described = (e: QueuedEvent) => ({
   eventId: e.eventId,
   type: e.type,
   aggregate: e.aggregate,
-  sequence: e.sequence ?? null,
+  // A number while exact, else the decimal string (JSON has no bigint).
+  sequence: e.sequence === undefined ? null : displaySequence(e.sequence),
   queue: queueName(e.message.queueUrl),
   messageId: e.message.messageId,
   kind: e.kind,
@@ -74,6 +75,9 @@ const described = (e: QueuedEvent) => ({
   sentAt: e.message.sentAt?.toISOString() ?? null,
   error: e.error,
 });
+
+const displaySequence = (s: bigint): number | string =>
+  s >= BigInt(Number.MIN_SAFE_INTEGER) && s <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(s) : s.toString();
 
 const label = (e: QueuedEvent) =>
   `${e.eventId} (${e.type} ${e.aggregate || '-'} #${e.sequence ?? '?'}, ${queueName(e.message.queueUrl)})`;

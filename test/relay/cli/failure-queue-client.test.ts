@@ -8,6 +8,11 @@ import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LocalSqs, startLocalSqs } from '../../../dev/local-sqs.ts';
 import { receiveAll } from '../../../shared/relay/cli/failure-queue-client.ts';
+import {
+  type QueueMessage,
+  readQueueMessage,
+  replayOrder,
+} from '../../../shared/relay/cli/failure-queue-messages.ts';
 
 let endpoint: LocalSqs;
 let sqs: SQSClient;
@@ -58,5 +63,32 @@ describe('receiveAll', () => {
       `${b.name} #0`,
       `${b.name} #1`,
     ]);
+  });
+});
+
+const message = (body: unknown, id: string): QueueMessage => ({
+  queueUrl: 'http://sqs/123456789012/q',
+  messageId: id,
+  receiptHandle: id,
+  body: JSON.stringify(body),
+  attributes: {},
+  receiveCount: 1,
+  sentAt: undefined,
+});
+const event = (eventId: string, sequence: unknown) => ({
+  id: eventId,
+  source: 'shop.orders',
+  'detail-type': 'OrderPlaced',
+  detail: { metadata: { eventId, aggregateType: 'Order', aggregateId: 'o-1', sequence } },
+});
+
+describe('replayOrder', () => {
+  it('orders sequences past 2^53 (decimal strings, as the inbox accepts them) exactly', () => {
+    const events = [
+      event('c', '9007199254740995'),
+      event('a', '9007199254740993'),
+      event('b', '9007199254740994'),
+    ].map((e, i) => readQueueMessage(message(e, `m${i}`)));
+    expect(replayOrder(events).map((i) => i.first.eventId)).toEqual(['a', 'b', 'c']);
   });
 });
