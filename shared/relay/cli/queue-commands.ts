@@ -38,6 +38,7 @@ import {
 } from './lambda-client.ts';
 import type { OperationsContext } from './operations.ts';
 import { positiveInteger, visibilitySeconds } from './parsers.ts';
+import { onInterrupt } from './signals.ts';
 
 interface QueueOptions {
   queueUrl: string[];
@@ -57,7 +58,7 @@ interface QueueReplayOptions extends QueueOptions, InvokeOptions {
  * What became of one event: `applied` (the handler ran), `duplicate`, `stale` or `parked` (the
  * inbox acknowledged it without running the handler: recorded before, superseded, or set aside),
  * `failed` (the function failed, or did not answer in time), `held` (an earlier event of its
- * aggregate failed in this replay).
+ * aggregate failed in this replay, or the replay was interrupted before it).
  */
 type QueueOutcome = 'applied' | 'duplicate' | 'stale' | 'parked' | 'failed' | 'held';
 
@@ -213,7 +214,34 @@ export function registerQueueCommands(inbox: Command, ctx: OperationsContext): v
               ctx.setExitCode(EXIT.failure);
               return;
             }
-            const results = await invokeInOrder(ctx, lambda, sqs, order, functionName, o, taken);
+            // Ctrl-C: stop after the current invocation, so that what was not replayed is made
+            // visible again below, rather than left hidden for the visibility timeout; a second
+            // one quits at once.
+            let interrupted = false;
+            const removeInterrupt = onInterrupt(
+              () => {
+                interrupted = true;
+                ctx.err(
+                  'interrupted: stopping after the current invocation; the messages not replayed are made visible again (Ctrl-C again to quit at once, leaving them hidden for the visibility timeout)',
+                );
+              },
+              () => process.exit(130),
+            );
+            let results: Awaited<ReturnType<typeof invokeInOrder>>;
+            try {
+              results = await invokeInOrder(
+                ctx,
+                lambda,
+                sqs,
+                order,
+                functionName,
+                o,
+                taken,
+                () => interrupted,
+              );
+            } finally {
+              removeInterrupt();
+            }
             for (const u of unreadable)
               ctx.err(
                 `unreadable message ${u.message.messageId} (${queueName(u.message.queueUrl)}) left in its queue: ${u.error}`,
@@ -257,11 +285,16 @@ async function invokeInOrder(
   functionName: string,
   o: QueueReplayOptions,
   taken: QueuedEvent[],
+  interrupted: () => boolean,
 ) {
   const failedAggregates = new Set<string>();
   const results: (ReturnType<typeof described> & { outcome: QueueOutcome; result?: string })[] = [];
   for (const { first, copies } of order) {
     const base = described(first);
+    if (interrupted()) {
+      results.push({ ...base, outcome: 'held', error: 'the replay was interrupted before it' });
+      continue;
+    }
     if (first.aggregate !== '' && failedAggregates.has(first.aggregate)) {
       results.push({ ...base, outcome: 'held', error: 'an earlier event of its aggregate failed' });
       continue;
