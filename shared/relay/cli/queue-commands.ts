@@ -102,9 +102,19 @@ function addQueueOptions(command: Command): Command {
     );
 }
 
-/** Reads the queues; the caller must delete or release every message. */
-async function readQueues(sqs: SQSClient, o: QueueOptions) {
+/**
+ * Reads the queues; the caller must delete or release every message. When `--max` stopped the
+ * reading, says so (and the exit code is 1): the queues may hold more, the later queues perhaps
+ * unread, and an aggregate's earlier events among them would be replayed after its later ones.
+ */
+async function readQueues(ctx: OperationsContext, sqs: SQSClient, o: QueueOptions) {
   const messages = await receiveAll(sqs, o.queueUrl, { max: o.max, visibilityTimeout: o.visibilityTimeout });
+  if (messages.length >= o.max) {
+    ctx.err(
+      `read ${messages.length} message(s), --max: the queues may hold more (those after the first queues perhaps none read), and an aggregate's events among them are not in this order; raise --max to take them all`,
+    );
+    ctx.setExitCode(EXIT.failure);
+  }
   const events = messages.map(readQueueMessage);
   return {
     messages,
@@ -125,7 +135,7 @@ export function registerQueueCommands(inbox: Command, ctx: OperationsContext): v
     .option('--json', 'print one JSON document: {"events": [...], "unreadable": [...]}')
     .action(async (o: QueueOptions) => {
       await withSqs(async (sqs) => {
-        const { messages, order, unreadable } = await readQueues(sqs, o);
+        const { messages, order, unreadable } = await readQueues(ctx, sqs, o);
         try {
           if (o.json) {
             ctx.json({
@@ -181,7 +191,7 @@ export function registerQueueCommands(inbox: Command, ctx: OperationsContext): v
       await withLambda(functionName, async (lambda) => {
         if (lambda && functionName) await checkFunctionUnlessSkipped(lambda, functionName, o.consumer, o);
         await withSqs(async (sqs) => {
-          const { messages, order, unreadable } = await readQueues(sqs, o);
+          const { messages, order, unreadable } = await readQueues(ctx, sqs, o);
           const taken: QueuedEvent[] = [];
           try {
             if (!lambda || !functionName) {

@@ -189,6 +189,11 @@ describe('outbox inbox queue', () => {
     const human = await cli(['list']);
     expect(human.stdout.trim().split('\n')).toHaveLength(4);
     expect(human.stderr).toMatch(/3 event\(s\) in 5 message\(s\), 1 unreadable/);
+    // Stopped by --max before the dead-letter queue: said so, exit 1.
+    const partial = await cli(['list', '--max', '2']);
+    expect(partial.code).toBe(1);
+    expect(partial.stderr).toMatch(/read 2 message\(s\), --max: the queues may hold more/);
+    expect(inQueues().filter((m) => m.visible)).toHaveLength(5);
   });
 
   it('replays in each aggregate order, holds what follows a failure, deletes what the function took, and a second replay is a duplicate', async () => {
