@@ -488,19 +488,41 @@ export class OutboxConsumer extends Construct {
       q.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(5), statistic: 'Maximum' });
     const name = props.consumer;
     // The command that lists and replays both failure queues, with their URLs and the function's
-    // name filled in at deploy time (docs/consuming.md#failure-queues).
-    const queues = `--queue-url ${this.failedEventsQueue.queueUrl} --queue-url ${this.deadLetterQueue.queueUrl}`;
-    const replay = `run: outbox inbox queue list ${queues}; then outbox inbox queue replay ${queues} --consumer ${name} --function-name ${this.function.functionName} (in each aggregate's order; the inbox applies each event once).`;
+    // name filled in at deploy time (docs/consuming.md#failure-queues). CloudWatch takes at most
+    // 1,024 characters: when the text with the longest URLs and function name could exceed it (a
+    // long consumer name), the command is given once, to run with --dry-run first.
+    const failureText = (intro: string) => {
+      const text = (queue1: string, queue2: string, fn: string, withList: boolean) => {
+        const queues = `--queue-url ${queue1} --queue-url ${queue2}`;
+        const replay = `outbox inbox queue replay ${queues} --consumer ${shellWord(name)} --function-name ${fn}`;
+        return withList
+          ? `${intro} run: outbox inbox queue list ${queues}; then ${replay} (in each aggregate's order; the inbox applies each event once).`
+          : `${intro} run: ${replay} (with --dry-run first to see them; in each aggregate's order, the inbox applies each event once).`;
+      };
+      const fits =
+        text('q'.repeat(MAX_QUEUE_URL), 'q'.repeat(MAX_QUEUE_URL), 'f'.repeat(MAX_FUNCTION_NAME), true)
+          .length <= MAX_ALARM_DESCRIPTION;
+      return text(
+        this.failedEventsQueue.queueUrl,
+        this.deadLetterQueue.queueUrl,
+        this.function.functionName,
+        fits,
+      );
+    };
     return {
       undelivered: alarm(
         'UndeliveredAlarm',
         visible(this.deadLetterQueue),
-        `EventBridge could not deliver events to the ${name} consumer's ${this.queue ? 'queue' : 'function'} (the messages are the events, the error in their attributes). Fix the cause, then ${replay}`,
+        failureText(
+          `EventBridge could not deliver events to the ${name} consumer's ${this.queue ? 'queue' : 'function'} (the messages are the events, the error in their attributes). Fix the cause, then`,
+        ),
       ),
       failed: alarm(
         'FailedEventsAlarm',
         visible(this.failedEventsQueue),
-        `The ${name} consumer's handler failed on every ${this.topology === 'direct' ? 'attempt' : 'receive'} for some events (${this.topology === 'direct' ? "each message is Lambda's record: the event and the error" : "the messages are the events; the errors are in the function's logs and outbox inbox failed list"}). Fix the cause, then ${replay}`,
+        failureText(
+          `The ${name} consumer's handler failed on every ${this.topology === 'direct' ? 'attempt' : 'receive'} for some events (${this.topology === 'direct' ? "each message is Lambda's record: the event and the error" : "the messages are the events; the errors are in the function's logs and outbox inbox failed list"}). Fix the cause, then`,
+        ),
       ),
       errors: alarm(
         'ErrorsAlarm',
@@ -664,4 +686,19 @@ function queueVisibilityTimeout(props: OutboxConsumerProps): Duration {
     );
   }
   return Duration.seconds(seconds);
+}
+
+/** CloudWatch's limit on an alarm's description, characters. */
+const MAX_ALARM_DESCRIPTION = 1_024;
+/**
+ * The longest queue URL: `https://sqs.<region>.amazonaws.com.cn/<account>/` (a 14-character region)
+ * and an 80-character name, SQS's longest.
+ */
+const MAX_QUEUE_URL = 'https://sqs.ap-southeast-1.amazonaws.com.cn/123456789012/'.length + 80;
+/** Lambda's longest function name. */
+const MAX_FUNCTION_NAME = 64;
+
+/** `word` as one shell word: as is when nothing in it is special to a shell, else single-quoted. */
+function shellWord(word: string): string {
+  return /^[A-Za-z0-9_.,:@%+=/-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`;
 }

@@ -8,9 +8,11 @@
 import {
   ChangeMessageVisibilityBatchCommand,
   DeleteMessageBatchCommand,
+  type Message,
   ReceiveMessageCommand,
   SQSClient,
 } from '@aws-sdk/client-sqs';
+import { OutboxError } from '../../platform/index.ts';
 import type { QueueMessage } from './failure-queue-messages.ts';
 
 /** Longest wait for one SQS call (a receive long-polls for 1 s of it), ms. */
@@ -31,10 +33,13 @@ export interface ReceiveOptions {
 
 /**
  * Receives the messages of each queue in turn until a receive (a 1 s long poll, which asks every
- * SQS server, unlike a short poll) finds none, or `max` in all. Each stays hidden for
- * `visibilityTimeout` seconds: a caller that does not delete it must {@link release} it.
+ * SQS server, unlike a short poll) finds none or nothing new, or `max` in all. Each stays hidden for
+ * `visibilityTimeout` seconds: a caller that does not delete it must {@link release} it. A message
+ * received again (its visibility timeout ran out while the queues were read) is kept once, with its
+ * latest receipt handle, the only one that deletes it.
  * @returns the messages, each queue's in the order received
- * @throws the SDK's errors (`QueueDoesNotExist`, an access error…) after its retries
+ * @throws {QueueReadError} naming the queue, after the SDK's retries (`QueueDoesNotExist`, an access
+ *   error…); the messages read before it are made visible again first
  */
 export async function receiveAll(
   client: SQSClient,
@@ -42,40 +47,76 @@ export async function receiveAll(
   o: ReceiveOptions,
 ): Promise<QueueMessage[]> {
   const received: QueueMessage[] = [];
-  for (const queueUrl of queueUrls) {
-    while (received.length < o.max) {
-      const answer = await client.send(
-        new ReceiveMessageCommand({
-          QueueUrl: queueUrl,
-          MaxNumberOfMessages: Math.min(SQS_BATCH, o.max - received.length),
-          VisibilityTimeout: o.visibilityTimeout,
-          WaitTimeSeconds: 1,
-          MessageSystemAttributeNames: ['ApproximateReceiveCount', 'SentTimestamp'],
-          MessageAttributeNames: ['All'],
-        }),
-        { abortSignal: AbortSignal.timeout(SQS_CALL_TIMEOUT_MS) },
-      );
-      const messages = answer.Messages ?? [];
-      if (messages.length === 0) break;
-      for (const m of messages) {
-        const attributes: Record<string, string> = {};
-        for (const [name, value] of Object.entries(m.MessageAttributes ?? {})) {
-          if (value.StringValue !== undefined) attributes[name] = value.StringValue;
+  let queueUrl = '';
+  try {
+    for (queueUrl of queueUrls) {
+      const seen = new Map<string, QueueMessage>();
+      while (received.length < o.max) {
+        const answer = await client.send(
+          new ReceiveMessageCommand({
+            QueueUrl: queueUrl,
+            MaxNumberOfMessages: Math.min(SQS_BATCH, o.max - received.length),
+            VisibilityTimeout: o.visibilityTimeout,
+            WaitTimeSeconds: 1,
+            MessageSystemAttributeNames: ['ApproximateReceiveCount', 'SentTimestamp'],
+            MessageAttributeNames: ['All'],
+          }),
+          { abortSignal: AbortSignal.timeout(SQS_CALL_TIMEOUT_MS) },
+        );
+        let fresh = 0;
+        for (const m of answer.Messages ?? []) {
+          const read = queueMessage(queueUrl, m);
+          const earlier = seen.get(read.messageId);
+          if (earlier) {
+            earlier.receiptHandle = read.receiptHandle;
+            earlier.receiveCount = read.receiveCount;
+            continue;
+          }
+          seen.set(read.messageId, read);
+          received.push(read);
+          fresh++;
         }
-        const sent = Number(m.Attributes?.SentTimestamp);
-        received.push({
-          queueUrl,
-          messageId: m.MessageId ?? '',
-          receiptHandle: m.ReceiptHandle ?? '',
-          body: m.Body ?? '',
-          attributes,
-          receiveCount: Number(m.Attributes?.ApproximateReceiveCount ?? 1),
-          sentAt: Number.isFinite(sent) && sent > 0 ? new Date(sent) : undefined,
-        });
+        // None, or only messages already read: the queue has come round.
+        if (fresh === 0) break;
       }
     }
+  } catch (error) {
+    await release(client, received).catch(() => {});
+    throw new QueueReadError(queueUrl, error);
   }
   return received;
+}
+
+/** A failure queue could not be read; nothing read from the queues is kept hidden. */
+export class QueueReadError extends OutboxError {
+  override name = 'QueueReadError';
+  readonly queueUrl: string;
+  constructor(queueUrl: string, cause: unknown) {
+    const e = cause as Error;
+    super(
+      `could not read the queue ${queueUrl}: ${e?.name ?? 'Error'}: ${e?.message ?? String(cause)} ` +
+        '(nothing was invoked or deleted, and the messages read from the queues were made visible again)',
+      { cause },
+    );
+    this.queueUrl = queueUrl;
+  }
+}
+
+function queueMessage(queueUrl: string, m: Message): QueueMessage {
+  const attributes: Record<string, string> = {};
+  for (const [name, value] of Object.entries(m.MessageAttributes ?? {})) {
+    if (value.StringValue !== undefined) attributes[name] = value.StringValue;
+  }
+  const sent = Number(m.Attributes?.SentTimestamp);
+  return {
+    queueUrl,
+    messageId: m.MessageId ?? '',
+    receiptHandle: m.ReceiptHandle ?? '',
+    body: m.Body ?? '',
+    attributes,
+    receiveCount: Number(m.Attributes?.ApproximateReceiveCount ?? 1),
+    sentAt: Number.isFinite(sent) && sent > 0 ? new Date(sent) : undefined,
+  };
 }
 
 /** The messages of one queue, in batches of SQS's limit. */

@@ -49,8 +49,11 @@ export interface QueuedEvent {
   type: string;
   /** `aggregateType/aggregateId` from the envelope's metadata ('' when it has none). */
   aggregate: string;
-  /** `metadata.sequence` as a number; undefined when missing or not a whole number. */
-  sequence: number | undefined;
+  /**
+   * `metadata.sequence`, exact: a JSON number, or a decimal string (how a sequence past 2^53
+   * travels, as the inbox accepts it); undefined when missing or not a whole number.
+   */
+  sequence: bigint | undefined;
   /** Why it failed, as far as the message says: the handler's error, or EventBridge's delivery error. */
   error: string;
 }
@@ -131,7 +134,12 @@ function described(
       ? `${metadata.aggregateType}/${String(metadata.aggregateId)}`
       : '';
   const raw = metadata.sequence;
-  const n = typeof raw === 'number' ? raw : typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : NaN;
+  const sequence =
+    typeof raw === 'number' && Number.isSafeInteger(raw)
+      ? BigInt(raw)
+      : typeof raw === 'string' && /^-?[0-9]{1,19}$/.test(raw.trim())
+        ? BigInt(raw.trim())
+        : undefined;
   return {
     message,
     kind,
@@ -139,7 +147,7 @@ function described(
     eventId,
     type: event['detail-type'],
     aggregate,
-    sequence: Number.isSafeInteger(n) ? n : undefined,
+    sequence,
     error,
   };
 }
@@ -182,7 +190,9 @@ export function replayOrder(events: readonly QueuedEvent[]): ReplayItem[] {
     const rb = rank(b.first);
     if (ra !== rb) return ra - rb;
     if (ra === Number.POSITIVE_INFINITY) return 0;
-    return (a.first.sequence as number) - (b.first.sequence as number);
+    const sa = a.first.sequence as bigint;
+    const sb = b.first.sequence as bigint;
+    return sa < sb ? -1 : sa > sb ? 1 : 0;
   });
 }
 

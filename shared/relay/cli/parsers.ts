@@ -21,9 +21,12 @@ export function nonNegativeInteger(value: string): number {
   return Number(value);
 }
 
-/** An SQS visibility timeout: a whole number of seconds from 0 to 43,200 (12 hours, SQS's range). */
+/**
+ * An SQS visibility timeout for reading a queue through: a whole number of seconds from 1 to 43,200
+ * (12 hours, SQS's most). Not 0: the messages would be received again while they are read.
+ */
 export function visibilitySeconds(value: string): number {
-  const n = nonNegativeInteger(value);
+  const n = positiveInteger(value);
   if (n > 43_200)
     throw new InvalidArgumentError('It must be at most 43200 (12 hours, the longest SQS allows).');
   return n;

@@ -38,6 +38,7 @@ import {
 } from './lambda-client.ts';
 import type { OperationsContext } from './operations.ts';
 import { positiveInteger, visibilitySeconds } from './parsers.ts';
+import { onInterrupt } from './signals.ts';
 
 interface QueueOptions {
   queueUrl: string[];
@@ -57,7 +58,7 @@ interface QueueReplayOptions extends QueueOptions, InvokeOptions {
  * What became of one event: `applied` (the handler ran), `duplicate`, `stale` or `parked` (the
  * inbox acknowledged it without running the handler: recorded before, superseded, or set aside),
  * `failed` (the function failed, or did not answer in time), `held` (an earlier event of its
- * aggregate failed in this replay).
+ * aggregate failed in this replay, or the replay was interrupted before it).
  */
 type QueueOutcome = 'applied' | 'duplicate' | 'stale' | 'parked' | 'failed' | 'held';
 
@@ -66,7 +67,8 @@ const described = (e: QueuedEvent) => ({
   eventId: e.eventId,
   type: e.type,
   aggregate: e.aggregate,
-  sequence: e.sequence ?? null,
+  // A number while exact, else the decimal string (JSON has no bigint).
+  sequence: e.sequence === undefined ? null : displaySequence(e.sequence),
   queue: queueName(e.message.queueUrl),
   messageId: e.message.messageId,
   kind: e.kind,
@@ -74,6 +76,9 @@ const described = (e: QueuedEvent) => ({
   sentAt: e.message.sentAt?.toISOString() ?? null,
   error: e.error,
 });
+
+const displaySequence = (s: bigint): number | string =>
+  s >= BigInt(Number.MIN_SAFE_INTEGER) && s <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(s) : s.toString();
 
 const label = (e: QueuedEvent) =>
   `${e.eventId} (${e.type} ${e.aggregate || '-'} #${e.sequence ?? '?'}, ${queueName(e.message.queueUrl)})`;
@@ -97,9 +102,19 @@ function addQueueOptions(command: Command): Command {
     );
 }
 
-/** Reads the queues; the caller must delete or release every message. */
-async function readQueues(sqs: SQSClient, o: QueueOptions) {
+/**
+ * Reads the queues; the caller must delete or release every message. When `--max` stopped the
+ * reading, says so (and the exit code is 1): the queues may hold more, the later queues perhaps
+ * unread, and an aggregate's earlier events among them would be replayed after its later ones.
+ */
+async function readQueues(ctx: OperationsContext, sqs: SQSClient, o: QueueOptions) {
   const messages = await receiveAll(sqs, o.queueUrl, { max: o.max, visibilityTimeout: o.visibilityTimeout });
+  if (messages.length >= o.max) {
+    ctx.err(
+      `read ${messages.length} message(s), --max: the queues may hold more (those after the first queues perhaps none read), and an aggregate's events among them are not in this order; raise --max to take them all`,
+    );
+    ctx.setExitCode(EXIT.failure);
+  }
   const events = messages.map(readQueueMessage);
   return {
     messages,
@@ -120,7 +135,7 @@ export function registerQueueCommands(inbox: Command, ctx: OperationsContext): v
     .option('--json', 'print one JSON document: {"events": [...], "unreadable": [...]}')
     .action(async (o: QueueOptions) => {
       await withSqs(async (sqs) => {
-        const { messages, order, unreadable } = await readQueues(sqs, o);
+        const { messages, order, unreadable } = await readQueues(ctx, sqs, o);
         try {
           if (o.json) {
             ctx.json({
@@ -176,7 +191,7 @@ export function registerQueueCommands(inbox: Command, ctx: OperationsContext): v
       await withLambda(functionName, async (lambda) => {
         if (lambda && functionName) await checkFunctionUnlessSkipped(lambda, functionName, o.consumer, o);
         await withSqs(async (sqs) => {
-          const { messages, order, unreadable } = await readQueues(sqs, o);
+          const { messages, order, unreadable } = await readQueues(ctx, sqs, o);
           const taken: QueuedEvent[] = [];
           try {
             if (!lambda || !functionName) {
@@ -209,7 +224,34 @@ export function registerQueueCommands(inbox: Command, ctx: OperationsContext): v
               ctx.setExitCode(EXIT.failure);
               return;
             }
-            const results = await invokeInOrder(ctx, lambda, sqs, order, functionName, o, taken);
+            // Ctrl-C: stop after the current invocation, so that what was not replayed is made
+            // visible again below, rather than left hidden for the visibility timeout; a second
+            // one quits at once.
+            let interrupted = false;
+            const removeInterrupt = onInterrupt(
+              () => {
+                interrupted = true;
+                ctx.err(
+                  'interrupted: stopping after the current invocation; the messages not replayed are made visible again (Ctrl-C again to quit at once, leaving them hidden for the visibility timeout)',
+                );
+              },
+              () => process.exit(130),
+            );
+            let results: Awaited<ReturnType<typeof invokeInOrder>>;
+            try {
+              results = await invokeInOrder(
+                ctx,
+                lambda,
+                sqs,
+                order,
+                functionName,
+                o,
+                taken,
+                () => interrupted,
+              );
+            } finally {
+              removeInterrupt();
+            }
             for (const u of unreadable)
               ctx.err(
                 `unreadable message ${u.message.messageId} (${queueName(u.message.queueUrl)}) left in its queue: ${u.error}`,
@@ -253,11 +295,16 @@ async function invokeInOrder(
   functionName: string,
   o: QueueReplayOptions,
   taken: QueuedEvent[],
+  interrupted: () => boolean,
 ) {
   const failedAggregates = new Set<string>();
   const results: (ReturnType<typeof described> & { outcome: QueueOutcome; result?: string })[] = [];
   for (const { first, copies } of order) {
     const base = described(first);
+    if (interrupted()) {
+      results.push({ ...base, outcome: 'held', error: 'the replay was interrupted before it' });
+      continue;
+    }
     if (first.aggregate !== '' && failedAggregates.has(first.aggregate)) {
       results.push({ ...base, outcome: 'held', error: 'an earlier event of its aggregate failed' });
       continue;

@@ -14,7 +14,7 @@ import { type LocalLambda, startLocalLambda } from '../../../dev/local-lambda.ts
 import { type LocalSqs, startLocalSqs } from '../../../dev/local-sqs.ts';
 import { inbox } from '../../../shared/consumer/index.ts';
 import { EnvVar, type Sql } from '../../../shared/platform/index.ts';
-import { runCli } from '../../support/cli.ts';
+import { collect, runCli, startCli } from '../../support/cli.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/db.ts';
 import { delivery } from '../../support/events.ts';
 import { lambdaContext } from '../../support/lambda.ts';
@@ -28,6 +28,8 @@ let sqsEndpoint: LocalSqs;
 let sqs: SQSClient;
 /** The cause of the failures, fixed before the replay that succeeds. */
 let priceListMissing = false;
+/** How long each invocation takes, ms (a slow function, for the interruption). */
+let invokeDelayMs = 0;
 let failedQueue: string;
 let deadLetterQueue: string;
 
@@ -53,8 +55,9 @@ beforeAll(async () => {
     },
   );
   lambda = await startLocalLambda({
-    onInvoke: (invocation) => {
+    onInvoke: async (invocation) => {
       if (invocation.functionName !== 'billing-fn') throw new Error(`no function ${invocation.functionName}`);
+      if (invokeDelayMs > 0) await new Promise((r) => setTimeout(r, invokeDelayMs));
       return billing(
         invocation.payload as EventBridgeEvent<string, unknown>,
         lambdaContext(30_000, 'billing-fn'),
@@ -82,6 +85,7 @@ afterAll(async () => {
 beforeEach(async () => {
   await db.sql`truncate inbox_message, inbox_aggregate, inbox_gap, inbox_failed, effect`;
   priceListMissing = false;
+  invokeDelayMs = 0;
   // Fresh queues per test: the consumer's on-failure queue and its rule target's dead-letter queue.
   const run = randomUUID().slice(0, 8);
   failedQueue = await sqsEndpoint.createQueue(`billing-failed-${run}`);
@@ -118,18 +122,27 @@ const undelivered = (e: EventBridgeEvent<string, unknown>) =>
     RETRY_ATTEMPTS: { DataType: 'Number', StringValue: '185' },
   });
 
-const cli = (args: string[]) =>
-  runCli(['inbox', 'queue', ...args, '--queue-url', failedQueue, '--queue-url', deadLetterQueue], {
-    env: {
-      HOME: process.env.HOME,
-      AWS_ENDPOINT_URL_LAMBDA: lambda.url,
-      AWS_ENDPOINT_URL_SQS: sqsEndpoint.url,
-      AWS_REGION: 'us-east-1',
-      AWS_ACCESS_KEY_ID: 'local',
-      AWS_SECRET_ACCESS_KEY: 'local',
-      AWS_EC2_METADATA_DISABLED: 'true',
-    },
-  });
+const cliArgs = (args: string[]) => [
+  'inbox',
+  'queue',
+  ...args,
+  '--queue-url',
+  failedQueue,
+  '--queue-url',
+  deadLetterQueue,
+];
+const cliOptions = () => ({
+  env: {
+    HOME: process.env.HOME,
+    AWS_ENDPOINT_URL_LAMBDA: lambda.url,
+    AWS_ENDPOINT_URL_SQS: sqsEndpoint.url,
+    AWS_REGION: 'us-east-1',
+    AWS_ACCESS_KEY_ID: 'local',
+    AWS_SECRET_ACCESS_KEY: 'local',
+    AWS_EC2_METADATA_DISABLED: 'true',
+  },
+});
+const cli = (args: string[]) => runCli(cliArgs(args), cliOptions());
 const replay = (...args: string[]) => cli(['replay', '--consumer', 'billing', ...args]);
 const effects = async () =>
   (
@@ -176,6 +189,11 @@ describe('outbox inbox queue', () => {
     const human = await cli(['list']);
     expect(human.stdout.trim().split('\n')).toHaveLength(4);
     expect(human.stderr).toMatch(/3 event\(s\) in 5 message\(s\), 1 unreadable/);
+    // Stopped by --max before the dead-letter queue: said so, exit 1.
+    const partial = await cli(['list', '--max', '2']);
+    expect(partial.code).toBe(1);
+    expect(partial.stderr).toMatch(/read 2 message\(s\), --max: the queues may hold more/);
+    expect(inQueues().filter((m) => m.visible)).toHaveLength(5);
   });
 
   it('replays in each aggregate order, holds what follows a failure, deletes what the function took, and a second replay is a duplicate', async () => {
@@ -237,5 +255,34 @@ describe('outbox inbox queue', () => {
     ).toEqual([1, 2, 1]);
     expect(lambda.invocations.length).toBe(invoked);
     expect(inQueues().filter((m) => m.visible)).toHaveLength(5);
+  });
+
+  it('Ctrl-C stops after the current invocation and makes the messages not replayed visible again', async () => {
+    const [a, b, c] = [event('o-1', 1), event('o-2', 1), event('o-3', 1)];
+    for (const e of [a, b, c]) await send(failedQueue, JSON.stringify(e));
+    invokeDelayMs = 1_500;
+    const invoked = lambda.invocations.length;
+    const child = startCli(
+      cliArgs(['replay', '--consumer', 'billing', '--function-name', 'billing-fn', '--yes', '--json']),
+      cliOptions(),
+    );
+    const result = collect(child);
+    while (lambda.invocations.length === invoked) await new Promise((r) => setTimeout(r, 20));
+    child.kill('SIGINT');
+    const done = await result;
+    expect(done.code, done.stderr).toBe(1);
+    expect(done.stderr).toMatch(/interrupted: stopping after the current invocation/);
+    expect(JSON.parse(done.stdout)).toMatchObject({
+      replayed: 1,
+      of: 3,
+      events: [
+        { eventId: eventIdOf(a), outcome: 'applied' },
+        { eventId: eventIdOf(b), outcome: 'held', error: 'the replay was interrupted before it' },
+        { eventId: eventIdOf(c), outcome: 'held' },
+      ],
+    });
+    const left = inQueues();
+    expect(left.map((m) => JSON.parse(m.body).detail.metadata.eventId)).toEqual([eventIdOf(b), eventIdOf(c)]);
+    expect(left.every((m) => m.visible)).toBe(true);
   });
 });
