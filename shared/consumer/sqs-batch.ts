@@ -44,7 +44,11 @@ export function sqsBatch<R>(
   return async (event, context) => {
     if (!isSqsEvent(event)) return handler(event, context);
     const failures: SQSBatchResponse['batchItemFailures'] = [];
-    const parsed: { record: SQSRecord; event: EventBridgeEvent<string, unknown>; sequence: number }[] = [];
+    const parsed: {
+      record: SQSRecord;
+      event: EventBridgeEvent<string, unknown>;
+      sequence: bigint | undefined;
+    }[] = [];
     for (const record of event.Records) {
       try {
         const body = JSON.parse(record.body) as unknown;
@@ -56,7 +60,17 @@ export function sqsBatch<R>(
       }
     }
     // Array.prototype.sort is stable: events without a sequence keep their queue order.
-    parsed.sort((a, b) => (a.sequence === b.sequence ? 0 : a.sequence < b.sequence ? -1 : 1));
+    parsed.sort((a, b) =>
+      a.sequence === b.sequence
+        ? 0
+        : a.sequence === undefined
+          ? 1
+          : b.sequence === undefined
+            ? -1
+            : a.sequence < b.sequence
+              ? -1
+              : 1,
+    );
     for (const { record, event: one } of parsed) {
       try {
         await handler(one, context);
@@ -84,9 +98,14 @@ function isEventBridgeEvent(body: unknown): body is EventBridgeEvent<string, unk
   return typeof e['detail-type'] === 'string' && typeof e.source === 'string' && 'detail' in e;
 }
 
-/** The event's per-aggregate sequence, for ordering a batch; events without one sort last. */
-function sequenceOf(event: EventBridgeEvent<string, unknown>): number {
+/**
+ * The event's per-aggregate sequence, for ordering a batch, exactly: past 2^53 the envelope carries
+ * it as a decimal string, which a double would round (2^53 + 1 and 2^53 would tie). Undefined for an
+ * event without a whole-number sequence; those sort last.
+ */
+function sequenceOf(event: EventBridgeEvent<string, unknown>): bigint | undefined {
   const sequence = (event.detail as { metadata?: { sequence?: unknown } } | null)?.metadata?.sequence;
-  const n = typeof sequence === 'number' ? sequence : typeof sequence === 'string' ? Number(sequence) : NaN;
-  return Number.isFinite(n) ? n : Number.POSITIVE_INFINITY;
+  if (typeof sequence === 'number') return Number.isSafeInteger(sequence) ? BigInt(sequence) : undefined;
+  if (typeof sequence === 'string' && /^-?\d{1,30}$/.test(sequence.trim())) return BigInt(sequence.trim());
+  return undefined;
 }

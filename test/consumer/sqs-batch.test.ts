@@ -98,4 +98,22 @@ describe('sqsBatch', () => {
     expect(await batchHandler()(event, lambdaContext(10_000))).toBe('applied');
     expect(await applied()).toEqual([{ aggregate_id: 'o-5', sequence: 1 }]);
   });
+
+  it('orders a batch by exact sequence, past 2^53 too (sequences travel as decimal strings there)', async () => {
+    const seen: string[] = [];
+    const handler = sqsBatch(async (event: EventBridgeEvent<string, unknown>) => {
+      seen.push(String((event.detail as { metadata: { sequence: unknown } }).metadata.sequence));
+    });
+    const at = (sequence: string) => {
+      const e = eventFor(1, 'o-big');
+      (e.detail as { metadata: { sequence: unknown } }).metadata.sequence = sequence;
+      return message(e);
+    };
+    // As doubles, 2^53 + 1 and 2^53 are both 9007199254740992: the sort would keep the queue order.
+    await handler(
+      batch(at('9007199254740995'), at('9007199254740993'), at('9007199254740992')),
+      lambdaContext(10_000),
+    );
+    expect(seen).toEqual(['9007199254740992', '9007199254740993', '9007199254740995']);
+  });
 });
