@@ -95,8 +95,8 @@ function describeSetting(
 /** What a required variable holds and where to get it, said when it is unset. */
 const REQUIRED_HINTS: Partial<Record<string, string>> = {
   [EnvVar.eventBusName]:
-    'the name or ARN of the EventBridge event bus to publish to; for a local bus, `npm run bus` in a ' +
-    'checkout of outbox-relay-aws prints the exports to set',
+    'the name or ARN of the EventBridge event bus to publish to; for a local bus, `npx outbox bus` ' +
+    '(the relay package) prints the exports to set',
 };
 
 /**

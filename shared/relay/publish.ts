@@ -128,7 +128,7 @@ export async function checkEventBridgeClient(client: {
     throw new OutboxConfigError(
       'AWS_REGION',
       `is required to sign PutEvents requests (${(error as Error).message}): set the bus's region, e.g. ` +
-        'AWS_REGION=eu-west-1; for a local bus, `npm run bus` in a checkout of outbox-relay-aws prints it',
+        'AWS_REGION=eu-west-1; for a local bus, `npx outbox bus` (the relay package) prints it',
     );
   }
   try {

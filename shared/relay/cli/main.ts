@@ -32,6 +32,7 @@ import {
   getStatus,
   migrateWithRoles,
 } from '../operations/index.ts';
+import { registerBus } from './bus-command.ts';
 import { registerCounters } from './counters-command.ts';
 import { type EnqueueProgress, enqueueFromLines } from './enqueue-lines.ts';
 import { EXIT, explainError } from './errors.ts';
@@ -99,6 +100,7 @@ export async function main(argv: string[], cliIo: CliIo = defaultIo()): Promise<
   registerInbox(program, ctx);
   registerInboxMaintenance(program, ctx);
   registerCounters(program, ctx);
+  registerBus(program, ctx);
   try {
     await program.parseAsync(argv);
     return code;

@@ -40,7 +40,7 @@ function endpointHint(failures: FailureReason[], env: NodeJS.ProcessEnv): string
   const endpoint = env[variable];
   return endpoint
     ? [
-        `The bus endpoint did not answer: is ${variable}=${endpoint} right, and is it running (\`npm run bus\` for the local one)?`,
+        `The bus endpoint did not answer: is ${variable}=${endpoint} right, and is it running (\`npx outbox bus\` for the local one)?`,
       ]
     : ['The bus endpoint did not answer: check AWS_REGION and the network path to EventBridge.'];
 }

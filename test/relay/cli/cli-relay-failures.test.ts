@@ -33,7 +33,7 @@ describe('outbox relay: failures are visible', () => {
     expect(r.stdout).toMatch(/published 0, retried 3/);
     expect(r.stdout).toMatch(/^failures by reason:\n {2}3 failed \(3 retried\): .*ECONNREFUSED/m);
     expect(r.stderr).toMatch(
-      /^error: nothing was published: every attempt failed \(the reasons are above\)\. Retried events stay in the outbox for the next run\. The bus endpoint did not answer: is AWS_ENDPOINT_URL_EVENTBRIDGE=http:\/\/127\.0\.0\.1:9 right, and is it running \(`npm run bus` for the local one\)\?$/m,
+      /^error: nothing was published: every attempt failed \(the reasons are above\)\. Retried events stay in the outbox for the next run\. The bus endpoint did not answer: is AWS_ENDPOINT_URL_EVENTBRIDGE=http:\/\/127\.0\.0\.1:9 right, and is it running \(`npx outbox bus` for the local one\)\?$/m,
     );
     expect(r.code).toBe(1);
   });

@@ -307,7 +307,7 @@ describe('outbox CLI', () => {
     expect(missing.code).toBe(2);
     expect(missing.stderr.trim()).toBe(
       'error: EVENT_BUS_NAME: is required: the name or ARN of the EventBridge event bus to publish to; ' +
-        'for a local bus, `npm run bus` in a checkout of outbox-relay-aws prints the exports to set',
+        'for a local bus, `npx outbox bus` (the relay package) prints the exports to set',
     );
     const malformed = await run(['relay', '--once'], { env: env({ OUTBOX_BATCH_SIZE: 'lots' }) });
     expect(malformed.code).toBe(2);
@@ -335,7 +335,7 @@ describe('outbox CLI', () => {
     expect(r.stderr).toMatch(/^error: AWS_REGION: is required to sign PutEvents requests/);
     // What to set, not only what is missing.
     expect(r.stderr).toMatch(/set the bus's region, e\.g\. AWS_REGION=eu-west-1/);
-    expect(r.stderr).toMatch(/`npm run bus`/);
+    expect(r.stderr).toMatch(/`npx outbox bus`/);
     const [row] = await h.db.sql`select attempts, dead_lettered_at from outbox`;
     expect(row).toEqual({ attempts: 0, dead_lettered_at: null });
   });

@@ -1,0 +1,97 @@
+/**
+ * `outbox bus [--port N] [--refuse <text>]`: a local EventBridge endpoint, for trying the relay, the
+ * CLI or your own code without AWS. One port answers both buses the relay can publish to: the
+ * classic event bus's PutEvents (AWS JSON 1.1) and the Custom Event Bus's (Smithy RPC v2 CBOR), with
+ * their limits (dev/local-bus.ts). It prints the variables that point the relay at it, then each
+ * accepted event; Ctrl-C stops it. `npm run bus` in a checkout runs the same command.
+ *
+ * `--refuse <text>` refuses every entry whose Detail holds the text with `InvalidArgument`, a
+ * permanent error (the relay dead-letters the event at once), so that dead letters can be listed,
+ * shown and replayed locally.
+ *
+ * The endpoint is loaded only when this command runs (a dynamic import), so the other commands do
+ * not load it; the package ships it compiled beside the CLI.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Command } from 'commander';
+import type { AcceptedEvent } from '../../../dev/local-bus.ts';
+import { EnvVar } from '../../platform/index.ts';
+import type { OperationsContext } from './operations.ts';
+import { nonNegativeInteger } from './parsers.ts';
+import { onInterrupt } from './signals.ts';
+
+/** How long a stopped `outbox bus` waits for the forwarded copy of its Ctrl-C before it exits, ms. */
+const FORWARDED_SIGNAL_GRACE_MS = 250;
+
+/** The port `outbox bus` listens on without `--port` or LOCAL_BUS_PORT. */
+export const LOCAL_BUS_DEFAULT_PORT = 4010;
+
+interface BusOptions {
+  port?: number;
+  refuse?: string;
+}
+
+/** Adds `bus` to the program. */
+export function registerBus(program: Command, ctx: OperationsContext): void {
+  program
+    .command('bus')
+    .description(
+      'a local EventBridge endpoint (the classic bus and the Custom Event Bus) on this machine, until Ctrl-C',
+    )
+    .option(
+      '--port <n>',
+      `port to listen on, 0 for a free one (default: LOCAL_BUS_PORT, else ${LOCAL_BUS_DEFAULT_PORT})`,
+      nonNegativeInteger,
+    )
+    .option(
+      '--refuse <text>',
+      'refuse every event whose detail holds <text> with InvalidArgument, a permanent error: the relay dead-letters it at once',
+    )
+    .action(async (o: BusOptions) => {
+      const port = o.port ?? Number(ctx.env.LOCAL_BUS_PORT ?? LOCAL_BUS_DEFAULT_PORT);
+      const { startLocalBus } = await import('../../../dev/local-bus.ts');
+      const bus = await startLocalBus({
+        port,
+        faults: o.refuse === undefined ? {} : { poisonMarker: o.refuse, poisonCode: 'InvalidArgument' },
+      });
+      // Ctrl-C (and the copy of it that npm or npx forwards) closes the server; the command exits 0.
+      // The handler goes in before anything is printed: whoever waits for the first line may press
+      // Ctrl-C at once, and a SIGINT that finds no handler kills the process.
+      // Closing takes a millisecond, so the process would be tearing down when the copy of the same
+      // Ctrl-C that npm or npx forwards arrives, and a signal then kills it (exit by SIGINT instead
+      // of 0): it lingers a moment, its handler in place, to absorb that copy.
+      const stopped = new Promise<void>((resolve) => {
+        const remove = onInterrupt(
+          () =>
+            void bus
+              .close()
+              .then(() => sleep(FORWARDED_SIGNAL_GRACE_MS))
+              .then(() => {
+                remove();
+                resolve();
+              }),
+          () => process.exit(130),
+        );
+      });
+      const credentials = 'AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local';
+      ctx.out(`local EventBridge endpoint listening on ${bus.url}`);
+      // Everything `outbox relay` needs besides DATABASE_URL: the bus name is required (the local
+      // bus takes any name and prints it with each event).
+      ctx.out(`  export ${EnvVar.eventBusName}=demo AWS_ENDPOINT_URL_EVENTBRIDGE=${bus.url} ${credentials}`);
+      // The same port answers the Custom Event Bus's PutEvents (any event-busv2 ARN).
+      ctx.out(
+        `  or, for a Custom Event Bus: export ${EnvVar.eventBusArn}=arn:aws:events:us-east-1:000000000000:event-busv2/demo/local AWS_ENDPOINT_URL_EVENTBRIDGEV2=${bus.url} ${credentials} (and no ${EnvVar.eventBusName})`,
+      );
+      if (o.refuse !== undefined) {
+        ctx.out(
+          `  refusing every event whose detail holds ${JSON.stringify(o.refuse)} (InvalidArgument: dead-lettered at once)`,
+        );
+      }
+      bus.emitter.on('accepted', (e: AcceptedEvent) => {
+        ctx.out(
+          `${new Date(e.receivedAt).toISOString()}  ${e.eventBusName ?? '-'}  ${e.source}  ${e.detailType}  ${JSON.stringify(e.detail)}`,
+        );
+      });
+      await stopped;
+    });
+}
