@@ -17,6 +17,7 @@ export {
   type OutboxRoles,
 } from '../shared/platform/names.ts';
 export { OUTBOX_BUNDLING } from './bundling.ts';
+export { EVENTSV2_NAMESPACE, type OutboxCustomBusAlarms } from './custom-event-bus.ts';
 export {
   type OutboxDatabaseConnection,
   type OutboxDatabaseProps,
@@ -26,6 +27,8 @@ export {
 } from './database.ts';
 export type { OutboxAlarms } from './observability.ts';
 export {
+  CUSTOM_BUS_DEFAULT_MAX_EVENT_AGE_SECONDS,
+  CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS,
   MAX_QUEUE_VISIBILITY_SECONDS,
   OutboxConsumer,
   type OutboxConsumerAlarms,
@@ -35,4 +38,10 @@ export {
   RETRY_WINDOW_SECONDS_BY_ATTEMPTS,
 } from './outbox-consumer.ts';
 export { OutboxRelay } from './outbox-relay.ts';
-export { DEFAULT_RELAY_MEMORY_MB, ECONOMY_IDLE_RETURN_SECONDS, type OutboxRelayProps } from './props.ts';
+export {
+  DEFAULT_CUSTOM_BUS_RETENTION_DAYS,
+  DEFAULT_RELAY_MEMORY_MB,
+  ECONOMY_IDLE_RETURN_SECONDS,
+  type OutboxCustomEventBusProps,
+  type OutboxRelayProps,
+} from './props.ts';
