@@ -18,8 +18,10 @@
  */
 import { Annotations, Names, Stack, Token } from 'aws-cdk-lib';
 import * as events from 'aws-cdk-lib/aws-events';
+import * as eventsv2 from 'aws-cdk-lib/aws-eventsv2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import type { Construct } from 'constructs';
+import { OutboxConfigError } from '../shared/platform/errors.ts';
 import type { OutboxRelayProps } from './props.ts';
 
 /** The longest `Source` EventBridge accepts, characters (PutEventsRequestEntry). */
@@ -88,22 +90,78 @@ export function restrictPutEvents(
       );
     }
   }
+  const statement = outboxSourcesStatement(scope, bus.eventBusArn, props, relayRole);
+  return new events.CfnEventBusPolicy(scope, 'BusPolicy', {
+    eventBusName: bus.eventBusName,
+    statementId: statement.sid as string,
+    statement: statement.toStatementJson(),
+  });
+}
+
+/**
+ * The Deny statement: `events:PutEvents` on `busArn`, with `events:source` among `sources` when
+ * given, to every principal whose `aws:PrincipalArn` is not the relay's role or a publisher's.
+ */
+function outboxSourcesStatement(
+  scope: Construct,
+  busArn: string,
+  props: Pick<OutboxRelayProps, 'sources' | 'publishers'>,
+  relayRole: iam.IRole,
+): iam.PolicyStatement {
   const exempt = [relayRole.roleArn, ...(props.publishers ?? []).map((r) => r.roleArn)];
-  const statementId = `OutboxSources${Names.uniqueResourceName(scope, { maxLength: 50 })}`;
-  const statement = new iam.PolicyStatement({
-    sid: statementId,
+  return new iam.PolicyStatement({
+    sid: `OutboxSources${Names.uniqueResourceName(scope, { maxLength: 50 })}`,
     effect: iam.Effect.DENY,
     principals: [new iam.StarPrincipal()],
     actions: ['events:PutEvents'],
-    resources: [bus.eventBusArn],
+    resources: [busArn],
     conditions: {
       ...(props.sources ? { StringEquals: { 'events:source': props.sources } } : {}),
       ArnNotEquals: { 'aws:PrincipalArn': exempt.length === 1 ? exempt[0] : exempt },
     },
   });
-  return new events.CfnEventBusPolicy(scope, 'BusPolicy', {
-    eventBusName: bus.eventBusName,
-    statementId,
-    statement: statement.toStatementJson(),
+}
+
+/**
+ * The same Deny statement on a Custom Event Bus (EventsV2), whose resource policy is one document
+ * (`AWS::EventsV2::ResourcePolicy`, the policy named `default`; creating it fails when the bus has
+ * one, and an update replaces it whole). The condition key `events:source` is supplied on the
+ * Custom Event Bus's PutEvents too (EventBridge User Guide, "Actions, resources, and condition keys
+ * for the Custom Event Bus"). So the construct writes it only on a bus it created; on a bus passed
+ * in it refuses `sources` unless `restrictPutEvents` is `false`, and warns without them.
+ * @returns the policy resource, or undefined when none was written
+ * @throws {OutboxConfigError} (`restrictPutEvents`) for `sources` on a bus passed in, unless `restrictPutEvents: false`
+ */
+export function restrictCustomBusPutEvents(
+  scope: Construct,
+  busArn: string,
+  ownBus: boolean,
+  props: Pick<OutboxRelayProps, 'sources' | 'restrictPutEvents' | 'publishers'>,
+  relayRole: iam.IRole,
+): eventsv2.CfnResourcePolicy | undefined {
+  if (props.restrictPutEvents === false) {
+    Annotations.of(scope).addWarningV2(
+      'outbox-relay:bus-policy-off',
+      `restrictPutEvents: false: any principal allowed events:PutEvents on the Custom Event Bus may put events under the outbox's sources, with any sequence, and consumers cannot tell them from the relay's. Deny it in the bus's resource policy yourself (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus).`,
+    );
+    return undefined;
+  }
+  if (!ownBus) {
+    if (props.sources !== undefined) {
+      throw new OutboxConfigError(
+        'restrictPutEvents',
+        `OutboxRelay: the Custom Event Bus ${busArn} was passed in, and its resource policy is one document (AWS::EventsV2::ResourcePolicy) that this stack cannot add a statement to. Put the Deny of events:PutEvents of the outbox's sources to every principal but the relay's role in that bus's policy yourself, and set restrictPutEvents: false (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus)`,
+      );
+    }
+    Annotations.of(scope).addWarningV2(
+      'outbox-relay:bus-policy-unscoped',
+      `The Custom Event Bus was passed in, so its resource policy is left as it is: any principal allowed events:PutEvents on it may put events under the outbox's sources, with any sequence. Deny that in its policy and set restrictPutEvents: false (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus).`,
+    );
+    return undefined;
+  }
+  const statement = outboxSourcesStatement(scope, busArn, props, relayRole);
+  return new eventsv2.CfnResourcePolicy(scope, 'CustomBusPolicy', {
+    eventBusArn: busArn,
+    policyDocument: { Version: '2012-10-17', Statement: [statement.toStatementJson()] },
   });
 }

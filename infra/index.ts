@@ -17,6 +17,7 @@ export {
   type OutboxRoles,
 } from '../shared/platform/names.ts';
 export { OUTBOX_BUNDLING } from './bundling.ts';
+export { EVENTSV2_NAMESPACE, type OutboxCustomBusAlarms } from './custom-event-bus.ts';
 export {
   type OutboxDatabaseConnection,
   type OutboxDatabaseProps,
@@ -26,6 +27,8 @@ export {
 } from './database.ts';
 export { type OutboxAlarms, RUNBOOK_ANCHORS } from './observability.ts';
 export {
+  CUSTOM_BUS_DEFAULT_MAX_EVENT_AGE_SECONDS,
+  CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS,
   MAX_QUEUE_VISIBILITY_SECONDS,
   OutboxConsumer,
   type OutboxConsumerAlarms,
@@ -36,8 +39,10 @@ export {
 } from './outbox-consumer.ts';
 export { OutboxRelay } from './outbox-relay.ts';
 export {
+  DEFAULT_CUSTOM_BUS_RETENTION_DAYS,
   DEFAULT_RELAY_MEMORY_MB,
   ECONOMY_IDLE_RETURN_SECONDS,
   OPERATIONS_DOCS_URL,
+  type OutboxCustomEventBusProps,
   type OutboxRelayProps,
 } from './props.ts';

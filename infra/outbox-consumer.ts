@@ -14,12 +14,14 @@
 
 import { spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
-import { Duration, Validations } from 'aws-cdk-lib';
+import { Duration, Names, Validations } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as eventTargets from 'aws-cdk-lib/aws-events-targets';
+import * as eventsv2 from 'aws-cdk-lib/aws-eventsv2';
+import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as destinations from 'aws-cdk-lib/aws-lambda-destinations';
 import * as eventSources from 'aws-cdk-lib/aws-lambda-event-sources';
@@ -37,6 +39,7 @@ import {
   InboxMetricName,
 } from '../shared/platform/names.ts';
 import { OUTBOX_BUNDLING } from './bundling.ts';
+import { EVENTSV2_NAMESPACE } from './custom-event-bus.ts';
 import {
   type OutboxDatabaseTarget,
   outboxDatabaseConnection,
@@ -72,16 +75,36 @@ export const RETRY_WINDOW_SECONDS_BY_ATTEMPTS: Readonly<Record<0 | 1 | 2, number
  */
 export const MAX_QUEUE_VISIBILITY_SECONDS = 240;
 
+/**
+ * The longest a Custom Event Bus subscriber waits for a Lambda invocation, seconds
+ * (`LambdaParameters.InvocationTimeoutSeconds`, 1–30, EventBridge User Guide, "Lambda function
+ * target"). A function that may run longer would be retried while it still runs: refused.
+ */
+export const CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS = 30;
+
+/**
+ * Default of `deliveryMaxEventAge` on a Custom Event Bus, seconds: how long the subscriber retries
+ * an event whose handler fails before it goes to the dead-letter queue. The subscriber's own
+ * default (300 s) would dead-letter events through a database failover or a bad deploy; an hour
+ * rides those out, and a poison event holds up only its own aggregate meanwhile (FIFO per group).
+ */
+export const CUSTOM_BUS_DEFAULT_MAX_EVENT_AGE_SECONDS = 3_600;
+
+/** The inbox's largest `maxEventAgeSeconds` (shared/consumer/inbox.ts), seconds. */
+const INBOX_MAX_EVENT_AGE_SECONDS = 21_600;
+
 /** The inbox settings that depend on how the function is invoked; see {@link OutboxConsumer.inboxSettings}. */
 export interface OutboxConsumerInboxSettings {
   /**
-   * The inbox's `retryWindowSeconds`. Direct: 180 for 2 retries, 60 for 1, 0 for none. Queue:
+   * The inbox's `retryWindowSeconds`. Direct: 180 for 2 retries, 60 for 1, 0 for none. Custom
+   * Event Bus: `deliveryMaxEventAge` (the subscriber retries a failed handler until then). Queue:
    * `(maxReceiveCount − 1) × visibilityTimeout` (each retry comes a visibility timeout after the
    * previous receive, never earlier).
    */
   readonly retryWindowSeconds: number;
   /**
-   * The inbox's `maxEventAgeSeconds`. Direct: the function's `MaximumEventAgeInSeconds`. Queue:
+   * The inbox's `maxEventAgeSeconds`. Direct: the function's `MaximumEventAgeInSeconds`. Custom
+   * Event Bus: `deliveryMaxEventAge`. Queue:
    * 21,600, the inbox's largest (a receive can come later than the visibility timeout when the
    * function is throttled).
    */
@@ -106,8 +129,25 @@ export interface OutboxConsumerProps extends OutboxDatabaseTarget {
    * @default 'direct'
    */
   readonly topology?: 'direct' | 'queue';
-  /** The bus the relay publishes to: `relay.eventBus` of an {@link OutboxRelay}. */
-  readonly eventBus: events.IEventBus;
+  /**
+   * The classic bus the relay publishes to: `relay.eventBus` of an {@link OutboxRelay}. Exactly
+   * one of `eventBus` and `customEventBusArn`.
+   * @default none
+   */
+  readonly eventBus?: events.IEventBus;
+  /**
+   * The Custom Event Bus (EventsV2) the relay publishes to: `relay.customEventBusArn`. Instead of
+   * a rule, an `AWS::EventsV2::Subscriber` of type `FIFO` invokes the function synchronously
+   * (`REQUEST_RESPONSE`), one event per invocation, each aggregate's events in order, waiting for
+   * each result; a failed handler is retried by the subscriber (`deliveryRetryAttempts`,
+   * `deliveryMaxEventAge`, default 185 and 1 hour) and then recorded in `deadLetterQueue` (the
+   * record carries no payload). Refused with it: `topology: 'queue'` (a standard queue would lose
+   * the order), `retryAttempts` and `maxEventAge` (Lambda's asynchronous retries, unused),
+   * `existingFailedEventsQueue`, a function timeout over 30 s, `deliveryMaxEventAge` over 6 hours.
+   * (docs/consuming.md#on-a-custom-event-bus-eventsv2)
+   * @default none
+   */
+  readonly customEventBusArn?: string;
   /**
    * The event types to subscribe to, e.g. `[OrderPlaced]` from `defineEvent`. The rule matches
    * `source` ∈ their sources and `detail-type` ∈ their types; with several sources that is every
@@ -177,11 +217,16 @@ export interface OutboxConsumerProps extends OutboxDatabaseTarget {
   /** Queue topology: most concurrent invocations the event source mapping makes, 2 to 1000. @default no limit */
   readonly maxConcurrency?: number;
   /**
-   * The rule target's retries of a delivery into Lambda (throttled Invoke API, missing permission), 0 to 185.
+   * The rule target's retries of a delivery into Lambda (throttled Invoke API, missing permission), 0 to 185;
+   * on a Custom Event Bus, the subscriber's retries of a failed invocation (handler errors included).
    * @default 185 (EventBridge's default)
    */
   readonly deliveryRetryAttempts?: number;
-  /** How long EventBridge retries a delivery, 60 s to 24 h. @default 24 hours (EventBridge's default) */
+  /**
+   * How long EventBridge retries a delivery, 60 s to 24 h; on a Custom Event Bus, at most 6 h (the
+   * inbox's largest event age), and it is the inbox's retry window.
+   * @default 24 hours (EventBridge's default); 1 hour on a Custom Event Bus ({@link CUSTOM_BUS_DEFAULT_MAX_EVENT_AGE_SECONDS})
+   */
   readonly deliveryMaxEventAge?: Duration;
   /** The rule target's dead-letter queue. @default a new queue, SSE-SQS encrypted, TLS only, 14 days */
   readonly existingDeadLetterQueue?: sqs.IQueue;
@@ -206,9 +251,16 @@ export interface OutboxConsumerProps extends OutboxDatabaseTarget {
 
 /** The consumer's alarms. */
 export interface OutboxConsumerAlarms {
-  /** EventBridge could not deliver events into Lambda (the dead-letter queue holds them). */
+  /**
+   * EventBridge could not deliver events into Lambda (the dead-letter queue holds them); on a
+   * Custom Event Bus, the handler failed every attempt too (the records carry no payload).
+   */
   readonly undelivered: cloudwatch.Alarm;
-  /** The handler failed on every attempt (the on-failure queue holds the invocation records). */
+  /**
+   * The handler failed on every attempt (the on-failure queue holds the invocation records); on
+   * a Custom Event Bus, the subscriber dropped events (`EventsDropped` in `AWS/EventsV2`: the
+   * dead-letter queue refused them).
+   */
   readonly failed: cloudwatch.Alarm;
   /** The function's Errors metric. */
   readonly errors: cloudwatch.Alarm;
@@ -223,14 +275,36 @@ export interface OutboxConsumerAlarms {
 
 /** A rule on the outbox's bus, the consumer's function, its two failure queues and their alarms. */
 export class OutboxConsumer extends Construct {
-  public readonly rule: events.Rule;
+  /** The Custom Event Bus's FIFO subscriber; undefined on a classic bus. */
+  public readonly subscriber: eventsv2.CfnSubscriber | undefined;
+  /** The role the subscriber assumes to invoke the function and record failures; undefined on a classic bus. */
+  public readonly subscriberRole: iam.Role | undefined;
+  private readonly classicRule: events.Rule | undefined;
+  /**
+   * The rule on the classic bus.
+   * @throws {OutboxConfigError} (`rule`) on a Custom Event Bus, which has a {@link subscriber} instead
+   */
+  public get rule(): events.Rule {
+    if (!this.classicRule) {
+      throw new OutboxConfigError(
+        'rule',
+        'this OutboxConsumer subscribes to a Custom Event Bus: it has a subscriber, not a rule',
+      );
+    }
+    return this.classicRule;
+  }
   /** The function: a NodejsFunction built from `entry`, or `existingFunction`. */
   public readonly function: lambda.IFunction;
-  /** Events EventBridge could not deliver into Lambda, after the target's retries. */
+  /**
+   * Events EventBridge could not deliver into Lambda, after the target's retries. On a Custom
+   * Event Bus: the subscriber's dead-letter records (no payload) of events not delivered or whose
+   * handler failed every attempt.
+   */
   public readonly deadLetterQueue: sqs.IQueue;
   /**
    * Direct: invocation records (event, error) of events whose handler failed every attempt. Queue:
-   * the queue's dead-letter queue (the events themselves).
+   * the queue's dead-letter queue (the events themselves). Custom Event Bus: `deadLetterQueue`
+   * itself (the subscriber has one failure destination).
    */
   public readonly failedEventsQueue: sqs.IQueue;
   /** Queue topology: the queue between the rule and the function; undefined in the direct topology. */
@@ -274,8 +348,14 @@ export class OutboxConsumer extends Construct {
     const maxEventAge = props.maxEventAge ?? Duration.hours(6);
     const visibilityTimeout = this.topology === 'queue' ? queueVisibilityTimeout(props) : Duration.seconds(0);
     const maxReceiveCount = props.maxReceiveCount ?? 5;
-    this.inboxSettings =
-      this.topology === 'direct'
+    const customBusArn = props.customEventBusArn;
+    const customMaxEventAge = (
+      props.deliveryMaxEventAge ?? Duration.seconds(CUSTOM_BUS_DEFAULT_MAX_EVENT_AGE_SECONDS)
+    ).toSeconds();
+    this.inboxSettings = customBusArn
+      ? // The subscriber waits for each invocation and retries a failed one until the event's age.
+        { retryWindowSeconds: customMaxEventAge, maxEventAgeSeconds: customMaxEventAge }
+      : this.topology === 'direct'
         ? {
             retryWindowSeconds: RETRY_WINDOW_SECONDS_BY_ATTEMPTS[retryAttempts],
             maxEventAgeSeconds: maxEventAge.toSeconds(),
@@ -298,7 +378,9 @@ export class OutboxConsumer extends Construct {
     };
 
     this.deadLetterQueue = props.existingDeadLetterQueue ?? this.endOfLineQueue('DeadLetterQueue');
-    this.failedEventsQueue = props.existingFailedEventsQueue ?? this.endOfLineQueue('FailedEventsQueue');
+    this.failedEventsQueue = customBusArn
+      ? this.deadLetterQueue
+      : (props.existingFailedEventsQueue ?? this.endOfLineQueue('FailedEventsQueue'));
 
     this.function = props.entry
       ? this.bundledFunction(props, props.entry)
@@ -307,6 +389,26 @@ export class OutboxConsumer extends Construct {
       for (const [name, value] of Object.entries(this.environment)) this.function.addEnvironment(name, value);
     }
     database.grantConnect(this.function, this.databaseUser);
+    if (customBusArn) {
+      // Invoked synchronously by the subscriber: Lambda's asynchronous retries do not apply.
+      this.queue = undefined;
+      this.classicRule = undefined;
+      const { subscriber, role } = this.createSubscriber(
+        props,
+        customBusArn,
+        sources,
+        types,
+        customMaxEventAge,
+      );
+      this.subscriber = subscriber;
+      this.subscriberRole = role;
+      this.alarms = this.createAlarms(props);
+      this.widgets = this.createWidgets(props);
+      props.dashboard?.addWidgets(...this.widgets);
+      return;
+    }
+    this.subscriber = undefined;
+    this.subscriberRole = undefined;
     if (this.topology === 'direct') {
       // Lambda's own handling of a failed asynchronous invocation: the retries, the event's age,
       // and the on-failure destination (without it Lambda drops the event after the last retry).
@@ -336,7 +438,7 @@ export class OutboxConsumer extends Construct {
       );
     }
 
-    this.rule = new events.Rule(this, 'Rule', {
+    this.classicRule = new events.Rule(this, 'Rule', {
       eventBus: props.eventBus,
       eventPattern: { source: sources, detailType: types },
       description: `${types.join(', ')} from ${sources.join(', ')} to the inbox consumer ${props.consumer}`,
@@ -349,7 +451,7 @@ export class OutboxConsumer extends Construct {
       maxEventAge: props.deliveryMaxEventAge ?? Duration.hours(24),
       deadLetterQueue: this.deadLetterQueue,
     };
-    this.rule.addTarget(
+    this.classicRule.addTarget(
       this.queue
         ? new eventTargets.SqsQueue(this.queue, delivery)
         : new eventTargets.LambdaFunction(this.function, delivery),
@@ -357,6 +459,68 @@ export class OutboxConsumer extends Construct {
     this.alarms = this.createAlarms(props);
     this.widgets = this.createWidgets(props);
     props.dashboard?.addWidgets(...this.widgets);
+  }
+
+  /**
+   * The FIFO subscriber on the Custom Event Bus and the role it assumes. The filter is a `DATA`
+   * filter: for PutEvents the data is the EventBridge envelope (`source`, `detail-type`, `detail`),
+   * and a `METADATA` filter never matches a PutEvents event ("Filtering events for a subscriber").
+   * One event per invocation (`MaxBatchSize` 1: the function then receives the event as one JSON
+   * object, as from a rule; any other size delivers an array), `REQUEST_RESPONSE` so a handler
+   * error is a failed delivery and the group waits for it ("Lambda function target": for ordered
+   * processing on a FIFO subscriber). The role trusts `events.amazonaws.com` and may invoke this
+   * function and send to the dead-letter queue ("Permissions by scenario", delivery role).
+   */
+  private createSubscriber(
+    props: OutboxConsumerProps,
+    busArn: string,
+    sources: string[],
+    types: string[],
+    maxEventAgeSeconds: number,
+  ): { subscriber: eventsv2.CfnSubscriber; role: iam.Role } {
+    const role = new iam.Role(this, 'SubscriberRole', {
+      assumedBy: new iam.ServicePrincipal('events.amazonaws.com'),
+      description: `Custom Event Bus subscriber of the inbox consumer ${props.consumer}: invoke its function, record failures`,
+    });
+    // The function itself, unqualified: the subscriber names no version or alias.
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({ actions: ['lambda:InvokeFunction'], resources: [this.function.functionArn] }),
+    );
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [this.deadLetterQueue.queueArn] }),
+    );
+    this.deadLetterQueue.encryptionMasterKey?.grant(role, 'kms:GenerateDataKey*', 'kms:Decrypt');
+    const subscriber = new eventsv2.CfnSubscriber(this, 'Subscriber', {
+      name: Names.uniqueResourceName(this, { maxLength: 64, separator: '-' }),
+      description:
+        `${types.join(', ')} from ${sources.join(', ')} to the inbox consumer ${props.consumer}`.slice(
+          0,
+          512,
+        ),
+      eventBusArn: busArn,
+      type: 'FIFO',
+      filterConfiguration: {
+        filters: [{ scope: 'DATA', pattern: JSON.stringify({ source: sources, 'detail-type': types }) }],
+      },
+      invokeConfiguration: {
+        targetArn: this.function.functionArn,
+        roleArn: role.roleArn,
+        lambdaParameters: {
+          invocationType: 'REQUEST_RESPONSE',
+          invocationTimeoutSeconds: String(CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS),
+        },
+      },
+      batchConfiguration: { maxBatchSize: 1 },
+      retryPolicy: {
+        maxRetryAttempts: props.deliveryRetryAttempts ?? 185,
+        maxEventAgeInSeconds: maxEventAgeSeconds,
+      },
+      onFailureConfiguration: { arn: this.deadLetterQueue.queueArn },
+    });
+    // The role's policy first: a delivery before it exists would be denied and retried.
+    const policy = role.node.tryFindChild('DefaultPolicy');
+    if (policy) subscriber.node.addDependency(policy);
+    return { subscriber, role };
   }
 
   /** A queue that is the end of the line: encrypted, TLS only, kept 14 days (SQS's longest). */
@@ -429,10 +593,13 @@ export class OutboxConsumer extends Construct {
       new cloudwatch.GraphWidget({
         ...size,
         title: `${name}: failure queues (messages)`,
-        left: [
-          visible(this.deadLetterQueue, 'undelivered (dead-letter queue)'),
-          visible(this.failedEventsQueue, 'failed (failed-events queue)'),
-        ],
+        left:
+          this.failedEventsQueue === this.deadLetterQueue
+            ? [visible(this.deadLetterQueue, 'undelivered or failed (dead-letter queue)')]
+            : [
+                visible(this.deadLetterQueue, 'undelivered (dead-letter queue)'),
+                visible(this.failedEventsQueue, 'failed (failed-events queue)'),
+              ],
       }),
       new cloudwatch.GraphWidget({
         ...size,
@@ -487,6 +654,45 @@ export class OutboxConsumer extends Construct {
     const visible = (q: sqs.IQueue) =>
       q.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(5), statistic: 'Maximum' });
     const name = props.consumer;
+    if (this.subscriber) {
+      const subscriberMetric = (metricName: string) =>
+        new cloudwatch.Metric({
+          namespace: EVENTSV2_NAMESPACE,
+          metricName,
+          dimensionsMap: {
+            EventBus: props.customEventBusArn as string,
+            Subscriber: (this.subscriber as eventsv2.CfnSubscriber).attrSubscriberArn,
+          },
+          statistic: 'Sum',
+          period: Duration.minutes(5),
+        });
+      const fromBus =
+        'the record carries no payload: replay from the bus (a subscriber with StartingPosition POINT_IN_TIME) or from the outbox (outbox dead-letters replay).';
+      return {
+        undelivered: alarm(
+          'UndeliveredAlarm',
+          visible(this.deadLetterQueue),
+          `The ${name} consumer's Custom Event Bus subscriber could not deliver events, or its handler failed on every attempt, after its retries (the dead-letter queue holds their records; ${fromBus}) Fix the cause, then replay.`,
+        ),
+        failed: alarm(
+          'FailedEventsAlarm',
+          subscriberMetric('EventsDropped'),
+          `The ${name} consumer's Custom Event Bus subscriber dropped events (its dead-letter queue refused them): ${fromBus}`,
+        ),
+        errors: alarm(
+          'ErrorsAlarm',
+          this.function.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
+          `The ${name} consumer's function failed invocations (the subscriber retries them, holding up their aggregate; those that fail every attempt are dead-lettered).`,
+          props.errorsAlarmThreshold ?? 0,
+        ),
+        parked: alarm(
+          'ParkedAlarm',
+          this.parkedMetric(props),
+          `The ${name} inbox parked events: an earlier one of the same chain was still missing after the gap wait. Run: outbox inbox parked list --consumer ${name}; then replay or discard each.`,
+        ),
+        queueAge: undefined,
+      };
+    }
     // The command that lists and replays both failure queues, with their URLs and the function's
     // name filled in at deploy time (docs/consuming.md#failure-queues). CloudWatch takes at most
     // 1,024 characters: when the text with the longest URLs and function name could exceed it (a
@@ -590,6 +796,13 @@ export function validateConsumerProps(props: OutboxConsumerProps): { sources: st
     fail('entry', 'expected exactly one of entry (a handler file to bundle) and existingFunction');
   }
   if (props.functionProps && !props.entry) fail('functionProps', 'applies only with entry');
+  if ((props.eventBus === undefined) === (props.customEventBusArn === undefined)) {
+    fail(
+      'eventBus',
+      'expected exactly one of eventBus (a classic bus: relay.eventBus) and customEventBusArn (a Custom Event Bus: relay.customEventBusArn)',
+    );
+  }
+  if (props.customEventBusArn !== undefined) validateCustomBusConsumer(props, fail);
   const topology = props.topology ?? 'direct';
   if (topology !== 'direct' && topology !== 'queue')
     fail('topology', `expected direct or queue, got ${topology}`);
@@ -631,6 +844,57 @@ export function validateConsumerProps(props: OutboxConsumerProps): { sources: st
     sources: distinct(props.events.map((e) => e.source as string)),
     types: distinct(props.events.map((e) => e.type)),
   };
+}
+
+/**
+ * The combinations a Custom Event Bus subscriber refuses.
+ * - `topology: 'queue'`: the FIFO subscriber would hand each event to a standard queue, which
+ *   accepts at once, and the event source mapping reads batches concurrently: the order is lost
+ *   at the queue (an SQS FIFO queue would keep it, but the queue topology's handler and failure
+ *   handling are built for a standard queue).
+ * - `retryAttempts`, `maxEventAge`, `existingFailedEventsQueue`: Lambda's asynchronous retries and
+ *   on-failure destination, which a synchronous invocation does not use; the subscriber's retries
+ *   are `deliveryRetryAttempts` and `deliveryMaxEventAge`.
+ * - a function timeout over {@link CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS}: the subscriber would give
+ *   up on a slow invocation and send the event again while it still runs.
+ * - `deliveryMaxEventAge` over 6 h: it is the inbox's `maxEventAgeSeconds`, at most 21,600.
+ */
+function validateCustomBusConsumer(
+  props: OutboxConsumerProps,
+  fail: (field: string, message: string) => never,
+): void {
+  if ((props.topology ?? 'direct') !== 'direct') {
+    fail(
+      'topology',
+      "a Custom Event Bus subscriber delivers each aggregate's events in order to the function itself; through the queue topology's standard queue that order would be lost: use the direct topology",
+    );
+  }
+  for (const field of ['retryAttempts', 'maxEventAge', 'existingFailedEventsQueue'] as const) {
+    if (props[field] !== undefined) {
+      fail(
+        field,
+        'does not apply on a Custom Event Bus: the subscriber invokes the function synchronously and retries it itself (deliveryRetryAttempts, deliveryMaxEventAge), then records the event in deadLetterQueue',
+      );
+    }
+  }
+  const timeout = props.entry
+    ? (props.functionProps?.timeout ?? Duration.seconds(30)).toSeconds()
+    : props.existingFunction instanceof lambda.Function
+      ? (props.existingFunction.timeout ?? Duration.seconds(3)).toSeconds()
+      : undefined;
+  if (timeout !== undefined && timeout > CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS) {
+    fail(
+      props.entry ? 'functionProps.timeout' : 'existingFunction',
+      `the function's timeout is ${timeout} s: a Custom Event Bus subscriber waits at most ${CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS} s for an invocation and would send the event again while it still runs`,
+    );
+  }
+  const age = props.deliveryMaxEventAge?.toSeconds();
+  if (age !== undefined && age > INBOX_MAX_EVENT_AGE_SECONDS) {
+    fail(
+      'deliveryMaxEventAge',
+      `on a Custom Event Bus it is the inbox's maxEventAgeSeconds, at most ${INBOX_MAX_EVENT_AGE_SECONDS} s; got ${age} s`,
+    );
+  }
 }
 
 /**

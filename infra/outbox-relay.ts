@@ -7,6 +7,7 @@
 import { CfnOutput, Duration, Stack, Validations } from 'aws-cdk-lib';
 import type * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as events from 'aws-cdk-lib/aws-events';
+import type * as eventsv2 from 'aws-cdk-lib/aws-eventsv2';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as scheduler from 'aws-cdk-lib/aws-scheduler';
@@ -15,6 +16,7 @@ import type * as sns from 'aws-cdk-lib/aws-sns';
 import * as triggers from 'aws-cdk-lib/triggers';
 import { Construct } from 'constructs';
 import { readSetting } from '../shared/platform/config.ts';
+import { OutboxConfigError } from '../shared/platform/errors.ts';
 import {
   DEFAULT_METRIC_NAMESPACE,
   DEFAULT_ROLES,
@@ -23,7 +25,15 @@ import {
   ServiceName,
 } from '../shared/platform/names.ts';
 import { OUTBOX_BUNDLING } from './bundling.ts';
-import { checkSources, restrictPutEvents } from './bus-policy.ts';
+import { checkSources, restrictCustomBusPutEvents, restrictPutEvents } from './bus-policy.ts';
+import {
+  createCustomBusAlarms,
+  customEventBus,
+  grantCustomBusPutEvents,
+  type OutboxCustomBusAlarms,
+  type OutboxCustomEventBus,
+  validateCustomEventBus,
+} from './custom-event-bus.ts';
 import {
   inboxConsumersEnvironment,
   type OutboxDatabaseConnection,
@@ -46,7 +56,24 @@ import {
 
 /** The relay, the monitor, their schedules, alarms and dashboard. */
 export class OutboxRelay extends Construct {
-  public readonly eventBus: events.IEventBus;
+  /** Which bus the relay publishes to: `classic` (an EventBridge event bus) or `custom` (a Custom Event Bus, EventsV2). */
+  public readonly busKind: 'classic' | 'custom';
+  /**
+   * The Custom Event Bus's ARN (`OUTBOX_EVENT_BUS_ARN` of the relay; `customEventBusArn` of an
+   * `OutboxConsumer`); undefined with a classic bus.
+   */
+  public readonly customEventBusArn: string | undefined;
+  /** The Custom Event Bus the construct created; undefined with a classic bus or an existing one. */
+  public readonly customEventBus: eventsv2.CfnEventBus | undefined;
+  /**
+   * The Custom Event Bus's resource policy, with the statement of {@link OutboxRelayProps.sources};
+   * undefined with a classic bus, `restrictPutEvents: false`, or an existing Custom Event Bus.
+   */
+  public readonly customEventBusPolicy: eventsv2.CfnResourcePolicy | undefined;
+  /** Alarms on the Custom Event Bus's subscribers (`AWS/EventsV2`); undefined with a classic bus. */
+  public readonly customBusAlarms: OutboxCustomBusAlarms | undefined;
+  private readonly classicBus: events.IEventBus | undefined;
+  private readonly custom: OutboxCustomEventBus | undefined;
   /**
    * The statement of the bus's resource policy that denies PutEvents of the outbox's sources to
    * every principal but the relay (see {@link OutboxRelayProps.sources}); undefined when none was
@@ -78,10 +105,25 @@ export class OutboxRelay extends Construct {
    */
   public readonly databaseConnectionsAtPeak: number;
 
+  /**
+   * The classic bus events are published to (the one passed as `eventBus`, or the one created).
+   * @throws {OutboxConfigError} (`eventBus`) when the relay publishes to a Custom Event Bus: use {@link customEventBusArn}
+   */
+  public get eventBus(): events.IEventBus {
+    if (!this.classicBus) {
+      throw new OutboxConfigError(
+        'eventBus',
+        'this OutboxRelay publishes to a Custom Event Bus (customEventBus), which is not a classic event bus: use relay.customEventBusArn (OutboxConsumer: customEventBusArn)',
+      );
+    }
+    return this.classicBus;
+  }
+
   constructor(scope: Construct, id: string, props: OutboxRelayProps) {
     super(scope, id);
     validate(props);
     checkSources(props.sources);
+    validateCustomEventBus(props);
     const settings = functionSettings(props);
     const database = outboxDatabaseConnection(props.database);
     this.databaseConnection = database;
@@ -100,7 +142,11 @@ export class OutboxRelay extends Construct {
       relay: props.database.relayUser ?? DEFAULT_ROLES.relay,
       monitor: props.database.monitorUser ?? DEFAULT_ROLES.monitor,
     };
-    this.eventBus = props.eventBus ?? new events.EventBus(this, 'Bus');
+    this.busKind = props.customEventBus ? 'custom' : 'classic';
+    this.custom = props.customEventBus ? customEventBus(this, props.customEventBus) : undefined;
+    this.customEventBusArn = this.custom?.arn;
+    this.customEventBus = this.custom?.bus;
+    this.classicBus = this.custom ? undefined : (props.eventBus ?? new events.EventBus(this, 'Bus'));
     const fn = functionFactory(this, props);
     const dbEnvironment = (user: string) => ({
       ...database.environment(user),
@@ -110,13 +156,13 @@ export class OutboxRelay extends Construct {
 
     this.relayFunction = this.createRelayFunction(fn, props, settings.relay, dbEnvironment, timeout);
     database.grantConnect(this.relayFunction, this.databaseUsers.relay);
-    this.busPolicy = restrictPutEvents(
-      this,
-      this.eventBus,
-      props.eventBus === undefined,
-      props,
-      this.relayFunction.role as iam.IRole,
-    );
+    const relayRole = this.relayFunction.role as iam.IRole;
+    this.busPolicy = this.classicBus
+      ? restrictPutEvents(this, this.classicBus, props.eventBus === undefined, props, relayRole)
+      : undefined;
+    this.customEventBusPolicy = this.custom
+      ? restrictCustomBusPutEvents(this, this.custom.arn, this.custom.bus !== undefined, props, relayRole)
+      : undefined;
     const scaleOutSeconds = scaleOutSecondsFor(monitorScheduleExpression, timeout);
     this.monitorFunction = this.createMonitorFunction(fn, props, settings, dbEnvironment, scaleOutSeconds);
     database.grantConnect(this.monitorFunction, this.databaseUsers.monitor);
@@ -131,6 +177,9 @@ export class OutboxRelay extends Construct {
 
     this.alarmTopic = props.alarmTopic ?? createAlarmTopic(this);
     this.alarms = createAlarms(this, props, namespace, this);
+    this.customBusAlarms = this.custom
+      ? createCustomBusAlarms(this, this.custom.arn, this.alarmTopic)
+      : undefined;
     this.dashboard = createDashboard(this, props, namespace);
     this.createOutputs(props, database, settings);
   }
@@ -194,13 +243,17 @@ export class OutboxRelay extends Construct {
       environment: {
         ...relayEnvironment,
         ...dbEnvironment(this.databaseUsers.relay),
-        [EnvVar.eventBusName]: this.eventBus.eventBusName,
+        // One bus or the other: the relay refuses both variables set (shared/platform/config.ts).
+        ...(this.custom
+          ? { [EnvVar.eventBusArn]: this.custom.arn }
+          : { [EnvVar.eventBusName]: this.eventBus.eventBusName }),
         [EnvVar.powertoolsServiceName]: ServiceName.relay,
         NODE_OPTIONS: '--enable-source-maps',
       },
       description: 'Outbox relay: claims leased outbox rows and publishes them with PutEvents',
     });
-    this.eventBus.grantPutEventsTo(relay);
+    if (this.custom) grantCustomBusPutEvents(relay, this.custom.arn);
+    else this.eventBus.grantPutEventsTo(relay);
     return relay;
   }
 

@@ -3,6 +3,7 @@ import type { Duration } from 'aws-cdk-lib';
 import type * as ec2 from 'aws-cdk-lib/aws-ec2';
 import type * as events from 'aws-cdk-lib/aws-events';
 import type * as iam from 'aws-cdk-lib/aws-iam';
+import type * as kms from 'aws-cdk-lib/aws-kms';
 import type * as logs from 'aws-cdk-lib/aws-logs';
 import type * as scheduler from 'aws-cdk-lib/aws-scheduler';
 import type * as sns from 'aws-cdk-lib/aws-sns';
@@ -43,6 +44,50 @@ export const ECONOMY_IDLE_RETURN_SECONDS = 10;
 /** An extra relay the monitor starts polls at most this much less than the monitor's period, s. */
 export const SCALE_OUT_SLACK_SECONDS = 10;
 
+/**
+ * Default of {@link OutboxCustomEventBusProps.retentionDays}, days: the Custom Event Bus keeps each
+ * event this long for a replay (a subscriber with `StartingPosition: POINT_IN_TIME`). A week covers
+ * a consumer broken over a long weekend and found on the next working day; the outbox itself keeps
+ * published rows for its own retention, so a longer replay can come from there.
+ */
+export const DEFAULT_CUSTOM_BUS_RETENTION_DAYS = 7;
+
+/**
+ * The Custom Event Bus (EventsV2, `AWS::EventsV2::EventBus`) the relay publishes to instead of a
+ * classic bus: FIFO per aggregate (`EventGroupId`) and deduplicated by event id
+ * (docs/configuration.md#custom-event-bus-eventsv2). Either the construct creates one (the
+ * default, with {@link retentionDays}, {@link kmsKey} and {@link name}), or it takes
+ * {@link existingArn}; not both.
+ */
+export interface OutboxCustomEventBusProps {
+  /**
+   * An existing Custom Event Bus's ARN, `arn:<partition>:events:<region>:<account>:event-busv2/<name>/<id>`.
+   * Its resource policy is not the construct's to write (it is one document): with `sources` set,
+   * `restrictPutEvents: false` is required (synthesis fails otherwise).
+   * @default none: the construct creates a bus
+   */
+  readonly existingArn?: string;
+  /**
+   * How long the bus keeps events for a replay, whole days, 1–365 (the bus's
+   * `StorageConfiguration.RetentionPeriodInDays`). Only for a bus the construct creates.
+   * @default 7 ({@link DEFAULT_CUSTOM_BUS_RETENTION_DAYS})
+   */
+  readonly retentionDays?: number;
+  /**
+   * A customer managed key the bus encrypts events with; the construct lets
+   * `events.amazonaws.com` use it (`kms:Decrypt`, `kms:GenerateDataKey*`) when the key is in this
+   * stack (else add that to its key policy yourself). Only for a bus the construct creates.
+   * @default an AWS owned key (EventBridge's default; no key policy to manage, no KMS charges)
+   */
+  readonly kmsKey?: kms.IKey;
+  /**
+   * The bus's name: a letter or digit, then letters, digits, `.`, `-` or `_`, at most 256
+   * characters. Only for a bus the construct creates.
+   * @default this construct's unique name in the stack
+   */
+  readonly name?: string;
+}
+
 /** Props of {@link OutboxRelay}. */
 export interface OutboxRelayProps {
   /**
@@ -71,6 +116,18 @@ export interface OutboxRelayProps {
    * @default a new custom event bus
    */
   readonly eventBus?: events.IEventBus;
+  /**
+   * Publish to a Custom Event Bus (EventsV2) instead of a classic one: the relay gets
+   * `OUTBOX_EVENT_BUS_ARN` (and no `EVENT_BUS_NAME`) and `events:PutEvents` on that bus's ARN only;
+   * with {@link sources} or on a bus it creates, the construct writes the bus's resource policy
+   * (`AWS::EventsV2::ResourcePolicy`) with the same Deny statement as on a classic bus; alarms
+   * watch the bus's subscribers in `AWS/EventsV2`. Consumers subscribe with `OutboxConsumer`'s
+   * `customEventBusArn` ({@link OutboxRelay.customEventBusArn}). Not with {@link eventBus}.
+   * (docs/deploying.md#the-custom-event-bus-eventsv2)
+   * @throws {OutboxConfigError} (`customEventBus.*`, `eventBus`, `restrictPutEvents`) on a bad or conflicting setting
+   * @default none: a classic bus ({@link eventBus})
+   */
+  readonly customEventBus?: OutboxCustomEventBusProps;
   /**
    * The `Source` values the outbox's events carry (each event's `source`, or the producers'
    * default). EventBridge does not authenticate `Source`: anyone allowed `events:PutEvents` on the

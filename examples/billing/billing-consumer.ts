@@ -30,8 +30,13 @@ export const BILLING_RETRY_ATTEMPTS = 2;
 
 /** Props of {@link BillingConsumer}; where it connects is one of `proxy`, `instance` or `cluster`. */
 export interface BillingConsumerProps extends OutboxDatabaseTarget {
-  /** The bus the outbox relay publishes to. */
-  readonly bus: events.IEventBus;
+  /** The classic bus the outbox relay publishes to (`relay.eventBus`); or give `customEventBusArn`. */
+  readonly bus?: events.IEventBus;
+  /**
+   * The Custom Event Bus the relay publishes to (`relay.customEventBusArn`): a FIFO subscriber
+   * invokes the function (docs/consuming.md#on-a-custom-event-bus-eventsv2). @default none
+   */
+  readonly customEventBusArn?: string;
   readonly vpc: ec2.IVpc;
   /** Subnets of the function. @default the VPC's private subnets */
   readonly vpcSubnets?: ec2.SubnetSelection;
@@ -48,19 +53,24 @@ export interface BillingConsumerProps extends OutboxDatabaseTarget {
 
 /** The billing Lambda, its rule, its two failure queues and their alarms. */
 export class BillingConsumer extends OutboxConsumer {
-  constructor(scope: Construct, id: string, { bus, databaseUser, topology, ...props }: BillingConsumerProps) {
+  constructor(
+    scope: Construct,
+    id: string,
+    { bus, customEventBusArn, databaseUser, topology, ...props }: BillingConsumerProps,
+  ) {
     super(scope, id, {
       ...props,
       topology,
       consumer: BILLING_CONSUMER,
-      eventBus: bus,
+      ...(customEventBusArn ? { customEventBusArn } : { eventBus: bus }),
       events: [OrderPlaced],
       entry: `${repoRoot}examples/billing/handler.ts`,
       // The repository is the project: its lock file, its esbuild.
       functionProps: { projectRoot: repoRoot, depsLockFilePath: `${repoRoot}package-lock.json` },
       databaseUser: databaseUser ?? DEFAULT_ROLES.consumer,
       // Queue topology: the queue's receives stand for Lambda's retries (maxReceiveCount 5).
-      ...(topology === 'queue' ? {} : { retryAttempts: BILLING_RETRY_ATTEMPTS }),
+      // On a Custom Event Bus the subscriber retries (deliveryRetryAttempts, deliveryMaxEventAge).
+      ...(topology === 'queue' || customEventBusArn ? {} : { retryAttempts: BILLING_RETRY_ATTEMPTS }),
       // wait-for-gap: an OrderPlaced ahead of a missing one fails (InboxGapError) until the gap wait
       // ends, by design; the failed-events queue, not the error count, says when one was lost.
       errorsAlarmThreshold: 10,

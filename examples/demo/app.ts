@@ -2,7 +2,8 @@
  * The CDK app (`cdk.json`): the demo stack. Context: `stackName` (default OutboxRelayDemo), and
  * `databaseAccess`: `proxy` (default, through RDS Proxy) or `direct` (IAM straight to the instance),
  * and `consumerTopology`: how the example billing consumer gets its events, `direct` (default, the
- * rule invokes its function) or `queue` (through an SQS queue).
+ * rule invokes its function) or `queue` (through an SQS queue), and `bus`: `classic` (default) or
+ * `custom` (a Custom Event Bus, EventsV2, with a FIFO subscriber; `consumerTopology` must be direct).
  */
 import { App } from 'aws-cdk-lib';
 import { OutboxDemoStack } from './demo-stack.ts';
@@ -19,10 +20,15 @@ export function buildApp(app = new App()): { app: App; stack: OutboxDemoStack } 
       `context consumerTopology must be direct or queue (got ${JSON.stringify(consumerTopology)})`,
     );
   }
+  const bus = app.node.tryGetContext('bus') ?? 'classic';
+  if (bus !== 'classic' && bus !== 'custom') {
+    throw new Error(`context bus must be classic or custom (got ${JSON.stringify(bus)})`);
+  }
   const stack = new OutboxDemoStack(app, app.node.tryGetContext('stackName') ?? 'OutboxRelayDemo', {
     description: 'Transactional outbox relay: Postgres outbox → EventBridge (demo)',
     databaseAccess,
     consumerTopology,
+    bus,
   });
   return { app, stack };
 }

@@ -40,6 +40,12 @@ export interface OutboxDemoStackProps extends StackProps {
    * @default 'direct'
    */
   readonly consumerTopology?: 'direct' | 'queue';
+  /**
+   * The bus: `classic` (an EventBridge event bus and a rule) or `custom` (a Custom Event Bus,
+   * EventsV2, and a FIFO subscriber; only with `consumerTopology: 'direct'`).
+   * @default 'classic'
+   */
+  readonly bus?: 'classic' | 'custom';
 }
 
 /** The complete demo system; `app.ts` beside it synthesises it. */
@@ -102,8 +108,13 @@ export class OutboxDemoStack extends Stack {
     });
     secretsEndpointSg.addIngressRule(migrateSg, ec2.Port.tcp(443), 'HTTPS from the migrate function');
     migrateSg.addEgressRule(secretsEndpointSg, ec2.Port.tcp(443), 'HTTPS to the Secrets Manager endpoint');
+    const custom = props.bus === 'custom';
     this.vpc.addInterfaceEndpoint('EventBridgeEndpoint', {
-      service: ec2.InterfaceVpcEndpointAwsService.EVENTBRIDGE,
+      // The Custom Event Bus has an endpoint service of its own (EventBridge User Guide, "Names,
+      // endpoints, and IAM permissions for the Custom Event Bus").
+      service: custom
+        ? new ec2.InterfaceVpcEndpointAwsService('eventsv2')
+        : ec2.InterfaceVpcEndpointAwsService.EVENTBRIDGE,
       securityGroups: [eventBridgeEndpointSg],
       open: false,
     });
@@ -233,6 +244,7 @@ export class OutboxDemoStack extends Stack {
       // What the demo's producer enqueues under (examples/billing/events.ts): only the relay may
       // put events of this source on the bus.
       sources: ['demo.shop'],
+      ...(custom ? { customEventBus: {} } : {}),
       migration: {
         adminSecret: this.database.secret as NonNullable<typeof this.database.secret>,
         host: this.database.dbInstanceEndpointAddress,
@@ -262,7 +274,7 @@ export class OutboxDemoStack extends Stack {
     }
 
     this.billing = new BillingConsumer(this, 'Billing', {
-      bus: this.outbox.eventBus,
+      ...(custom ? { customEventBusArn: this.outbox.customEventBusArn } : { bus: this.outbox.eventBus }),
       vpc: this.vpc,
       vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
       securityGroups: [consumerSg],

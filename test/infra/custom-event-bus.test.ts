@@ -1,0 +1,384 @@
+/**
+ * The Custom Event Bus (EventsV2) in the constructs (issue 35): OutboxRelay creates
+ * `AWS::EventsV2::EventBus` (or takes one by ARN), gives the relay `OUTBOX_EVENT_BUS_ARN` and
+ * `events:PutEvents` on that ARN only, writes the bus's resource policy, and alarms on its
+ * subscribers; OutboxConsumer subscribes with a FIFO `AWS::EventsV2::Subscriber` that invokes its
+ * function synchronously. Synthesised, not deployed: what is checked is the template.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { App, Duration, Stack } from 'aws-cdk-lib';
+import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as kms from 'aws-cdk-lib/aws-kms';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as rds from 'aws-cdk-lib/aws-rds';
+import { afterAll, describe, expect, it } from 'vitest';
+import { OrderPlaced } from '../../examples/billing/events.ts';
+import { OutboxConsumer, type OutboxConsumerProps } from '../../infra/outbox-consumer.ts';
+import { OutboxRelay } from '../../infra/outbox-relay.ts';
+import type { OutboxRelayProps } from '../../infra/props.ts';
+import { OutboxConfigError } from '../../shared/platform/errors.ts';
+
+const workRoot = mkdtempSync(join(tmpdir(), 'outbox-custom-bus-test-'));
+afterAll(() => rmSync(workRoot, { recursive: true, force: true }));
+
+const EXISTING = 'arn:aws:events:eu-west-1:123456789012:event-busv2/orders/abcdefghijklmnopqrstuvwxy';
+
+/** A stack with imported network and proxy and an OutboxRelay on a Custom Event Bus. */
+function relay(props: Partial<OutboxRelayProps> | ((stack: Stack) => Partial<OutboxRelayProps>) = {}) {
+  // No bundling: the functions' code is not what these tests look at.
+  const app = new App({
+    outdir: mkdtempSync(join(workRoot, 'cdk.out-')),
+    context: { 'aws:cdk:bundling-stacks': [] },
+  });
+  const stack = new Stack(app, 'Orders', { env: { account: '123456789012', region: 'eu-west-1' } });
+  const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
+    vpcId: 'vpc-1',
+    availabilityZones: ['eu-west-1a'],
+    privateSubnetIds: ['subnet-1'],
+  });
+  const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
+  const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
+    dbProxyName: 'p',
+    dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
+    endpoint: 'p.proxy-1.eu-west-1.rds.amazonaws.com',
+    securityGroups: [],
+  });
+  const outbox = new OutboxRelay(stack, 'Outbox', {
+    vpc,
+    securityGroups: [sg],
+    database: { proxy, databaseName: 'orders' },
+    customEventBus: {},
+    ...(typeof props === 'function' ? props(stack) : props),
+  });
+  return { outbox, stack, vpc, sg, proxy };
+}
+
+/** The logical id of a construct's resource (its default child) or of a resource. */
+function idOf(stack: Stack, c: object): string {
+  const child = (c as { node?: { defaultChild?: unknown } }).node?.defaultChild;
+  return stack.getLogicalId((child ?? c) as never);
+}
+
+/** The relay function's resource. */
+function relayFunction(t: Template, stack: Stack, outbox: OutboxRelay) {
+  return t.toJSON().Resources[idOf(stack, outbox.relayFunction)].Properties;
+}
+
+/** Every statement of the relay role's policies. */
+function relayStatements(t: Template, stack: Stack, outbox: OutboxRelay) {
+  const roleId = idOf(stack, outbox.relayFunction.role as iam.Role);
+  return Object.values(t.findResources('AWS::IAM::Policy'))
+    .filter((p) => JSON.stringify(p.Properties.Roles).includes(roleId))
+    .flatMap((p) => p.Properties.PolicyDocument.Statement as { Action: unknown; Resource: unknown }[]);
+}
+
+describe('OutboxRelay on a Custom Event Bus it creates', () => {
+  const { outbox, stack } = relay();
+  const t = Template.fromStack(stack);
+  const busId = idOf(stack, outbox.customEventBus as never);
+
+  it('creates AWS::EventsV2::EventBus with 7 days of retention and the AWS owned key, and no classic bus', () => {
+    t.resourceCountIs('AWS::EventsV2::EventBus', 1);
+    t.resourceCountIs('AWS::Events::EventBus', 0);
+    t.resourceCountIs('AWS::Events::EventBusPolicy', 0);
+    const bus = t.toJSON().Resources[busId].Properties;
+    expect(bus.StorageConfiguration).toEqual({ RetentionPeriodInDays: 7 });
+    expect(bus.EncryptionConfiguration).toBeUndefined();
+    expect(bus.Name).toMatch(/^[A-Za-z0-9][.\-_A-Za-z0-9]*$/);
+    expect(outbox.busKind).toBe('custom');
+    expect(stack.resolve(outbox.customEventBusArn)).toEqual({ 'Fn::GetAtt': [busId, 'EventBusArn'] });
+  });
+
+  it('gives the relay OUTBOX_EVENT_BUS_ARN and no EVENT_BUS_NAME', () => {
+    const vars = relayFunction(t, stack, outbox).Environment.Variables;
+    expect(vars.OUTBOX_EVENT_BUS_ARN).toEqual({ 'Fn::GetAtt': [busId, 'EventBusArn'] });
+    expect(vars).not.toHaveProperty('EVENT_BUS_NAME');
+  });
+
+  it('allows the relay events:PutEvents on the bus ARN only', () => {
+    const puts = relayStatements(t, stack, outbox).filter((s) =>
+      JSON.stringify(s.Action).includes('events:'),
+    );
+    expect(puts).toEqual([
+      expect.objectContaining({
+        Action: 'events:PutEvents',
+        Effect: 'Allow',
+        Resource: { 'Fn::GetAtt': [busId, 'EventBusArn'] },
+      }),
+    ]);
+  });
+
+  it("writes the bus's resource policy: PutEvents denied to every principal but the relay's role", () => {
+    t.resourceCountIs('AWS::EventsV2::ResourcePolicy', 1);
+    const policy = t.toJSON().Resources[idOf(stack, outbox.customEventBusPolicy as never)].Properties;
+    expect(policy.EventBusArn).toEqual({ 'Fn::GetAtt': [busId, 'EventBusArn'] });
+    expect(policy.PolicyDocument.Version).toBe('2012-10-17');
+    const [statement] = policy.PolicyDocument.Statement;
+    expect(statement).toMatchObject({
+      Effect: 'Deny',
+      Principal: '*',
+      Action: 'events:PutEvents',
+      Resource: { 'Fn::GetAtt': [busId, 'EventBusArn'] },
+      Condition: {
+        ArnNotEquals: {
+          'aws:PrincipalArn': { 'Fn::GetAtt': [idOf(stack, outbox.relayFunction.role as iam.Role), 'Arn'] },
+        },
+      },
+    });
+    // Without sources, every source is denied: the bus is the outbox's alone.
+    expect(statement.Condition.StringEquals).toBeUndefined();
+  });
+
+  it("alarms on its subscribers' dead-lettered and dropped events, across the bus, to the alarm topic", () => {
+    for (const [alarm, metric] of [
+      [outbox.customBusAlarms?.deadLettered, 'OnFailureDestinationDelivered'],
+      [outbox.customBusAlarms?.dropped, 'EventsDropped'],
+    ] as const) {
+      const props = t.toJSON().Resources[idOf(stack, alarm as never)].Properties;
+      const query = JSON.stringify(props.Metrics[0].Expression);
+      expect(query).toContain(
+        `SELECT SUM(${metric}) FROM SCHEMA(\\"AWS/EventsV2\\", EventBus, Subscriber) WHERE EventBus = '`,
+      );
+      expect(query).toContain(`"Fn::GetAtt":["${busId}","EventBusArn"]`);
+      expect(props.Threshold).toBe(0);
+      expect(props.AlarmActions).toEqual([{ Ref: idOf(stack, outbox.alarmTopic as never) }]);
+    }
+  });
+
+  it('has no classic bus to give: relay.eventBus says to use customEventBusArn', () => {
+    expect(() => outbox.eventBus).toThrow(OutboxConfigError);
+    expect(() => outbox.eventBus).toThrow(/customEventBusArn/);
+  });
+});
+
+describe('OutboxRelay on a Custom Event Bus: settings and refusals', () => {
+  it('sets the retention, the name and a KMS key, whose policy lets events.amazonaws.com use it', () => {
+    let key: kms.Key | undefined;
+    const { stack, outbox } = relay((s) => {
+      key = new kms.Key(s, 'BusKey');
+      return { customEventBus: { retentionDays: 30, name: 'orders-bus', kmsKey: key } };
+    });
+    const t = Template.fromStack(stack);
+    const keyId = idOf(stack, key as kms.Key);
+    expect(t.toJSON().Resources[idOf(stack, outbox.customEventBus as never)].Properties).toMatchObject({
+      Name: 'orders-bus',
+      StorageConfiguration: { RetentionPeriodInDays: 30 },
+      EncryptionConfiguration: { KmsKeyIdentifier: { 'Fn::GetAtt': [keyId, 'Arn'] } },
+    });
+    const keyPolicy = t.toJSON().Resources[keyId].Properties.KeyPolicy.Statement;
+    expect(keyPolicy).toContainEqual(
+      expect.objectContaining({
+        Principal: { Service: 'events.amazonaws.com' },
+        Action: ['kms:Decrypt', 'kms:GenerateDataKey*'],
+      }),
+    );
+  });
+
+  it('takes an existing bus by ARN: no bus created, PutEvents on that ARN, its policy left alone with a warning', () => {
+    const { stack, outbox } = relay({ customEventBus: { existingArn: EXISTING } });
+    const t = Template.fromStack(stack);
+    t.resourceCountIs('AWS::EventsV2::EventBus', 0);
+    t.resourceCountIs('AWS::EventsV2::ResourcePolicy', 0);
+    expect(relayFunction(t, stack, outbox).Environment.Variables.OUTBOX_EVENT_BUS_ARN).toBe(EXISTING);
+    expect(relayStatements(t, stack, outbox)).toContainEqual(
+      expect.objectContaining({ Action: 'events:PutEvents', Resource: EXISTING }),
+    );
+    expect(
+      Annotations.fromStack(stack).findWarning('*', Match.stringLikeRegexp('Custom Event Bus was passed in')),
+    ).toHaveLength(1);
+  });
+
+  it('names the sources in the policy of a bus it creates, and exempts the publishers', () => {
+    let operator: iam.Role | undefined;
+    const { stack, outbox } = relay((s) => {
+      operator = new iam.Role(s, 'Operator', { assumedBy: new iam.AccountRootPrincipal() });
+      return { sources: ['shop.orders'], publishers: [operator] };
+    });
+    const t = Template.fromStack(stack);
+    const [statement] =
+      t.toJSON().Resources[idOf(stack, outbox.customEventBusPolicy as never)].Properties.PolicyDocument
+        .Statement;
+    expect(statement.Condition.StringEquals).toEqual({ 'events:source': ['shop.orders'] });
+    expect(statement.Condition.ArnNotEquals['aws:PrincipalArn']).toHaveLength(2);
+  });
+
+  it.each([
+    ['eventBus', (s: Stack) => ({ eventBus: new events.EventBus(s, 'Classic') })],
+    [
+      'customEventBus.existingArn',
+      () => ({ customEventBus: { existingArn: 'arn:aws:events:eu-west-1:123456789012:event-bus/orders' } }),
+    ],
+    ['customEventBus.retentionDays', () => ({ customEventBus: { retentionDays: 0 } })],
+    ['customEventBus.retentionDays', () => ({ customEventBus: { retentionDays: 366 } })],
+    ['customEventBus.retentionDays', () => ({ customEventBus: { existingArn: EXISTING, retentionDays: 7 } })],
+    ['customEventBus.name', () => ({ customEventBus: { name: '-bad' } })],
+    ['restrictPutEvents', () => ({ customEventBus: { existingArn: EXISTING }, sources: ['shop.orders'] })],
+  ] as const)('refuses %s with an OutboxConfigError naming it', (variable, props) => {
+    let error: unknown;
+    try {
+      relay(props as (s: Stack) => Partial<OutboxRelayProps>);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(OutboxConfigError);
+    expect((error as OutboxConfigError).variable).toBe(variable);
+  });
+
+  it('with restrictPutEvents: false, an existing bus and sources synthesise, with no policy written', () => {
+    const { stack } = relay({
+      customEventBus: { existingArn: EXISTING },
+      sources: ['shop.orders'],
+      restrictPutEvents: false,
+    });
+    Template.fromStack(stack).resourceCountIs('AWS::EventsV2::ResourcePolicy', 0);
+  });
+});
+
+/** A consumer of the relay's Custom Event Bus, with a function of its own (no bundling). */
+function consumer(props: Partial<OutboxConsumerProps> = {}, fnTimeout = Duration.seconds(20)) {
+  const { stack, outbox, vpc, sg, proxy } = relay();
+  const fn = new lambda.Function(stack, 'Billing', {
+    runtime: lambda.Runtime.NODEJS_24_X,
+    handler: 'index.handler',
+    code: lambda.Code.fromInline('export const handler = async () => {}'),
+    timeout: fnTimeout,
+  });
+  const c = new OutboxConsumer(stack, 'BillingConsumer', {
+    consumer: 'billing',
+    customEventBusArn: outbox.customEventBusArn,
+    events: [OrderPlaced],
+    existingFunction: fn,
+    vpc,
+    securityGroups: [sg],
+    proxy,
+    databaseName: 'orders',
+    ...props,
+  });
+  return { stack, outbox, fn, consumer: c };
+}
+
+describe('OutboxConsumer on a Custom Event Bus', () => {
+  const { stack, outbox, fn, consumer: c } = consumer();
+  const t = Template.fromStack(stack);
+  const sub = () => t.toJSON().Resources[idOf(stack, c.subscriber as never)].Properties;
+  const busArn = { 'Fn::GetAtt': [idOf(stack, outbox.customEventBus as never), 'EventBusArn'] };
+  const fnArn = { 'Fn::GetAtt': [idOf(stack, fn), 'Arn'] };
+  const dlqArn = { 'Fn::GetAtt': [idOf(stack, c.deadLetterQueue as never), 'Arn'] };
+
+  it('subscribes FIFO, filtering the events on their source and detail-type in the envelope (DATA)', () => {
+    t.resourceCountIs('AWS::EventsV2::Subscriber', 1);
+    t.resourceCountIs('AWS::Events::Rule', 0);
+    expect(sub().Type).toBe('FIFO');
+    expect(sub().EventBusArn).toEqual(busArn);
+    const [filter] = sub().FilterConfiguration.Filters;
+    expect(filter.Scope).toBe('DATA');
+    expect(JSON.parse(filter.Pattern)).toEqual({
+      source: [OrderPlaced.source],
+      'detail-type': [OrderPlaced.type],
+    });
+  });
+
+  it('invokes the function synchronously, one event at a time, retries and then dead-letters', () => {
+    expect(sub().InvokeConfiguration).toMatchObject({
+      TargetArn: fnArn,
+      RoleArn: { 'Fn::GetAtt': [idOf(stack, c.subscriberRole as never), 'Arn'] },
+      LambdaParameters: { InvocationType: 'REQUEST_RESPONSE', InvocationTimeoutSeconds: '30' },
+    });
+    expect(sub().BatchConfiguration).toEqual({ MaxBatchSize: 1 });
+    expect(sub().RetryPolicy).toEqual({ MaxRetryAttempts: 185, MaxEventAgeInSeconds: 3600 });
+    expect(sub().OnFailureConfiguration).toEqual({ Arn: dlqArn });
+    // No asynchronous invocation config: the subscriber does not invoke asynchronously.
+    const invokeConfigs = Object.values(t.findResources('AWS::Lambda::EventInvokeConfig'));
+    expect(invokeConfigs.map((r) => JSON.stringify(r.Properties.FunctionName))).not.toContain(
+      JSON.stringify({ Ref: idOf(stack, fn) }),
+    );
+    expect(invokeConfigs).toHaveLength(2); // the relay's and the monitor's
+    expect(c.failedEventsQueue).toBe(c.deadLetterQueue);
+  });
+
+  it("gives the subscriber's role, trusted by events.amazonaws.com, invoke on the function and send on the dead-letter queue only", () => {
+    const roleId = idOf(stack, c.subscriberRole as never);
+    const role = t.toJSON().Resources[roleId].Properties;
+    expect(role.AssumeRolePolicyDocument.Statement).toEqual([
+      expect.objectContaining({ Principal: { Service: 'events.amazonaws.com' }, Action: 'sts:AssumeRole' }),
+    ]);
+    const statements = Object.values(t.findResources('AWS::IAM::Policy'))
+      .filter((p) => JSON.stringify(p.Properties.Roles).includes(roleId))
+      .flatMap((p) => p.Properties.PolicyDocument.Statement);
+    expect(statements).toEqual([
+      expect.objectContaining({ Action: 'lambda:InvokeFunction', Resource: fnArn }),
+      expect.objectContaining({ Action: 'sqs:SendMessage', Resource: dlqArn }),
+    ]);
+    // The policy exists before the subscriber delivers.
+    const policyId = Object.entries(t.findResources('AWS::IAM::Policy')).find(([, p]) =>
+      JSON.stringify(p.Properties.Roles).includes(roleId),
+    )?.[0];
+    expect(t.toJSON().Resources[idOf(stack, c.subscriber as never)].DependsOn).toContain(policyId);
+  });
+
+  it("derives the inbox's retry window and event age from the subscriber's retry policy", () => {
+    expect(c.inboxSettings).toEqual({ retryWindowSeconds: 3600, maxEventAgeSeconds: 3600 });
+    const vars = t.toJSON().Resources[idOf(stack, fn)].Properties.Environment.Variables;
+    expect(vars.OUTBOX_INBOX_RETRY_WINDOW_SECONDS).toBe('3600');
+    expect(vars.OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS).toBe('3600');
+  });
+
+  it("alarms on the dead-letter queue and on the subscriber's dropped events", () => {
+    const failed = t.toJSON().Resources[idOf(stack, c.alarms.failed as never)].Properties;
+    expect(failed).toMatchObject({
+      Namespace: 'AWS/EventsV2',
+      MetricName: 'EventsDropped',
+      Statistic: 'Sum',
+    });
+    expect(failed.Dimensions).toEqual(
+      expect.arrayContaining([
+        { Name: 'EventBus', Value: busArn },
+        {
+          Name: 'Subscriber',
+          Value: { 'Fn::GetAtt': [idOf(stack, c.subscriber as never), 'SubscriberArn'] },
+        },
+      ]),
+    );
+    const undelivered = t.toJSON().Resources[idOf(stack, c.alarms.undelivered as never)].Properties;
+    expect(undelivered.MetricName).toBe('ApproximateNumberOfMessagesVisible');
+    expect(() => c.rule).toThrow(OutboxConfigError);
+  });
+
+  it('takes the settings: retries and event age', () => {
+    const { stack: s2, consumer: c2 } = consumer({
+      deliveryRetryAttempts: 10,
+      deliveryMaxEventAge: Duration.minutes(20),
+    });
+    const p = Template.fromStack(s2).toJSON().Resources[idOf(s2, c2.subscriber as never)].Properties;
+    expect(p.RetryPolicy).toEqual({ MaxRetryAttempts: 10, MaxEventAgeInSeconds: 1200 });
+    expect(c2.inboxSettings.retryWindowSeconds).toBe(1200);
+  });
+
+  it.each([
+    ['topology', { topology: 'queue' }],
+    ['retryAttempts', { retryAttempts: 1 }],
+    ['maxEventAge', { maxEventAge: Duration.hours(1) }],
+    ['deliveryMaxEventAge', { deliveryMaxEventAge: Duration.hours(7) }],
+    ['eventBus', { customEventBusArn: undefined }],
+  ] as const)('refuses %s with an OutboxConfigError naming it', (variable, props) => {
+    let error: unknown;
+    try {
+      consumer(props as Partial<OutboxConsumerProps>);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(OutboxConfigError);
+    expect((error as OutboxConfigError).variable).toBe(variable);
+  });
+
+  it('refuses a function whose timeout is over the 30 s a subscriber waits', () => {
+    expect(() => consumer({}, Duration.seconds(31))).toThrow(
+      expect.objectContaining({ variable: 'existingFunction' }),
+    );
+  });
+});
