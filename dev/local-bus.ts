@@ -24,10 +24,11 @@ import type { AddressInfo } from 'node:net';
 import {
   DEFAULT_MAX_REQUEST_BYTES,
   entrySize,
-  MAX_DETAIL_TYPE_LENGTH,
   MAX_ENTRIES_PER_REQUEST,
 } from '../shared/platform/envelope.ts';
+import { checkEntry } from './local-bus/entries.ts';
 import { EventsV2State, handleEventsV2, isEventsV2Request } from './local-bus/eventsv2.ts';
+import { seeded } from './seeded.ts';
 
 export {
   DEDUP_WINDOW_MS,
@@ -145,18 +146,6 @@ function emptyStats(): BusStats {
     deduplicated: 0,
     maxEntriesPerRequest: 0,
     maxRequestBytes: 0,
-  };
-}
-
-/** mulberry32: a tiny seeded PRNG, so a fault schedule can be replayed. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
 
@@ -363,40 +352,6 @@ export async function startLocalBus(options: LocalBusOptions = {}): Promise<Loca
       }),
   };
   return bus;
-}
-
-/** EventBridge's per-entry checks; returns [ErrorCode, ErrorMessage] for a refused entry. */
-function checkEntry(entry: Record<string, unknown>, faults: Faults): [string, string] | undefined {
-  for (const field of ['Source', 'DetailType', 'Detail'] as const) {
-    const value = entry[field];
-    if (typeof value !== 'string' || value.length === 0) {
-      return ['InvalidArgument', `Parameter ${field} is not valid. Reason: ${field} is a required argument.`];
-    }
-  }
-  const source = entry.Source as string;
-  const detailType = entry.DetailType as string;
-  if (detailType.length > MAX_DETAIL_TYPE_LENGTH) {
-    return [
-      'InvalidArgument',
-      `Parameter DetailType is not valid. Reason: longer than ${MAX_DETAIL_TYPE_LENGTH} characters.`,
-    ];
-  }
-  if (source.startsWith('aws.')) {
-    return ['NotAuthorizedForSourceException', `Not authorized for the source ${source}.`];
-  }
-  let detail: unknown;
-  try {
-    detail = JSON.parse(entry.Detail as string);
-  } catch {
-    return ['MalformedDetail', 'Detail is malformed.'];
-  }
-  if (detail === null || typeof detail !== 'object' || Array.isArray(detail)) {
-    return ['MalformedDetail', 'Detail is malformed.'];
-  }
-  if (faults.poisonMarker && (entry.Detail as string).includes(faults.poisonMarker)) {
-    return [faults.poisonCode ?? 'InvalidArgument', 'Injected poison: this entry is always refused'];
-  }
-  return undefined;
 }
 
 async function delay(faults: Faults, random: () => number): Promise<void> {

@@ -23,8 +23,9 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { cbor } from '@smithy/core/cbor';
-import { entrySize, MAX_DETAIL_TYPE_LENGTH } from '../../shared/platform/envelope.ts';
+import { entrySize } from '../../shared/platform/envelope.ts';
 import type { AcceptedEvent, BusStats, Faults } from '../local-bus.ts';
+import { checkEntry } from './entries.ts';
 
 /** Entries per PutEvents request on a Custom Event Bus. */
 export const EVENTSV2_MAX_ENTRIES = 100;
@@ -180,7 +181,7 @@ export async function handleEventsV2(
   const lose = ctx.chance(faults.lostResponseRate);
   const now = ctx.now();
   const results = entries.map((entry) => {
-    const refusal = checkEntry(entry, faults);
+    const refusal = checkV2Entry(entry, faults);
     if (refusal) {
       stats.entryFailures++;
       return { ErrorCode: refusal[0], ErrorMessage: refusal[1] };
@@ -229,51 +230,22 @@ export async function handleEventsV2(
   send(res, 200, { FailedEntryCount: failed, Entries: results });
 }
 
-/** The per-entry checks; returns [ErrorCode, ErrorMessage] for a refused entry. */
-function checkEntry(entry: Record<string, unknown>, faults: Faults): [string, string] | undefined {
-  for (const field of ['Source', 'DetailType', 'Detail'] as const) {
-    const value = entry[field];
-    if (typeof value !== 'string' || value.length === 0) {
-      return ['InvalidArgument', `Parameter ${field} is not valid. Reason: ${field} is a required argument.`];
-    }
-  }
-  const source = entry.Source as string;
-  if ((entry.DetailType as string).length > MAX_DETAIL_TYPE_LENGTH) {
-    return [
-      'InvalidArgument',
-      `Parameter DetailType is not valid. Reason: longer than ${MAX_DETAIL_TYPE_LENGTH} characters.`,
-    ];
-  }
-  if (source.startsWith('aws.')) {
-    return ['NotAuthorizedForSourceException', `Not authorized for the source ${source}.`];
-  }
+/**
+ * The per-entry checks: SystemMetadata's ids within their lengths, then those of the classic bus
+ * (entries.ts). Returns [ErrorCode, ErrorMessage] for a refused entry.
+ */
+function checkV2Entry(entry: Record<string, unknown>, faults: Faults): [string, string] | undefined {
   const meta = (entry.SystemMetadata ?? {}) as { EventGroupId?: unknown; DeduplicationId?: unknown };
-  if (meta.DeduplicationId !== undefined) {
-    const id = meta.DeduplicationId;
-    if (typeof id !== 'string' || id.length === 0 || id.length > MAX_DEDUPLICATION_ID_LENGTH) {
-      return [
-        'InvalidArgument',
-        `SystemMetadata.DeduplicationId must be 1 to ${MAX_DEDUPLICATION_ID_LENGTH} characters.`,
-      ];
+  for (const [field, max] of [
+    ['DeduplicationId', MAX_DEDUPLICATION_ID_LENGTH],
+    ['EventGroupId', MAX_EVENT_GROUP_ID_LENGTH],
+  ] as const) {
+    const id = meta[field];
+    if (id !== undefined && (typeof id !== 'string' || id.length === 0 || id.length > max)) {
+      return ['InvalidArgument', `SystemMetadata.${field} must be 1 to ${max} characters.`];
     }
   }
-  if (meta.EventGroupId !== undefined) {
-    const id = meta.EventGroupId;
-    if (typeof id !== 'string' || id.length === 0 || id.length > MAX_EVENT_GROUP_ID_LENGTH) {
-      return [
-        'InvalidArgument',
-        `SystemMetadata.EventGroupId must be 1 to ${MAX_EVENT_GROUP_ID_LENGTH} characters.`,
-      ];
-    }
-  }
-  const detail = parseDetail(entry.Detail);
-  if (detail === null || typeof detail !== 'object' || Array.isArray(detail)) {
-    return ['MalformedDetail', 'Detail is malformed.'];
-  }
-  if (faults.poisonMarker && (entry.Detail as string).includes(faults.poisonMarker)) {
-    return [faults.poisonCode ?? 'InvalidArgument', 'Injected poison: this entry is always refused'];
-  }
-  return undefined;
+  return checkEntry(entry, faults);
 }
 
 function parseDetail(detail: unknown): unknown {
