@@ -48,6 +48,7 @@ import { DEFAULT_BACKLOG_PER_RELAY, DEFAULT_RELAY_MEMORY_MB, type OutboxRelayPro
 import {
   type FunctionSettings,
   functionSettings,
+  keepsNoPublishedHistory,
   relayTimeoutFor,
   scaleOutBounds,
   scaleOutSecondsFor,
@@ -171,7 +172,7 @@ export class OutboxRelay extends Construct {
     this.relaySchedule = schedules.relay;
     this.monitorSchedule = schedules.monitor;
     this.migrateFunction = props.migration
-      ? this.createMigration(fn, props, props.migration, database)
+      ? this.createMigration(fn, props, props.migration, database, settings)
       : undefined;
     this.acknowledgeManagedPolicies();
 
@@ -347,6 +348,7 @@ export class OutboxRelay extends Construct {
     props: OutboxRelayProps,
     migration: OutboxMigrationProps,
     database: OutboxDatabaseConnection,
+    settings: FunctionSettings,
   ): lambda.Function {
     const migrate = fn(
       'MigrateFunction',
@@ -360,6 +362,8 @@ export class OutboxRelay extends Construct {
           [EnvVar.relayRole]: this.databaseUsers.relay,
           [EnvVar.monitorRole]: this.databaseUsers.monitor,
           ...inboxConsumersEnvironment(migration),
+          // no published history: the relay role may delete the rows it publishes
+          ...(keepsNoPublishedHistory(settings.monitor) ? { [EnvVar.publishedRetentionDays]: '0' } : {}),
           [EnvVar.migrationsDir]: '/var/task/migrations',
           [EnvVar.nodeExtraCaCerts]: LAMBDA_CA_BUNDLE,
           NODE_OPTIONS: '--enable-source-maps',

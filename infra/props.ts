@@ -237,7 +237,9 @@ export interface OutboxRelayProps {
   readonly relaySettings?: RelayTuning;
   /**
    * Settings of the monitor function (retention, prune batch, its pool), validated at synth like
-   * {@link relaySettings}.
+   * {@link relaySettings}. `publishedRetentionDays: 0` keeps no published history: the construct
+   * then sets it on the relay too (which deletes each row it publishes) and on the migrate function
+   * (which grants the relay role DELETE on the outbox); see docs/configuration.md#no-published-history.
    * @default none: the monitor's defaults
    */
   readonly monitorSettings?: MonitorTuning;

@@ -52,6 +52,10 @@ export interface FunctionSettings {
  * @throws {OutboxConfigError} naming the prop and the setting, e.g. `relaySettings.batchSize (OUTBOX_BATCH_SIZE)`
  */
 export function functionSettings(props: OutboxRelayProps): FunctionSettings {
+  const monitor = {
+    ...checkEnvironment(MONITOR_TUNING_VARS, props.monitorEnvironment, 'monitorEnvironment'),
+    ...tuningToEnv(MONITOR_TUNING_VARS, props.monitorSettings, 'monitorSettings'),
+  };
   return {
     relay: {
       ...checkEnvironment(RELAY_TUNING_VARS, props.relayEnvironment, 'relayEnvironment'),
@@ -59,12 +63,20 @@ export function functionSettings(props: OutboxRelayProps): FunctionSettings {
         ? { [EnvVar.idleReturnSeconds]: String(ECONOMY_IDLE_RETURN_SECONDS) }
         : {}),
       ...tuningToEnv(RELAY_TUNING_VARS, props.relaySettings, 'relaySettings'),
+      // No published history is one setting for all: the relay deletes what it publishes.
+      ...(keepsNoPublishedHistory(monitor) ? { [EnvVar.publishedRetentionDays]: '0' } : {}),
     },
-    monitor: {
-      ...checkEnvironment(MONITOR_TUNING_VARS, props.monitorEnvironment, 'monitorEnvironment'),
-      ...tuningToEnv(MONITOR_TUNING_VARS, props.monitorSettings, 'monitorSettings'),
-    },
+    monitor,
   };
+}
+
+/**
+ * Whether the monitor's settings keep no published history (`publishedRetentionDays: 0`): then the
+ * relay deletes each row it publishes, and the migrate function gives its role DELETE on the outbox.
+ */
+export function keepsNoPublishedHistory(monitor: Readonly<Record<string, string>>): boolean {
+  const days = monitor[EnvVar.publishedRetentionDays];
+  return days !== undefined && Number(days) === 0;
 }
 
 /**

@@ -37,6 +37,7 @@ export async function handler(): Promise<{ applied: string[] }> {
       consumer: env[EnvVar.consumerRole],
     },
     consumers: env[EnvVar.inboxConsumers],
+    relayDeletesPublished: env[EnvVar.publishedRetentionDays] === 0,
     log: (line) => logger.info(line),
   });
   logger.info('migrations applied and roles ensured', { applied });

@@ -100,8 +100,16 @@ export const settingSchemas = {
   [EnvVar.idleReturnSeconds]: z._default(int(0, 900), 0),
 
   // --- the monitor and `outbox prune` ---
-  /** Published rows are kept this long, days. */
-  [EnvVar.publishedRetentionDays]: z._default(num(0.001, 3_650), 7),
+  /**
+   * Published rows are kept this long, days. 0: no published history: the relay deletes each row in
+   * the statement that would have marked it published (docs/configuration.md#no-published-history),
+   * and the relay's role needs DELETE on the outbox (`ensureRoles`' `relayDeletesPublished`). Read by
+   * the relay, the monitor and the CLI alike.
+   */
+  [EnvVar.publishedRetentionDays]: z._default(
+    z.coerce.number().check(z.minimum(0), z.maximum(3_650), z.describe('days; 0 keeps no published history')),
+    7,
+  ),
   /** Dead-lettered rows are kept this long, days (longer: they wait for an operator). */
   [EnvVar.deadLetterRetentionDays]: z._default(num(0.001, 3_650), 30),
   /** Inbox records are kept this long, days (well above EventBridge's 24-hour retry window). */
@@ -191,6 +199,7 @@ export const RELAY_SETTING_VARS = {
   pollIntervalMs: EnvVar.pollIntervalMs,
   idleReturnSeconds: EnvVar.idleReturnSeconds,
   metricNamespace: EnvVar.metricNamespace,
+  publishedRetentionDays: EnvVar.publishedRetentionDays,
 } as const satisfies Record<Exclude<keyof RelaySettings, 'eventBusArn'>, SettingVar>;
 
 /** Relay settings; the units are in the names (ms, seconds, bytes). */
@@ -220,6 +229,20 @@ export interface RelaySettings {
   /** Economy mode: a relay Lambda invocation returns after this many seconds without a claim; 0: never. */
   idleReturnSeconds: number;
   metricNamespace: string;
+  /**
+   * `OUTBOX_PUBLISHED_RETENTION_DAYS`, days. The relay reads only whether it is 0: then it keeps no
+   * published history and deletes each row as it is published (see {@link keepsPublishedHistory}).
+   * Unset (settings built by hand): 7, published rows kept.
+   */
+  publishedRetentionDays?: number;
+}
+
+/**
+ * Whether published rows stay in the outbox (to be pruned after their retention) or leave it in the
+ * statement that would have marked them: false only for `OUTBOX_PUBLISHED_RETENTION_DAYS=0`.
+ */
+export function keepsPublishedHistory(settings: Pick<RelaySettings, 'publishedRetentionDays'>): boolean {
+  return settings.publishedRetentionDays !== 0;
 }
 
 /**
@@ -283,6 +306,8 @@ export const migrateConfigSchema = schemaOf([
   EnvVar.producerRole,
   EnvVar.consumerRole,
   EnvVar.inboxConsumers,
+  // 0: no published history, and the relay role gets DELETE on the outbox (ensureRoles)
+  EnvVar.publishedRetentionDays,
 ]);
 
 /**
@@ -291,8 +316,9 @@ export const migrateConfigSchema = schemaOf([
  * the database, the namespace, scale-out).
  */
 export const RELAY_TUNING_VARS = {
-  // Every relay setting but the two the construct sets itself, and the pool's.
-  ...omit(RELAY_SETTING_VARS, ['eventBusName', 'metricNamespace']),
+  // Every relay setting but those the construct sets itself (the published history is
+  // monitorSettings.publishedRetentionDays, copied to the relay), and the pool's.
+  ...omit(RELAY_SETTING_VARS, ['eventBusName', 'metricNamespace', 'publishedRetentionDays']),
   dbPoolSize: EnvVar.dbPoolSize,
   dbConnectTimeoutSeconds: EnvVar.dbConnectTimeoutSeconds,
   dbStatementTimeoutMs: EnvVar.dbStatementTimeoutMs,

@@ -20,6 +20,7 @@ import {
   type ConnectionPool,
   compareInt8,
   currentSql,
+  keepsPublishedHistory,
   OutboxDeadlineError,
   type RelaySettings,
   type Sql,
@@ -689,7 +690,15 @@ class Pass {
     const token = this.#lease.token;
     const releasing = this.#toRelease.splice(0);
     const [marked, failed, released] = await Promise.all([
-      this.#watchdog.statement('mark published', markPublished(this.#sql(), token, publishedIds)),
+      this.#watchdog.statement(
+        'mark published',
+        markPublished(
+          this.#sql(),
+          token,
+          publishedIds,
+          keepsPublishedHistory(this.#settings) ? 'keep' : 'delete',
+        ),
+      ),
       this.#watchdog.statement('record failures', recordFailures(this.#sql(), token, failures)),
       this.#watchdog.statement('release unsent', releaseUnsent(this.#sql(), token, releasing)),
     ]);

@@ -6,7 +6,11 @@
 import type { EventBridgeClient, EventBridgeClientConfig } from '@aws-sdk/client-eventbridge';
 import {
   ConnectionPool,
+  currentSql,
+  EnvVar,
+  keepsPublishedHistory,
   loadRelaySettings,
+  OutboxConfigError,
   openPool,
   poolSize,
   type RelaySettings,
@@ -25,6 +29,7 @@ import {
   eventsV2Publisher,
   type Publisher,
 } from './publisher.ts';
+import { mayDeleteOutboxRows } from './sql/index.ts';
 
 /**
  * The relay's sessions plan every statement at each call (`plan_cache_mode`): the claim's best plan
@@ -84,8 +89,12 @@ export interface Relay {
   /** Where events are put: the classic bus or the Custom Event Bus (publisher.ts). */
   readonly publisher: Publisher;
   /**
-   * Checks once that the client can sign PutEvents requests (region and credentials resolve).
-   * @throws {OutboxConfigError} naming AWS_REGION or the credentials
+   * Checks once that the client can sign PutEvents requests (region and credentials resolve), and,
+   * with no published history (`OUTBOX_PUBLISHED_RETENTION_DAYS=0`), that the database user may
+   * delete outbox rows: without it every mark would fail after the events went out, and each
+   * lease's expiry would send them again.
+   * @throws {OutboxConfigError} naming AWS_REGION or the credentials, or OUTBOX_PUBLISHED_RETENTION_DAYS
+   * @throws the database's error when it cannot be asked (checked again at the next call)
    */
   check(): Promise<void>;
   /**
@@ -143,9 +152,15 @@ export function createRelay(options: CreateRelayOptions = {}): Relay {
   // Kept across runs (a Lambda's warm invocations): a slow bus is learned once, not every minute.
   const answerTimeout = new AnswerTimeout();
   let checked: Promise<void> | undefined;
-  const check = () => {
+  // Remembered once it passed: a database that did not answer is asked again by the next run.
+  let historyChecked = keepsPublishedHistory(settings);
+  const check = async () => {
     checked ??= chosen.check();
-    return checked;
+    await checked;
+    if (historyChecked) return;
+    const { user, mayDelete } = await mayDeleteOutboxRows(currentSql(sql));
+    if (!mayDelete) throw noDeletePrivilege(user);
+    historyChecked = true;
   };
   return {
     settings,
@@ -170,4 +185,16 @@ export function createRelay(options: CreateRelayOptions = {}): Relay {
       else await sql.end({ timeout: timeoutSeconds });
     },
   };
+}
+
+/** What a relay with no published history says when its user may not delete outbox rows. */
+function noDeletePrivilege(user: string): OutboxConfigError {
+  return new OutboxConfigError(
+    EnvVar.publishedRetentionDays,
+    `is 0 (no published history: the relay deletes each row it publishes), but the database user ` +
+      `"${user}" may not delete outbox rows, so nothing was claimed. Run \`outbox migrate --roles\` with ` +
+      `${EnvVar.publishedRetentionDays}=0 (the OutboxRelay construct does when ` +
+      `monitorSettings.publishedRetentionDays is 0), or grant delete on outbox to "${user}"; or keep ` +
+      `the history with a retention above 0 (docs/configuration.md#no-published-history)`,
+  );
 }

@@ -16,7 +16,7 @@ import { OutboxDemoStack } from '../../examples/demo/demo-stack.ts';
 import { RUNBOOK_ANCHORS } from '../../infra/observability.ts';
 import { OutboxRelay } from '../../infra/outbox-relay.ts';
 import { ECONOMY_IDLE_RETURN_SECONDS } from '../../infra/props.ts';
-import { migrateConfigSchema, parseEnv } from '../../shared/platform/config.ts';
+import { loadRelaySettings, migrateConfigSchema, parseEnv } from '../../shared/platform/config.ts';
 import { OutboxConfigError } from '../../shared/platform/errors.ts';
 import { EnvVar } from '../../shared/platform/names.ts';
 
@@ -1484,6 +1484,61 @@ describe('OutboxRelay on an existing instance or Aurora cluster, without a proxy
         /^migration\.inboxConsumers: .* cannot name a consumer's role/,
       );
     }
+  });
+
+  it('monitorSettings.publishedRetentionDays 0 (no published history) goes to the relay and the migrate function too', () => {
+    const deploy = (publishedRetentionDays: number) => {
+      const { stack, vpc, sg } = existing();
+      const instance = rds.DatabaseInstance.fromDatabaseInstanceAttributes(stack, 'Db', {
+        instanceIdentifier: 'orders',
+        instanceEndpointAddress: 'orders.abc.eu-west-1.rds.amazonaws.com',
+        port: 5432,
+        instanceResourceId: 'db-ABCDEFGHIJKLMNOP',
+        securityGroups: [],
+      });
+      new OutboxRelay(stack, 'Outbox', {
+        vpc,
+        securityGroups: [sg],
+        database: { instance, databaseName: 'orders' },
+        monitorSettings: { publishedRetentionDays },
+        migration: {
+          adminSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'Admin', 'admin'),
+          securityGroups: [ec2.SecurityGroup.fromSecurityGroupId(stack, 'MigrateSg', 'sg-87654321')],
+        },
+      });
+      const template = Template.fromStack(stack);
+      return {
+        relay: functionEnvironment(template, 'Outbox relay:'),
+        monitor: functionEnvironment(template, 'Outbox monitor:'),
+        migrate: functionEnvironment(template, 'Outbox migrations:'),
+      };
+    };
+    const none = deploy(0);
+    expect(none.relay.OUTBOX_PUBLISHED_RETENTION_DAYS).toBe('0');
+    expect(none.monitor.OUTBOX_PUBLISHED_RETENTION_DAYS).toBe('0');
+    expect(none.migrate.OUTBOX_PUBLISHED_RETENTION_DAYS).toBe('0');
+    // What each function reads from it (shared/platform/config.ts).
+    const days = String(none.relay.OUTBOX_PUBLISHED_RETENTION_DAYS);
+    expect(
+      loadRelaySettings({ EVENT_BUS_NAME: 'b', OUTBOX_PUBLISHED_RETENTION_DAYS: days })
+        .publishedRetentionDays,
+    ).toBe(0);
+    const migrateEnv = {
+      DB_SECRET_ARN: 'arn',
+      DB_HOST: 'host',
+      DB_NAME: 'orders',
+      OUTBOX_PUBLISHED_RETENTION_DAYS: days,
+    };
+    expect(parseEnv(migrateConfigSchema, migrateEnv)[EnvVar.publishedRetentionDays]).toBe(0);
+    // Kept history: only the monitor has the setting.
+    const kept = deploy(2);
+    expect(kept.monitor.OUTBOX_PUBLISHED_RETENTION_DAYS).toBe('2');
+    expect(kept.relay).not.toHaveProperty('OUTBOX_PUBLISHED_RETENTION_DAYS');
+    expect(kept.migrate).not.toHaveProperty('OUTBOX_PUBLISHED_RETENTION_DAYS');
+    // The relay's own settings do not take it: one setting, given once.
+    expect(() =>
+      relayInStack('HistoryTwice', { relaySettings: { publishedRetentionDays: 0 } as never }),
+    ).toThrow(/^relaySettings\.publishedRetentionDays: is not a setting here/);
   });
 
   it('refuses an imported instance without instanceResourceId with an OutboxRelay error naming the prop', () => {

@@ -27,7 +27,9 @@
  * must have the attempts it had when that pass began). The two relays claim up to 3 and 2 events
  * an aggregate (a rollout of new settings). Time passes (backoffs and parks run out). An operator
  * replays or discards a dead letter. Prune runs with retention 0. Runs draw both dead-letter policies, and per-aggregate
- * order three times in four. A relay's command is done by the `pick`-th of the relays able to do
+ * order three times in four, and no published history (the relay deletes each row it publishes,
+ * OUTBOX_PUBLISHED_RETENTION_DAYS=0) in half of them; a row may leave the outbox only once its
+ * event reached the bus, or as a dead letter. A relay's command is done by the `pick`-th of the relays able to do
  * it when it runs, and a command with nothing to act on (no dead letter to replay or discard,
  * nothing committed to claim or prune) is skipped: the sequences stay dense with commands that do
  * something, which the races below need (before, most generated relay steps were skipped).
@@ -169,6 +171,8 @@ interface Known {
 interface World {
   ordering: 'aggregate' | 'none';
   policy: 'continue' | 'block';
+  /** `delete`: no published history (OUTBOX_PUBLISHED_RETENTION_DAYS=0), the relay deletes what it publishes. */
+  history: 'keep' | 'delete';
   relays: RelaySlot[];
   producer: Sql;
   /** An open producer transaction (committed late, or rolled back). */
@@ -199,6 +203,7 @@ const settingsFor = (slot: number, world: World) =>
     perAggregateLimit: slot === 1 ? 2 : 3,
     ordering: world.ordering,
     deadLetterPolicy: world.policy,
+    publishedRetentionDays: world.history === 'delete' ? 0 : 7,
   });
 
 function deadline<T>(work: Promise<T>, what: string, ms = SETTLE_DEADLINE_MS): Promise<T> {
@@ -463,6 +468,14 @@ async function checkInvariants(world: World): Promise<void> {
           `${k.aggregateId}#${k.sequence} reached the bus before ${earlier.aggregateId}#${earlier.sequence}`,
         );
       }
+    }
+  }
+
+  // A row leaves the outbox only once its event reached the bus (the relay's delete with no
+  // published history, prune of a published row) or as a dead letter (prune, after its retention).
+  for (const k of world.known.values()) {
+    if (k.deleted && !k.accepted && !k.everDead) {
+      throw new Error(`${k.aggregateId}#${k.sequence} left the outbox without reaching the bus`);
     }
   }
 }
@@ -995,18 +1008,21 @@ describe('relay protocol (model-based)', () => {
             // where the protocol's races are; without it each event is a queue of its own
             fc.constantFrom<'aggregate' | 'none'>('aggregate', 'aggregate', 'aggregate', 'none'),
             fc.constantFrom<'continue' | 'block'>('continue', 'block'),
+            // no published history in half the runs: the mark deletes the row (issue 37)
+            fc.constantFrom<'keep' | 'delete'>('keep', 'delete'),
             fc.commands(commands, {
               maxCommands: 100,
               size: 'max',
               ...(REPLAY_PATH ? { replayPath: REPLAY_PATH } : {}),
             }),
-            async (ordering, policy, cmds) => {
+            async (ordering, policy, history, cmds) => {
               await h.db.sql`truncate outbox, outbox_aggregate, outbox_idempotency_key`;
               h.bus.reset();
               h.bus.setFaults({});
               const world: World = {
                 ordering,
                 policy,
+                history,
                 relays: relays.map((r) => ({
                   name: r.name,
                   sql: r.sql,
@@ -1029,7 +1045,7 @@ describe('relay protocol (model-based)', () => {
               } catch (error) {
                 // The script of this run, one command a line (after shrinking: the minimal one).
                 throw new Error(
-                  `${(error as Error).message}\n  ordering ${ordering}, dead-letter policy ${policy}; commands:\n    ${world.log.join('\n    ')}`,
+                  `${(error as Error).message}\n  ordering ${ordering}, dead-letter policy ${policy}, published history ${history}; commands:\n    ${world.log.join('\n    ')}`,
                   { cause: error },
                 );
               } finally {

@@ -24,10 +24,11 @@ export interface TestRoles {
 /**
  * Creates the roles (twice, as two deploys would) with a role-default statement timeout of 7 s.
  * @param options.consumers inbox consumers that get a role of their own (`--consumer`)
+ * @param options.relayDeletesPublished the relay role may delete outbox rows (no published history)
  */
 export async function createTestRoles(
   db: TestDatabase,
-  options: { consumers?: readonly string[] } = {},
+  options: { consumers?: readonly string[]; relayDeletesPublished?: boolean } = {},
 ): Promise<TestRoles> {
   const suffix = randomBytes(4).toString('hex');
   const roles: OutboxRoles = {
@@ -37,8 +38,9 @@ export async function createTestRoles(
     consumer: `consumer_${suffix}`,
   };
   const consumers = options.consumers ?? [];
-  await ensureRoles(db.sql, roles, 7_000, { consumers });
-  await ensureRoles(db.sql, roles, 7_000, { consumers }); // idempotent: a second deploy changes nothing
+  const ensure = { consumers, relayDeletesPublished: options.relayDeletesPublished ?? false };
+  await ensureRoles(db.sql, roles, 7_000, ensure);
+  await ensureRoles(db.sql, roles, 7_000, ensure); // idempotent: a second deploy changes nothing
   const password = `test-${suffix}`;
   const all = [...Object.values(roles), ...consumers.map((c) => consumerRoleName(c, roles))];
   for (const role of all) await db.sql.unsafe(`alter role "${role}" password '${password}'`);

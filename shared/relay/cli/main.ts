@@ -209,12 +209,14 @@ function registerMigrate(program: Command, ctx: OperationsContext): void {
         }
       });
       const url = databaseUrlFromEnv(ctx.env);
+      // No published history (OUTBOX_PUBLISHED_RETENTION_DAYS=0): the relay role may delete rows.
+      const relayDeletesPublished = readSetting(EnvVar.publishedRetentionDays, ctx.env) === 0;
       const applied = opts.roles
-        ? await migrateWithRoles(url, { consumers: opts.consumer })
+        ? await migrateWithRoles(url, { consumers: opts.consumer, relayDeletesPublished })
         : await migrate(url, { log: () => {} });
       const roles = opts.roles ? [...Object.values(DEFAULT_ROLES), ...new Set(consumerRoles)] : [];
       if (opts.json) {
-        ctx.json(opts.roles ? { applied, roles } : { applied });
+        ctx.json(opts.roles ? { applied, roles, relayDeletesPublished } : { applied });
         return;
       }
       ctx.out(
@@ -234,6 +236,11 @@ function registerMigrate(program: Command, ctx: OperationsContext): void {
         );
       }
       if (opts.roles) ctx.out(`roles ensured: ${roles.join(', ')}`);
+      if (opts.roles && relayDeletesPublished) {
+        ctx.out(
+          `${DEFAULT_ROLES.relay} may delete the rows it publishes (${EnvVar.publishedRetentionDays}=0: no published history)`,
+        );
+      }
     });
 }
 
@@ -301,6 +308,7 @@ function registerStatus(program: Command, ctx: OperationsContext): void {
         ordering: readSetting(EnvVar.ordering, ctx.env),
         deadLetterPolicy: readSetting(EnvVar.deadLetterPolicy, ctx.env),
       };
+      const keepsHistory = readSetting(EnvVar.publishedRetentionDays, ctx.env) !== 0;
       await ctx.withDb(async (sql) => {
         const s = await getStatus(sql);
         const d = await getBacklogDetail(sql, scaleOut);
@@ -319,7 +327,9 @@ function registerStatus(program: Command, ctx: OperationsContext): void {
           );
         }
         ctx.out(`dead-lettered:       ${s.deadLettered}`);
-        ctx.out(`published:           ${s.published}`);
+        ctx.out(
+          `published:           ${s.published}${keepsHistory ? '' : ` (${EnvVar.publishedRetentionDays}=0: published rows are deleted as they go out)`}`,
+        );
         ctx.out(`inbox parked:        ${s.inboxParked}`);
         ctx.out(`inbox failed:        ${s.inboxFailed}`);
         ctx.out(`monitor scales to:   ${scaleOutLine(d.scaleOut)}`);

@@ -5,7 +5,9 @@
  * execute on all functions in schema public from public`, `revoke all on schema public from
  * public`), and reads nothing its work does not need:
  * - relay: reads `outbox` and writes only the columns of a row's delivery state (lease, attempts,
- *   backoff, outcome); it cannot change an event;
+ *   backoff, outcome); it cannot change an event. With no published history
+ *   (`relayDeletesPublished`, for `OUTBOX_PUBLISHED_RETENTION_DAYS=0`) it may also delete rows:
+ *   the relay then deletes each row it published, in the statement that would have marked it;
  * - monitor: reads `outbox` without the events' payloads and trace headers, deletes expired rows,
  *   inbox records (without reading a parked event's payload), the inbox's order state and
  *   idempotency keys;
@@ -73,6 +75,13 @@ export interface EnsureRolesOptions {
    * @default none: every consumer logs in as the shared consumer role
    */
   consumers?: readonly string[];
+  /**
+   * The deployment keeps no published history (`OUTBOX_PUBLISHED_RETENTION_DAYS=0`): the relay role
+   * gets DELETE on the outbox, to delete each row it published (docs/configuration.md#no-published-history).
+   * Otherwise it has none, and a deploy that turns the mode off takes it away.
+   * @default false
+   */
+  relayDeletesPublished?: boolean;
 }
 
 /** The columns of `outbox` the relay writes: a row's delivery state, never the event. */
@@ -144,6 +153,9 @@ export async function ensureRoles(
         'revoke all on outbox, outbox_aggregate, outbox_idempotency_key from %I',
         'grant select on outbox to %I',
         `grant update (${RELAY_WRITES.join(', ')}) on outbox to %I`,
+        // No published history: a published row leaves in the statement that would have marked
+        // it (sql/mark-published.ts), guarded by the relay's lease token like every other write.
+        ...(options.relayDeletesPublished ? ['grant delete on outbox to %I'] : []),
         // Short statements, every few hundred ms: a claim priced past jit_above_cost (a large
         // OUTBOX_BATCH_SIZE) would compile itself at every call, ~30 ms of the database's CPU.
         // On the role, like the statement timeout: a SET would pin RDS Proxy sessions.
@@ -231,6 +243,8 @@ export async function migrateWithRoles(
     log?: (line: string) => void;
     /** Inbox consumers that get a role of their own ({@link EnsureRolesOptions.consumers}). */
     consumers?: readonly string[];
+    /** {@link EnsureRolesOptions.relayDeletesPublished}. */
+    relayDeletesPublished?: boolean;
   } = {},
 ): Promise<string[]> {
   const applied = await migrate(url, { log: options.log ?? (() => {}) });
@@ -238,6 +252,7 @@ export async function migrateWithRoles(
   try {
     await ensureRoles(sql, options.roles ?? DEFAULT_ROLES, options.statementTimeoutMs, {
       consumers: options.consumers ?? [],
+      relayDeletesPublished: options.relayDeletesPublished ?? false,
     });
   } catch (error) {
     // The deploy-time function logs what it throws; the admin password must not be in it.

@@ -12,7 +12,8 @@ export {
 } from './claim-batch.ts';
 export { claimableNow, pendingRow, pendingRowById, unpublishedRow } from './conditions.ts';
 export { countHeldBack, type HeldBack, type HoldBackPolicy, hasPending } from './has-pending.ts';
-export { markPublished } from './mark-published.ts';
+export { markPublished, type PublishedHistory } from './mark-published.ts';
+export { mayDeleteOutboxRows } from './may-delete.ts';
 export { type Failure, recordFailures } from './record-failures.ts';
 export { releaseUnsent, type UnsentRow } from './release-unsent.ts';
 export { renewLease } from './renew-lease.ts';

@@ -66,6 +66,26 @@ describe('outbox CLI', () => {
     ]);
   });
 
+  it('migrate --roles with OUTBOX_PUBLISHED_RETENTION_DAYS=0 lets the relay role delete rows, and a later deploy without it takes that away', async () => {
+    const canDelete = async () =>
+      (
+        await h.db.sql<{ d: boolean }[]>`select has_table_privilege('outbox_relay', 'outbox', 'delete') as d`
+      )[0]?.d;
+    try {
+      const r = await run(['migrate', '--roles'], { env: env({ OUTBOX_PUBLISHED_RETENTION_DAYS: '0' }) });
+      expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 0, stderr: '' });
+      expect(r.stdout).toContain(
+        'outbox_relay may delete the rows it publishes (OUTBOX_PUBLISHED_RETENTION_DAYS=0: no published history)',
+      );
+      expect(await canDelete()).toBe(true);
+    } finally {
+      const r = await run(['migrate', '--roles'], { env: env({ OUTBOX_PUBLISHED_RETENTION_DAYS: '7' }) });
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).not.toContain('may delete');
+    }
+    expect(await canDelete()).toBe(false);
+  });
+
   it("migrate --roles --consumer creates the consumer's own role, whose policy is its own inbox rows", async () => {
     const consumer = `cli-${randomBytes(3).toString('hex')}`;
     const role = `outbox_consumer_${consumer}`;
@@ -75,6 +95,7 @@ describe('outbox CLI', () => {
       expect(JSON.parse(r.stdout)).toEqual({
         applied: [],
         roles: ['outbox_relay', 'outbox_monitor', 'outbox_producer', 'outbox_consumer', role],
+        relayDeletesPublished: false,
       });
       const policies = await h.db.sql<{ tablename: string; qual: string }[]>`
         select tablename, qual from pg_policies where ${role} = any(roles) order by tablename`;
