@@ -16,7 +16,9 @@
  * sizes) and writes bench/results/soak.md and .json with the table at the checkpoints.
  *
  * Options: --events (5,000,000), --rate (events/s, 1,500), --per-txn (10), --aggregates (100,000),
- * --retention (s, 60), --schema-until <nnn> (apply the migrations up to this number only, to
+ * --retention (s, 60), --no-history (the relay deletes what it publishes: OUTBOX_PUBLISHED_RETENTION_DAYS=0),
+ * --bursts n with --burst-events (100,000) and --idle-seconds (60) (the burst mode instead of the
+ * steady rate: see burstDriver), --schema-until <nnn> (apply the migrations up to this number only, to
  * measure an older schema), --label (for the results' file name), --report-every (250,000).
  * `EXPLAIN=<ms>` writes the server's log to bench/results/<label>-server.log: the plans of
  * statements slower than that, lock waits over a second, every autovacuum and autoanalyze.
@@ -51,8 +53,14 @@ const { values } = parseArgs({
     label: { type: 'string', default: 'soak' },
     'report-every': { type: 'string', default: '250000' },
     relays: { type: 'string', default: '4' },
+    'no-history': { type: 'boolean', default: false },
+    bursts: { type: 'string', default: '0' },
+    'burst-events': { type: 'string', default: '100000' },
+    'idle-seconds': { type: 'string', default: '60' },
   },
 });
+const noHistory = values['no-history'];
+const bursts = Number(values.bursts);
 const total = Number(values.events);
 const rate = Number(values.rate);
 const perTxn = Number(values['per-txn']);
@@ -116,7 +124,12 @@ log(
 );
 
 const bus = await startBusProcess();
-const settings = loadRelaySettings({ EVENT_BUS_NAME: 'soak-bus' });
+const settings = loadRelaySettings({
+  EVENT_BUS_NAME: 'soak-bus',
+  ...(noHistory ? { OUTBOX_PUBLISHED_RETENTION_DAYS: '0' } : {}),
+});
+if (noHistory)
+  log('soak: no published history (OUTBOX_PUBLISHED_RETENTION_DAYS=0): the relay deletes what it publishes');
 const client = createEventBridgeClient({
   endpoint: bus.url,
   region: 'us-east-1',
@@ -128,6 +141,9 @@ let stopping = false;
 let claimMs: number[] = [];
 let lagMs: number[] = [];
 let published = 0;
+/** Claims so far, and the times of the empty ones since the last read (the burst mode's idle polls). */
+let claimCount = 0;
+let emptyClaimMs: number[] = [];
 const errors: string[] = [];
 /** Errors by where they happened. A relay pass that ran out of time on a loaded machine is counted and the loop goes on; enqueue errors stop the soak at 20. */
 const errorCounts: Record<string, number> = {};
@@ -176,6 +192,8 @@ async function relay() {
     const rows = await claimBatchKept(relaySql, o, keep);
     const now = Date.now();
     claimMs.push(performance.now() - t0);
+    claimCount++;
+    if (rows.length === 0) emptyClaimMs.push(performance.now() - t0);
     for (const r of rows) lagMs.push(now - r.createdAt.getTime());
     return rows;
   };
@@ -212,6 +230,126 @@ async function monitor() {
     await Promise.race([sleep(10_000), stopped]);
   }
 }
+/** One idle window after a burst: what each empty claim cost while the outbox had nothing to claim. */
+interface IdleWindow {
+  /** Seconds since the burst was drained, at the window's end. */
+  atS: number;
+  claims: number;
+  /** Blocks of `outbox_pending_idx` read (hit or read) per claim, from pg_statio_user_indexes. */
+  pendingIndexBlocksPerClaim: number;
+  emptyClaimP50Ms: number;
+  /** Autovacuums of the outbox since the burst was drained. */
+  autovacuumsSinceDrained: number;
+}
+interface BurstResult {
+  burst: number;
+  enqueueS: number;
+  drainedAfterS: number;
+  idle: IdleWindow[];
+  /** Seconds from drained to the outbox's next autovacuum; undefined when none came in the idle time. */
+  autovacuumAfterS?: number;
+}
+const IDLE_WINDOW_S = 10;
+
+async function statsOf() {
+  // Backends flush their statistics at least once a second when idle: read after a short wait.
+  const [r] = await sql<{ blocks: string; av: string }[]>`
+    select (select coalesce(sum(idx_blks_hit + idx_blks_read), 0) from pg_statio_user_indexes
+            where indexrelname = 'outbox_pending_idx') as blocks,
+           (select autovacuum_count from pg_stat_user_tables where relname = 'outbox') as av`;
+  return { blocks: Number(r?.blocks), autovacuums: Number(r?.av) };
+}
+
+/**
+ * The burst mode (`--bursts n`): n times, `--burst-events` events enqueued as fast as the producers
+ * go, drained by the relays, then `--idle-seconds` with nothing to claim, in windows of 10 s: what
+ * the relays' empty polls read until autovacuum comes (docs/investigations.md#the-idle-poll-after-a-burst).
+ */
+async function burstDriver(): Promise<BurstResult[]> {
+  const burstEvents = Number(values['burst-events']);
+  const idleSeconds = Number(values['idle-seconds']);
+  const results: BurstResult[] = [];
+  let next = 0;
+  for (let b = 1; b <= bursts; b++) {
+    const t0 = performance.now();
+    const end = next + burstEvents;
+    // Each producer takes the next transaction's first event number as it goes.
+    const take = () => {
+      const first = next;
+      next += perTxn;
+      return first;
+    };
+    await Promise.all(
+      Array.from({ length: PRODUCERS }, async () => {
+        for (let first = take(); first < end; first = take()) {
+          const events = Array.from({ length: Math.min(perTxn, end - first) }, (_, j) => {
+            const i = first + j;
+            return {
+              type: types[i % types.length] as string,
+              source: 'soak.orders',
+              aggregateType: 'order',
+              aggregateId: String((i * 7919) % aggregates),
+              payload: { ...payload, n: i },
+            };
+          });
+          await sql.begin((tx) => enqueueMany(tx, events));
+          enqueued += events.length;
+        }
+      }),
+    );
+    next = end;
+    const enqueueS = (performance.now() - t0) / 1000;
+    for (;;) {
+      const [p] = await sql<{ n: string }[]>`
+        select count(*) as n from outbox where published_at is null and dead_lettered_at is null`;
+      if (Number(p?.n) === 0) break;
+      await sleep(200);
+    }
+    const drainedAt = performance.now();
+    await sleep(1_100);
+    const start = await statsOf();
+    let before = start;
+    let claimsBefore = claimCount;
+    emptyClaimMs = [];
+    const idle: IdleWindow[] = [];
+    let autovacuumAfterS: number | undefined;
+    for (let w = 1; w * IDLE_WINDOW_S <= idleSeconds; w++) {
+      await sleep(IDLE_WINDOW_S * 1000);
+      const now = await statsOf();
+      const claims = claimCount - claimsBefore;
+      idle.push({
+        atS: Math.round((performance.now() - drainedAt) / 1000),
+        claims,
+        pendingIndexBlocksPerClaim: claims ? Math.round((now.blocks - before.blocks) / claims) : 0,
+        emptyClaimP50Ms: Number(pct(emptyClaimMs, 50).toFixed(2)),
+        autovacuumsSinceDrained: now.autovacuums - start.autovacuums,
+      });
+      if (autovacuumAfterS === undefined && now.autovacuums > start.autovacuums) {
+        autovacuumAfterS = Math.round((performance.now() - drainedAt) / 1000);
+      }
+      before = now;
+      claimsBefore = claimCount;
+      emptyClaimMs = [];
+    }
+    const r: BurstResult = {
+      burst: b,
+      enqueueS: Number(enqueueS.toFixed(1)),
+      drainedAfterS: Number(((drainedAt - t0) / 1000).toFixed(1)),
+      idle,
+      autovacuumAfterS,
+    };
+    log(
+      `burst ${b}: ${burstEvents} events enqueued in ${r.enqueueS} s, drained after ${r.drainedAfterS} s; idle: ${idle
+        .map((i) => `${i.atS} s ${i.pendingIndexBlocksPerClaim} blocks/claim ${i.emptyClaimP50Ms} ms`)
+        .join(
+          ', ',
+        )}; autovacuum ${autovacuumAfterS === undefined ? 'not in the idle time' : `after ${autovacuumAfterS} s`}`,
+    );
+    results.push(r);
+  }
+  return results;
+}
+
 let markStopped = () => {};
 const stopped = new Promise<void>((r) => {
   markStopped = r;
@@ -290,6 +428,46 @@ loopDelay.enable();
 const samples: Sample[] = [];
 const fresh = await sample();
 samples.push(fresh);
+if (bursts > 0) {
+  const work = [...Array.from({ length: Number(values.relays) }, () => relay()), monitor()];
+  const busCleaner = setInterval(() => void bus.reset().catch(() => {}), 10_000);
+  const results = await burstDriver();
+  clearInterval(busCleaner);
+  stopping = true;
+  markStopped();
+  await Promise.all(work);
+  const windows = results[0]?.idle.map((i) => i.atS) ?? [];
+  const markdown = `### Soak in bursts: the idle poll after a burst (${values.label})
+
+${bursts} bursts of ${Number(values['burst-events']).toLocaleString('en')} events (${perTxn} per transaction, ${aggregates.toLocaleString('en')} aggregates, ${PRODUCERS} producers as fast as they go), each drained by ${values.relays} relays at the defaults${noHistory ? ' with no published history' : ''}, then ${values['idle-seconds']} s with nothing to claim; prune every 10 s with ${retentionSeconds} s retention; Postgres ${server?.v}, autovacuum ${server?.av}. Per idle window of ${IDLE_WINDOW_S} s: blocks of \`outbox_pending_idx\` read per claim (pg_statio_user_indexes), and an empty claim's p50 (ms); "AV" marks the windows after the outbox's first autovacuum since the burst was drained.
+
+| burst | enqueued in (s) | drained after (s) | ${windows.map((w) => `idle ${w} s`).join(' | ')} | autovacuum after |
+|---|---|---|${windows.map(() => '---').join('|')}|---|
+${results
+  .map(
+    (r) =>
+      `| ${r.burst} | ${r.enqueueS} | ${r.drainedAfterS} | ${r.idle
+        .map(
+          (i) =>
+            `${i.pendingIndexBlocksPerClaim} blocks, ${i.emptyClaimP50Ms} ms${i.autovacuumsSinceDrained ? ' (AV)' : ''}`,
+        )
+        .join(' | ')} | ${r.autovacuumAfterS === undefined ? '–' : `${r.autovacuumAfterS} s`} |`,
+  )
+  .join('\n')}
+${errors.length ? `\nErrors (${JSON.stringify(errorCounts)}; the first ones): ${errors.join('; ')}\n` : ''}`;
+  process.stdout.write(`${markdown}\n`);
+  mkdirSync(join(root, 'bench/results'), { recursive: true });
+  writeFileSync(join(root, `bench/results/${values.label}.md`), markdown);
+  writeFileSync(
+    join(root, `bench/results/${values.label}.json`),
+    JSON.stringify({ results, errors }, null, 2),
+  );
+  await sql.end();
+  await relaySql.end();
+  await bus.close();
+  await cluster.stop();
+  process.exit(0);
+}
 const work = [
   ...Array.from({ length: PRODUCERS }, (_, k) => producer(k)),
   ...Array.from({ length: Number(values.relays) }, () => relay()),
