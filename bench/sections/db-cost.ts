@@ -64,6 +64,8 @@ export interface DbCostFigures {
   lifetimeCpuUs: number;
   /** As deployed (the relay beside the producers, then the prune a checkpoint later): WAL, B per event. */
   deployedWalBytes: number;
+  /** The same, and then the VACUUM of the dead rows: WAL, B per event. */
+  deployedVacuumWalBytes: number;
   /** As deployed: the server's CPU, µs per event. */
   deployedCpuUs: number;
   /** One enqueue transaction (BEGIN, the statement, COMMIT) as the client sees it, ms. */
@@ -520,6 +522,7 @@ function figures(runs: Phases[], n: number): DbCostFigures {
     lifetimeWalBytes: m((p) => p.enqueue.walBytes + p.relay.walBytes + p.prune.walBytes),
     lifetimeCpuUs: m((p) => p.enqueue.cpuUs + p.relay.cpuUs + p.prune.cpuUs),
     deployedWalBytes: m((p) => p.deployed.walBytes + p.deployedPrune.walBytes),
+    deployedVacuumWalBytes: m((p) => p.deployed.walBytes + p.deployedPrune.walBytes + p.deployedVacuum.walBytes),
     deployedCpuUs: m((p) => p.deployed.cpuUs + p.deployedPrune.cpuUs),
     enqueueP50Ms: ms((p) => percentile(p.latenciesMs, 50)),
     enqueueP99Ms: ms((p) => percentile(p.latenciesMs, 99)),
@@ -552,6 +555,7 @@ ${row('prune: DB CPU', (x) => x.pruneCpuUs, 'µs')}
 ${row('lifetime: WAL', (x) => x.lifetimeWalBytes, 'B')}
 ${row('lifetime: DB CPU', (x) => x.lifetimeCpuUs, 'µs')}
 ${row('lifetime as deployed: WAL', (x) => x.deployedWalBytes, 'B')}
+${row('lifetime as deployed, VACUUM included: WAL', (x) => x.deployedVacuumWalBytes, 'B')}
 ${row('lifetime as deployed: DB CPU', (x) => x.deployedCpuUs, 'µs')}
 
 | enqueue transaction (BEGIN, statement, COMMIT) | p50 | p99 |
