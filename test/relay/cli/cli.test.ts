@@ -231,6 +231,12 @@ describe('outbox CLI', () => {
     expect(status).toMatchObject({ pending: 2, inFlight: 1, deadLettered: 1, published: 1 });
     expect(status.oldestPendingAgeSeconds).toBeGreaterThanOrEqual(90);
     expect(status.oldestPendingAgeSeconds).toBeLessThan(120);
+    // With no published history the published line says why it reads what it does.
+    const human = await run(['status'], { env: env({ OUTBOX_PUBLISHED_RETENTION_DAYS: '0' }) });
+    expect(human.stdout).toMatch(
+      /^published: +1 \(OUTBOX_PUBLISHED_RETENTION_DAYS=0: published rows are deleted as they go out\)$/m,
+    );
+    expect((await run(['status'])).stdout).toMatch(/^published: +1$/m);
   });
 
   it('status --json counts the events held back behind a block dead letter, and names the dead letter', async () => {
