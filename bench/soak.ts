@@ -157,6 +157,20 @@ const noteError = (where: string, e: unknown) => {
 const started = performance.now();
 const payload = { total: 120.5, currency: 'EUR', lines: [{ sku: 'A-1', qty: 2 }], note: 'soak' };
 const types = ['OrderPlaced', 'OrderPaid', 'OrderShipped'];
+/** Events `first` … `first + n - 1` of the soak: three types in turn, spread over the aggregates. */
+function soakEvents(first: number, n: number) {
+  return Array.from({ length: n }, (_, j) => {
+    const i = first + j;
+    return {
+      type: types[i % types.length] as string,
+      source: 'soak.orders',
+      aggregateType: 'order',
+      aggregateId: String((i * 7919) % aggregates),
+      payload: { ...payload, n: i },
+    };
+  });
+}
+
 async function producer(k: number) {
   for (let txn = k; !stopping; txn += PRODUCERS) {
     const first = txn * perTxn;
@@ -164,16 +178,7 @@ async function producer(k: number) {
     const due = started + (first / rate) * 1000;
     const wait = due - performance.now();
     if (wait > 0) await sleep(wait);
-    const events = Array.from({ length: Math.min(perTxn, total - first) }, (_, j) => {
-      const i = first + j;
-      return {
-        type: types[i % types.length] as string,
-        source: 'soak.orders',
-        aggregateType: 'order',
-        aggregateId: String((i * 7919) % aggregates),
-        payload: { ...payload, n: i },
-      };
-    });
+    const events = soakEvents(first, Math.min(perTxn, total - first));
     try {
       await sql.begin((tx) => enqueueMany(tx, events));
       enqueued += events.length;
@@ -282,16 +287,7 @@ async function burstDriver(): Promise<BurstResult[]> {
     await Promise.all(
       Array.from({ length: PRODUCERS }, async () => {
         for (let first = take(); first < end; first = take()) {
-          const events = Array.from({ length: Math.min(perTxn, end - first) }, (_, j) => {
-            const i = first + j;
-            return {
-              type: types[i % types.length] as string,
-              source: 'soak.orders',
-              aggregateType: 'order',
-              aggregateId: String((i * 7919) % aggregates),
-              payload: { ...payload, n: i },
-            };
-          });
+          const events = soakEvents(first, Math.min(perTxn, end - first));
           await sql.begin((tx) => enqueueMany(tx, events));
           enqueued += events.length;
         }

@@ -1336,6 +1336,33 @@ describe('demo stack without a proxy (databaseAccess=direct, synthesised)', () =
 describe('OutboxRelay on an existing instance or Aurora cluster, without a proxy', () => {
   // Bundling is skipped: these tests read the template only.
   const noBundling = { 'aws:cdk:bundling-stacks': [] };
+  /** An OutboxRelay on an imported instance, with its migrate function; the template. */
+  const onInstanceWithMigration = (
+    props: Partial<ConstructorParameters<typeof OutboxRelay>[2]>,
+    migration: { inboxConsumers?: string[] } = {},
+  ) => {
+    const { stack, vpc, sg } = existing();
+    const instance = rds.DatabaseInstance.fromDatabaseInstanceAttributes(stack, 'Db', {
+      instanceIdentifier: 'orders',
+      instanceEndpointAddress: 'orders.abc.eu-west-1.rds.amazonaws.com',
+      port: 5432,
+      instanceResourceId: 'db-ABCDEFGHIJKLMNOP',
+      securityGroups: [],
+    });
+    new OutboxRelay(stack, 'Outbox', {
+      vpc,
+      securityGroups: [sg],
+      database: { instance, databaseName: 'orders' },
+      ...props,
+      migration: {
+        adminSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'Admin', 'admin'),
+        securityGroups: [ec2.SecurityGroup.fromSecurityGroupId(stack, 'MigrateSg', 'sg-87654321')],
+        ...migration,
+      },
+    });
+    return Template.fromStack(stack);
+  };
+
   const existing = () => {
     const app = newApp({ context: noBundling });
     const stack = new Stack(app, 'Direct', { env: { account: '123456789012', region: 'eu-west-1' } });
@@ -1446,27 +1473,8 @@ describe('OutboxRelay on an existing instance or Aurora cluster, without a proxy
   });
 
   it('gives the migrate function the inbox consumers that get a role of their own, and refuses a name that cannot make one', () => {
-    const relayWith = (inboxConsumers: string[]) => {
-      const { stack, vpc, sg } = existing();
-      const instance = rds.DatabaseInstance.fromDatabaseInstanceAttributes(stack, 'Db', {
-        instanceIdentifier: 'orders',
-        instanceEndpointAddress: 'orders.abc.eu-west-1.rds.amazonaws.com',
-        port: 5432,
-        instanceResourceId: 'db-ABCDEFGHIJKLMNOP',
-        securityGroups: [],
-      });
-      new OutboxRelay(stack, 'Outbox', {
-        vpc,
-        securityGroups: [sg],
-        database: { instance, databaseName: 'orders' },
-        migration: {
-          adminSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'Admin', 'admin'),
-          securityGroups: [ec2.SecurityGroup.fromSecurityGroupId(stack, 'MigrateSg', 'sg-87654321')],
-          inboxConsumers,
-        },
-      });
-      return functionEnvironment(Template.fromStack(stack), 'Outbox migrations:');
-    };
+    const relayWith = (inboxConsumers: string[]) =>
+      functionEnvironment(onInstanceWithMigration({}, { inboxConsumers }), 'Outbox migrations:');
     const variables = relayWith(['billing', 'shipping']);
     expect(variables.OUTBOX_INBOX_CONSUMERS).toBe('billing,shipping');
     // What the migrate function reads from it (shared/platform/config.ts).
@@ -1488,25 +1496,7 @@ describe('OutboxRelay on an existing instance or Aurora cluster, without a proxy
 
   it('monitorSettings.publishedRetentionDays 0 (no published history) goes to the relay and the migrate function too', () => {
     const deploy = (publishedRetentionDays: number) => {
-      const { stack, vpc, sg } = existing();
-      const instance = rds.DatabaseInstance.fromDatabaseInstanceAttributes(stack, 'Db', {
-        instanceIdentifier: 'orders',
-        instanceEndpointAddress: 'orders.abc.eu-west-1.rds.amazonaws.com',
-        port: 5432,
-        instanceResourceId: 'db-ABCDEFGHIJKLMNOP',
-        securityGroups: [],
-      });
-      new OutboxRelay(stack, 'Outbox', {
-        vpc,
-        securityGroups: [sg],
-        database: { instance, databaseName: 'orders' },
-        monitorSettings: { publishedRetentionDays },
-        migration: {
-          adminSecret: secretsmanager.Secret.fromSecretNameV2(stack, 'Admin', 'admin'),
-          securityGroups: [ec2.SecurityGroup.fromSecurityGroupId(stack, 'MigrateSg', 'sg-87654321')],
-        },
-      });
-      const template = Template.fromStack(stack);
+      const template = onInstanceWithMigration({ monitorSettings: { publishedRetentionDays } });
       return {
         relay: functionEnvironment(template, 'Outbox relay:'),
         monitor: functionEnvironment(template, 'Outbox monitor:'),
