@@ -346,6 +346,14 @@ async function burstDriver(): Promise<BurstResult[]> {
   return results;
 }
 
+/** Prints the markdown and writes it, with the JSON, to bench/results/<label>.md and .json. */
+function writeResults(markdown: string, json: unknown): void {
+  process.stdout.write(`${markdown}\n`);
+  mkdirSync(join(root, 'bench/results'), { recursive: true });
+  writeFileSync(join(root, `bench/results/${values.label}.md`), markdown);
+  writeFileSync(join(root, `bench/results/${values.label}.json`), JSON.stringify(json, null, 2));
+}
+
 let markStopped = () => {};
 const stopped = new Promise<void>((r) => {
   markStopped = r;
@@ -451,13 +459,7 @@ ${results
   )
   .join('\n')}
 ${errors.length ? `\nErrors (${JSON.stringify(errorCounts)}; the first ones): ${errors.join('; ')}\n` : ''}`;
-  process.stdout.write(`${markdown}\n`);
-  mkdirSync(join(root, 'bench/results'), { recursive: true });
-  writeFileSync(join(root, `bench/results/${values.label}.md`), markdown);
-  writeFileSync(
-    join(root, `bench/results/${values.label}.json`),
-    JSON.stringify({ results, errors }, null, 2),
-  );
+  writeResults(markdown, { results, errors, errorCounts });
   await sql.end();
   await relaySql.end();
   await bus.close();
@@ -522,13 +524,7 @@ ${indexNames.map((n) => row(`\`${n}\``, (s) => (s.indexKiB[n] ?? 0).toLocaleStri
 ${row('outbox_aggregate (KiB)', (s) => s.aggregateTableKiB.toLocaleString('en'))}
 ${row('autovacuums of outbox', (s) => s.autovacuums)}
 ${errors.length ? `\nErrors (${JSON.stringify(errorCounts)}; the first ones): ${errors.join('; ')}\n` : ''}`;
-process.stdout.write(`${markdown}\n`);
-mkdirSync(join(root, 'bench/results'), { recursive: true });
-writeFileSync(join(root, `bench/results/${values.label}.md`), markdown);
-writeFileSync(
-  join(root, `bench/results/${values.label}.json`),
-  JSON.stringify({ samples, errors, errorCounts }, null, 2),
-);
+writeResults(markdown, { samples, errors, errorCounts });
 
 await sql.end();
 await relaySql.end();
