@@ -522,7 +522,9 @@ function figures(runs: Phases[], n: number): DbCostFigures {
     lifetimeWalBytes: m((p) => p.enqueue.walBytes + p.relay.walBytes + p.prune.walBytes),
     lifetimeCpuUs: m((p) => p.enqueue.cpuUs + p.relay.cpuUs + p.prune.cpuUs),
     deployedWalBytes: m((p) => p.deployed.walBytes + p.deployedPrune.walBytes),
-    deployedVacuumWalBytes: m((p) => p.deployed.walBytes + p.deployedPrune.walBytes + p.deployedVacuum.walBytes),
+    deployedVacuumWalBytes: m(
+      (p) => p.deployed.walBytes + p.deployedPrune.walBytes + p.deployedVacuum.walBytes,
+    ),
     deployedCpuUs: m((p) => p.deployed.cpuUs + p.deployedPrune.cpuUs),
     enqueueP50Ms: ms((p) => percentile(p.latenciesMs, 50)),
     enqueueP99Ms: ms((p) => percentile(p.latenciesMs, 99)),
