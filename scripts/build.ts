@@ -172,7 +172,15 @@ async function stagePackage(role: Role): Promise<void> {
   }
   for (const path of extras.copy ?? []) await cp(join(root, path), join(stage, path), { recursive: true });
 
-  const topLevel = new Set(['dist', ...(extras.copy ?? []).map((p) => p.split('/')[0] as string)]);
+  // The license (the repository's) and the package's own changelog, which `npx changeset version`
+  // writes in the role's folder: npm shows both on the package's page.
+  await cp(join(root, 'LICENSE'), join(stage, 'LICENSE'));
+  await cp(join(folder, 'CHANGELOG.md'), join(stage, 'CHANGELOG.md'));
+  const topLevel = new Set([
+    'dist',
+    ...(extras.copy ?? []).map((p) => p.split('/')[0] as string),
+    'CHANGELOG.md',
+  ]);
   // Without the workspace's `prepack`, which refuses to pack the source entries.
   const { scripts: _workspaceOnly, ...publishable } = manifest;
   const published: Manifest = {

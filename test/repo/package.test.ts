@@ -7,6 +7,9 @@
  * - type-checks a file that uses every entry point (test/package/check.ts);
  * - on Node 22 and 24: runs `npx outbox migrate`, then imports every entry point, enqueues through
  *   the main API and both adapters into a real Postgres, and relays them (test/package/runtime.ts);
+ * - runs `npx outbox bus` from the installed relay package and relays an event to each bus kind
+ *   through it with `npx outbox relay`, set up with the exports it prints;
+ * - dry-runs the release (`scripts/release.ts --dry-run`: `npm publish --dry-run` of each package);
  * - runs the pre-built relay bundle as Lambda would, on the same database;
  * - synthesises a CDK app with OutboxRelay on an imported VPC and proxy, without esbuild
  *   (test/package/cdk-app.ts);
@@ -21,8 +24,9 @@
  *   alarms and dashboard widgets of each), and the consumers' bundles: small, without the AWS
  *   SDK's EventBridge client or aws-cdk-lib.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { chmod, cp, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
@@ -349,6 +353,124 @@ describe('the packed package, installed in a fresh project', () => {
       ]);
     },
     10 * MINUTES,
+  );
+
+  it(
+    '`npx outbox bus` from the installed relay package: both bus kinds, with the exports it prints, take what `npx outbox relay` sends',
+    async () => {
+      const child = spawn('npx', ['--no-install', 'outbox', 'bus', '--port', '0'], {
+        cwd: app,
+        env: { ...process.env, PATH: `${join(app, 'node_modules', '.bin')}:${process.env.PATH}` },
+        stdio: ['ignore', 'pipe', 'pipe'],
+        // A process group of its own, so that Ctrl-C can be sent as a terminal sends it: to npx
+        // and the bus both (npx does not forward a SIGINT sent to it alone).
+        detached: true,
+      });
+      let printed = '';
+      child.stdout.on('data', (chunk: Buffer) => {
+        printed += chunk.toString();
+      });
+      child.stderr.on('data', (chunk: Buffer) => {
+        printed += chunk.toString();
+      });
+      const until = async (pattern: RegExp) => {
+        const deadline = Date.now() + 60_000;
+        while (!pattern.test(printed)) {
+          if (Date.now() > deadline || child.exitCode !== null)
+            throw new Error(`not printed ${pattern}: ${printed}`);
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+        return printed.match(pattern) as RegExpMatchArray;
+      };
+      try {
+        const [, classic = ''] = await until(/^ {2}export (EVENT_BUS_NAME=.*)$/m);
+        const [, custom = ''] = await until(
+          /^ {2}or, for a Custom Event Bus: export (\S+ \S+ .*?) \(and no/m,
+        );
+        /** The variables of one `export A=1 B=2` line the bus printed. */
+        const vars = (line: string) =>
+          Object.fromEntries(line.split(' ').map((kv) => kv.split('=', 2) as [string, string]));
+        await inApp(node24, 'npx', ['--no-install', 'outbox', 'migrate']); // a no-op after the runtime test
+        const sql = postgres(databaseUrl, { max: 1, onnotice: () => {} });
+        try {
+          for (const [kind, exports] of [
+            ['classic', classic],
+            ['custom', custom],
+          ] as const) {
+            await sql`select * from outbox_enqueue(event_type => 'BusCommandTested', source => 'test.package',
+              aggregate_type => 'bus-command', aggregate_id => ${kind}, payload => '{"ok": true}'::jsonb)`;
+            const { EVENT_BUS_NAME: _unset, ...rest } = process.env;
+            await exec('npx', ['--no-install', 'outbox', 'relay', '--until-empty', '--quiet'], {
+              cwd: app,
+              timeout: 2 * MINUTES,
+              env: {
+                ...rest,
+                PATH: `${join(app, 'node_modules', '.bin')}:${process.env.PATH}`,
+                DATABASE_URL: databaseUrl,
+                ...vars(exports),
+              },
+            });
+            // Each accepted event is a line: time, bus, source, DetailType, detail.
+            await until(new RegExp(`test\\.package {2}BusCommandTested {2}.*"aggregateId":"${kind}"`));
+          }
+          const rows = await sql<{ aggregate_id: string; published: boolean }[]>`
+            select aggregate_id, published_at is not null as published from outbox
+            where aggregate_type = 'bus-command' order by aggregate_id`;
+          expect(rows).toEqual([
+            { aggregate_id: 'classic', published: true },
+            { aggregate_id: 'custom', published: true },
+          ]);
+        } finally {
+          await sql.end();
+        }
+        expect(printed).toMatch(/ {2}demo {2}test\.package {2}BusCommandTested /);
+        expect(printed).toMatch(
+          / {2}arn:aws:events:us-east-1:000000000000:event-busv2\/demo\/local {2}test\.package {2}BusCommandTested /,
+        );
+      } finally {
+        if (child.exitCode === null) {
+          const exited = once(child, 'exit');
+          process.kill(-(child.pid as number), 'SIGINT');
+          await exited;
+        }
+      }
+      // npx ends as npm does on Ctrl-C (by the signal); the bus stopped without an error.
+      expect(printed).not.toMatch(/error/i);
+    },
+    5 * MINUTES,
+  );
+
+  it(
+    '`npm run release -- --dry-run`: npm publish --dry-run passes for each built package, at one version, with its license and changelog',
+    async () => {
+      const { stdout } = await exec(
+        process.execPath,
+        [join(repo, 'scripts', 'release.ts'), '--dry-run', '--no-build', '--json'],
+        { cwd: repo, timeout: 5 * MINUTES, maxBuffer: 16 * 1024 * 1024 },
+      );
+      const report = JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}') as {
+        dryRun: boolean;
+        version: string;
+        packages: { name: string; version: string; files: number; packedBytes: number }[];
+      };
+      const version = JSON.parse(
+        await readFile(join(repo, 'shared', 'relay', 'package.json'), 'utf8'),
+      ).version;
+      expect(report.dryRun).toBe(true);
+      expect(report.packages.map((p) => `${p.name}@${p.version}`)).toEqual(
+        ROLES.map((role) => `${PACKAGES[role].name}@${version}`),
+      );
+      for (const role of ROLES) {
+        const installed = await readdir(join(app, 'node_modules', PACKAGES[role].name));
+        expect(installed).toEqual(expect.arrayContaining(['LICENSE', 'CHANGELOG.md', 'README.md']));
+        const manifest = JSON.parse(
+          await readFile(join(app, 'node_modules', PACKAGES[role].name, 'package.json'), 'utf8'),
+        );
+        expect(manifest.publishConfig).toEqual({ access: 'public', provenance: true });
+        expect(manifest.repository.directory).toBe(role === 'cdk' ? 'infra' : `shared/${role}`);
+      }
+    },
+    5 * MINUTES,
   );
 
   it(
