@@ -10,12 +10,13 @@
  * once (the bus dropped the relay's re-sends inside its dedup window), every row published, and the
  * inbox never waited for a gap nor parked an event. The same traffic UNORDERED: the inbox waits
  * (InboxGapError) and may park, which shows the FIFO figures could have failed. Both print their
- * figures (docs/buses.md#what-a-fifo-subscriber-changes-for-the-inbox).
+ * figures (docs/buses.md#what-a-fifo-subscriber-changes-for-the-inbox). After the FIFO run a replay of
+ * the bus (POINT_IN_TIME, WITH_METADATA) reaches the inbox marked REPLAY: every event a duplicate.
  */
 import type { EventBridgeEvent } from 'aws-lambda';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { type LocalSubscriber, startSubscriber } from '../../dev/local-bus/subscriber.ts';
-import { inbox } from '../../shared/consumer/index.ts';
+import { type InboxOptions, inbox } from '../../shared/consumer/index.ts';
 import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
 import { runRelay } from '../../shared/relay/index.ts';
 import { Lease } from '../../shared/relay/lease.ts';
@@ -98,13 +99,9 @@ async function crashAfterAccepted(round: number) {
   expect(failure).toBe(crash);
 }
 
-/** The inbox consumer, and the deterministic faults of its invocations. */
-function ledger() {
-  const attempts = new Map<string, number>();
-  let lostAnswers = 0;
-  let failedBefore = 0;
-  let duplicates = 0;
-  const handler = inbox(
+/** The inbox handler of the consumer `ledger`: its effect is a row in `applied`. */
+const ledgerHandler = (metrics: InboxOptions<Record<string, unknown>>['metrics']) =>
+  inbox(
     {
       sql: h.db.sql,
       consumer: 'ledger',
@@ -113,13 +110,21 @@ function ledger() {
       onGapTimeout: 'park',
       retryWindowSeconds: 60,
       maxEventAgeSeconds: 60,
-      metrics: false,
+      metrics,
     },
     async (_event, { inbox: i }) => {
       await i.tx`insert into applied (event_id, aggregate_id, sequence)
         values (${i.metadata.eventId}, ${i.metadata.aggregateId}, ${Number(i.metadata.sequence)})`;
     },
   );
+
+/** The inbox consumer, and the deterministic faults of its invocations. */
+function ledger() {
+  const attempts = new Map<string, number>();
+  let lostAnswers = 0;
+  let failedBefore = 0;
+  let duplicates = 0;
+  const handler = ledgerHandler(false);
   const target = async (event: unknown) => {
     const e = event as EventBridgeEvent<string, { metadata: { aggregateId: string; sequence: number } }>;
     const { aggregateId, sequence } = e.detail.metadata;
@@ -286,6 +291,33 @@ describe('relay → Custom Event Bus → FIFO subscriber → inbox, through faul
       ]);
     for (const seqs of byGroup.values())
       expect(seqs).toEqual([...seqs].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)));
+
+    // A replay of the bus's whole retention (POINT_IN_TIME, WITH_METADATA, FIFO): every event
+    // reaches the inbox again, marked REPLAY, and is acknowledged as a duplicate; nothing applied twice.
+    const lines: Record<string, unknown>[] = [];
+    const replayHandler = ledgerHandler({ write: (line) => lines.push(JSON.parse(line)) });
+    const answers: unknown[] = [];
+    const replay = startSubscriber({
+      bus: h.bus,
+      eventBusArn: ARN,
+      type: 'FIFO',
+      transformer: 'WITH_METADATA',
+      startingPosition: { pointInTime: 0 },
+      target: async (e) => answers.push(await replayHandler(e as never, lambdaContext(6_000))),
+    });
+    await replay.idle(25_000);
+    await replay.close();
+    expect(replay.stats).toMatchObject({ delivered: TOTAL, replayed: TOTAL, failed: 0 });
+    expect(answers).toHaveLength(TOTAL);
+    expect(
+      answers.every(
+        (a) =>
+          (a as { inbox?: string; replay?: boolean }).inbox === 'duplicate' &&
+          (a as { replay?: boolean }).replay === true,
+      ),
+    ).toBe(true);
+    expect(lines.filter((l) => l.InboxBusReplay === 1 && l.outcome === 'duplicate')).toHaveLength(TOTAL);
+    expect((await appliedByAggregate()).rows).toHaveLength(TOTAL);
   });
 
   it('the same traffic UNORDERED: the wait-for-gap inbox waits (and may park), so the FIFO figures can fail', async () => {
