@@ -247,7 +247,10 @@ export function startSubscriber(options: SubscriberOptions): LocalSubscriber {
   const calls: SubscriberCall[] = [];
   const deadLetterErrors: unknown[] = [];
   let closed = false;
+  /** Attempts not settled yet (called, or writing their dead-letter record). */
   let inFlight = 0;
+  /** Target calls not answered yet (the figure `maxInFlight` reports). */
+  let calling = 0;
   const inFlightByGroup = new Map<string, number>();
   /** FIFO: each group's queue, head first. UNORDERED: one pool under the key ''. */
   const queues = new Map<string, Pending[]>();
@@ -313,7 +316,8 @@ export function startSubscriber(options: SubscriberOptions): LocalSubscriber {
 
   const track = (p: Promise<void>) => {
     running.add(p);
-    p.finally(() => {
+    // An attempt's own failures are caught in it; nothing may escape as an unhandled rejection.
+    p.catch(() => {}).finally(() => {
       running.delete(p);
       checkIdle();
     });
@@ -337,11 +341,19 @@ export function startSubscriber(options: SubscriberOptions): LocalSubscriber {
     }
   };
 
-  const call = async (key: string, p: Pending) => {
+  /** One attempt; it counts as in flight until its outcome (a retry scheduled, a dead-letter record written). */
+  const call = (key: string, p: Pending) =>
+    attempt(key, p).finally(() => {
+      inFlight--;
+      pump();
+    });
+
+  const attempt = async (key: string, p: Pending) => {
     const group = p.event.eventGroupId ?? `\u0000${p.event.id}`;
     inFlight++;
+    calling++;
     inFlightByGroup.set(group, (inFlightByGroup.get(group) ?? 0) + 1);
-    stats.maxInFlight = Math.max(stats.maxInFlight, inFlight);
+    stats.maxInFlight = Math.max(stats.maxInFlight, calling);
     stats.maxInFlightPerGroup = Math.max(stats.maxInFlightPerGroup, inFlightByGroup.get(group) ?? 0);
     p.attempts++;
     stats.attempts++;
@@ -352,7 +364,7 @@ export function startSubscriber(options: SubscriberOptions): LocalSubscriber {
     } catch (e) {
       error = e ?? new Error('rejected');
     }
-    inFlight--;
+    calling--;
     inFlightByGroup.set(group, (inFlightByGroup.get(group) ?? 1) - 1);
     const record: SubscriberCall = {
       eventId: p.event.id,
