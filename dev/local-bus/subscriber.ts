@@ -19,6 +19,8 @@
  *   before retry n is `retryDelayMs(n)`, ms (default 20 × 2^(n−1), at most 500: AWS does not
  *   publish its backoff). A call that has not returned after `invocationTimeoutSeconds` (default
  *   30, the target's `InvocationTimeoutSeconds`) is a failed attempt.
+ * - The target: any async function (tests pass an inbox handler, as they invoke one), or
+ *   {@link lambdaTarget}, Lambda's Invoke API over HTTP (`RequestResponse`; `FunctionError` fails).
  * - Dead-letter record ({@link DeadLetterRecord}, the User Guide's shape): written once the retries
  *   are exhausted to `deadLetter` (e.g. {@link sqsDeadLetter}, a queue of the local SQS), naming the
  *   event (`eventId`, `eventGroupId`, `deduplicationId`) and the last error, **without the payload**.
@@ -38,6 +40,7 @@
  * The bus drops a DeduplicationId it accepted within 5 minutes (local-bus/eventsv2.ts), so what
  * the subscriber delivers is each accepted event, once per successful call; `stats` counts calls.
  */
+import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { AcceptedEvent, LocalBus } from '../local-bus.ts';
 import { seeded } from '../seeded.ts';
@@ -206,6 +209,34 @@ export function withMetadata(e: AcceptedEvent, deliveryType: DeliveryType): With
 export function sqsDeadLetter(client: SQSClient, queueUrl: string) {
   return async (record: DeadLetterRecord) => {
     await client.send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: JSON.stringify(record) }));
+  };
+}
+
+/**
+ * A target invoking a function through Lambda's Invoke API, `RequestResponse`, as the subscriber's
+ * `LambdaParameters.InvocationType: REQUEST_RESPONSE` does (dev/local-lambda.ts, or any endpoint):
+ * an answer with `FunctionError` is a failed delivery, named by the function's `errorType`.
+ */
+export function lambdaTarget(client: LambdaClient, functionName: string) {
+  return async (event: SubscriberEvent | WithMetadataEvent) => {
+    const out = await client.send(
+      new InvokeCommand({
+        FunctionName: functionName,
+        InvocationType: 'RequestResponse',
+        Payload: Buffer.from(JSON.stringify(event)),
+      }),
+    );
+    const text = out.Payload ? Buffer.from(out.Payload).toString('utf8') : '';
+    if (out.FunctionError) {
+      let answer: { errorType?: string; errorMessage?: string } = {};
+      try {
+        answer = JSON.parse(text);
+      } catch {}
+      const error = new Error(answer.errorMessage ?? out.FunctionError);
+      error.name = answer.errorType ?? 'FunctionError';
+      throw error;
+    }
+    return text === '' ? undefined : JSON.parse(text);
   };
 }
 

@@ -5,10 +5,12 @@
  * real SQS client, without the payload), UNORDERED delivery, the RAW and WITH_METADATA payloads,
  * a POINT_IN_TIME subscriber's REPLAY deliveries, and the invocation timeout.
  */
+import { LambdaClient } from '@aws-sdk/client-lambda';
 import { ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   type LocalSubscriber,
+  lambdaTarget,
   type SubscriberEvent,
   type SubscriberOptions,
   sqsDeadLetter,
@@ -16,6 +18,7 @@ import {
   type WithMetadataEvent,
 } from '../../dev/local-bus/subscriber.ts';
 import { type LocalBus, startLocalBus } from '../../dev/local-bus.ts';
+import { startLocalLambda } from '../../dev/local-lambda.ts';
 import { type LocalSqs, startLocalSqs } from '../../dev/local-sqs.ts';
 import {
   EventsV2Client,
@@ -168,6 +171,45 @@ describe('a FIFO subscriber', () => {
       [1, false, 'InvocationTimeout'],
       [2, true, undefined],
     ]);
+  });
+});
+
+describe('a Lambda target', () => {
+  it('invokes the function RequestResponse through the Invoke API; a FunctionError is a failed delivery, retried', async () => {
+    let calls = 0;
+    const lambda = await startLocalLambda({
+      onInvoke: async ({ payload }) => {
+        calls++;
+        if (calls === 1) throw new Error('cold start failed');
+        return { got: label(payload as SubscriberEvent) };
+      },
+    });
+    const lambdaClient = new LambdaClient({
+      endpoint: lambda.url,
+      region: 'us-east-1',
+      credentials,
+      maxAttempts: 1,
+    });
+    try {
+      const s = subscribe({ type: 'FIFO', target: lambdaTarget(lambdaClient, 'ledger-fn') });
+      await put(entry('a', 1));
+      await s.idle();
+      expect(s.calls.map((c) => [c.attempt, c.ok])).toEqual([
+        [1, false],
+        [2, true],
+      ]);
+      expect(lambda.invocations.map((i) => [i.functionName, i.invocationType])).toEqual([
+        ['ledger-fn', 'RequestResponse'],
+        ['ledger-fn', 'RequestResponse'],
+      ]);
+      expect(lambda.invocations[1]?.payload).toMatchObject({
+        source: 'test.orders',
+        detail: { group: 'a', n: 1 },
+      });
+    } finally {
+      lambdaClient.destroy();
+      await lambda.close();
+    }
   });
 });
 
