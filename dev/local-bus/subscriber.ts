@@ -10,8 +10,8 @@
  *   brief of issue 35; one English page of the User Guide says a failed call holds up every group
  *   of the subscriber, which this does not model). An event without a group is a group of its own.
  * - `type: 'UNORDERED'`: up to `concurrency` calls at once, the next pending event drawn at random
- *   (seeded), and a failed one retried after its delay while the others go on: a classic bus's
- *   order, or rather its absence.
+ *   (seeded) among those due (`jitterMs`: each one due after a random delay), and a failed one
+ *   retried after its delay while the others go on: a classic bus's order, or rather its absence.
  * - Retry policy (User Guide, "Retry policies and dead-letter queues"): `maxRetryAttempts` retries
  *   after the first attempt (default 5, AWS's range 0–185) or until the event is
  *   `maxEventAgeSeconds` old, counted from the bus's acceptance (default 300, AWS's range 60–86,400;
@@ -146,7 +146,13 @@ export interface SubscriberOptions {
   startingPosition?: 'LATEST' | { pointInTime: number };
   /** UNORDERED: calls in flight at most (default 10). */
   concurrency?: number;
-  /** UNORDERED: seed of the draw of the next event. */
+  /**
+   * UNORDERED: each event becomes deliverable after a random delay of up to this many ms from its
+   * acceptance (delivery latency varies; default 0), so that close events of a group overtake one
+   * another.
+   */
+  jitterMs?: number;
+  /** UNORDERED: seed of the draw of the next event and of the jitter. */
   seed?: number;
   /** The subscriber's name, in its ARN and the dead-letter record. Default `local`. */
   name?: string;
@@ -307,7 +313,13 @@ export function startSubscriber(options: SubscriberOptions): LocalSubscriber {
     const key = groupOf(event);
     const queue = queues.get(key) ?? [];
     queues.set(key, queue);
-    queue.push({ event, deliveryType, attempts: 0, notBefore: 0 });
+    const pending: Pending = { event, deliveryType, attempts: 0, notBefore: 0 };
+    queue.push(pending);
+    const jitter = type === 'UNORDERED' ? random() * (options.jitterMs ?? 0) : 0;
+    if (jitter > 0) {
+      pending.notBefore = Date.now() + jitter;
+      later(pending, jitter);
+    }
     pump();
   };
 

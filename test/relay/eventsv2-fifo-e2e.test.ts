@@ -185,6 +185,7 @@ async function scenario(
     retryPolicy: { maxRetryAttempts: 185, maxEventAgeSeconds: 60 },
     retryDelayMs: (n) => Math.min(200, 10 * 2 ** (n - 1)),
     concurrency: 12,
+    jitterMs: 250,
     seed: 35,
   });
   try {
