@@ -2,6 +2,12 @@
  * Reads the EventBridge event a rule hands its Lambda target: the outbox envelope in `detail`,
  * checked field by field, and the payload validated against the consumer's schema. Every refusal
  * is a typed error naming the field (errors.ts).
+ *
+ * A Custom Event Bus subscriber hands the same event (its default transformer, `RAW`: the
+ * published data, for PutEvents the EventBridge event), or, with `Transformer: WITH_METADATA`,
+ * `{ Data: <that event>, Metadata?, SystemMetadata: { "aws:DeliveryType": "LIVE" | "REPLAY", … } }`
+ * (User Guide, "Transforming events with JSONata"): {@link unwrapDelivery} takes the event out of
+ * it and says whether the bus marked it a replay.
  */
 import type { EventBridgeEvent } from 'aws-lambda';
 import type { EnvelopeMetadata } from '../platform/envelope.ts';
@@ -24,6 +30,65 @@ export interface Delivery<T> extends InboxEvent<T> {
   sequence: bigint;
   /** Absent on events enqueued before migration 010. */
   typeSequence: bigint | undefined;
+}
+
+/**
+ * What a Custom Event Bus subscriber with `Transformer: WITH_METADATA` and `MaxBatchSize` 1 hands
+ * its Lambda function: the event and what EventBridge assigned (every value a string).
+ */
+export interface WithMetadataDelivery {
+  Data: EventBridgeEvent<string, unknown>;
+  Metadata?: Record<string, string>;
+  SystemMetadata: Record<string, string>;
+}
+
+/** How the event came: `deliveryType` as a Custom Event Bus subscriber marked it, if it did. */
+export interface DeliveryOrigin {
+  /** The EventBridge event: the one Lambda received, or a WITH_METADATA delivery's `Data`. */
+  event: EventBridgeEvent<string, unknown>;
+  /** `SystemMetadata."aws:DeliveryType"`; undefined for an event without it (a rule, a RAW subscriber). */
+  deliveryType: 'LIVE' | 'REPLAY' | undefined;
+  /** Set when the WITH_METADATA wrapper is malformed: the invocation fails with it, traced. */
+  refusal?: InboxEnvelopeError;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * Takes the EventBridge event out of a Custom Event Bus subscriber's WITH_METADATA delivery (an
+ * object with `Data` and `SystemMetadata` and no `detail`), and reads its `aws:DeliveryType`; any
+ * other event is returned as it is. Never throws: a malformed wrapper comes back with `refusal`.
+ */
+export function unwrapDelivery(raw: unknown): DeliveryOrigin {
+  const event = raw as EventBridgeEvent<string, unknown>;
+  if (!isObject(raw) || !('SystemMetadata' in raw) || 'detail' in raw)
+    return { event, deliveryType: undefined };
+  const system = raw.SystemMetadata;
+  const data = raw.Data;
+  if (!isObject(data)) {
+    return {
+      event,
+      deliveryType: undefined,
+      refusal: new InboxEnvelopeError(
+        'Data',
+        'a WITH_METADATA delivery without its event: expected the EventBridge event in `Data` (for PutEvents)',
+      ),
+    };
+  }
+  const unwrapped = data as unknown as EventBridgeEvent<string, unknown>;
+  const type = isObject(system) ? system['aws:DeliveryType'] : undefined;
+  if (type !== 'LIVE' && type !== 'REPLAY') {
+    return {
+      event: unwrapped,
+      deliveryType: undefined,
+      refusal: new InboxEnvelopeError(
+        'SystemMetadata.aws:DeliveryType',
+        `expected LIVE or REPLAY (EventBridge always sets it), got ${JSON.stringify(type)}`,
+      ),
+    };
+  }
+  return { event: unwrapped, deliveryType: type };
 }
 
 /** EventBridge's caps: Source 256 characters, DetailType 128 (PutEvents API reference). */

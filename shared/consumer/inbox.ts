@@ -28,7 +28,13 @@ import { ConnectionPool, type Sql, type Tx } from '../platform/db.ts';
 import type { EnvelopeMetadata } from '../platform/envelope.ts';
 import { EnvVar, InboxMetricName } from '../platform/names.ts';
 import type { PayloadSchema } from '../producer/typed-events.ts';
-import { type InboxEvent, readDelivery } from './delivery.ts';
+import {
+  type DeliveryOrigin,
+  type InboxEvent,
+  readDelivery,
+  unwrapDelivery,
+  type WithMetadataDelivery,
+} from './delivery.ts';
 import { InboxGapError, InboxOptionsError, translateSchemaError } from './errors.ts';
 import { InboxAbortedError, InvocationTransaction, lambdaDeadline } from './invocation.ts';
 import { type InboxMetricsOptions, inboxMetrics } from './metrics.ts';
@@ -179,6 +185,12 @@ export interface InboxContext<T = Record<string, unknown>> extends Context {
     source: string;
     /** Where the event stood in its chain (see {@link InboxArrival}). */
     arrival: InboxArrival;
+    /**
+     * True when a Custom Event Bus subscriber delivered it as a replay of the bus's retention
+     * (`SystemMetadata."aws:DeliveryType"` = `REPLAY`, a WITH_METADATA delivery). The inbox applies
+     * it as any event (it was not applied yet); an event already applied is a `duplicate`.
+     */
+    replay: boolean;
   };
 }
 
@@ -328,7 +340,7 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
   options: InboxOptions<T>,
   handler: InboxHandler<T, R>,
 ): (
-  event: EventBridgeEvent<string, unknown>,
+  event: EventBridgeEvent<string, unknown> | WithMetadataDelivery,
   context: Context,
   wrapper?: { signal?: AbortSignal },
 ) => Promise<R | InboxSkip> {
@@ -345,6 +357,7 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
     deadline: number,
     signal: AbortSignal | undefined,
     trace: FailureTrace,
+    origin: DeliveryOrigin,
   ): Promise<R | InboxSkip> => {
     if (deadline - settings.deadlineMarginMs <= Date.now()) {
       throw new InboxAbortedError(
@@ -352,7 +365,18 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
         `less than deadlineMarginMs (${settings.deadlineMarginMs} ms) was left when the invocation started; nothing was run`,
       );
     }
+    if (origin.refusal) throw origin.refusal;
     const delivery = readDelivery(event, { types: settings.types, schema: options.schema });
+    const replay = origin.deliveryType === 'REPLAY';
+    /** A replayed delivery is counted, with its event and what became of it (docs/consuming.md#replays-from-the-custom-event-bus). */
+    const replayed = (outcome: string) => {
+      if (replay)
+        metric(InboxMetricName.BusReplay, {
+          eventId: delivery.metadata.eventId,
+          outcome,
+          deliveryType: 'REPLAY',
+        });
+    };
     const { type, source, metadata, data } = delivery;
     const key = options.key ? options.key({ type, source, metadata, data }) : metadata.eventId;
     if (typeof key !== 'string' || key.length === 0 || key.length > MAX_KEY_LENGTH) {
@@ -429,7 +453,10 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
       invocation.settled();
       if (decision.skip === 'stale') metric(InboxMetricName.Stale);
       if (decision.skip === 'parked') metric(InboxMetricName.Parked);
-      return { inbox: decision.skip, eventId: metadata.eventId };
+      replayed(decision.skip);
+      return replay
+        ? { inbox: decision.skip, eventId: metadata.eventId, replay: true }
+        : { inbox: decision.skip, eventId: metadata.eventId };
     }
 
     const inboxContext = Object.assign(Object.create(context) as Context, context, {
@@ -440,6 +467,7 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
         type,
         source,
         arrival: decision.apply,
+        replay,
       },
     }) as InboxContext<T>;
     let result: R;
@@ -460,14 +488,18 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
     }
     const counted = ARRIVAL_METRIC[decision.apply];
     if (counted) metric(counted);
+    replayed(decision.apply);
     return result;
   };
 
-  return async (event, context, wrapper) => {
+  return async (raw, context, wrapper) => {
     const deadline = lambdaDeadline(context);
+    // A Custom Event Bus subscriber's WITH_METADATA delivery: the event is its Data.
+    const origin = unwrapDelivery(raw);
+    const event = origin.event;
     const trace = new FailureTrace(settings.consumer, event, deadline);
     try {
-      return await invoke(event, context, deadline, abortSignalOf(wrapper), trace);
+      return await invoke(event, context, deadline, abortSignalOf(wrapper), trace, origin);
     } catch (error) {
       // Before the error leaves: a wrapper may turn it into a success (see trace.ts).
       await trace.fail(pool ? pool.sql : (options.sql as Sql), error);

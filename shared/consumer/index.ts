@@ -16,7 +16,7 @@ export {
   type PayloadOutput,
   type PayloadSchema,
 } from '../producer/typed-events.ts';
-export type { InboxEvent } from './delivery.ts';
+export type { InboxEvent, WithMetadataDelivery } from './delivery.ts';
 export { InboxEnvelopeError, InboxGapError, InboxOptionsError, InboxPayloadError } from './errors.ts';
 export {
   type InboxContext,

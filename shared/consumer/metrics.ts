@@ -14,8 +14,11 @@ export interface InboxMetricsOptions {
   write?: (line: string) => void;
 }
 
-/** Emits one count for `consumer`; nothing when metrics are off. */
-export type InboxMetricSink = (name: InboxMetricName) => void;
+/**
+ * Emits one count for `consumer`; nothing when metrics are off. `properties` go into the EMF line
+ * beside the count (searchable in CloudWatch Logs, not dimensions).
+ */
+export type InboxMetricSink = (name: InboxMetricName, properties?: Record<string, string>) => void;
 
 /** Builds the sink of one consumer. */
 export function inboxMetrics(
@@ -25,9 +28,10 @@ export function inboxMetrics(
   if (options === false) return () => {};
   const namespace = options?.namespace ?? DEFAULT_METRIC_NAMESPACE;
   const write = options?.write ?? ((line: string) => process.stdout.write(`${line}\n`));
-  return (name) =>
+  return (name, properties) =>
     write(
       JSON.stringify({
+        ...properties,
         _aws: {
           Timestamp: Date.now(),
           CloudWatchMetrics: [

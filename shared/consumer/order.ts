@@ -62,6 +62,8 @@ export interface InboxSkip {
    */
   inbox: 'duplicate' | 'stale' | 'parked';
   eventId: string;
+  /** Present when a Custom Event Bus subscriber delivered it as a replay (`aws:DeliveryType` REPLAY). */
+  replay?: true;
 }
 
 /** The settings the decision reads. */

@@ -119,6 +119,12 @@ export const InboxMetricName = {
   Late: 'InboxLate',
   /** Applied with earlier events of its chain still missing (after the gap wait, or ignore-stale). */
   AfterGap: 'InboxAfterGap',
+  /**
+   * A delivery a Custom Event Bus subscriber marked as a replay (`SystemMetadata."aws:DeliveryType"`
+   * = `REPLAY`, a subscriber with `StartingPosition: POINT_IN_TIME`), whatever the inbox did with it
+   * (applied, or acknowledged as a duplicate: the EMF line says which, with the event's id).
+   */
+  BusReplay: 'InboxBusReplay',
 } as const;
 /** One of {@link InboxMetricName}'s values. */
 export type InboxMetricName = (typeof InboxMetricName)[keyof typeof InboxMetricName];
