@@ -214,11 +214,14 @@ export async function rehearseRunbook(c: RunbookContext): Promise<void> {
     where source = ${SOURCE} and event_id = ${chain[0]?.eventId ?? ''} and dead_lettered_at is not null`;
   // What the runbook runs next is run beside it: `outbox dead-letters show <id>` as the relay's
   // user (it reads the payload).
-  const [held, heldText, shown] = await Promise.all([
+  const [held, heldText, listed, shown] = await Promise.all([
     statusJson(blockStatusEnv),
     statusText(blockStatusEnv),
+    outbox(['dead-letters', 'list', '--json']),
     outbox(['dead-letters', 'show', letter?.id ?? '0'], { PGUSER: operator.relayUser }),
   ]);
+  const listedRows =
+    listed.code === 0 ? (JSON.parse(listed.stdout) as { id: string; lastError?: string }[]) : [];
   const holder = held.heldBackBy.find((h) => h.aggregateType === 'runbook-block');
   c.check(
     blocked.type === 'result' &&
@@ -234,13 +237,18 @@ export async function rehearseRunbook(c: RunbookContext): Promise<void> {
     `relay ${c.describe(blocked).slice(0, 160)}; heldBack ${held.heldBack}, heldBackBy ${JSON.stringify(holder ?? held.heldBackBy)}; "${line(heldText, 'held back')}"`,
   );
   c.check(
-    shown.code === 0 && shown.stdout.includes('InvalidArgument') && shown.stdout.includes(poison),
-    "runbook: outbox dead-letters show <id> (as the relay's user) gives the dead letter's error and event",
-    shown.code === 0
-      ? (
-          shown.stdout.split('\n').find((l) => l.includes('InvalidArgument')) ?? shown.stdout.slice(0, 200)
-        ).trim()
-      : `exited ${shown.code}: ${shown.stderr.trim().slice(0, 300)}`,
+    listedRows.some((r) => r.id === letter?.id) &&
+      shown.code === 0 &&
+      shown.stdout.includes('InvalidArgument') &&
+      shown.stdout.includes(poison),
+    "runbook: outbox dead-letters list (as the monitor's user) lists it, and show <id> (as the relay's user) gives its error and event",
+    `show: ${
+      shown.code === 0
+        ? (
+            shown.stdout.split('\n').find((l) => l.includes('InvalidArgument')) ?? shown.stdout.slice(0, 200)
+          ).trim()
+        : `exited ${shown.code}: ${shown.stderr.trim().slice(0, 300)}`
+    }; list: ${listed.code === 0 ? `${listedRows.length} dead letter(s), ids ${listedRows.map((r) => r.id).join(', ')}` : `exited ${listed.code}: ${listed.stderr.trim().slice(0, 200)}`}`,
   );
   await cleanUp();
   c.info(`runbook: held back: ${lap()}`);
