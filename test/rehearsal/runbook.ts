@@ -199,7 +199,9 @@ export async function rehearseRunbook(c: RunbookContext): Promise<void> {
     `${cliLogins.length} login(s): ${cliLogins.map((l) => `${l.user} (${l.parameters.application_name}) ${l.accepted ? 'accepted' : `refused: ${l.reason}`}`).join(', ')}; pending ${baseline.pending}, in backoff ${baseline.inBackoff}, held back ${baseline.heldBack}`,
   );
 
-  // 3. Events held back behind a dead letter (runbook step 5), under a relay with `block`.
+  // 3. Events held back behind a dead letter (runbook step 5), under a relay with `block`: the
+  // demo deploys `continue`, so the relay and the StatusEnvironment read `block` as a deployment
+  // with `relaySettings: { deadLetterPolicy: 'block' }` has them.
   const policy = 'block';
   const blockStatusEnv = { [EnvVar.deadLetterPolicy]: policy };
   const poison = `runbook-poison-${Date.now()}`;
