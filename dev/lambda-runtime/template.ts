@@ -2,7 +2,8 @@
  * Reads what the synthesised template says the functions are: each function's asset folder,
  * handler, environment, memory and timeout; the schedules' rates; the alarms' metrics; and how
  * events reach a consumer: the rules and their targets, the queues (visibility timeout, redrive),
- * the functions' asynchronous invocation configs and their SQS event source mappings. Values that
+ * the functions' asynchronous invocation configs and their SQS event source mappings; and the
+ * stack's outputs (what an operator reads to connect the CLI). Values that
  * CloudFormation would fill in at deploy time (a proxy endpoint, a secret ARN, a bus name) are
  * resolved to the rehearsal's stand-ins; any other intrinsic is an error naming it, so a template
  * change that the rehearsal cannot follow fails loudly instead of being guessed at.
@@ -118,6 +119,8 @@ export interface SynthesisedStack {
   secrets: Map<string, { logicalId: string; username: string | undefined }>;
   /** Names given to event buses, by logical id. */
   buses: Map<string, string>;
+  /** The stack's outputs, by logical id (`OutboxDatabaseHostB6CAF0D3`), their values resolved. */
+  outputs: Map<string, { value: string; description: string }>;
 }
 
 /**
@@ -131,6 +134,7 @@ export async function readStack(
 ): Promise<SynthesisedStack> {
   const template = JSON.parse(await readFile(join(cdkOut, `${stackName}.template.json`), 'utf8')) as {
     Resources: Record<string, Resource>;
+    Outputs?: Record<string, { Value: Json; Description?: string }>;
   };
   const resources = template.Resources;
   const secrets = new Map<string, { logicalId: string; username: string | undefined }>();
@@ -180,6 +184,9 @@ export async function readStack(
   const getAtt = (id: string, attribute: string, where: string): string => {
     const type = resources[id]?.Type;
     if (type === 'AWS::RDS::DBProxy' && attribute === 'Endpoint') return standIns.proxyEndpoint;
+    if (type === 'AWS::RDS::DBProxy' && attribute === 'DBProxyArn')
+      return `arn:aws:rds:${standIns.region}:${standIns.account}:db-proxy:prx-0123456789abcdef0`;
+    if (type === 'AWS::RDS::DBInstance' && attribute === 'DbiResourceId') return 'db-REHEARSAL0123456789';
     if (type === 'AWS::RDS::DBInstance' && attribute === 'Endpoint.Address') return standIns.instanceAddress;
     if (type === 'AWS::RDS::DBInstance' && attribute === 'Endpoint.Port')
       return String(standIns.instancePort);
@@ -207,8 +214,12 @@ export async function readStack(
         return parts.map((p) => resolve(p, where)).join(separator);
       }
       if ('Fn::Select' in value) {
-        const [index, list] = value['Fn::Select'] as [number, Json[]];
-        return resolve(list[Number(index)] as Json, where);
+        const [index, list] = value['Fn::Select'] as [number, Json];
+        if (list && typeof list === 'object' && !Array.isArray(list) && 'Fn::Split' in list) {
+          const [separator, whole] = list['Fn::Split'] as [string, Json];
+          return resolve(whole, where).split(separator)[Number(index)] ?? '';
+        }
+        return resolve((list as Json[])[Number(index)] as Json, where);
       }
     }
     throw new Error(`${where}: the rehearsal cannot resolve ${JSON.stringify(value)}`);
@@ -343,5 +354,12 @@ export async function readStack(
       });
     }
   }
-  return { functions, schedules, alarms, secrets, buses, queues, asyncConfigs, rules, eventSources };
+  const outputs = new Map<string, { value: string; description: string }>();
+  for (const [logicalId, output] of Object.entries(template.Outputs ?? {})) {
+    outputs.set(logicalId, {
+      value: resolve(output.Value, `Outputs.${logicalId}`),
+      description: output.Description ?? '',
+    });
+  }
+  return { functions, schedules, alarms, secrets, buses, queues, asyncConfigs, rules, eventSources, outputs };
 }

@@ -9,7 +9,7 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import { ServiceName } from '../../shared/platform/index.ts';
-import type { Relay, RelayCounts, StopReason } from '../../shared/relay/index.ts';
+import type { Relay, RelayCounts, RelayFailure, StopReason } from '../../shared/relay/index.ts';
 import { addRelayMetrics, createMetrics, readRelayEvent } from '../../shared/relay/operations/index.ts';
 
 /** What one invocation did. */
@@ -19,7 +19,24 @@ export interface RelayInvocationSummary extends RelayCounts {
   durationMs: number;
   /** An extra relay the monitor started (its payload asked for scale-out). */
   scaleOut?: boolean;
+  /**
+   * Why events failed in this invocation, by reason (`ErrorCode: message`, as kept in
+   * `last_error`), most frequent first, at most {@link FAILURE_REASONS_KEPT}; absent when none did.
+   */
+  failures?: FailureCount[];
 }
+
+/** Events that failed for one reason in an invocation. */
+export interface FailureCount {
+  reason: string;
+  /** Events that failed for it (an event retried twice counts twice). */
+  count: number;
+  /** Of them, dead-lettered. */
+  deadLettered: number;
+}
+
+/** Distinct failure reasons an invocation's summary lists, at most (the rest counted as `other reasons`). */
+export const FAILURE_REASONS_KEPT = 10;
 
 /** Dependencies of the relay handler, created once per cold start. */
 export interface RelayHandlerDeps {
@@ -58,6 +75,26 @@ export function createRelayHandler(deps: RelayHandlerDeps) {
     .handler(async (event, context) => {
       const started = performance.now();
       const request = readRelayEvent(event);
+      // Each failure reason is logged when first seen in the invocation, and counted in the
+      // summary: the relay's log says why events do not leave (an unreachable bus, a refused
+      // entry), not only that they were retried (docs/operations.md#lag).
+      const failures = new Map<string, FailureCount>();
+      const onFailure = (f: RelayFailure) => {
+        const reason =
+          failures.has(f.reason) || failures.size < FAILURE_REASONS_KEPT ? f.reason : 'other reasons';
+        let counted = failures.get(reason);
+        if (!counted) {
+          counted = { reason, count: 0, deadLettered: 0 };
+          failures.set(reason, counted);
+          logger.warn('publish failed', {
+            reason,
+            eventId: f.eventId,
+            outcome: f.deadLettered ? 'dead-lettered' : 'will retry',
+          });
+        }
+        counted.count++;
+        if (f.deadLettered) counted.deadLettered++;
+      };
       const until = request.scaleOutForMs === undefined ? undefined : started + request.scaleOutForMs;
       const result = await relay.run({
         untilEmpty: until !== undefined,
@@ -69,12 +106,16 @@ export function createRelayHandler(deps: RelayHandlerDeps) {
             : Math.min(context.getRemainingTimeInMillis(), until - performance.now()),
         onTransientError: (error, consecutive) =>
           logger.warn('database unavailable, retrying', { error, consecutive }),
+        onFailure,
       });
       addRelayMetrics(metrics, result);
       const summary: RelayInvocationSummary = {
         ...result,
         durationMs: Math.round(performance.now() - started),
         ...(until === undefined ? {} : { scaleOut: true }),
+        ...(failures.size === 0
+          ? {}
+          : { failures: [...failures.values()].sort((a, b) => b.count - a.count) }),
       };
       logger.info('relay invocation finished', { summary });
       return summary;

@@ -1,4 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createServer, type Socket } from 'node:net';
+import { Logger } from '@aws-lambda-powertools/logger';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type LocalBus, startLocalBus } from '../../dev/local-bus.ts';
 import { createRelayHandler } from '../../functions/relay/relay-handler.ts';
 import { loadRelaySettings } from '../../shared/platform/config.ts';
@@ -66,6 +68,80 @@ describe('relay Lambda handler', () => {
     expect(summary).toMatchObject({ claimed: 0, passes: 0, stopReason: 'deadline' });
     const [row] = await db.sql`select attempts, lease_token from outbox where aggregate_id = 'late'`;
     expect(row).toEqual({ attempts: 0, lease_token: null });
+  });
+});
+
+describe('relay Lambda handler, the bus unreachable', () => {
+  it('logs why events fail and counts the reasons in its summary (docs/operations.md#lag, no route to EventBridge)', async () => {
+    await db.sql`truncate outbox, outbox_aggregate`;
+    // A bus endpoint that takes the connection and never answers: what a VPC without a route to
+    // EventBridge looks like from the relay (every attempt times out).
+    const sockets = new Set<Socket>();
+    const silent = createServer((s) => {
+      sockets.add(s);
+      s.on('error', () => {});
+    });
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const { port } = silent.address() as { port: number };
+    try {
+      await db.sql.begin((tx) =>
+        enqueueMany(
+          tx,
+          Array.from({ length: 3 }, (_, i) => ({
+            type: 'T',
+            source: 's',
+            aggregateType: 'noroute',
+            aggregateId: String(i),
+            payload: {},
+          })),
+        ),
+      );
+      const logger = new Logger({ serviceName: 'outbox-relay', logLevel: 'SILENT' });
+      const warn = vi.spyOn(logger, 'warn');
+      const info = vi.spyOn(logger, 'info');
+      const handler = createRelayHandler({
+        logger,
+        relay: createRelay({
+          sql: db.sql,
+          client: testClient(`http://127.0.0.1:${port}`),
+          settings: testSettings(),
+        }),
+      });
+      const summary = await handler({}, lambdaContext(9_500));
+      expect(summary).toMatchObject({ published: 0, deadLettered: 0 });
+      expect(summary.backPressure).toBeGreaterThan(0);
+      const [failure, ...others] = summary.failures ?? [];
+      expect(others).toEqual([]);
+      expect(failure?.reason).toMatch(/^PutEventsTimeoutError: no answer from the bus/);
+      expect(failure).toMatchObject({ count: summary.retried, deadLettered: 0 });
+      // Logged once per reason, when first seen, with the reason as last_error keeps it.
+      const warned = warn.mock.calls.filter(([message]) => message === 'publish failed');
+      expect(warned).toHaveLength(1);
+      expect(warned[0]?.[1]).toMatchObject({ reason: failure?.reason, outcome: 'will retry' });
+      const [row] = await db.sql<{ last_error: string }[]>`
+        select last_error from outbox where aggregate_type = 'noroute' limit 1`;
+      expect(row?.last_error).toBe(failure?.reason);
+      // The summary line carries them too.
+      expect(info.mock.calls.find(([m]) => m === 'relay invocation finished')?.[1]).toMatchObject({
+        summary: { failures: [{ reason: failure?.reason }] },
+      });
+    } finally {
+      for (const s of sockets) s.destroy();
+      await new Promise((resolve) => silent.close(resolve));
+    }
+  });
+
+  it('lists no failures when none happened', async () => {
+    await db.sql`truncate outbox, outbox_aggregate`;
+    await db.sql.begin((tx) =>
+      enqueueMany(tx, [{ type: 'T', source: 's', aggregateType: 'fine', aggregateId: '1', payload: {} }]),
+    );
+    const handler = createRelayHandler({
+      relay: createRelay({ sql: db.sql, client: testClient(bus.url), settings: testSettings() }),
+    });
+    const summary = await handler({}, lambdaContext(9_000));
+    expect(summary.published).toBe(1);
+    expect(summary.failures).toBeUndefined();
   });
 });
 
@@ -167,6 +243,7 @@ describe('relay configuration', () => {
       pollIntervalMs: 200,
       idleReturnSeconds: 0,
       metricNamespace: 'Outbox',
+      publishedRetentionDays: 7,
     });
   });
 

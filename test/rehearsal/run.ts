@@ -51,6 +51,7 @@ import { rehearseConsumerFailures } from './consumer-failures.ts';
 import { rehearseDirect } from './direct.ts';
 import { startIamProxy } from './iam-proxy.ts';
 import { startPgBouncer } from './pgbouncer.ts';
+import { rehearseRunbook } from './runbook.ts';
 import { startSecretsEndpoint } from './secrets-manager.ts';
 import { makeCertificates } from './tls.ts';
 
@@ -257,7 +258,11 @@ async function rehearse(): Promise<void> {
   };
   const running: RunningFunction[] = [];
   const peak = new Map<string, number>();
-  const start = async (f: TemplateFunction) => {
+  /** Starts a function as deployed; `overrides` amend its environment and the runtime's. */
+  const start = async (
+    f: TemplateFunction,
+    overrides: { environment?: Record<string, string>; runtime?: Record<string, string> } = {},
+  ) => {
     const deployed = asDeployed(f);
     const fn = await startFunction(
       {
@@ -265,9 +270,9 @@ async function rehearse(): Promise<void> {
         assetDir: deployed.assetDir,
         handler: f.handler,
         memoryMb: f.memoryMb,
-        environment: deployed.environment,
+        environment: { ...deployed.environment, ...overrides.environment },
       },
-      runtimeEnv,
+      { ...runtimeEnv, ...overrides.runtime },
     );
     running.push(fn);
     cleanups.push(() => fn.stop());
@@ -542,7 +547,32 @@ async function rehearse(): Promise<void> {
     );
   }
 
-  // 8c. With --lag: the relay on its schedule at the template's real timings, across 3 invocation
+  // 8c. On call: the lag runbook (docs/operations.md#lag) followed with the commands it gives,
+  // `outbox status` logging in as the monitor's user through the proxy (test/rehearsal/runbook.ts).
+  await rehearseRunbook({
+    stack,
+    relay,
+    monitor,
+    region: REGION,
+    caFile: certs.ca,
+    db,
+    bus,
+    logins: proxy.logins,
+    runtimeEnv,
+    asDeployed,
+    start,
+    invoke,
+    onRelayInvoked: (handler) => {
+      onRelayInvoked = handler;
+    },
+    scale,
+    describe,
+    check,
+    info,
+    cleanups,
+  });
+
+  // 8d. With --lag: the relay on its schedule at the template's real timings, across 3 invocation
   // boundaries, a producer committing 50 events a second; commit-to-bus lag through the proxy.
   if (values.lag && relaySchedule) {
     const periodMs = relaySchedule.periodSeconds * 1000;

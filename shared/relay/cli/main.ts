@@ -290,13 +290,16 @@ function registerEnqueue(program: Command, ctx: CommandContext): void {
     });
 }
 
+/** Characters of a last error `outbox status` prints (the JSON has it whole). */
+const LAST_ERROR_SHOWN = 200;
+
 /** `outbox status`. */
 function registerStatus(program: Command, ctx: OperationsContext): void {
   program
     .command('status')
     .description(
       'show the backlog: pending, oldest pending age, in flight, dead-lettered, published, parked and failed inbox events, ' +
-        'events held back behind dead letters, in backoff, and the relays the monitor would scale to ' +
+        'events held back behind dead letters, in backoff, retrying (and their last errors), and the relays the monitor would scale to ' +
         `(${EnvVar.maxRelays}, ${EnvVar.backlogPerRelay}, ${EnvVar.ordering} and ${EnvVar.deadLetterPolicy} as deployed)`,
     )
     .option('--json', 'print one JSON document')
@@ -320,6 +323,10 @@ function registerStatus(program: Command, ctx: OperationsContext): void {
         ctx.out(`oldest pending age:  ${s.oldestPendingAgeSeconds.toFixed(1)} s`);
         ctx.out(`in flight:           ${s.inFlight}`);
         ctx.out(`in backoff:          ${d.inBackoff}`);
+        ctx.out(
+          `retrying:            ${d.retrying}${d.retrying > 0 ? ' (their last attempt failed, with:)' : ''}`,
+        );
+        for (const e of d.lastErrors) ctx.out(`  ${e.count} × ${e.error.slice(0, LAST_ERROR_SHOWN)}`);
         ctx.out(`held back:           ${d.heldBack}${heldBackNote(d, scaleOut.deadLetterPolicy)}`);
         for (const h of d.heldBackBy) {
           ctx.out(

@@ -1,7 +1,7 @@
 /** Backlog figures for `outbox status`, `npm start` and the monitor's metrics. */
 import { countFromDatabase, type Queryable } from '../../platform/index.ts';
 import { measureClaimable, relaysWanted, type ScaleOutSettings } from './scale-out.ts';
-import { countInBackoff, countOutbox, selectHoldingDeadLetters } from './sql/index.ts';
+import { countInBackoff, countOutbox, selectHoldingDeadLetters, selectLastErrors } from './sql/index.ts';
 
 /** The outbox's state, counted with the database clock. */
 export interface OutboxStatus {
@@ -85,6 +85,14 @@ export interface BacklogDetail {
   heldBackBy: HoldingDeadLetter[];
   /** Pending events waiting out a backoff after a failed attempt (not leased, an error recorded). */
   inBackoff: number;
+  /**
+   * Pending events whose last attempt failed (an error recorded): the relay is retrying them,
+   * whether they wait out a backoff or are leased again. With no route to the bus, every pending
+   * event that was tried is here, with a timeout for its error (docs/operations.md#lag).
+   */
+  retrying: number;
+  /** The errors their last attempts failed with (`last_error`), most events first, at most {@link LAST_ERRORS_LISTED}. */
+  lastErrors: { error: string; count: number }[];
   /** What the monitor would scale the relays to for the claimable work now. */
   scaleOut: {
     /** Relays the monitor would want running, the scheduled one included: 1 to `maxRelays`, 1 while the bus throttles. */
@@ -102,12 +110,14 @@ export interface BacklogDetail {
 
 /** Dead letters listed in {@link BacklogDetail.heldBackBy}, at most. */
 export const HELD_BACK_LISTED = 10;
+/** Errors listed in {@link BacklogDetail.lastErrors}, at most. */
+export const LAST_ERRORS_LISTED = 3;
 
 /**
  * Reads why pending rows wait and what the monitor would scale to, for `outbox status` (the
  * monitor leaves it out: it measures the claimable work itself, and the rest is for an operator).
  * The held-back count reads the dead letters and the rows behind them, the backoff count the
- * pending rows not yet due, the scale-out the claimable rows up to what `maxRelays` needs.
+ * pending rows not yet due, the retrying count and its errors the pending rows with an error, the scale-out the claimable rows up to what `maxRelays` needs.
  * @param settings the monitor's scale-out settings (`OUTBOX_MAX_RELAYS`, `OUTBOX_BACKLOG_PER_RELAY`,
  *   the relay's `OUTBOX_ORDERING` and `OUTBOX_DEAD_LETTER_POLICY`)
  */
@@ -117,6 +127,7 @@ export async function getBacklogDetail(
 ): Promise<BacklogDetail> {
   const holding = await selectHoldingDeadLetters(sql);
   const backoff = await countInBackoff(sql);
+  const errors = await selectLastErrors(sql, LAST_ERRORS_LISTED);
   const work = await measureClaimable(sql, settings);
   const heldBackBy = holding.map((r) => ({
     id: r.id,
@@ -130,6 +141,8 @@ export async function getBacklogDetail(
     heldBack: heldBackBy.reduce((n, r) => n + r.heldBack, 0),
     heldBackBy: heldBackBy.slice(0, HELD_BACK_LISTED),
     inBackoff: countFromDatabase(backoff?.in_backoff, 'in backoff'),
+    retrying: countFromDatabase(errors[0]?.total ?? '0', 'retrying'),
+    lastErrors: errors.map((e) => ({ error: e.error, count: countFromDatabase(e.n, 'last errors') })),
     scaleOut: {
       relays: work.throttled ? 1 : relaysWanted(work.claimable, settings),
       maxRelays: settings.maxRelays,

@@ -278,6 +278,8 @@ describe('outbox CLI', () => {
         },
       ],
       inBackoff: 0,
+      retrying: 0,
+      lastErrors: [],
       // Held-back rows are not claimable: the monitor would start no extra relay for them.
       scaleOut: { relays: 1, maxRelays: 1, claimable: 0, throttled: false },
     });
@@ -319,11 +321,17 @@ describe('outbox CLI', () => {
       pending: 25,
       inFlight: 2,
       inBackoff: 3,
+      // The 5 that failed, in backoff or leased again, with the error their last attempt had.
+      retrying: 5,
+      lastErrors: [{ error: 'InternalFailure: try again', count: 5 }],
       heldBack: 0,
       scaleOut: { relays: 3, maxRelays: 4, backlogPerRelay: 8, claimable: 20, throttled: false },
     });
     const human = await run(['status'], { env: scaled });
     expect(human.stdout).toMatch(/^in backoff: +3$/m);
+    expect(human.stdout).toMatch(
+      /^retrying: +5 \(their last attempt failed, with:\)\n {2}5 × InternalFailure: try again$/m,
+    );
     expect(human.stdout).toMatch(/^monitor scales to: +3 relays of 4 \(20 claimable, 8 per relay\)$/m);
     const off = await run(['status'], { env: env({ OUTBOX_MAX_RELAYS: '1' }) });
     expect(off.stdout).toMatch(/^monitor scales to: +1 relay \(scale-out off: OUTBOX_MAX_RELAYS=1\)$/m);

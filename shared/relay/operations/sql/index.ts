@@ -13,7 +13,12 @@ export {
   selectKnownTypes,
 } from './advance-counters.ts';
 export { expiredDeadLetter } from './conditions.ts';
-export { countInBackoff, type DbBackoffCount } from './count-backoff.ts';
+export {
+  countInBackoff,
+  type DbBackoffCount,
+  type DbLastError,
+  selectLastErrors,
+} from './count-backoff.ts';
 export { countClaimable, type DbClaimable, THROTTLE_SCAN_ROWS } from './count-claimable.ts';
 export { countExpiredKeys, countExpiredRows, type DbExpiredCounts } from './count-expired.ts';
 export {
