@@ -323,15 +323,18 @@ AS $function$
                 coalesce(trace_headers, array_fill(null::text, array[n])))
          with ordinality as t(event_type, source, aggregate_type, aggregate_id, payload, idempotency_key, trace_header, ord)
   ),
-  known as (
-    select i.ord, k.event_id, k.aggregate_type, k.aggregate_id, k.sequence
-    from input i join public.outbox_idempotency_key k on k.idempotency_key = i.idempotency_key
+  -- Each event, with the event its key already names, and the first event of the call with its key.
+  keyed as (
+    select i.*,
+           k.event_id as known_event_id, k.aggregate_type as known_aggregate_type,
+           k.aggregate_id as known_aggregate_id, k.sequence as known_sequence,
+           case when i.idempotency_key is null then i.ord
+                else min(i.ord) over (partition by i.idempotency_key) end as first_ord
+    from input i
+    left join public.outbox_idempotency_key k on k.idempotency_key = i.idempotency_key
   ),
   fresh as (
-    select i.* from input i
-    where not exists (select from known k where k.ord = i.ord)
-      and (i.idempotency_key is null
-           or i.ord = (select min(j.ord) from input j where j.idempotency_key = i.idempotency_key))
+    select * from keyed where known_event_id is null and ord = first_ord
   ),
   per_type as (
     select f.aggregate_type, f.aggregate_id, f.event_type, count(*) as n
@@ -349,19 +352,42 @@ AS $function$
           select jsonb_object_agg(c.key, coalesce((a.type_counts ->> c.key)::bigint, 0) + c.value::bigint)
           from jsonb_each_text(excluded.type_counts) as c),
         sequence_offset = a.sequence_offset + excluded.last_sequence
-    -- occurred_at: read once this aggregate's counter row is ours (item 2 of the header).
+    -- occurred_at: read once this aggregate's counter row is ours (migration 016, item 2).
     returning a.aggregate_type, a.aggregate_id, a.last_sequence + a.sequence_offset as last_sequence, a.type_counts,
               clock_timestamp() as occurred_at
   ),
+  -- The fresh events and their aggregates' counter rows in one set: the counter row (kind 0)
+  -- sorts first in its aggregate's partition, and first_value hands its values to the events.
+  counted as (
+    select 1 as kind, f.ord, f.event_type, f.source, f.aggregate_type, f.aggregate_id, f.payload,
+           f.idempotency_key, f.trace_header,
+           null::bigint as last_sequence, null::jsonb as type_counts, null::timestamptz as occurred_at
+    from fresh f
+    union all
+    select 0, null, null, null, b.aggregate_type, b.aggregate_id, null, null, null,
+           b.last_sequence, b.type_counts, b.occurred_at
+    from bumped b
+  ),
+  spread as (
+    select c.*,
+           first_value(c.last_sequence) over aggregate_rows as aggregate_last_sequence,
+           first_value(c.type_counts) over aggregate_rows as aggregate_type_counts,
+           first_value(c.occurred_at) over aggregate_rows as aggregate_occurred_at
+    from counted c
+    window aggregate_rows as (partition by c.aggregate_type, c.aggregate_id order by c.kind)
+  ),
   numbered as (
-    select f.*, gen_random_uuid() as event_id, b.occurred_at,
-           b.last_sequence
-             - count(*) over (partition by f.aggregate_type, f.aggregate_id)
-             + row_number() over (partition by f.aggregate_type, f.aggregate_id order by f.ord) as sequence,
-           (b.type_counts ->> f.event_type)::bigint
-             - count(*) over (partition by f.aggregate_type, f.aggregate_id, f.event_type)
-             + row_number() over (partition by f.aggregate_type, f.aggregate_id, f.event_type order by f.ord) as type_sequence
-    from fresh f join bumped b using (aggregate_type, aggregate_id)
+    select s.ord, s.event_type, s.source, s.aggregate_type, s.aggregate_id, s.payload,
+           s.idempotency_key, s.trace_header,
+           gen_random_uuid() as event_id, s.aggregate_occurred_at as occurred_at,
+           s.aggregate_last_sequence
+             - count(*) over (partition by s.aggregate_type, s.aggregate_id)
+             + row_number() over (partition by s.aggregate_type, s.aggregate_id order by s.ord) as sequence,
+           (s.aggregate_type_counts ->> s.event_type)::bigint
+             - count(*) over (partition by s.aggregate_type, s.aggregate_id, s.event_type)
+             + row_number() over (partition by s.aggregate_type, s.aggregate_id, s.event_type order by s.ord) as type_sequence
+    from spread s
+    where s.kind = 1
   ),
   inserted as (
     insert into public.outbox (event_id, aggregate_type, aggregate_id, sequence, type_sequence, event_type, source,
@@ -370,24 +396,33 @@ AS $function$
            idempotency_key, occurred_at
     from numbered
     order by ord
-    returning id, event_id
+    returning id, event_id, aggregate_type, aggregate_id, sequence, idempotency_key
   ),
   remembered as (
     insert into public.outbox_idempotency_key (idempotency_key, event_id, aggregate_type, aggregate_id, sequence, outbox_id)
-    select n.idempotency_key, n.event_id, n.aggregate_type, n.aggregate_id, n.sequence, r.id
-    from numbered n join inserted r using (event_id) where n.idempotency_key is not null
+    select r.idempotency_key, r.event_id, r.aggregate_type, r.aggregate_id, r.sequence, r.id
+    from inserted r where r.idempotency_key is not null
+  ),
+  -- Every event of the call: the fresh ones with their values; a known one with the event its key
+  -- names; a later one with the key of an earlier fresh one without values, which first_value takes
+  -- from that one (the lowest ord of its first_ord partition).
+  answered as (
+    select n.ord, n.ord as first_ord, n.event_id, n.aggregate_type, n.aggregate_id, n.sequence, false as duplicate
+    from numbered n
+    union all
+    select k.ord, k.first_ord, k.known_event_id, k.known_aggregate_type, k.known_aggregate_id, k.known_sequence, true
+    from keyed k
+    where k.known_event_id is not null or k.ord <> k.first_ord
   )
-  select i.ord,
-         coalesce(k.event_id, nn.event_id, r.event_id),
-         coalesce(k.aggregate_type, nn.aggregate_type, r.aggregate_type),
-         coalesce(k.aggregate_id, nn.aggregate_id, r.aggregate_id),
-         coalesce(k.sequence, nn.sequence, r.sequence),
-         nn.ord is null
-  from input i
-  left join known k on k.ord = i.ord
-  left join numbered nn on nn.ord = i.ord
-  left join numbered r on k.ord is null and nn.ord is null and r.idempotency_key = i.idempotency_key
-  order by i.ord
+  select a.ord,
+         coalesce(a.event_id, first_value(a.event_id) over call_key),
+         coalesce(a.aggregate_type, first_value(a.aggregate_type) over call_key),
+         coalesce(a.aggregate_id, first_value(a.aggregate_id) over call_key),
+         coalesce(a.sequence, first_value(a.sequence) over call_key),
+         a.duplicate
+  from answered a
+  window call_key as (partition by a.first_ord order by a.ord)
+  order by a.ord
 $function$;
 -- privileges: owner=X/owner
 
