@@ -83,6 +83,18 @@ export const MAX_QUEUE_VISIBILITY_SECONDS = 240;
 export const CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS = 30;
 
 /**
+ * The longest event pattern a Custom Event Bus subscriber's filter takes, characters
+ * (`AWS::EventsV2::Subscriber` `Filter.Pattern`, Maximum 4096, CloudFormation Template Reference).
+ * Longer, the template synthesises and the deployment fails: refused at synth.
+ */
+export const CUSTOM_BUS_FILTER_PATTERN_MAX_LENGTH = 4_096;
+
+/** The subscriber's filter: the consumer's sources and detail types, evaluated on the event's data. */
+function subscriberFilterPattern(sources: string[], types: string[]): string {
+  return JSON.stringify({ source: sources, 'detail-type': types });
+}
+
+/**
  * Default of `deliveryMaxEventAge` on a Custom Event Bus, seconds: how long the subscriber retries
  * an event whose handler fails before it goes to the dead-letter queue. The subscriber's own
  * default (300 s) would dead-letter events through a database failover or a bad deploy; an hour
@@ -500,7 +512,7 @@ export class OutboxConsumer extends Construct {
       eventBusArn: busArn,
       type: 'FIFO',
       filterConfiguration: {
-        filters: [{ scope: 'DATA', pattern: JSON.stringify({ source: sources, 'detail-type': types }) }],
+        filters: [{ scope: 'DATA', pattern: subscriberFilterPattern(sources, types) }],
       },
       invokeConfiguration: {
         targetArn: this.function.functionArn,
@@ -858,6 +870,7 @@ export function validateConsumerProps(props: OutboxConsumerProps): { sources: st
  * - a function timeout over {@link CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS}: the subscriber would give
  *   up on a slow invocation and send the event again while it still runs.
  * - `deliveryMaxEventAge` over 6 h: it is the inbox's `maxEventAgeSeconds`, at most 21,600.
+ * - `events` whose filter pattern is over {@link CUSTOM_BUS_FILTER_PATTERN_MAX_LENGTH} characters.
  */
 function validateCustomBusConsumer(
   props: OutboxConsumerProps,
@@ -886,6 +899,17 @@ function validateCustomBusConsumer(
     fail(
       props.entry ? 'functionProps.timeout' : 'existingFunction',
       `the function's timeout is ${timeout} s: a Custom Event Bus subscriber waits at most ${CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS} s for an invocation and would send the event again while it still runs`,
+    );
+  }
+  const distinct = (values: string[]) => [...new Set(values)];
+  const pattern = subscriberFilterPattern(
+    distinct(props.events.map((e) => e.source as string)),
+    distinct(props.events.map((e) => e.type)),
+  );
+  if (pattern.length > CUSTOM_BUS_FILTER_PATTERN_MAX_LENGTH) {
+    fail(
+      'events',
+      `the subscriber's filter pattern for these ${props.events.length} events is ${pattern.length} characters, over the ${CUSTOM_BUS_FILTER_PATTERN_MAX_LENGTH} a Custom Event Bus filter takes: split the events over several consumers`,
     );
   }
   const age = props.deliveryMaxEventAge?.toSeconds();

@@ -18,7 +18,11 @@ import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as rds from 'aws-cdk-lib/aws-rds';
 import { afterAll, describe, expect, it } from 'vitest';
 import { OrderPlaced } from '../../examples/billing/events.ts';
-import { OutboxConsumer, type OutboxConsumerProps } from '../../infra/outbox-consumer.ts';
+import {
+  CUSTOM_BUS_FILTER_PATTERN_MAX_LENGTH,
+  OutboxConsumer,
+  type OutboxConsumerProps,
+} from '../../infra/outbox-consumer.ts';
 import { OutboxRelay } from '../../infra/outbox-relay.ts';
 import type { OutboxRelayProps } from '../../infra/props.ts';
 import { OutboxConfigError } from '../../shared/platform/errors.ts';
@@ -374,6 +378,21 @@ describe('OutboxConsumer on a Custom Event Bus', () => {
     }
     expect(error).toBeInstanceOf(OutboxConfigError);
     expect((error as OutboxConfigError).variable).toBe(variable);
+  });
+
+  it('refuses events whose subscriber filter pattern is over the 4,096 characters a filter takes, and takes one at the limit', () => {
+    // 40 types of 110 characters make a pattern of about 4,600 (AWS::EventsV2::Subscriber
+    // Filter.Pattern: cfn-lint with test/infra/cfn-schemas reports E3033; the deployment fails).
+    const types = (n: number, length: number) =>
+      Array.from({ length: n }, (_, i) => ({ ...OrderPlaced, type: `${i}`.padStart(length, 'T') }));
+    expect(() => consumer({ events: types(40, 110) })).toThrow(
+      expect.objectContaining({ variable: 'events' }),
+    );
+    const { stack, consumer: c } = consumer({ events: types(35, 110) });
+    const pattern = Template.fromStack(stack).toJSON().Resources[idOf(stack, c.subscriber as never)]
+      .Properties.FilterConfiguration.Filters[0].Pattern as string;
+    expect(pattern.length).toBeGreaterThan(3_900);
+    expect(pattern.length).toBeLessThanOrEqual(CUSTOM_BUS_FILTER_PATTERN_MAX_LENGTH);
   });
 
   it('refuses a function whose timeout is over the 30 s a subscriber waits', () => {
