@@ -679,7 +679,7 @@ export class OutboxConsumer extends Construct {
           period: Duration.minutes(5),
         });
       const fromBus =
-        'the record carries no payload: replay from the bus (a subscriber with StartingPosition POINT_IN_TIME) or from the outbox (outbox dead-letters replay).';
+        'the record carries no payload (the event is published in the outbox, not a dead letter): replay it from the bus with a subscriber at StartingPosition POINT_IN_TIME before it and Transformer WITH_METADATA; the inbox applies what it has not applied and skips the rest as duplicates.';
       return {
         undelivered: alarm(
           'UndeliveredAlarm',

@@ -11,7 +11,11 @@
  * - each package's CHANGELOG.md has a `## <version>` heading (`npx changeset version` writes it);
  * - no changeset is waiting in .changeset/ (one that is would be left out of this version; with
  *   `--dry-run` this is a warning: CI dry-runs with changesets pending);
- * - each staged manifest has its source's version (the build is not stale).
+ * - each staged manifest has its source's version (the build is not stale);
+ * - for a real publish, for all four before any is published (so that one refused leaves none
+ *   half-released): `npm whoami` on each registry, `npm view <name>@<version>` finding nothing,
+ *   and provenance only where npm can sign it (else refused: add `--no-provenance`).
+ * `npm run release --dry-run` (the flag given to npm, without `--`) is taken as a dry run.
  *
  * Then it runs `npm publish <folder> --json` for each package (none depends on another, so the order
  * does not matter) and prints a line per package: name@version, files, packed size in kB.
@@ -62,7 +66,27 @@ async function pendingChangesets(): Promise<string[]> {
   return files.filter((f) => f.endsWith('.md') && f !== 'README.md');
 }
 
-async function check(dryRun: boolean): Promise<string> {
+const USAGE = `usage: npm run release -- [--dry-run] [--registry <url>] [--tag <dist-tag>] [--no-provenance] [--no-build] [--json]
+
+  --dry-run        npm publish --dry-run of each package: nothing is uploaded
+  --registry <url> publish there (default: npm's configured registry, e.g. after aws codeartifact login)
+  --tag <tag>      the dist-tag (default: latest)
+  --no-provenance  publish without provenance (a laptop, a private registry)
+  --no-build       use the build in dist/packages/ instead of running npm run build
+  --json           one JSON document on stdout`;
+
+/** A command-line mistake: the usage is printed and the exit status is 2. */
+class UsageError extends Error {}
+
+interface Source {
+  role: string;
+  folder: string;
+  name: string;
+  version: string;
+}
+
+/** The checks that need no build: one version, its changelog headings, no changeset left over. */
+async function checkSources(dryRun: boolean): Promise<{ version: string; sources: Source[] }> {
   const sources = await Promise.all(
     RELEASED.map(async (p) => ({ ...p, ...(await manifestOf(join(root, p.folder))) })),
   );
@@ -88,6 +112,11 @@ async function check(dryRun: boolean): Promise<string> {
     if (!dryRun) throw new ReleaseError(message);
     process.stderr.write(`release: warning: ${message}\n`);
   }
+  return { version, sources };
+}
+
+/** The build is there and current: each staged manifest has its source's name and version. */
+async function checkBuild(version: string, sources: Source[]): Promise<void> {
   for (const source of sources) {
     const staged = join(root, 'dist', 'packages', source.role);
     if (!existsSync(join(staged, 'package.json'))) {
@@ -103,24 +132,119 @@ async function check(dryRun: boolean): Promise<string> {
       );
     }
   }
-  return version;
+}
+
+/** npm's output of a command, or a ReleaseError naming it. */
+async function npm(args: string[], what: string): Promise<string> {
+  const { stdout } = await exec('npm', args, { cwd: root, maxBuffer: 16 * 1024 * 1024 }).catch(
+    (error: { stderr?: string; message: string }) => {
+      throw new ReleaseError(`${what} failed: ${error.stderr?.trim() || error.message}`);
+    },
+  );
+  return stdout;
+}
+
+/** Where each package goes: --registry, else npm's registry for its scope, else npm's default. */
+async function registryOf(name: string, given: string | undefined): Promise<string> {
+  if (given) return given;
+  const scope = name.startsWith('@') ? name.split('/')[0] : undefined;
+  const scoped = scope ? (await npm(['config', 'get', `${scope}:registry`], 'npm config get')).trim() : '';
+  if (scoped && scoped !== 'undefined') return scoped;
+  return (await npm(['config', 'get', 'registry'], 'npm config get')).trim();
+}
+
+/** npm can sign provenance only with a CI's OIDC token (GitHub Actions' id-token, GitLab's SIGSTORE_ID_TOKEN). */
+function provenanceAvailable(env: NodeJS.ProcessEnv): boolean {
+  return Boolean(env.ACTIONS_ID_TOKEN_REQUEST_URL || env.SIGSTORE_ID_TOKEN);
+}
+
+/**
+ * Before a real publish, for every package: its registry takes our login and does not have this
+ * version yet. Checked for all four first, so that one refused does not leave the others published.
+ */
+async function checkRegistries(
+  version: string,
+  sources: Source[],
+  registries: Map<string, string>,
+): Promise<void> {
+  for (const registry of new Set(registries.values())) {
+    await npm(['whoami', '--registry', registry], `npm whoami --registry ${registry} (are you logged in?)`);
+  }
+  for (const source of sources) {
+    const registry = registries.get(source.name) as string;
+    const found = await exec(
+      'npm',
+      ['view', `${source.name}@${version}`, 'version', '--registry', registry],
+      {
+        cwd: root,
+      },
+    ).then(
+      ({ stdout }) => stdout.trim(),
+      (error: { stderr?: string }) => {
+        if (/E404|404 Not Found/.test(error.stderr ?? '')) return '';
+        throw new ReleaseError(
+          `npm view ${source.name}@${version} on ${registry} failed: ${error.stderr?.trim()}`,
+        );
+      },
+    );
+    if (found) {
+      throw new ReleaseError(
+        `${source.name}@${version} is already on ${registry}: nothing was published; let \`npx changeset version\` move the version`,
+      );
+    }
+  }
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    options: {
-      'dry-run': { type: 'boolean', default: false },
-      registry: { type: 'string' },
-      tag: { type: 'string' },
-      'no-provenance': { type: 'boolean', default: false },
-      'no-build': { type: 'boolean', default: false },
-      json: { type: 'boolean', default: false },
-    },
-  });
-  const dryRun = values['dry-run'];
+  let values: {
+    'dry-run': boolean;
+    registry?: string;
+    tag?: string;
+    'no-provenance': boolean;
+    'no-build': boolean;
+    json: boolean;
+    help: boolean;
+  };
+  try {
+    ({ values } = parseArgs({
+      options: {
+        'dry-run': { type: 'boolean', default: false },
+        registry: { type: 'string' },
+        tag: { type: 'string' },
+        'no-provenance': { type: 'boolean', default: false },
+        'no-build': { type: 'boolean', default: false },
+        json: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    }));
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+  if (values.help) {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
   const log = (line: string) => {
     if (!values.json) process.stdout.write(`${line}\n`);
   };
+  // `npm run release --dry-run` (without `--`) gives the flag to npm, which passes it on as
+  // npm_config_dry_run: every npm publish below would be a dry run while this script reported a
+  // release. Taken as the dry run it was meant to be.
+  const npmDryRun = process.env.npm_config_dry_run === 'true';
+  if (npmDryRun && !values['dry-run']) {
+    process.stderr.write('release: npm was given --dry-run (without `--` before it): running as a dry run\n');
+  }
+  const dryRun = values['dry-run'] || npmDryRun;
+  const provenance = !values['no-provenance'];
+  if (provenance && !provenanceAvailable(process.env)) {
+    const message =
+      'provenance is on (publishConfig.provenance) but npm has no OIDC token to sign it here (GitHub Actions with ' +
+      'id-token: write, or GitLab): publish from .github/workflows/release.yml, or add --no-provenance';
+    if (!dryRun) throw new ReleaseError(message);
+    process.stderr.write(`release: warning: ${message}\n`);
+  }
+
+  const { version, sources } = await checkSources(dryRun);
   if (!values['no-build']) {
     log('release: npm run build');
     await exec(process.execPath, [join(root, 'scripts', 'build.ts')], {
@@ -128,31 +252,34 @@ async function main(): Promise<void> {
       maxBuffer: 16 * 1024 * 1024,
     });
   }
-  const version = await check(dryRun);
-  log(
-    `release: ${dryRun ? 'dry run of ' : ''}version ${version}${values.registry ? ` to ${values.registry}` : ''}`,
-  );
-  const published: ReleasedPackage[] = [];
-  for (const { role } of RELEASED) {
-    const args = ['publish', join(root, 'dist', 'packages', role), '--json'];
-    if (dryRun) args.push('--dry-run');
-    if (values.registry) args.push('--registry', values.registry);
-    if (values.tag) args.push('--tag', values.tag);
-    if (values['no-provenance']) args.push('--provenance=false');
-    const { stdout } = await exec('npm', args, { cwd: root, maxBuffer: 16 * 1024 * 1024 }).catch(
-      (error: { stderr?: string; message: string }) => {
-        throw new ReleaseError(
-          `npm publish of dist/packages/${role} failed: ${error.stderr?.trim() || error.message}`,
-        );
-      },
+  await checkBuild(version, sources);
+  const registries = new Map<string, string>();
+  for (const source of sources) registries.set(source.name, await registryOf(source.name, values.registry));
+  const targets = [...new Set(registries.values())].join(', ');
+  if (dryRun) {
+    log(
+      `release: dry run of version ${version} for ${targets} (the login, the registry and whether the version is already there are checked by the real run, for all four before any is published)`,
     );
+  } else {
+    await checkRegistries(version, sources, registries);
+    log(`release: version ${version} to ${targets}`);
+  }
+
+  const published: ReleasedPackage[] = [];
+  for (const source of sources) {
+    const args = ['publish', join(root, 'dist', 'packages', source.role), '--json'];
+    if (dryRun) args.push('--dry-run');
+    args.push('--registry', registries.get(source.name) as string);
+    if (values.tag) args.push('--tag', values.tag);
+    if (!provenance) args.push('--provenance=false');
+    const stdout = await npm(args, `npm publish of dist/packages/${source.role}`);
     // npm prints one object keyed by the package's name (`{ "<name>": { id, files, size, … } }`).
     const report = Object.values(
       JSON.parse(stdout.slice(stdout.indexOf('{'))) as Record<string, unknown>,
     )[0] as {
       name: string;
       version: string;
-      files: unknown[];
+      files: { path: string }[];
       size: number;
     };
     const line: ReleasedPackage = {
@@ -162,15 +289,25 @@ async function main(): Promise<void> {
       packedBytes: report.size,
     };
     published.push(line);
+    const top = [...new Set(report.files.map((f) => f.path.split('/')[0]))].sort().join(', ');
     log(
-      `release: ${dryRun ? 'would publish' : 'published'} ${line.name}@${line.version}: ` +
-        `${line.files} files, ${(line.packedBytes / 1000).toFixed(1)} kB packed`,
+      `release: ${dryRun ? 'would publish' : 'published'} ${line.name}@${line.version} to ${registries.get(source.name)}: ` +
+        `${line.files} files (${top}), ${(line.packedBytes / 1000).toFixed(1)} kB packed`,
     );
   }
-  if (values.json) process.stdout.write(`${JSON.stringify({ dryRun, version, packages: published })}\n`);
+  if (values.json) {
+    process.stdout.write(
+      `${JSON.stringify({ dryRun, version, registries: Object.fromEntries(registries), packages: published })}\n`,
+    );
+  }
 }
 
 main().catch((error: unknown) => {
+  if (error instanceof UsageError) {
+    process.stderr.write(`release: ${error.message}\n${USAGE}\n`);
+    process.exitCode = 2;
+    return;
+  }
   process.stderr.write(`release: ${error instanceof ReleaseError ? error.message : String(error)}\n`);
   process.exitCode = 1;
 });

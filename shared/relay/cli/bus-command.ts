@@ -15,9 +15,9 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Command } from 'commander';
 import type { AcceptedEvent } from '../../../dev/local-bus.ts';
-import { EnvVar } from '../../platform/index.ts';
+import { EnvVar, OutboxConfigError, OutboxError } from '../../platform/index.ts';
 import type { OperationsContext } from './operations.ts';
-import { nonNegativeInteger } from './parsers.ts';
+import { portNumber } from './parsers.ts';
 import { onInterrupt } from './signals.ts';
 
 /** How long a stopped `outbox bus` waits for the forwarded copy of its Ctrl-C before it exits, ms. */
@@ -41,18 +41,35 @@ export function registerBus(program: Command, ctx: OperationsContext): void {
     .option(
       '--port <n>',
       `port to listen on, 0 for a free one (default: LOCAL_BUS_PORT, else ${LOCAL_BUS_DEFAULT_PORT})`,
-      nonNegativeInteger,
+      portNumber,
     )
     .option(
       '--refuse <text>',
       'refuse every event whose detail holds <text> with InvalidArgument, a permanent error: the relay dead-letters it at once',
     )
     .action(async (o: BusOptions) => {
-      const port = o.port ?? Number(ctx.env.LOCAL_BUS_PORT ?? LOCAL_BUS_DEFAULT_PORT);
+      let port = o.port ?? LOCAL_BUS_DEFAULT_PORT;
+      if (o.port === undefined && ctx.env.LOCAL_BUS_PORT !== undefined) {
+        try {
+          port = portNumber(ctx.env.LOCAL_BUS_PORT);
+        } catch (error) {
+          throw new OutboxConfigError(
+            'LOCAL_BUS_PORT',
+            `${(error as Error).message} (got ${JSON.stringify(ctx.env.LOCAL_BUS_PORT)})`,
+          );
+        }
+      }
       const { startLocalBus } = await import('../../../dev/local-bus.ts');
       const bus = await startLocalBus({
         port,
         faults: o.refuse === undefined ? {} : { poisonMarker: o.refuse, poisonCode: 'InvalidArgument' },
+      }).catch((error: NodeJS.ErrnoException) => {
+        if (error.code === 'EADDRINUSE') {
+          throw new OutboxError(
+            `port ${port} is in use (another outbox bus?): pick another with --port, or --port 0 for any free one`,
+          );
+        }
+        throw error;
       });
       // Ctrl-C (and the copy of it that npm or npx forwards) closes the server; the command exits 0.
       // The handler goes in before anything is printed: whoever waits for the first line may press

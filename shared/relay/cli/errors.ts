@@ -5,6 +5,7 @@
 import {
   databaseTarget,
   describeConnectionFailure,
+  EnvVar,
   isConnectFailure,
   OutboxConfigError,
   OutboxError,
@@ -21,6 +22,21 @@ export const EXIT = {
   /** The command was called wrongly: an unknown option, a bad value, a missing or malformed variable. */
   usage: 2,
 } as const;
+
+/**
+ * What to try next when no database answered: with IAM logins (OUTBOX_DB_IAM_AUTH=true, the deployed
+ * database, docs/operations.md#connect-the-cli-to-the-deployed-database) the network path and the
+ * PG* variables; otherwise a local Postgres ({@link LOCAL_DATABASE_HINT}).
+ */
+export function connectionHint(env: NodeJS.ProcessEnv): string {
+  if (env[EnvVar.iamAuth] === 'true') {
+    return (
+      'With OUTBOX_DB_IAM_AUTH=true the CLI logs in to PGHOST:PGPORT as PGUSER with an IAM token: check the ' +
+      'port forwarding or bastion, the PG* variables and AWS_REGION (docs/operations.md, "Connect the CLI to the deployed database").'
+    );
+  }
+  return LOCAL_DATABASE_HINT;
+}
 
 /** How to get a database when none is reachable; the checkout's `npm run db` starts one. */
 export const LOCAL_DATABASE_HINT =
@@ -48,7 +64,7 @@ export function explainError(thrown: unknown, env: NodeJS.ProcessEnv): { message
   const e = error as Error & { code?: string };
   if (isConnectFailure(e)) {
     return {
-      message: `${describeConnectionFailure(e, env)}\n  ${LOCAL_DATABASE_HINT}`,
+      message: `${describeConnectionFailure(e, env)}\n  ${connectionHint(env)}`,
       exitCode: EXIT.failure,
     };
   }
@@ -70,9 +86,10 @@ export function explainError(thrown: unknown, env: NodeJS.ProcessEnv): { message
     // a command run as a deployment role that lacks the grant (see docs/deploying.md#grants-that-are-yours-to-make).
     return {
       message:
-        `${e.message} (42501): the database user of DATABASE_URL lacks a privilege this command needs. ` +
-        '`outbox migrate --roles` needs a user that may create roles (the RDS master user, or CREATEROLE); ' +
-        'the deployment roles get exactly the grants their own work needs.',
+        `${e.message} (42501): the database user ${databaseTarget(env).user} (from ${databaseTarget(env).from}) lacks a privilege this command needs. ` +
+        'Each task has its user (docs/operations.md, "the user for each task": outbox_monitor reads status and lists dead letters, ' +
+        'outbox_relay shows one, replay and discard need the migrating role or one granted them); ' +
+        '`outbox migrate --roles` needs a user that may create roles (the RDS master user, or CREATEROLE).',
       exitCode: EXIT.failure,
     };
   }

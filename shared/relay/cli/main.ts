@@ -165,9 +165,12 @@ function createProgram(ctx: OperationsContext): Command {
       `
 Environment:
   DATABASE_URL                  postgres://user:password@host:5432/database (else libpq's PGHOST, PGPORT,
-                                PGUSER, PGPASSWORD, PGDATABASE); \`npm run db\` in a checkout starts a local one
-  EVENT_BUS_NAME                the EventBridge bus (relay)
-  AWS_REGION, AWS credentials   to sign PutEvents (relay); AWS_ENDPOINT_URL_EVENTBRIDGE for a local bus
+                                PGUSER, PGPASSWORD, PGDATABASE; with OUTBOX_DB_IAM_AUTH=true the PG* ones
+                                and an IAM token); \`npm run db\` in a checkout starts a local one
+  EVENT_BUS_NAME                the classic EventBridge bus (relay)
+  OUTBOX_EVENT_BUS_ARN          a Custom Event Bus (EventsV2) instead, by ARN (relay)
+  AWS_REGION, AWS credentials   to sign PutEvents (relay); AWS_ENDPOINT_URL_EVENTBRIDGE (classic) or
+                                AWS_ENDPOINT_URL_EVENTBRIDGEV2 (Custom Event Bus) for a local bus
   OUTBOX_*                      tuning, each with a default (docs/configuration.md)
 
 Output: results on stdout, progress and errors on stderr; --json prints one JSON document.

@@ -21,6 +21,13 @@ export function nonNegativeInteger(value: string): number {
   return Number(value);
 }
 
+/** A TCP port to listen on: 0 (any free one) to 65535. */
+export function portNumber(value: string): number {
+  const n = nonNegativeInteger(value);
+  if (n > 65_535) throw new InvalidArgumentError('It must be a port, 0 (any free one) to 65535.');
+  return n;
+}
+
 /**
  * An SQS visibility timeout for reading a queue through: a whole number of seconds from 1 to 43,200
  * (12 hours, SQS's most). Not 0: the messages would be received again while they are read.

@@ -15,7 +15,7 @@ import {
 import { createRelay, type Relay, type RelayRunResult } from '../index.ts';
 import { STATEMENT_DEADLINE_MS } from '../pass.ts';
 import { countHeldBack, type HeldBack } from '../sql/index.ts';
-import { EXIT, LOCAL_DATABASE_HINT } from './errors.ts';
+import { connectionHint, EXIT } from './errors.ts';
 import type { OperationsContext } from './operations.ts';
 import { type FailureReason, REPORT_EVERY_MS, RelayReport } from './relay-report.ts';
 import { onInterrupt } from './signals.ts';
@@ -143,7 +143,7 @@ async function runWithReport(
         if (!explainedDatabase && isConnectFailure(error)) {
           // Once per run: where it tried to connect, why it failed and what to do.
           explainedDatabase = true;
-          ctx.err(`  ${describeConnectionFailure(error, ctx.env)}\n  ${LOCAL_DATABASE_HINT}`);
+          ctx.err(`  ${describeConnectionFailure(error, ctx.env)}\n  ${connectionHint(ctx.env)}`);
         }
       },
       onFailure: (f) => report.failure(f),
