@@ -269,7 +269,7 @@ export function loadRelaySettings(env: NodeJS.ProcessEnv = process.env): RelaySe
   if (busName) {
     throw new OutboxConfigError(
       EnvVar.eventBusArn,
-      `and ${EnvVar.eventBusName} are both set: set only ${EnvVar.eventBusArn} to publish to the Custom ` +
+      `is set beside ${EnvVar.eventBusName}, and the relay publishes to one bus: set only ${EnvVar.eventBusArn} for the Custom ` +
         `Event Bus, or only ${EnvVar.eventBusName} for a classic event bus`,
     );
   }

@@ -213,7 +213,7 @@ describe('OUTBOX_EVENT_BUS_ARN', () => {
     ],
     [
       { OUTBOX_EVENT_BUS_ARN: ARN, EVENT_BUS_NAME: 'orders' },
-      /^OUTBOX_EVENT_BUS_ARN: and EVENT_BUS_NAME are both set/,
+      /^OUTBOX_EVENT_BUS_ARN: is set beside EVENT_BUS_NAME, and the relay publishes to one bus/,
     ],
     [
       { EVENT_BUS_NAME: ARN },
