@@ -16,7 +16,8 @@ let db: TestDatabase;
 beforeAll(async () => {
   db = await createTestDatabase({ max: 1 });
   await db.sql.unsafe(`drop role if exists outbox_onboarding_reader`);
-  await db.sql.unsafe(`create role outbox_onboarding_reader login`);
+  // A password: the embedded Postgres asks for one (scram), the machine's may trust.
+  await db.sql.unsafe(`create role outbox_onboarding_reader login password 'reader-pw-7x9q'`);
 });
 afterAll(async () => {
   await db.sql.unsafe(`drop role if exists outbox_onboarding_reader`);
@@ -60,6 +61,7 @@ describe('errors an on-call engineer meets', () => {
   it('a missing privilege names the user that ran the command and the table of users per task', async () => {
     const url = new URL(db.url);
     url.username = 'outbox_onboarding_reader';
+    url.password = 'reader-pw-7x9q';
     const r = await runCli(['dead-letters', 'show', '5'], {
       env: { ...baseEnv, DATABASE_URL: url.toString() },
     });
