@@ -9,7 +9,14 @@ import { logMetrics } from '@aws-lambda-powertools/metrics/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import { ServiceName } from '../../shared/platform/index.ts';
-import type { Relay, RelayCounts, RelayFailure, StopReason } from '../../shared/relay/index.ts';
+import {
+  type FailureReason,
+  FailureReasons,
+  type Relay,
+  type RelayCounts,
+  type RelayFailure,
+  type StopReason,
+} from '../../shared/relay/index.ts';
 import { addRelayMetrics, createMetrics, readRelayEvent } from '../../shared/relay/operations/index.ts';
 
 /** What one invocation did. */
@@ -23,16 +30,7 @@ export interface RelayInvocationSummary extends RelayCounts {
    * Why events failed in this invocation, by reason (`ErrorCode: message`, as kept in
    * `last_error`), most frequent first, at most {@link FAILURE_REASONS_KEPT}; absent when none did.
    */
-  failures?: FailureCount[];
-}
-
-/** Events that failed for one reason in an invocation. */
-export interface FailureCount {
-  reason: string;
-  /** Events that failed for it (an event retried twice counts twice). */
-  count: number;
-  /** Of them, dead-lettered. */
-  deadLettered: number;
+  failures?: FailureReason[];
 }
 
 /** Distinct failure reasons an invocation's summary lists, at most (the rest counted as `other reasons`). */
@@ -78,22 +76,16 @@ export function createRelayHandler(deps: RelayHandlerDeps) {
       // Each failure reason is logged when first seen in the invocation, and counted in the
       // summary: the relay's log says why events do not leave (an unreachable bus, a refused
       // entry), not only that they were retried (docs/operations.md#lag).
-      const failures = new Map<string, FailureCount>();
+      const failures = new FailureReasons(FAILURE_REASONS_KEPT);
       const onFailure = (f: RelayFailure) => {
-        const reason =
-          failures.has(f.reason) || failures.size < FAILURE_REASONS_KEPT ? f.reason : 'other reasons';
-        let counted = failures.get(reason);
-        if (!counted) {
-          counted = { reason, count: 0, deadLettered: 0 };
-          failures.set(reason, counted);
+        const { totals, first } = failures.add(f);
+        if (first) {
           logger.warn('publish failed', {
-            reason,
+            reason: totals.reason,
             eventId: f.eventId,
             outcome: f.deadLettered ? 'dead-lettered' : 'will retry',
           });
         }
-        counted.count++;
-        if (f.deadLettered) counted.deadLettered++;
       };
       const until = request.scaleOutForMs === undefined ? undefined : started + request.scaleOutForMs;
       const result = await relay.run({
@@ -109,13 +101,12 @@ export function createRelayHandler(deps: RelayHandlerDeps) {
         onFailure,
       });
       addRelayMetrics(metrics, result);
+      const failed = failures.list();
       const summary: RelayInvocationSummary = {
         ...result,
         durationMs: Math.round(performance.now() - started),
         ...(until === undefined ? {} : { scaleOut: true }),
-        ...(failures.size === 0
-          ? {}
-          : { failures: [...failures.values()].sort((a, b) => b.count - a.count) }),
+        ...(failed.length === 0 ? {} : { failures: failed }),
       };
       logger.info('relay invocation finished', { summary });
       return summary;

@@ -31,6 +31,7 @@ export {
   type EventsV2PutEventsInput,
   type EventsV2PutEventsOutput,
 } from './eventsv2-client.ts';
+export { type FailureReason, FailureReasons } from './failure-reasons.ts';
 export {
   type PassReport,
   type RelayRunResult,

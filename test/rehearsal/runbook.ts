@@ -31,6 +31,7 @@ import type { SynthesisedStack, TemplateFunction } from '../../dev/lambda-runtim
 import type { LocalBus } from '../../dev/local-bus.ts';
 import { EnvVar, RELAY_INVOCATION_END } from '../../shared/platform/index.ts';
 import { enqueueMany } from '../../shared/producer/index.ts';
+import type { BacklogDetail, OutboxStatus } from '../../shared/relay/operations/index.ts';
 import type { LoginRecord } from './iam-proxy.ts';
 
 const exec = promisify(execFile);
@@ -82,26 +83,8 @@ export interface RunbookContext {
   cleanups: (() => Promise<unknown>)[];
 }
 
-/** `outbox status --json`, the parts the runbook reads. */
-interface StatusJson {
-  pending: number;
-  oldestPendingAgeSeconds: number;
-  inFlight: number;
-  deadLettered: number;
-  published: number;
-  heldBack: number;
-  heldBackBy: { id: string; eventId: string; aggregateType: string; aggregateId: string; heldBack: number }[];
-  inBackoff: number;
-  retrying: number;
-  lastErrors: { error: string; count: number }[];
-  scaleOut: {
-    relays: number;
-    maxRelays: number;
-    backlogPerRelay: number;
-    claimable: number;
-    throttled: boolean;
-  };
-}
+/** `outbox status --json`: the status and its backlog detail, as the operations module types them. */
+type StatusJson = OutboxStatus & BacklogDetail;
 
 /** Runs the lag runbook's steps; each is a check. */
 export async function rehearseRunbook(c: RunbookContext): Promise<void> {

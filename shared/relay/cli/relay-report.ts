@@ -3,16 +3,9 @@
  * distinct reason an event failed, with its count, as it happens. Without this the cause of a
  * failing relay (an unreachable endpoint, a refused entry) was only in the table's `last_error`.
  */
-import type { RelayCounts, RelayFailure } from '../index.ts';
+import { type FailureReason, FailureReasons, type RelayCounts, type RelayFailure } from '../index.ts';
 
-/** Totals of one failure reason. */
-export interface FailureReason {
-  /** `ErrorCode: message`, as recorded in `last_error`. */
-  reason: string;
-  count: number;
-  retried: number;
-  deadLettered: number;
-}
+export type { FailureReason };
 
 /** Time between two progress reports, ms. */
 export const REPORT_EVERY_MS = 1_000;
@@ -25,7 +18,9 @@ const MAX_REASONS = 20;
  * whose count grew.
  */
 export class RelayReport {
-  private readonly reasons = new Map<string, FailureReason & { reported: number }>();
+  private readonly reasons = new FailureReasons(MAX_REASONS);
+  /** Each reason's count when it was last printed. */
+  private readonly reported = new Map<string, number>();
   private lastReportAt: number;
   private publishedSinceReport = 0;
   private passesSinceReport = 0;
@@ -49,19 +44,12 @@ export class RelayReport {
 
   /** Records a failed event; a reason seen for the first time is printed at once. */
   failure(f: RelayFailure): void {
-    let key = f.reason;
-    if (!this.reasons.has(key) && this.reasons.size >= MAX_REASONS) key = 'other reasons';
-    let r = this.reasons.get(key);
-    if (!r) {
-      r = { reason: key, count: 0, retried: 0, deadLettered: 0, reported: 0 };
-      this.reasons.set(key, r);
-    }
-    r.count++;
-    if (f.deadLettered) r.deadLettered++;
-    else r.retried++;
-    if (r.count === 1 && !this.options.quiet) {
-      this.print(`relay: publish failed: ${key} (${f.deadLettered ? 'dead-lettered' : 'will retry'})`);
-      r.reported = 1;
+    const { totals, first } = this.reasons.add(f);
+    if (first && !this.options.quiet) {
+      this.print(
+        `relay: publish failed: ${totals.reason} (${f.deadLettered ? 'dead-lettered' : 'will retry'})`,
+      );
+      this.reported.set(totals.reason, 1);
     }
   }
 
@@ -81,10 +69,10 @@ export class RelayReport {
       if (this.passesSinceReport > 0) {
         this.print(`relay: ${this.publishedSinceReport} published in the last ${seconds.toFixed(1)} s`);
       }
-      for (const r of this.reasons.values()) {
-        if (r.count === r.reported) continue;
+      for (const r of this.reasons.list()) {
+        if (r.count === (this.reported.get(r.reason) ?? 0)) continue;
         this.print(`relay: ${describe(r)} so far: ${r.reason}`);
-        r.reported = r.count;
+        this.reported.set(r.reason, r.count);
       }
     }
     this.lastReportAt = now;
@@ -94,9 +82,7 @@ export class RelayReport {
 
   /** Every reason with its totals, most frequent first. */
   failures(): FailureReason[] {
-    return [...this.reasons.values()]
-      .map(({ reported: _, ...r }) => r)
-      .sort((a, b) => b.count - a.count || a.reason.localeCompare(b.reason));
+    return this.reasons.list();
   }
 
   /** Lines for the final summary: one per reason, e.g. `3 failed (3 retried): ThrottlingException: …`. */
