@@ -5,7 +5,7 @@
  * cost). Each comparison is measured side by side in one run.
  *
  * Real parts only: a real Postgres (embedded, unless DATABASE_URL is set), the local bus in a
- * process of its own (the PutEvents wire protocol, answered by dev/local-bus.ts), the
+ * process of its own (the PutEvents wire protocol, answered by shared/local/bus.ts), the
  * real `@aws-sdk/client-eventbridge`. The relay runs as `outbox relay --until-empty`, a process of
  * its own whose CPU (`process.cpuUsage()`, user + system) and peak RSS a preload records at exit;
  * the Lambda figures come from the bundle `cdk synth` writes, run by a host that imports and

@@ -7,6 +7,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createBillingHandler, createBillingSchema } from '../examples/billing/consumer.ts';
 import { OrderPlaced } from '../examples/billing/events.ts';
+import { type AcceptedEvent, startLocalBus } from '../shared/local/bus.ts';
 import {
   checkDatabaseUrl,
   connect,
@@ -22,7 +23,6 @@ import { onInterrupt } from '../shared/relay/cli/signals.ts';
 import { createRelay } from '../shared/relay/index.ts';
 import { getStatus } from '../shared/relay/operations/index.ts';
 import { startEmbeddedPostgres } from './embedded-postgres.ts';
-import { type AcceptedEvent, startLocalBus } from './local-bus.ts';
 
 /** Thrown inside a demo transaction to roll it back. */
 class RollBack extends Error {}

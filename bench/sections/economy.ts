@@ -8,7 +8,7 @@
  * events at random times (exponential gaps, seeded), as a quiet service would.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { LambdaService } from '../../dev/lambda-runtime/lambda-service.ts';
+import { LambdaService } from '../../shared/local/lambda-runtime/lambda-service.ts';
 import type { Sql } from '../../shared/platform/index.ts';
 import { EnvVar } from '../../shared/platform/names.ts';
 import { enqueue } from '../../shared/producer/index.ts';

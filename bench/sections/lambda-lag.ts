@@ -8,7 +8,7 @@
  * event is the bus's acceptance time less its commit time (first delivery).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { LambdaService } from '../../dev/lambda-runtime/lambda-service.ts';
+import { LambdaService } from '../../shared/local/lambda-runtime/lambda-service.ts';
 import type { Sql } from '../../shared/platform/index.ts';
 import { ServiceName } from '../../shared/platform/names.ts';
 import {

@@ -10,8 +10,8 @@
  * that the backlog asks for all of them.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { LambdaService } from '../../dev/lambda-runtime/lambda-service.ts';
-import { startLocalLambda } from '../../dev/local-lambda.ts';
+import { startLocalLambda } from '../../shared/local/lambda.ts';
+import { LambdaService } from '../../shared/local/lambda-runtime/lambda-service.ts';
 import { ServiceName } from '../../shared/platform/names.ts';
 import {
   readDemoStack,

@@ -4,7 +4,7 @@
  * event loop). Prints `{"url": …}` as its first stdout line; controlled over its `/_local/*`
  * endpoints (faults, stats, events, reset). Ends on SIGTERM or when its parent's stdin closes.
  */
-import { startLocalBus } from '../../dev/local-bus.ts';
+import { startLocalBus } from '../../shared/local/bus.ts';
 
 const bus = await startLocalBus();
 process.stdout.write(`${JSON.stringify({ url: bus.url })}\n`);

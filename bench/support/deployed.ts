@@ -6,13 +6,16 @@
  * steady producer and the database's connections counted from `pg_stat_activity`.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { LambdaService, LambdaServiceOptions } from '../../dev/lambda-runtime/lambda-service.ts';
+import type {
+  LambdaService,
+  LambdaServiceOptions,
+} from '../../shared/local/lambda-runtime/lambda-service.ts';
 import {
   readStack,
   type SynthesisedStack,
   type TemplateFunction,
-} from '../../dev/lambda-runtime/template.ts';
-import { seeded } from '../../dev/seeded.ts';
+} from '../../shared/local/lambda-runtime/template.ts';
+import { seeded } from '../../shared/local/seeded.ts';
 import type { Sql } from '../../shared/platform/index.ts';
 import { enqueue } from '../../shared/producer/index.ts';
 

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
-import type { AcceptedEvent, BusStats, Faults } from '../../dev/local-bus.ts';
+import type { AcceptedEvent, BusStats, Faults } from '../../shared/local/bus.ts';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 const scripts = mkdtempSync(join(tmpdir(), 'outbox-bench-scripts-'));

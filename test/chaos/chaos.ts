@@ -11,7 +11,7 @@ import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { startEmbeddedPostgres } from '../../dev/embedded-postgres.ts';
-import { type AcceptedEvent, startLocalBus } from '../../dev/local-bus.ts';
+import { type AcceptedEvent, startLocalBus } from '../../shared/local/bus.ts';
 import type { EnvelopeMetadata } from '../../shared/platform/envelope.ts';
 import {
   isConnectionFailure,

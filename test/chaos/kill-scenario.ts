@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import postgres from 'postgres';
 import { startEmbeddedPostgres } from '../../dev/embedded-postgres.ts';
-import { startLocalBus } from '../../dev/local-bus.ts';
+import { startLocalBus } from '../../shared/local/bus.ts';
 import { connect } from '../../shared/platform/db.ts';
 import type { EnvelopeMetadata } from '../../shared/platform/envelope.ts';
 import { migrate } from '../../shared/platform/migrate.ts';

@@ -10,7 +10,7 @@
  * events lost, per-aggregate order violations, and writes that found their lease taken.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { LocalBus } from '../../dev/local-bus.ts';
+import type { LocalBus } from '../../shared/local/bus.ts';
 import type { EnvelopeMetadata } from '../../shared/platform/envelope.ts';
 import {
   type ConnectionPool,

@@ -10,7 +10,7 @@ import {
   type LocalBus,
   MAX_DEDUPLICATION_ID_LENGTH,
   startLocalBus,
-} from '../../dev/local-bus.ts';
+} from '../../shared/local/bus.ts';
 import {
   EVENTSV2_ENDPOINT_ENV,
   EventsV2Client,

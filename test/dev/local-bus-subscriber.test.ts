@@ -1,5 +1,5 @@
 /**
- * The local Custom Event Bus subscriber (dev/local-bus/subscriber.ts), fed by PutEvents through the
+ * The local Custom Event Bus subscriber (shared/local/subscriber.ts), fed by PutEvents through the
  * relay's own EventsV2 client over HTTP: FIFO per group with one call in flight and a failure
  * holding only its group, the retry policy and the dead-letter record (to the local SQS, through the
  * real SQS client, without the payload), UNORDERED delivery, the RAW and WITH_METADATA payloads,
@@ -8,6 +8,9 @@
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { ReceiveMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { type LocalBus, startLocalBus } from '../../shared/local/bus.ts';
+import { startLocalLambda } from '../../shared/local/lambda.ts';
+import { type LocalSqs, startLocalSqs } from '../../shared/local/sqs.ts';
 import {
   type LocalSubscriber,
   lambdaTarget,
@@ -16,10 +19,7 @@ import {
   sqsDeadLetter,
   startSubscriber,
   type WithMetadataEvent,
-} from '../../dev/local-bus/subscriber.ts';
-import { type LocalBus, startLocalBus } from '../../dev/local-bus.ts';
-import { startLocalLambda } from '../../dev/local-lambda.ts';
-import { type LocalSqs, startLocalSqs } from '../../dev/local-sqs.ts';
+} from '../../shared/local/subscriber.ts';
 import {
   EventsV2Client,
   EventsV2PutEventsCommand,

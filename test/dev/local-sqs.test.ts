@@ -16,8 +16,8 @@ import {
   SQSClient,
 } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { md5OfMessageAttributes } from '../../dev/local-sqs/protocol.ts';
-import { type LocalSqs, startLocalSqs } from '../../dev/local-sqs.ts';
+import { md5OfMessageAttributes } from '../../shared/local/sqs/protocol.ts';
+import { type LocalSqs, startLocalSqs } from '../../shared/local/sqs.ts';
 
 let sqs: LocalSqs;
 let client: SQSClient;

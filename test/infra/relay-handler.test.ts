@@ -1,8 +1,8 @@
 import { createServer, type Socket } from 'node:net';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { type LocalBus, startLocalBus } from '../../dev/local-bus.ts';
 import { createRelayHandler } from '../../functions/relay/relay-handler.ts';
+import { type LocalBus, startLocalBus } from '../../shared/local/bus.ts';
 import { loadRelaySettings } from '../../shared/platform/config.ts';
 import { OutboxConfigError } from '../../shared/platform/errors.ts';
 import { enqueueMany } from '../../shared/producer/enqueue.ts';

@@ -5,7 +5,7 @@
  */
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startLocalBus } from '../../dev/local-bus.ts';
+import { startLocalBus } from '../../shared/local/bus.ts';
 import { connect, oneStatementPerConnection } from '../../shared/platform/index.ts';
 import { enqueue } from '../../shared/producer/index.ts';
 import { createRelay } from '../../shared/relay/index.ts';

@@ -9,7 +9,7 @@
  * and many, with and without idempotency keys, must answer exactly as without the plants.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startLocalBus } from '../../dev/local-bus.ts';
+import { startLocalBus } from '../../shared/local/bus.ts';
 import type { Sql } from '../../shared/platform/index.ts';
 import { enqueue, enqueueMany } from '../../shared/producer/index.ts';
 import { runRelay } from '../../shared/relay/index.ts';

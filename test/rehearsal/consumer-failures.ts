@@ -5,11 +5,11 @@
  * of it is a duplicate.
  *
  * - direct: the rule's Lambda target; the function's EventInvokeConfig (its retries) run as
- *   Lambda's asynchronous invocation (dev/lambda-runtime/async-invocation.ts, Lambda's 1 and 2
+ *   Lambda's asynchronous invocation (shared/local/lambda-runtime/async-invocation.ts, Lambda's 1 and 2
  *   minute waits scaled by {@link ASYNC_DELAY_SCALE}), whose invocation record goes to the
  *   on-failure queue;
  * - queue: the rule's SQS target (the event as the message body) and the function's event source
- *   mapping (dev/lambda-runtime/sqs-event-source.ts: the template's batch size and partial batch
+ *   mapping (shared/local/lambda-runtime/sqs-event-source.ts: the template's batch size and partial batch
  *   responses), with the template's RedrivePolicy on the local SQS endpoint moving the message to
  *   the dead-letter queue after `maxReceiveCount` receives. The visibility timeout is shortened to
  *   {@link QUEUE_VISIBILITY_SECONDS}: the failing invocations end in well under a second.
@@ -26,12 +26,12 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { GetQueueAttributesCommand, SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import type { Sql } from 'postgres';
-import { invokeAsynchronously } from '../../dev/lambda-runtime/async-invocation.ts';
-import type { InvocationOutcome, RunningFunction } from '../../dev/lambda-runtime/lambda-process.ts';
-import { SqsEventSource } from '../../dev/lambda-runtime/sqs-event-source.ts';
-import type { SynthesisedStack, TemplateFunction } from '../../dev/lambda-runtime/template.ts';
-import { startLocalLambda } from '../../dev/local-lambda.ts';
-import { startLocalSqs } from '../../dev/local-sqs.ts';
+import { startLocalLambda } from '../../shared/local/lambda.ts';
+import { invokeAsynchronously } from '../../shared/local/lambda-runtime/async-invocation.ts';
+import type { InvocationOutcome, RunningFunction } from '../../shared/local/lambda-runtime/lambda-process.ts';
+import { SqsEventSource } from '../../shared/local/lambda-runtime/sqs-event-source.ts';
+import type { SynthesisedStack, TemplateFunction } from '../../shared/local/lambda-runtime/template.ts';
+import { startLocalSqs } from '../../shared/local/sqs.ts';
 import { EnvVar } from '../../shared/platform/index.ts';
 import { delivery } from '../support/events.ts';
 

@@ -12,10 +12,10 @@
  * as Lambda's bundle, the roles, no pooler) is what the functions get in AWS.
  */
 import type postgres from 'postgres';
-import type { InvocationOutcome, RunningFunction } from '../../dev/lambda-runtime/lambda-process.ts';
-import { readStack, type TemplateFunction } from '../../dev/lambda-runtime/template.ts';
-import type { AcceptedEvent, LocalBus } from '../../dev/local-bus.ts';
 import { freePort } from '../../dev/net.ts';
+import type { AcceptedEvent, LocalBus } from '../../shared/local/bus.ts';
+import type { InvocationOutcome, RunningFunction } from '../../shared/local/lambda-runtime/lambda-process.ts';
+import { readStack, type TemplateFunction } from '../../shared/local/lambda-runtime/template.ts';
 import { EnvVar } from '../../shared/platform/index.ts';
 import { countOrderViolations } from '../chaos/chaos.ts';
 import { rehearseConsumerFailures } from './consumer-failures.ts';

@@ -26,17 +26,17 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import postgres from 'postgres';
 import { startEmbeddedPostgres } from '../../dev/embedded-postgres.ts';
+import { freePort } from '../../dev/net.ts';
+import { createBillingSchema } from '../../examples/billing/consumer.ts';
+import { type AcceptedEvent, startLocalBus } from '../../shared/local/bus.ts';
+import { startLocalLambda } from '../../shared/local/lambda.ts';
 import {
   type InvocationOutcome,
   type RunningFunction,
   startFunction,
-} from '../../dev/lambda-runtime/lambda-process.ts';
-import { type InvocationRecord, LambdaService } from '../../dev/lambda-runtime/lambda-service.ts';
-import { readStack, type TemplateFunction } from '../../dev/lambda-runtime/template.ts';
-import { type AcceptedEvent, startLocalBus } from '../../dev/local-bus.ts';
-import { startLocalLambda } from '../../dev/local-lambda.ts';
-import { freePort } from '../../dev/net.ts';
-import { createBillingSchema } from '../../examples/billing/consumer.ts';
+} from '../../shared/local/lambda-runtime/lambda-process.ts';
+import { type InvocationRecord, LambdaService } from '../../shared/local/lambda-runtime/lambda-service.ts';
+import { readStack, type TemplateFunction } from '../../shared/local/lambda-runtime/template.ts';
 import {
   DEFAULT_ROLES,
   type Envelope,

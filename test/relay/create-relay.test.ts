@@ -1,6 +1,6 @@
 /** `createRelay`, the relay's composition root, against the real Postgres and the local bus. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LocalBus, startLocalBus } from '../../dev/local-bus.ts';
+import { type LocalBus, startLocalBus } from '../../shared/local/bus.ts';
 import { connect } from '../../shared/platform/db.ts';
 import { OutboxConfigError } from '../../shared/platform/errors.ts';
 import { enqueueMany } from '../../shared/producer/enqueue.ts';

@@ -2,7 +2,7 @@
  * Issue 35 end to end: a producer enqueues events over many aggregates → the relay (its real code,
  * through its EventsV2 client over HTTP) → the local Custom Event Bus with injected faults (lost
  * answers, so the relay re-sends; throttles; 500s) and relays that crash after the bus accepted
- * (another takes over once their leases expired) → a local subscriber (dev/local-bus/subscriber.ts)
+ * (another takes over once their leases expired) → a local subscriber (shared/local/subscriber.ts)
  * → a `wait-for-gap` inbox handler on real Postgres, whose invocations fail now and then (before
  * the inbox, or after it committed, as a lost answer), so that the subscriber retries.
  *
@@ -15,8 +15,8 @@
  */
 import type { EventBridgeEvent } from 'aws-lambda';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { type LocalSubscriber, startSubscriber } from '../../dev/local-bus/subscriber.ts';
 import { type InboxOptions, inbox } from '../../shared/consumer/index.ts';
+import { type LocalSubscriber, startSubscriber } from '../../shared/local/subscriber.ts';
 import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
 import { runRelay } from '../../shared/relay/index.ts';
 import { Lease } from '../../shared/relay/lease.ts';

@@ -5,7 +5,7 @@
  * with no duplicate delivered inside the dedup window; the configuration that selects it.
  */
 import { describe, expect, it } from 'vitest';
-import { type AcceptedEvent, fifoDeliveries } from '../../dev/local-bus.ts';
+import { type AcceptedEvent, fifoDeliveries } from '../../shared/local/bus.ts';
 import { loadRelaySettings, OutboxConfigError } from '../../shared/platform/index.ts';
 import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
 import { createRelay, runRelay } from '../../shared/relay/index.ts';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { AcceptedEvent } from '../../dev/local-bus.ts';
+import type { AcceptedEvent } from '../../shared/local/bus.ts';
 import { connect } from '../../shared/platform/db.ts';
 import type { Envelope } from '../../shared/platform/envelope.ts';
 import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';

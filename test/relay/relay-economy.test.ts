@@ -4,7 +4,7 @@
  * (`OUTBOX_DB_POOL_SIZE`), against the real Postgres and the local bus.
  */
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { type LocalBus, startLocalBus } from '../../dev/local-bus.ts';
+import { type LocalBus, startLocalBus } from '../../shared/local/bus.ts';
 import { EnvVar, MONITOR_POOL_SIZE, poolSize } from '../../shared/platform/index.ts';
 import { enqueueMany } from '../../shared/producer/enqueue.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';

@@ -59,7 +59,7 @@
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { Faults } from '../../dev/local-bus.ts';
+import type { Faults } from '../../shared/local/bus.ts';
 import { connect, type Sql } from '../../shared/platform/db.ts';
 import type { Envelope } from '../../shared/platform/envelope.ts';
 import { OutboxDeadlineError } from '../../shared/platform/errors.ts';

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { startLocalBus } from '../../dev/local-bus.ts';
+import { startLocalBus } from '../../shared/local/bus.ts';
 import type { Envelope } from '../../shared/platform/envelope.ts';
 import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
 import { runRelay } from '../../shared/relay/index.ts';

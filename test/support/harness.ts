@@ -3,7 +3,7 @@
  * bus, both emptied before each test.
  */
 import { afterAll, beforeAll, beforeEach } from 'vitest';
-import { type LocalBus, startLocalBus } from '../../dev/local-bus.ts';
+import { type LocalBus, startLocalBus } from '../../shared/local/bus.ts';
 import { createTestDatabase, type TestDatabase } from './db.ts';
 
 /** Filled in by the hooks; read it inside tests. */

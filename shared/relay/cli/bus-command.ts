@@ -2,7 +2,7 @@
  * `outbox bus [--port N] [--refuse <text>]`: a local EventBridge endpoint, for trying the relay, the
  * CLI or your own code without AWS. One port answers both buses the relay can publish to: the
  * classic event bus's PutEvents (AWS JSON 1.1) and the Custom Event Bus's (Smithy RPC v2 CBOR), with
- * their limits (dev/local-bus.ts). It prints the variables that point the relay at it, then each
+ * their limits (shared/local/bus.ts). It prints the variables that point the relay at it, then each
  * accepted event; Ctrl-C stops it. `npm run bus` in a checkout runs the same command.
  *
  * `--refuse <text>` refuses every entry whose Detail holds the text with `InvalidArgument`, a
@@ -14,7 +14,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Command } from 'commander';
-import type { AcceptedEvent } from '../../../dev/local-bus.ts';
+import type { AcceptedEvent } from '../../local/bus.ts';
 import { EnvVar, OutboxConfigError, OutboxError } from '../../platform/index.ts';
 import type { OperationsContext } from './operations.ts';
 import { portNumber } from './parsers.ts';
@@ -59,7 +59,7 @@ export function registerBus(program: Command, ctx: OperationsContext): void {
           );
         }
       }
-      const { startLocalBus } = await import('../../../dev/local-bus.ts');
+      const { startLocalBus } = await import('../../local/bus.ts');
       const bus = await startLocalBus({
         port,
         faults: o.refuse === undefined ? {} : { poisonMarker: o.refuse, poisonCode: 'InvalidArgument' },

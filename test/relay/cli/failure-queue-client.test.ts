@@ -6,7 +6,7 @@
  */
 import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LocalSqs, startLocalSqs } from '../../../dev/local-sqs.ts';
+import { type LocalSqs, startLocalSqs } from '../../../shared/local/sqs.ts';
 import { receiveAll } from '../../../shared/relay/cli/failure-queue-client.ts';
 import {
   type QueueMessage,

@@ -8,8 +8,8 @@
 import { randomUUID } from 'node:crypto';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { type LocalLambda, startLocalLambda } from '../../../dev/local-lambda.ts';
 import { inbox } from '../../../shared/consumer/index.ts';
+import { type LocalLambda, startLocalLambda } from '../../../shared/local/lambda.ts';
 import { EnvVar, type Sql } from '../../../shared/platform/index.ts';
 import { runCli } from '../../support/cli.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/db.ts';

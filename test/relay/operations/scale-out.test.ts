@@ -4,9 +4,9 @@
  */
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { type LocalLambda, startLocalLambda } from '../../../dev/local-lambda.ts';
 import { createMonitorHandler } from '../../../functions/monitor/monitor-handler.ts';
 import { createRelayHandler } from '../../../functions/relay/relay-handler.ts';
+import { type LocalLambda, startLocalLambda } from '../../../shared/local/lambda.ts';
 import { connect } from '../../../shared/platform/db.ts';
 import {
   loadMonitorSettings,

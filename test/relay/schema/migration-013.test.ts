@@ -4,7 +4,7 @@
  */
 import type postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LocalBus, startLocalBus } from '../../../dev/local-bus.ts';
+import { type LocalBus, startLocalBus } from '../../../shared/local/bus.ts';
 import { connect, type Sql } from '../../../shared/platform/db.ts';
 import type { Envelope } from '../../../shared/platform/envelope.ts';
 import { relayOnce } from '../../../shared/relay/loop.ts';

@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LocalBus, startLocalBus } from '../../../dev/local-bus.ts';
+import { type LocalBus, startLocalBus } from '../../../shared/local/bus.ts';
 import { connect, type OutboxRoles, type Sql } from '../../../shared/platform/index.ts';
 import { enqueueMany } from '../../../shared/producer/index.ts';
 import { runRelay } from '../../../shared/relay/index.ts';

@@ -23,8 +23,8 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { cbor } from '@smithy/core/cbor';
-import { entrySize } from '../../shared/platform/envelope.ts';
-import type { AcceptedEvent, BusStats, Faults } from '../local-bus.ts';
+import { entrySize } from '../../platform/envelope.ts';
+import type { AcceptedEvent, BusStats, Faults } from '../bus.ts';
 import { checkEntry } from './entries.ts';
 
 /** Entries per PutEvents request on a Custom Event Bus. */

@@ -37,13 +37,13 @@
  *   then, first, in sequence order, each delivered with `aws:DeliveryType` `REPLAY` (the events
  *   accepted after the subscriber was created are `LIVE`).
  *
- * The bus drops a DeduplicationId it accepted within 5 minutes (local-bus/eventsv2.ts), so what
+ * The bus drops a DeduplicationId it accepted within 5 minutes (bus/eventsv2.ts), so what
  * the subscriber delivers is each accepted event, once per successful call; `stats` counts calls.
  */
 import { InvokeCommand, type LambdaClient } from '@aws-sdk/client-lambda';
 import { SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
-import type { AcceptedEvent, LocalBus } from '../local-bus.ts';
-import { seeded } from '../seeded.ts';
+import type { AcceptedEvent, LocalBus } from './bus.ts';
+import { seeded } from './seeded.ts';
 
 /** The account and region the local bus's events carry (any 12 digits do). */
 const ACCOUNT = '123456789012';
@@ -220,7 +220,7 @@ export function sqsDeadLetter(client: SQSClient, queueUrl: string) {
 
 /**
  * A target invoking a function through Lambda's Invoke API, `RequestResponse`, as the subscriber's
- * `LambdaParameters.InvocationType: REQUEST_RESPONSE` does (dev/local-lambda.ts, or any endpoint):
+ * `LambdaParameters.InvocationType: REQUEST_RESPONSE` does (shared/local/lambda.ts, or any endpoint):
  * an answer with `FunctionError` is a failed delivery, named by the function's `errorType`.
  */
 export function lambdaTarget(client: LambdaClient, functionName: string) {

@@ -12,7 +12,7 @@
  *
  * The same server answers the Custom Event Bus's PutEvents (EventsV2, Smithy RPC v2 CBOR, routed by
  * its `/service/AWSEventsV2/operation/PutEvents` path and `smithy-protocol` header), with that
- * API's limits, its 5-minute deduplication and per-bus sequence numbers: see local-bus/eventsv2.ts.
+ * API's limits, its 5-minute deduplication and per-bus sequence numbers: see bus/eventsv2.ts.
  *
  * Control endpoints for other processes: `GET /_local/events` (accepted events as JSON),
  * `GET /_local/stats`, `PUT /_local/faults` (JSON {@link Faults}), `POST /_local/reset`.
@@ -21,13 +21,9 @@ import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import {
-  DEFAULT_MAX_REQUEST_BYTES,
-  entrySize,
-  MAX_ENTRIES_PER_REQUEST,
-} from '../shared/platform/envelope.ts';
-import { checkEntry } from './local-bus/entries.ts';
-import { EventsV2State, handleEventsV2, isEventsV2Request } from './local-bus/eventsv2.ts';
+import { DEFAULT_MAX_REQUEST_BYTES, entrySize, MAX_ENTRIES_PER_REQUEST } from '../platform/envelope.ts';
+import { checkEntry } from './bus/entries.ts';
+import { EventsV2State, handleEventsV2, isEventsV2Request } from './bus/eventsv2.ts';
 import { seeded } from './seeded.ts';
 
 export {
@@ -36,7 +32,7 @@ export {
   fifoDeliveries,
   MAX_DEDUPLICATION_ID_LENGTH,
   MAX_EVENT_GROUP_ID_LENGTH,
-} from './local-bus/eventsv2.ts';
+} from './bus/eventsv2.ts';
 
 /** Fault injection; every rate is a probability in [0, 1], drawn per request or per entry. */
 export interface Faults {

@@ -11,10 +11,11 @@
  * PurgeQueue. Any other target is answered 400 UnknownOperationException (`InvalidAction`, SQS's
  * common error for an unknown action). Not modelled: FIFO queues, DeleteQueue, tags, policies,
  * KMS, message move tasks, authentication (any credentials are accepted), a standard queue's
- * duplicate deliveries; see `local-sqs/queues.ts` and `local-sqs/protocol.ts` for the limits.
+ * duplicate deliveries; see `sqs/queues.ts` and `sqs/protocol.ts` for the limits.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { seeded } from './seeded.ts';
 import {
   checkBatch,
   checkMessage,
@@ -25,11 +26,10 @@ import {
   send,
   sendError,
   sqsError,
-} from './local-sqs/protocol.ts';
-import { ACCOUNT, type Queue, Queues, receivedMessage } from './local-sqs/queues.ts';
-import { seeded } from './seeded.ts';
+} from './sqs/protocol.ts';
+import { ACCOUNT, type Queue, Queues, receivedMessage } from './sqs/queues.ts';
 
-export type { MessageAttributeValue } from './local-sqs/protocol.ts';
+export type { MessageAttributeValue } from './sqs/protocol.ts';
 
 /** Fault injection, drawn per request; every rate is a probability in [0, 1]. */
 export interface SqsFaults {

@@ -3,8 +3,8 @@
  * bus and the Custom Event Bus alike): Source, DetailType and Detail present, DetailType within its
  * length, no `aws.` source, Detail a JSON object, and the injected poison fault.
  */
-import { MAX_DETAIL_TYPE_LENGTH } from '../../shared/platform/envelope.ts';
-import type { Faults } from '../local-bus.ts';
+import { MAX_DETAIL_TYPE_LENGTH } from '../../platform/envelope.ts';
+import type { Faults } from '../bus.ts';
 
 /** EventBridge's per-entry checks; returns [ErrorCode, ErrorMessage] for a refused entry. */
 export function checkEntry(entry: Record<string, unknown>, faults: Faults): [string, string] | undefined {
