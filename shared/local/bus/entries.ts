@@ -4,7 +4,7 @@
  * length, no `aws.` source, Detail a JSON object, and the injected poison fault.
  */
 import { MAX_DETAIL_TYPE_LENGTH } from '../../platform/envelope.ts';
-import type { Faults } from '../bus.ts';
+import type { Faults } from './types.ts';
 
 /** EventBridge's per-entry checks; returns [ErrorCode, ErrorMessage] for a refused entry. */
 export function checkEntry(entry: Record<string, unknown>, faults: Faults): [string, string] | undefined {

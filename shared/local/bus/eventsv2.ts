@@ -24,8 +24,8 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { cbor } from '@smithy/core/cbor';
 import { entrySize } from '../../platform/envelope.ts';
-import type { AcceptedEvent, BusStats, Faults } from '../bus.ts';
 import { checkEntry } from './entries.ts';
+import type { AcceptedEvent, BusStats, Faults } from './types.ts';
 
 /** Entries per PutEvents request on a Custom Event Bus. */
 export const EVENTSV2_MAX_ENTRIES = 100;
