@@ -17,12 +17,12 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import type { EventBridgeEvent } from 'aws-lambda';
 import postgres from 'postgres';
+import { delivery } from '../dev/delivery.ts';
 import { startEmbeddedPostgres } from '../dev/embedded-postgres.ts';
 import { inbox } from '../shared/consumer/index.ts';
 import { connect, type OutboxRoles } from '../shared/platform/index.ts';
 import { migrate } from '../shared/platform/migrate.ts';
 import { consumerRoleName, ensureRoles } from '../shared/relay/operations/index.ts';
-import { delivery } from '../test/support/events.ts';
 
 const { values: args } = parseArgs({
   options: {

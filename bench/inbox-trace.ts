@@ -15,9 +15,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Context, EventBridgeEvent } from 'aws-lambda';
+import { delivery } from '../dev/delivery.ts';
 import { inbox } from '../shared/consumer/index.ts';
 import { connect } from '../shared/platform/db.ts';
-import { delivery } from '../test/support/events.ts';
 import { createBenchDatabase } from './support/database.ts';
 
 const EVENTS = Number(process.argv[2] ?? 2_000);

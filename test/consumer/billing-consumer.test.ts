@@ -5,11 +5,11 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { delivery } from '../../dev/delivery.ts';
 import { createBillingHandler, createBillingSchema } from '../../examples/billing/consumer.ts';
 import { OrderPlaced } from '../../examples/billing/events.ts';
 import type { OutboxRoles, Sql } from '../../shared/platform/index.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
-import { delivery } from '../support/events.ts';
 import { lambdaContext } from '../support/lambda.ts';
 import { createTestRoles, type TestRoles } from '../support/roles.ts';
 

@@ -9,10 +9,10 @@ import middy from '@middy/core';
 import type { Context, EventBridgeEvent } from 'aws-lambda';
 import postgres from 'postgres';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { delivery as eventBridgeDelivery } from '../../dev/delivery.ts';
 import { type InboxContext, type InboxOptions, inbox } from '../../shared/consumer/index.ts';
 import { ConnectionPool, connect, type Sql } from '../../shared/platform/index.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
-import { delivery as eventBridgeDelivery } from '../support/events.ts';
 import { lambdaContext } from '../support/lambda.ts';
 
 let db: TestDatabase;

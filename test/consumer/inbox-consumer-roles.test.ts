@@ -9,11 +9,11 @@
 import { randomUUID } from 'node:crypto';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { delivery } from '../../dev/delivery.ts';
 import { inbox } from '../../shared/consumer/index.ts';
 import type { Sql } from '../../shared/platform/index.ts';
 import { getStatus, listParked, markParkedForReplay, prune } from '../../shared/relay/operations/index.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
-import { delivery } from '../support/events.ts';
 import { lambdaContext } from '../support/lambda.ts';
 import { createTestRoles, type TestRoles } from '../support/roles.ts';
 

@@ -41,10 +41,10 @@ import middy from '@middy/core';
 import type { EventBridgeEvent } from 'aws-lambda';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { delivery } from '../../dev/delivery.ts';
 import { type InboxOptions, inbox } from '../../shared/consumer/index.ts';
 import { markParkedForReplay } from '../../shared/relay/operations/parked-events.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
-import { delivery } from '../support/events.ts';
 import { lambdaContext } from '../support/lambda.ts';
 
 const RUNS = Number(process.env.INBOX_MODEL_RUNS ?? 60);

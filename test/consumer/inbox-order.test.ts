@@ -9,10 +9,10 @@ import { randomUUID } from 'node:crypto';
 import type { EventBridgeEvent } from 'aws-lambda';
 import postgres from 'postgres';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { delivery } from '../../dev/delivery.ts';
 import { type InboxOptions, inbox } from '../../shared/consumer/index.ts';
 import { pruneInboxBatch } from '../../shared/relay/operations/index.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
-import { delivery } from '../support/events.ts';
 import { lambdaContext } from '../support/lambda.ts';
 
 let db: TestDatabase;

@@ -9,9 +9,9 @@
 import { randomUUID } from 'node:crypto';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { delivery } from '../../dev/delivery.ts';
 import { InboxEnvelopeError, type InboxOptions, inbox } from '../../shared/consumer/index.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
-import { delivery } from '../support/events.ts';
 import { lambdaContext } from '../support/lambda.ts';
 
 let db: TestDatabase;

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { delivery } from '../../dev/delivery.ts';
 import {
   type InboxContext,
   InboxGapError,
@@ -19,7 +20,6 @@ import {
   type EmptyDatabase,
   type TestDatabase,
 } from '../support/db.ts';
-import { delivery } from '../support/events.ts';
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -5,9 +5,9 @@
 import { randomUUID } from 'node:crypto';
 import type { EventBridgeEvent, SQSEvent, SQSRecord } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { delivery } from '../../dev/delivery.ts';
 import { inbox, sqsBatch } from '../../shared/consumer/index.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
-import { delivery } from '../support/events.ts';
 import { lambdaContext } from '../support/lambda.ts';
 
 let db: TestDatabase;

@@ -26,6 +26,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { GetQueueAttributesCommand, SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import type { Sql } from 'postgres';
+import { delivery } from '../../dev/delivery.ts';
 import { startLocalLambda } from '../../shared/local/lambda.ts';
 import { invokeAsynchronously } from '../../shared/local/lambda-runtime/async-invocation.ts';
 import type { InvocationOutcome, RunningFunction } from '../../shared/local/lambda-runtime/lambda-process.ts';
@@ -33,7 +34,6 @@ import { SqsEventSource } from '../../shared/local/lambda-runtime/sqs-event-sour
 import type { SynthesisedStack, TemplateFunction } from '../../shared/local/lambda-runtime/template.ts';
 import { startLocalSqs } from '../../shared/local/sqs.ts';
 import { EnvVar } from '../../shared/platform/index.ts';
-import { delivery } from '../support/events.ts';
 
 const exec = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));

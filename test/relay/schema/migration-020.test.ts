@@ -8,11 +8,11 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { delivery } from '../../../dev/delivery.ts';
 import { inbox } from '../../../shared/consumer/index.ts';
 import { connect, type Sql } from '../../../shared/platform/db.ts';
 import { ensureRoles, getStatus, MONITOR_READS, prune } from '../../../shared/relay/operations/index.ts';
 import { applyMigrationFiles, createEmptyDatabase, type EmptyDatabase } from '../../support/db.ts';
-import { delivery } from '../../support/events.ts';
 import { lambdaContext } from '../../support/lambda.ts';
 
 const suffix = randomBytes(4).toString('hex');

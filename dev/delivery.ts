@@ -1,7 +1,10 @@
-/** The event EventBridge hands a rule's Lambda target, carrying the outbox envelope in `detail`. */
+/**
+ * The event EventBridge hands a rule's Lambda target, carrying the outbox envelope in `detail`: a
+ * fixture the tests and the bench share (bench/ may import dev/, never test/).
+ */
 import { randomUUID } from 'node:crypto';
 import type { EventBridgeEvent } from 'aws-lambda';
-import type { Envelope, EnvelopeMetadata } from '../../shared/platform/index.ts';
+import type { Envelope, EnvelopeMetadata } from '../shared/platform/index.ts';
 
 /** What differs between deliveries; everything else is a fixed, valid EventBridge event. */
 export interface DeliveryOptions {
