@@ -22,7 +22,11 @@ export {
   relayPoolSize,
   type Sql,
 } from '../platform/index.ts';
-export type { RelayCounts } from './counts.ts';
+export {
+  checkEventBridgeClient,
+  createEventBridgeClient,
+  PERMANENT_ENTRY_ERRORS,
+} from './buses/classic-bus.ts';
 export {
   EVENTSV2_ENDPOINT_ENV,
   EventsV2Client,
@@ -30,21 +34,7 @@ export {
   EventsV2PutEventsCommand,
   type EventsV2PutEventsInput,
   type EventsV2PutEventsOutput,
-} from './eventsv2-client.ts';
-export { type FailureReason, FailureReasons } from './failure-reasons.ts';
-export {
-  type PassReport,
-  type RelayRunResult,
-  type RunRelayOptions,
-  runRelay,
-  type StopReason,
-} from './loop.ts';
-export type { RelayFailure } from './pass.ts';
-export {
-  checkEventBridgeClient,
-  createEventBridgeClient,
-  PERMANENT_ENTRY_ERRORS,
-} from './publish.ts';
+} from './buses/custom-event-bus-client.ts';
 export {
   createEventsV2Client,
   EVENTSV2_MAX_ENTRIES_PER_REQUEST,
@@ -54,7 +44,17 @@ export {
   MAX_EVENT_GROUP_ID_LENGTH,
   type Publisher,
   type PublishRequest,
-} from './publisher.ts';
+} from './buses/publisher.ts';
+export type { RelayCounts } from './counts.ts';
+export { type FailureReason, FailureReasons } from './failure-reasons.ts';
+export {
+  type PassReport,
+  type RelayRunResult,
+  type RunRelayOptions,
+  runRelay,
+  type StopReason,
+} from './loop.ts';
+export type { RelayFailure } from './pass.ts';
 export {
   type CreateRelayOptions,
   createRelay,

@@ -28,10 +28,10 @@ import {
 } from '../platform/index.ts';
 import { AnswerTimeout } from './answer-timeout.ts';
 import { backoffDelayMs } from './backoff.ts';
+import { type EntryOutcome, isNoAnswer, mapWithConcurrency } from './buses/classic-bus.ts';
+import { eventBridgePublisher, type Publisher, type PublishRequest } from './buses/publisher.ts';
 import { emptyCounts, type RelayCounts } from './counts.ts';
 import type { Lease } from './lease.ts';
-import { type EntryOutcome, isNoAnswer, mapWithConcurrency } from './publish.ts';
-import { eventBridgePublisher, type Publisher, type PublishRequest } from './publisher.ts';
 import type { Semaphore } from './semaphore.ts';
 import {
   type ClaimOptions,
@@ -57,7 +57,7 @@ export interface RelayDeps {
   /** The classic bus's client, used when no `publisher` is given. */
   client?: EventBridgeClient;
   /**
-   * Where events are put (publisher.ts): default the classic bus through `client`. The Custom
+   * Where events are put (buses/publisher.ts): default the classic bus through `client`. The Custom
    * Event Bus's is `eventsV2Publisher` (createRelay picks it when `OUTBOX_EVENT_BUS_ARN` is set).
    */
   publisher?: Publisher;

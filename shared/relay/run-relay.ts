@@ -18,17 +18,17 @@ import {
   type Sql,
 } from '../platform/index.ts';
 import { AnswerTimeout } from './answer-timeout.ts';
-import type { RelayCounts } from './counts.ts';
-import type { EventsV2ClientConfig } from './eventsv2-client.ts';
-import { type RelayRunResult, type RunRelayOptions, relayOnce, runRelay, UnreturnedLeases } from './loop.ts';
-import type { RelayFailure } from './pass.ts';
-import { createEventBridgeClient } from './publish.ts';
+import { createEventBridgeClient } from './buses/classic-bus.ts';
+import type { EventsV2ClientConfig } from './buses/custom-event-bus-client.ts';
 import {
   createEventsV2Client,
   eventBridgePublisher,
   eventsV2Publisher,
   type Publisher,
-} from './publisher.ts';
+} from './buses/publisher.ts';
+import type { RelayCounts } from './counts.ts';
+import { type RelayRunResult, type RunRelayOptions, relayOnce, runRelay, UnreturnedLeases } from './loop.ts';
+import type { RelayFailure } from './pass.ts';
 import { mayDeleteOutboxRows } from './sql/index.ts';
 
 /**
@@ -86,7 +86,7 @@ export interface Relay {
   readonly sql: Sql | ConnectionPool;
   /** The classic bus's client; undefined when the relay publishes to a Custom Event Bus or was given a publisher. */
   readonly client: EventBridgeClient | undefined;
-  /** Where events are put: the classic bus or the Custom Event Bus (publisher.ts). */
+  /** Where events are put: the classic bus or the Custom Event Bus (buses/publisher.ts). */
   readonly publisher: Publisher;
   /**
    * Checks once that the client can sign PutEvents requests (region and credentials resolve), and,

@@ -24,7 +24,7 @@ import {
   EventsV2Client,
   EventsV2PutEventsCommand,
   type EventsV2PutEventsRequestEntry,
-} from '../../shared/relay/eventsv2-client.ts';
+} from '../../shared/relay/buses/custom-event-bus-client.ts';
 
 const ARN = 'arn:aws:events:eu-west-1:123456789012:event-busv2/orders/abc123';
 const credentials = { accessKeyId: 'local', secretAccessKey: 'local' };

@@ -2,7 +2,7 @@ import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PutEventsCommand } from '@aws-sdk/client-eventbridge';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createEventBridgeClient } from '../../shared/relay/publish.ts';
+import { createEventBridgeClient } from '../../shared/relay/buses/classic-bus.ts';
 
 describe('the EventBridge client', () => {
   const seen: IncomingHttpHeaders[] = [];

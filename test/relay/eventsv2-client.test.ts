@@ -9,7 +9,7 @@ import {
   EVENTSV2_SIGNING_NAME,
   EventsV2Client,
   EventsV2PutEventsCommand,
-} from '../../shared/relay/eventsv2-client.ts';
+} from '../../shared/relay/buses/custom-event-bus-client.ts';
 
 type Sent = { hostname: string; path: string; headers: Record<string, string> };
 

@@ -8,16 +8,16 @@ import { describe, expect, it } from 'vitest';
 import { type AcceptedEvent, fifoDeliveries } from '../../shared/local/bus.ts';
 import { loadRelaySettings, OutboxConfigError } from '../../shared/platform/index.ts';
 import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
-import { createRelay, runRelay } from '../../shared/relay/index.ts';
-import { Lease } from '../../shared/relay/lease.ts';
-import { relayPass } from '../../shared/relay/pass.ts';
 import {
   createEventsV2Client,
   EVENTSV2_MAX_ENTRIES_PER_REQUEST,
   eventGroupIdOf,
   eventsV2Publisher,
   MAX_EVENT_GROUP_ID_LENGTH,
-} from '../../shared/relay/publisher.ts';
+} from '../../shared/relay/buses/publisher.ts';
+import { createRelay, runRelay } from '../../shared/relay/index.ts';
+import { Lease } from '../../shared/relay/lease.ts';
+import { relayPass } from '../../shared/relay/pass.ts';
 import { useHarness } from '../support/harness.ts';
 import { testSettings } from '../support/relay.ts';
 

@@ -113,7 +113,7 @@ describe('relay', () => {
     // The first relay claims and publishes, then "crashes": its marks never happen.
     const token = randomUUID();
     const claimed = await claimBatch(h.db.sql, claimOptions(token));
-    const { putEntries, toEntry } = await import('../../shared/relay/publish.ts');
+    const { putEntries, toEntry } = await import('../../shared/relay/buses/classic-bus.ts');
     await putEntries(
       client,
       claimed.map((e) => toEntry(e, 'test-bus')),

@@ -17,14 +17,8 @@
  */
 import { createHash } from 'node:crypto';
 import type { EventBridgeClient, PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
-import { entrySize, type RelaySettings } from '../platform/index.ts';
-import {
-  EVENTSV2_SUCCESS_CODES,
-  EventsV2Client,
-  type EventsV2ClientConfig,
-  EventsV2PutEventsCommand,
-  type EventsV2PutEventsRequestEntry,
-} from './eventsv2-client.ts';
+import { entrySize, type RelaySettings } from '../../platform/index.ts';
+import type { ClaimedEvent } from '../types.ts';
 import {
   addNoRetryAfterTimeout,
   checkEventBridgeClient,
@@ -36,8 +30,14 @@ import {
   refusedAsInvalid,
   requestFailure,
   toEntry,
-} from './publish.ts';
-import type { ClaimedEvent } from './types.ts';
+} from './classic-bus.ts';
+import {
+  EVENTSV2_SUCCESS_CODES,
+  EventsV2Client,
+  type EventsV2ClientConfig,
+  EventsV2PutEventsCommand,
+  type EventsV2PutEventsRequestEntry,
+} from './custom-event-bus-client.ts';
 
 /** A request a publisher packed: the events it carries, in order. */
 export interface PublishRequest {

@@ -18,8 +18,8 @@ import {
   MAX_ENTRIES_PER_REQUEST,
   OutboxConfigError,
   OutboxError,
-} from '../platform/index.ts';
-import type { ClaimedEvent } from './types.ts';
+} from '../../platform/index.ts';
+import type { ClaimedEvent } from '../types.ts';
 
 /** Per-entry error codes that no retry can fix: the row is dead-lettered at once. */
 export const PERMANENT_ENTRY_ERRORS: ReadonlySet<string> = new Set([
