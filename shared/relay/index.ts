@@ -25,26 +25,22 @@ export {
 export {
   checkEventBridgeClient,
   createEventBridgeClient,
-  PERMANENT_ENTRY_ERRORS,
-} from './buses/classic-bus.ts';
-export {
+  createEventsV2Client,
   EVENTSV2_ENDPOINT_ENV,
+  EVENTSV2_MAX_ENTRIES_PER_REQUEST,
   EventsV2Client,
   type EventsV2ClientConfig,
   EventsV2PutEventsCommand,
   type EventsV2PutEventsInput,
   type EventsV2PutEventsOutput,
-} from './buses/custom-event-bus-client.ts';
-export {
-  createEventsV2Client,
-  EVENTSV2_MAX_ENTRIES_PER_REQUEST,
   eventBridgePublisher,
   eventGroupIdOf,
   eventsV2Publisher,
   MAX_EVENT_GROUP_ID_LENGTH,
+  PERMANENT_ENTRY_ERRORS,
   type Publisher,
   type PublishRequest,
-} from './buses/publisher.ts';
+} from './buses/index.ts';
 export type { RelayCounts } from './counts.ts';
 export { type FailureReason, FailureReasons } from './failure-reasons.ts';
 export {

@@ -28,11 +28,16 @@ import {
 } from '../platform/index.ts';
 import { AnswerTimeout } from './answer-timeout.ts';
 import { backoffDelayMs } from './backoff.ts';
-import { type EntryOutcome, isNoAnswer, mapWithConcurrency } from './buses/classic-bus.ts';
-import { eventBridgePublisher, type Publisher, type PublishRequest } from './buses/publisher.ts';
+import {
+  type EntryOutcome,
+  eventBridgePublisher,
+  isNoAnswer,
+  type Publisher,
+  type PublishRequest,
+} from './buses/index.ts';
 import { emptyCounts, type RelayCounts } from './counts.ts';
 import type { Lease } from './lease.ts';
-import type { Semaphore } from './semaphore.ts';
+import { mapWithConcurrency, type Semaphore } from './semaphore.ts';
 import {
   type ClaimOptions,
   claimBatchKept,

@@ -18,14 +18,14 @@ import {
   type Sql,
 } from '../platform/index.ts';
 import { AnswerTimeout } from './answer-timeout.ts';
-import { createEventBridgeClient } from './buses/classic-bus.ts';
-import type { EventsV2ClientConfig } from './buses/custom-event-bus-client.ts';
 import {
+  createEventBridgeClient,
   createEventsV2Client,
+  type EventsV2ClientConfig,
   eventBridgePublisher,
   eventsV2Publisher,
   type Publisher,
-} from './buses/publisher.ts';
+} from './buses/index.ts';
 import type { RelayCounts } from './counts.ts';
 import { type RelayRunResult, type RunRelayOptions, relayOnce, runRelay, UnreturnedLeases } from './loop.ts';
 import type { RelayFailure } from './pass.ts';

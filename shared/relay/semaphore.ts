@@ -39,3 +39,21 @@ export class Semaphore {
     });
   }
 }
+
+/** Runs `worker` over `items` with at most `limit` in flight. */
+export async function mapWithConcurrency<T, R>(
+  items: readonly T[],
+  limit: number,
+  worker: (item: T) => Promise<R>,
+): Promise<R[]> {
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  const lanes = Array.from({ length: Math.min(limit, items.length) }, async () => {
+    while (next < items.length) {
+      const i = next++;
+      results[i] = await worker(items[i] as T);
+    }
+  });
+  await Promise.all(lanes);
+  return results;
+}

@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type LocalBus, startLocalBus } from '../../shared/local/bus.ts';
 import { AnswerTimeout } from '../../shared/relay/answer-timeout.ts';
-import { isNoAnswer, putEntries } from '../../shared/relay/buses/classic-bus.ts';
+import { isNoAnswer, putEntries } from '../../shared/relay/buses/index.ts';
 import { testClient } from '../support/relay.ts';
 
 describe('AnswerTimeout', () => {

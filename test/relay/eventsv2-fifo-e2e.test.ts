@@ -18,7 +18,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { type InboxOptions, inbox } from '../../shared/consumer/index.ts';
 import { type LocalSubscriber, startSubscriber } from '../../shared/local/subscriber.ts';
 import { enqueueMany, type OutboxEvent } from '../../shared/producer/index.ts';
-import { createEventsV2Client, eventsV2Publisher } from '../../shared/relay/buses/publisher.ts';
+import { createEventsV2Client, eventsV2Publisher } from '../../shared/relay/buses/custom-event-bus.ts';
 import { runRelay } from '../../shared/relay/index.ts';
 import { Lease } from '../../shared/relay/lease.ts';
 import { relayPass } from '../../shared/relay/pass.ts';

@@ -14,7 +14,7 @@ import {
   eventGroupIdOf,
   eventsV2Publisher,
   MAX_EVENT_GROUP_ID_LENGTH,
-} from '../../shared/relay/buses/publisher.ts';
+} from '../../shared/relay/buses/custom-event-bus.ts';
 import { createRelay, runRelay } from '../../shared/relay/index.ts';
 import { Lease } from '../../shared/relay/lease.ts';
 import { relayPass } from '../../shared/relay/pass.ts';

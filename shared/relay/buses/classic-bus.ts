@@ -1,10 +1,7 @@
 /**
- * Publishing: turn claimed events into PutEvents entries, pack them into requests by count and
- * bytes, send them, and read the answer entry by entry.
- *
- * PutEvents answers HTTP 200 even when some entries failed: `FailedEntryCount > 0` and, in request
- * order, an `ErrorCode` on each failed entry. Ignoring that is the classic silent-loss bug, so the
- * outcome is always per entry.
+ * The classic event bus (the default): claimed events as PutEvents entries of
+ * `@aws-sdk/client-eventbridge`, packed into requests by count (10) and bytes
+ * (`maxRequestBytes`), sent, and answered entry by entry (publisher.ts).
  */
 import {
   EventBridgeClient,
@@ -12,73 +9,24 @@ import {
   PutEventsCommand,
   type PutEventsRequestEntry,
 } from '@aws-sdk/client-eventbridge';
-import {
-  detailJson,
-  entrySize,
-  MAX_ENTRIES_PER_REQUEST,
-  OutboxConfigError,
-  OutboxError,
-} from '../../platform/index.ts';
+import { detailJson, entrySize, MAX_ENTRIES_PER_REQUEST, type RelaySettings } from '../../platform/index.ts';
 import type { ClaimedEvent } from '../types.ts';
-
-/** Per-entry error codes that no retry can fix: the row is dead-lettered at once. */
-export const PERMANENT_ENTRY_ERRORS: ReadonlySet<string> = new Set([
-  'InvalidArgument',
-  'MalformedDetail',
-  'AccessDeniedException',
-  'NotAuthorizedForSourceException',
-  'NotAuthorizedForDetailTypeException',
-  'ValidationException',
-]);
-
-/**
- * What happened to one entry. A failure is `permanent` (dead-letter at once), or retryable; a
- * retryable one is `backPressure` when it is not the entry's own fault — a throttled entry, or a
- * request that failed as a whole on the network, on a timeout or with HTTP 5xx — and then it does
- * not count towards dead-lettering.
- */
-export type EntryOutcome =
-  | { ok: true }
-  | {
-      ok: false;
-      code: string;
-      message: string;
-      permanent: boolean;
-      throttled: boolean;
-      backPressure: boolean;
-    };
+import {
+  addNoRetryAfterTimeout,
+  checkEventBridgeClient,
+  type EntryOutcome,
+  entryOutcome,
+  PUT_EVENTS_TIMEOUTS,
+  type Publisher,
+  type PublishRequest,
+  refusedAsInvalid,
+  requestFailure,
+} from './publisher.ts';
 
 /**
- * Per-attempt timeouts of the EventBridge client, ms. `@smithy/node-http-handler` (4.x) only warns
- * when `requestTimeout` is exceeded unless `throwOnRequestTimeout` is set, and has no socket
- * timeout by default: without both, a bus that accepts the connection and never answers holds
- * the call forever. `requestTimeout` is the default for calls that name none: the relay gives
- * every PutEvents call its own, learned from the bus's answers (`AnswerTimeout`,
- * answer-timeout.ts), and the pass also bounds the whole call, SDK retries and their backoff
- * included, with an abort signal.
+ * A client for the relay's calls to the classic bus: 3 attempts, the per-attempt timeouts of
+ * {@link PUT_EVENTS_TIMEOUTS}, no retry inside the call after an attempt without an answer.
  */
-export const PUT_EVENTS_TIMEOUTS = { connectionTimeout: 2_000, requestTimeout: 3_000 } as const;
-
-/**
- * An attempt got no answer within its timeout. Not retried by the SDK inside the same call: the
- * bus may well have accepted the entries and be answering late, and another attempt with the same
- * timeout would only deliver them again (a bus answering after 4 s against 3 s attempts delivered
- * each event three times per call and marked none). The pass gives the entries back and the next
- * pass sends them with a longer timeout.
- *
- * No `cause`: the SDK's retry classification follows `cause` and would find the transient
- * `TimeoutError` there; the original message is kept in this one's.
- */
-export class PutEventsTimeoutError extends OutboxError {
-  override name = 'PutEventsTimeoutError';
-  constructor(message: string) {
-    super(`no answer from the bus within the attempt's timeout (${message})`);
-  }
-}
-
-/** The name of the middleware that turns an attempt's timeout into {@link PutEventsTimeoutError}. */
-export const NO_RETRY_AFTER_TIMEOUT_MIDDLEWARE = 'outboxNoRetryAfterTimeout';
-
 export function createEventBridgeClient(config: EventBridgeClientConfig = {}): EventBridgeClient {
   const client = new EventBridgeClient({
     maxAttempts: 3,
@@ -90,56 +38,8 @@ export function createEventBridgeClient(config: EventBridgeClientConfig = {}): E
   return client;
 }
 
-/**
- * Adds the middleware that turns an attempt's timeout into {@link PutEventsTimeoutError} (not
- * retried inside the call) to an SDK client's stack: the classic client's and the EventsV2 one's.
- */
-export function addNoRetryAfterTimeout(stack: { add(middleware: never, options: never): void }): void {
-  // In the deserialize step, below the retry middleware (finalizeRequest): it sees each attempt.
-  stack.add(
-    ((next: (args: unknown) => Promise<unknown>) => async (args: unknown) => {
-      try {
-        return await next(args);
-      } catch (error) {
-        if ((error as Error)?.name === 'TimeoutError')
-          throw new PutEventsTimeoutError((error as Error).message);
-        throw error;
-      }
-    }) as never,
-    { step: 'deserialize', name: NO_RETRY_AFTER_TIMEOUT_MIDDLEWARE, priority: 'high' } as never,
-  );
-}
-
 /** The name `@aws-sdk/middleware-user-agent` registers its middleware under (in the build step). */
 export const USER_AGENT_MIDDLEWARE = 'getUserAgentMiddleware';
-
-/**
- * Checks at start-up that the client can sign requests: a region and credentials must resolve.
- * Without this, every PutEvents fails before leaving the process and each event is retried (and
- * finally dead-lettered) for what is a deployment problem.
- * @throws {OutboxConfigError} naming AWS_REGION or the credentials
- */
-export async function checkEventBridgeClient(client: {
-  config: { region(): Promise<string>; credentials(): Promise<unknown> };
-}): Promise<void> {
-  try {
-    await client.config.region();
-  } catch (error) {
-    throw new OutboxConfigError(
-      'AWS_REGION',
-      `is required to sign PutEvents requests (${(error as Error).message}): set the bus's region, e.g. ` +
-        'AWS_REGION=eu-west-1; for a local bus, `npx outbox bus` (the relay package) prints it',
-    );
-  }
-  try {
-    await client.config.credentials();
-  } catch (error) {
-    throw new OutboxConfigError(
-      'AWS credentials',
-      `none found (${(error as Error).message}); for the local bus set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY to any value`,
-    );
-  }
-}
 
 /** The PutEvents entry for an event: the envelope described in docs/producing.md#the-event-on-the-bus. */
 export function toEntry(event: ClaimedEvent, eventBusName: string): PutEventsRequestEntry {
@@ -226,80 +126,27 @@ export async function putEntries(
   }
 }
 
-/**
- * The outcome of one entry of a PutEvents answer (either bus): accepted when it has an `EventId`
- * and no `ErrorCode`, else failed with its code, classified by {@link PERMANENT_ENTRY_ERRORS}.
- */
-export function entryOutcome(
-  r: { EventId?: string; ErrorCode?: string; ErrorMessage?: string } | undefined,
-): EntryOutcome {
-  if (r && !r.ErrorCode && r.EventId) return { ok: true };
-  const code = r?.ErrorCode ?? 'MissingResult';
+interface ClassicRequest extends PublishRequest {
+  readonly entries: PutEventsRequestEntry[];
+}
+
+/** The classic event bus's {@link Publisher}: {@link toEntry}, {@link packRequests}, {@link putEntries}. */
+export function eventBridgePublisher(client: EventBridgeClient, settings: RelaySettings): Publisher {
   return {
-    ok: false,
-    code,
-    message: r?.ErrorMessage ?? 'no result for this entry in the PutEvents response',
-    permanent: PERMANENT_ENTRY_ERRORS.has(code),
-    throttled: code === 'ThrottlingException',
-    // A throttled entry met the account's rate, not a fault of its own; any other per-entry
-    // code (InternalFailure included) is the entry's and counts towards dead-lettering.
-    backPressure: code === 'ThrottlingException',
+    kind: 'event-bus',
+    pack(events) {
+      const items = events.map((event) => ({ event, entry: toEntry(event, settings.eventBusName) }));
+      return packRequests(items, settings.maxRequestBytes).map(
+        (request): ClassicRequest => ({
+          events: request.map((i) => i.event),
+          entries: request.map((i) => i.entry),
+        }),
+      );
+    },
+    put: (request, signal, answerTimeoutMs) =>
+      putEntries(client, (request as ClassicRequest).entries, signal, answerTimeoutMs),
+    check: () => checkEventBridgeClient(client),
   };
 }
 
-/** Whether a call failed as a whole because the request was refused as invalid (HTTP 4xx named `invalidCode`). */
-export function refusedAsInvalid(error: unknown, invalidCode: string): boolean {
-  const err = error as { name?: string; $metadata?: { httpStatusCode?: number } };
-  const status = err.$metadata?.httpStatusCode;
-  return status !== undefined && status >= 400 && status < 500 && err.name === invalidCode;
-}
-
-/** The outcome of each entry of a call that failed as a whole (either bus). */
-export function requestFailure(error: unknown): EntryOutcome {
-  {
-    const err = error as { name?: string; message?: string; $metadata?: { httpStatusCode?: number } };
-    const code = err.name ?? 'Error';
-    const status = err.$metadata?.httpStatusCode;
-    const throttled = code === 'ThrottlingException' || status === 429;
-    return {
-      ok: false as const,
-      code,
-      message: `${err.message ?? String(error)}${status ? ` (HTTP ${status})` : ''}`,
-      // A whole request refused (a bad bus name, a missing permission) is most likely a deployment
-      // problem: never a dead letter at once, but retried with backoff (and alarmed on). Entries
-      // too large for the bus are refused by enqueue before they are ever stored.
-      permanent: false,
-      throttled,
-      // No HTTP status: the request never got an answer (network, timeout, aborted). 5xx: the
-      // service failed. Neither says anything about the entries, so their attempt is given back.
-      // Other 4xx still count, so that a refusal that never heals ends in a visible dead letter.
-      backPressure: throttled || status === undefined || status >= 500,
-    };
-  }
-}
-
-/**
- * Whether an outcome says the request got no answer in the time it was given (its attempt timed
- * out, or the call's budget aborted it), as opposed to an answer, even a failed one.
- */
-export function isNoAnswer(outcome: EntryOutcome): boolean {
-  return !outcome.ok && (outcome.code === 'PutEventsTimeoutError' || outcome.code === 'AbortError');
-}
-
-/** Runs `worker` over `items` with at most `limit` in flight. */
-export async function mapWithConcurrency<T, R>(
-  items: readonly T[],
-  limit: number,
-  worker: (item: T) => Promise<R>,
-): Promise<R[]> {
-  const results: R[] = new Array(items.length);
-  let next = 0;
-  const lanes = Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) {
-      const i = next++;
-      results[i] = await worker(items[i] as T);
-    }
-  });
-  await Promise.all(lanes);
-  return results;
-}
+/** Entries per PutEvents request on a Custom Event Bus (the API reference). */

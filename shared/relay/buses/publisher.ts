@@ -1,43 +1,26 @@
 /**
- * Where a pass puts its events: a {@link Publisher} packs a round's events into requests and sends
- * one request, answering one {@link EntryOutcome} per event in request order, never throwing. Two
- * buses (docs/configuration.md#custom-event-bus-eventsv2):
+ * Where a pass puts its events: the {@link Publisher} interface both buses implement, and what
+ * they share. A publisher packs a round's events into requests and sends one request, answering one
+ * {@link EntryOutcome} per event in request order, never throwing. Two buses
+ * (docs/configuration.md#custom-event-bus-eventsv2), a module each:
  *
- * - {@link eventBridgePublisher}, the classic event bus (the default): PutEvents of
+ * - classic-bus.ts, the classic event bus (the default): PutEvents of
  *   `@aws-sdk/client-eventbridge`, ≤ 10 entries and `maxRequestBytes` per request, the bus named
  *   per entry (`EVENT_BUS_NAME`);
- * - {@link eventsV2Publisher}, the Custom Event Bus (EventsV2, `OUTBOX_EVENT_BUS_ARN`): ≤ 100
- *   entries per request, the bus by ARN, `SystemMetadata.EventGroupId` = the aggregate (so a FIFO
+ * - custom-event-bus.ts, the Custom Event Bus (EventsV2, `OUTBOX_EVENT_BUS_ARN`): ≤ 100 entries
+ *   per request, the bus by ARN, `SystemMetadata.EventGroupId` = the aggregate (so a FIFO
  *   subscriber receives each aggregate's events in publish order) and `DeduplicationId` = the
  *   event id (so a batch re-sent after a lost answer is dropped by the bus, answered
- *   `DEDUPLICATED`, which counts as published).
+ *   `DEDUPLICATED`, which counts as published); its client is custom-event-bus-client.ts.
  *
- * Per-entry failures are classified the same way on both (`entryOutcome`, `requestFailure` in
- * publish.ts).
+ * Both read an answer entry by entry: PutEvents answers HTTP 200 even when some entries failed
+ * (`FailedEntryCount > 0`, an `ErrorCode` on each failed entry, in request order). Ignoring that
+ * is the classic silent-loss bug, so the outcome is always per entry, classified the same way on
+ * both buses ({@link entryOutcome}, {@link requestFailure}); both clients share the per-attempt
+ * timeouts and the rule that an attempt without an answer is not retried inside the call.
  */
-import { createHash } from 'node:crypto';
-import type { EventBridgeClient, PutEventsRequestEntry } from '@aws-sdk/client-eventbridge';
-import { entrySize, type RelaySettings } from '../../platform/index.ts';
+import { OutboxConfigError, OutboxError } from '../../platform/index.ts';
 import type { ClaimedEvent } from '../types.ts';
-import {
-  addNoRetryAfterTimeout,
-  checkEventBridgeClient,
-  type EntryOutcome,
-  entryOutcome,
-  PUT_EVENTS_TIMEOUTS,
-  packRequests,
-  putEntries,
-  refusedAsInvalid,
-  requestFailure,
-  toEntry,
-} from './classic-bus.ts';
-import {
-  EVENTSV2_SUCCESS_CODES,
-  EventsV2Client,
-  type EventsV2ClientConfig,
-  EventsV2PutEventsCommand,
-  type EventsV2PutEventsRequestEntry,
-} from './custom-event-bus-client.ts';
 
 /** A request a publisher packed: the events it carries, in order. */
 export interface PublishRequest {
@@ -64,155 +47,168 @@ export interface Publisher {
   check(): Promise<void>;
 }
 
-interface ClassicRequest extends PublishRequest {
-  readonly entries: PutEventsRequestEntry[];
-}
+/** Per-entry error codes that no retry can fix: the row is dead-lettered at once. */
+export const PERMANENT_ENTRY_ERRORS: ReadonlySet<string> = new Set([
+  'InvalidArgument',
+  'MalformedDetail',
+  'AccessDeniedException',
+  'NotAuthorizedForSourceException',
+  'NotAuthorizedForDetailTypeException',
+  'ValidationException',
+]);
 
-/** The classic event bus: today's PutEvents, packing and outcomes (publish.ts). */
-export function eventBridgePublisher(client: EventBridgeClient, settings: RelaySettings): Publisher {
+/**
+ * What happened to one entry. A failure is `permanent` (dead-letter at once), or retryable; a
+ * retryable one is `backPressure` when it is not the entry's own fault — a throttled entry, or a
+ * request that failed as a whole on the network, on a timeout or with HTTP 5xx — and then it does
+ * not count towards dead-lettering.
+ */
+export type EntryOutcome =
+  | { ok: true }
+  | {
+      ok: false;
+      code: string;
+      message: string;
+      permanent: boolean;
+      throttled: boolean;
+      backPressure: boolean;
+    };
+
+/**
+ * The outcome of one entry of a PutEvents answer (either bus): accepted when it has an `EventId`
+ * and no `ErrorCode`, else failed with its code, classified by {@link PERMANENT_ENTRY_ERRORS}.
+ */
+export function entryOutcome(
+  r: { EventId?: string; ErrorCode?: string; ErrorMessage?: string } | undefined,
+): EntryOutcome {
+  if (r && !r.ErrorCode && r.EventId) return { ok: true };
+  const code = r?.ErrorCode ?? 'MissingResult';
   return {
-    kind: 'event-bus',
-    pack(events) {
-      const items = events.map((event) => ({ event, entry: toEntry(event, settings.eventBusName) }));
-      return packRequests(items, settings.maxRequestBytes).map(
-        (request): ClassicRequest => ({
-          events: request.map((i) => i.event),
-          entries: request.map((i) => i.entry),
-        }),
-      );
-    },
-    put: (request, signal, answerTimeoutMs) =>
-      putEntries(client, (request as ClassicRequest).entries, signal, answerTimeoutMs),
-    check: () => checkEventBridgeClient(client),
+    ok: false,
+    code,
+    message: r?.ErrorMessage ?? 'no result for this entry in the PutEvents response',
+    permanent: PERMANENT_ENTRY_ERRORS.has(code),
+    throttled: code === 'ThrottlingException',
+    // A throttled entry met the account's rate, not a fault of its own; any other per-entry
+    // code (InternalFailure included) is the entry's and counts towards dead-lettering.
+    backPressure: code === 'ThrottlingException',
   };
 }
 
-/** Entries per PutEvents request on a Custom Event Bus (the API reference). */
-export const EVENTSV2_MAX_ENTRIES_PER_REQUEST = 100;
-
-/**
- * Characters of an `EventGroupId` the relay sends. The model gives no length for it (the Rust
- * crate and the generated TypeScript schemas carry none); 128, the limit of `DeduplicationId` and
- * of an SQS FIFO group id, is our choice: longer aggregate keys are hashed (see
- * {@link eventGroupIdOf}).
- */
-export const MAX_EVENT_GROUP_ID_LENGTH = 128;
-
-/**
- * The `EventGroupId` of an event: its aggregate, `aggregateType/aggregateId`. A key longer than
- * {@link MAX_EVENT_GROUP_ID_LENGTH} becomes `sha256:` and the hex SHA-256 of the key (71
- * characters): stable across relays and re-sends, so the group, and the order within it, is the
- * same every time. Two aggregates may share a group (`a/b`+`c` and `a`+`b/c`, or a hash collision):
- * that only orders them together, it never reorders either.
- */
-export function eventGroupIdOf(event: Pick<ClaimedEvent, 'aggregateType' | 'aggregateId'>): string {
-  const key = `${event.aggregateType}/${event.aggregateId}`;
-  if (key.length <= MAX_EVENT_GROUP_ID_LENGTH) return key;
-  return `sha256:${createHash('sha256').update(key, 'utf8').digest('hex')}`;
+/** Whether a call failed as a whole because the request was refused as invalid (HTTP 4xx named `invalidCode`). */
+export function refusedAsInvalid(error: unknown, invalidCode: string): boolean {
+  const err = error as { name?: string; $metadata?: { httpStatusCode?: number } };
+  const status = err.$metadata?.httpStatusCode;
+  return status !== undefined && status >= 400 && status < 500 && err.name === invalidCode;
 }
 
-/** The Custom Event Bus entry of an event: the classic envelope (without TraceHeader, which the API has no member for) plus its system metadata. */
-export function toEventsV2Entry(event: ClaimedEvent): EventsV2PutEventsRequestEntry {
-  const classic = toEntry(event, '');
-  return {
-    Source: classic.Source as string,
-    DetailType: classic.DetailType as string,
-    Detail: classic.Detail as string,
-    Time: event.createdAt,
-    // The event id is a uuid (36 characters), within DeduplicationId's 128.
-    SystemMetadata: { EventGroupId: eventGroupIdOf(event), DeduplicationId: event.eventId },
-  };
-}
-
-interface EventsV2Request extends PublishRequest {
-  readonly entries: EventsV2PutEventsRequestEntry[];
+/** The outcome of each entry of a call that failed as a whole (either bus). */
+export function requestFailure(error: unknown): EntryOutcome {
+  {
+    const err = error as { name?: string; message?: string; $metadata?: { httpStatusCode?: number } };
+    const code = err.name ?? 'Error';
+    const status = err.$metadata?.httpStatusCode;
+    const throttled = code === 'ThrottlingException' || status === 429;
+    return {
+      ok: false as const,
+      code,
+      message: `${err.message ?? String(error)}${status ? ` (HTTP ${status})` : ''}`,
+      // A whole request refused (a bad bus name, a missing permission) is most likely a deployment
+      // problem: never a dead letter at once, but retried with backoff (and alarmed on). Entries
+      // too large for the bus are refused by enqueue before they are ever stored.
+      permanent: false,
+      throttled,
+      // No HTTP status: the request never got an answer (network, timeout, aborted). 5xx: the
+      // service failed. Neither says anything about the entries, so their attempt is given back.
+      // Other 4xx still count, so that a refusal that never heals ends in a visible dead letter.
+      backPressure: throttled || status === undefined || status >= 500,
+    };
+  }
 }
 
 /**
- * A client for the relay's calls to a Custom Event Bus: 3 attempts, the classic client's
- * per-attempt timeouts and the same rule that an attempt without an answer is not retried inside
- * the call (publish.ts, {@link PUT_EVENTS_TIMEOUTS}).
+ * Whether an outcome says the request got no answer in the time it was given (its attempt timed
+ * out, or the call's budget aborted it), as opposed to an answer, even a failed one.
  */
-export function createEventsV2Client(config: EventsV2ClientConfig = {}): EventsV2Client {
-  const client = new EventsV2Client({
-    maxAttempts: 3,
-    requestHandler: { ...PUT_EVENTS_TIMEOUTS, throwOnRequestTimeout: true },
-    ...config,
-  });
-  addNoRetryAfterTimeout(client.middlewareStack as never);
-  return client;
+export function isNoAnswer(outcome: EntryOutcome): boolean {
+  return !outcome.ok && (outcome.code === 'PutEventsTimeoutError' || outcome.code === 'AbortError');
 }
 
-/** The Custom Event Bus (`settings.eventBusArn`); see the module's comment. */
-export function eventsV2Publisher(client: EventsV2Client, settings: RelaySettings): Publisher {
-  const eventBusArn = settings.eventBusArn;
-  if (!eventBusArn) throw new TypeError('eventsV2Publisher: settings.eventBusArn is not set');
-  const put = async (
-    entries: EventsV2PutEventsRequestEntry[],
-    signal?: AbortSignal,
-    answerTimeoutMs?: number,
-  ): Promise<EntryOutcome[]> => {
-    try {
-      const out = await client.send(
-        new EventsV2PutEventsCommand({ EventBusArn: eventBusArn, Entries: entries }),
-        {
-          abortSignal: signal,
-          ...(answerTimeoutMs === undefined ? {} : { requestTimeout: answerTimeoutMs }),
-        },
-      );
-      const results = out.Entries ?? [];
-      return entries.map((_, i) => {
-        const r = results[i];
-        // PUBLISHED, or DEDUPLICATED: an entry with this event id was accepted within the last 5
-        // minutes (a re-send after a lost answer) and is not delivered again. Both are published.
-        const accepted =
-          r?.SuccessCode === EVENTSV2_SUCCESS_CODES.published ||
-          r?.SuccessCode === EVENTSV2_SUCCESS_CODES.deduplicated;
-        return accepted && !r?.ErrorCode ? { ok: true } : entryOutcome(r);
-      });
-    } catch (error) {
-      // A request refused as invalid (InvalidInputException, the API's validation error) is split,
-      // so that one bad entry cannot hold back the others, as on the classic bus.
-      if (refusedAsInvalid(error, 'InvalidInputException') && entries.length > 1 && !signal?.aborted) {
-        const singles = await Promise.all(entries.map((e) => put([e], signal, answerTimeoutMs)));
-        return singles.flat();
+/**
+ * Per-attempt timeouts of the EventBridge client, ms. `@smithy/node-http-handler` (4.x) only warns
+ * when `requestTimeout` is exceeded unless `throwOnRequestTimeout` is set, and has no socket
+ * timeout by default: without both, a bus that accepts the connection and never answers holds
+ * the call forever. `requestTimeout` is the default for calls that name none: the relay gives
+ * every PutEvents call its own, learned from the bus's answers (`AnswerTimeout`,
+ * ../answer-timeout.ts), and the pass also bounds the whole call, SDK retries and their backoff
+ * included, with an abort signal.
+ */
+export const PUT_EVENTS_TIMEOUTS = { connectionTimeout: 2_000, requestTimeout: 3_000 } as const;
+
+/**
+ * An attempt got no answer within its timeout. Not retried by the SDK inside the same call: the
+ * bus may well have accepted the entries and be answering late, and another attempt with the same
+ * timeout would only deliver them again (a bus answering after 4 s against 3 s attempts delivered
+ * each event three times per call and marked none). The pass gives the entries back and the next
+ * pass sends them with a longer timeout.
+ *
+ * No `cause`: the SDK's retry classification follows `cause` and would find the transient
+ * `TimeoutError` there; the original message is kept in this one's.
+ */
+export class PutEventsTimeoutError extends OutboxError {
+  override name = 'PutEventsTimeoutError';
+  constructor(message: string) {
+    super(`no answer from the bus within the attempt's timeout (${message})`);
+  }
+}
+
+/** The name of the middleware that turns an attempt's timeout into {@link PutEventsTimeoutError}. */
+export const NO_RETRY_AFTER_TIMEOUT_MIDDLEWARE = 'outboxNoRetryAfterTimeout';
+
+/**
+ * Adds the middleware that turns an attempt's timeout into {@link PutEventsTimeoutError} (not
+ * retried inside the call) to an SDK client's stack: the classic client's and the EventsV2 one's.
+ */
+export function addNoRetryAfterTimeout(stack: { add(middleware: never, options: never): void }): void {
+  // In the deserialize step, below the retry middleware (finalizeRequest): it sees each attempt.
+  stack.add(
+    ((next: (args: unknown) => Promise<unknown>) => async (args: unknown) => {
+      try {
+        return await next(args);
+      } catch (error) {
+        if ((error as Error)?.name === 'TimeoutError')
+          throw new PutEventsTimeoutError((error as Error).message);
+        throw error;
       }
-      const outcome = requestFailure(error);
-      return entries.map(() => ({ ...outcome }));
-    }
-  };
-  return {
-    kind: 'custom-event-bus',
-    pack(events) {
-      const requests: EventsV2Request[] = [];
-      let current: { events: ClaimedEvent[]; entries: EventsV2PutEventsRequestEntry[] } = {
-        events: [],
-        entries: [],
-      };
-      let bytes = 0;
-      for (const event of events) {
-        const entry = toEventsV2Entry(event);
-        // Counted as the classic bus counts an entry (Source, DetailType, Detail, 14 bytes for
-        // Time): the EventsV2 reference gives no rule of its own (an assumption, in the docs).
-        const size = entrySize(entry);
-        if (
-          current.events.length > 0 &&
-          (current.events.length === EVENTSV2_MAX_ENTRIES_PER_REQUEST ||
-            bytes + size > settings.maxRequestBytes)
-        ) {
-          requests.push(current);
-          current = { events: [], entries: [] };
-          bytes = 0;
-        }
-        current.events.push(event);
-        current.entries.push(entry);
-        bytes += size;
-      }
-      if (current.events.length > 0) requests.push(current);
-      return requests;
-    },
-    put: (request, signal, answerTimeoutMs) =>
-      put((request as EventsV2Request).entries, signal, answerTimeoutMs),
-    check: () => checkEventBridgeClient(client),
-  };
+    }) as never,
+    { step: 'deserialize', name: NO_RETRY_AFTER_TIMEOUT_MIDDLEWARE, priority: 'high' } as never,
+  );
+}
+
+/**
+ * Checks at start-up that the client can sign requests: a region and credentials must resolve.
+ * Without this, every PutEvents fails before leaving the process and each event is retried (and
+ * finally dead-lettered) for what is a deployment problem.
+ * @throws {OutboxConfigError} naming AWS_REGION or the credentials
+ */
+export async function checkEventBridgeClient(client: {
+  config: { region(): Promise<string>; credentials(): Promise<unknown> };
+}): Promise<void> {
+  try {
+    await client.config.region();
+  } catch (error) {
+    throw new OutboxConfigError(
+      'AWS_REGION',
+      `is required to sign PutEvents requests (${(error as Error).message}): set the bus's region, e.g. ` +
+        'AWS_REGION=eu-west-1; for a local bus, `npx outbox bus` (the relay package) prints it',
+    );
+  }
+  try {
+    await client.config.credentials();
+  } catch (error) {
+    throw new OutboxConfigError(
+      'AWS credentials',
+      `none found (${(error as Error).message}); for the local bus set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY to any value`,
+    );
+  }
 }
