@@ -3,7 +3,7 @@
  * `outbox relay` command's progress lines (cli/relay-report.ts) and the relay Lambda's log and
  * invocation summary (functions/relay/relay-handler.ts).
  */
-import type { RelayFailure } from './pass.ts';
+import type { RelayFailure } from './pass-options.ts';
 
 /** Totals of one failure reason. */
 export interface FailureReason {

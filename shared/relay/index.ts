@@ -50,7 +50,7 @@ export {
   runRelay,
   type StopReason,
 } from './loop.ts';
-export type { RelayFailure } from './pass.ts';
+export type { RelayFailure } from './pass-options.ts';
 export {
   type CreateRelayOptions,
   createRelay,

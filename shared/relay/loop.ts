@@ -16,7 +16,9 @@ import {
 import { AnswerTimeout } from './answer-timeout.ts';
 import { addCounts, emptyCounts, type RelayCounts } from './counts.ts';
 import { Lease, type LeaseLeftover } from './lease.ts';
-import { type PassOptions, type RelayDeps, relayPass, STATEMENT_DEADLINE_MS } from './pass.ts';
+import { relayPass } from './pass.ts';
+import { STATEMENT_DEADLINE_MS } from './pass-deadlines.ts';
+import type { PassOptions, RelayDeps } from './pass-options.ts';
 import { Semaphore } from './semaphore.ts';
 import { abandonLease, hasPending } from './sql/index.ts';
 

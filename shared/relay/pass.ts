@@ -15,16 +15,13 @@
  * outstanding, so a live pass keeps its rows through a call longer than its lease, while a dead
  * relay's rows come back one short lease after its last renewal.
  */
-import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import {
-  type ConnectionPool,
   compareInt8,
   currentSql,
   keepsPublishedHistory,
-  OutboxDeadlineError,
+  type OutboxDeadlineError,
   type RelaySettings,
   type Sql,
-  withDeadline,
 } from '../platform/index.ts';
 import { AnswerTimeout } from './answer-timeout.ts';
 import { backoffDelayMs } from './backoff.ts';
@@ -37,7 +34,16 @@ import {
 } from './buses/index.ts';
 import { emptyCounts, type RelayCounts } from './counts.ts';
 import type { Lease } from './lease.ts';
-import { mapWithConcurrency, type Semaphore } from './semaphore.ts';
+import {
+  LEASE_SAFETY_MS,
+  MARK_RESERVE_MS,
+  MAX_CALL_MS,
+  MIN_CALL_MS,
+  RENEW_AFTER_SHARE,
+  Watchdog,
+} from './pass-deadlines.ts';
+import type { PassCheckpoint, PassOptions, RelayDeps } from './pass-options.ts';
+import { mapWithConcurrency } from './semaphore.ts';
 import {
   type ClaimOptions,
   claimBatchKept,
@@ -51,184 +57,6 @@ import {
   unparkNextEvents,
 } from './sql/index.ts';
 import type { ClaimedEvent } from './types.ts';
-
-/** What a pass needs. */
-export interface RelayDeps {
-  /**
-   * The database. Give a {@link ConnectionPool} (see `openPool`) so the loop can replace the
-   * connections after one broke or stopped answering; a plain pool works but is never replaced.
-   */
-  sql: Sql | ConnectionPool;
-  /** The classic bus's client, used when no `publisher` is given. */
-  client?: EventBridgeClient;
-  /**
-   * Where events are put (buses/publisher.ts): default the classic bus through `client`. The Custom
-   * Event Bus's is `eventsV2Publisher` (createRelay picks it when `OUTBOX_EVENT_BUS_ARN` is set).
-   */
-  publisher?: Publisher;
-  settings: RelaySettings;
-  /** Source of randomness for backoff jitter; tests may fix it. */
-  random?: () => number;
-  /** Caps PutEvents calls in flight across concurrent passes; default: `publishConcurrency` per pass. */
-  publishSlots?: Semaphore;
-  /**
-   * How long a PutEvents attempt waits for the answer, learned from the bus; share one across the
-   * passes of a relay (the loop does). Default: a new one per pass (3 s until it learns).
-   */
-  answerTimeout?: AnswerTimeout;
-  /**
-   * Called for every event that failed in a pass once its retry or dead letter is recorded, with
-   * the reason kept in its `last_error` (not for one whose lease another relay took meanwhile).
-   */
-  onFailure?: (failure: RelayFailure) => void;
-}
-
-/** An event that failed in a pass: retried later, or dead-lettered. */
-export interface RelayFailure {
-  eventId: string;
-  /** `ErrorCode: message`, as recorded in `last_error`. */
-  reason: string;
-  deadLettered: boolean;
-}
-
-/** Options of one pass. */
-export interface PassOptions {
-  /** `performance.now()` by which the pass must have returned (a Lambda's deadline less a margin). */
-  endBy?: number;
-  /**
-   * Passes in a row that met back-pressure before this one: back-pressured rows back off as if
-   * this were their attempt `streak + 1` (their own attempt count does not grow).
-   */
-  backPressureStreak?: number;
-  /**
-   * Runs the claim instead of the pass (default: `claimBatchKept` on `deps.sql`); it must call
-   * `keep` with the answer before committing, and roll back when `keep` throws (the pass gave up
-   * on the claim). The model-based test runs it inside a transaction it commits later, so that
-   * other claims overlap an uncommitted one in Postgres.
-   */
-  claim?: (options: ClaimOptions, keep: (events: ClaimedEvent[]) => void) => Promise<ClaimedEvent[]>;
-  /**
-   * Awaited at each step of the pass (see {@link PassCheckpoint}), with no statement or call in
-   * flight; a rejection ends the pass there, leaving its rows leased as a crash would. For the
-   * model-based test, which interleaves passes step by step; not bounded by the pass's deadlines.
-   */
-  checkpoint?: (at: PassCheckpoint) => Promise<void>;
-}
-
-/**
- * The steps at which a pass awaits {@link PassOptions.checkpoint}: the claim answered; a round is
- * about to start (its successors' attempts not spent yet, nothing sent); the start of a round's
- * successors answered, not yet taken in (a rejection there is that answer lost); a round's
- * PutEvents calls answered (nothing marked yet); the pass is about to hand back what is left and
- * unpark.
- */
-export type PassCheckpoint = 'claimed' | 'round' | 'started' | 'sent' | 'finishing';
-
-/** The longest any relay statement may take, ms; within a pass, the watchdog's time left bounds it sooner. */
-export const STATEMENT_DEADLINE_MS = 10_000;
-/**
- * The watchdog fires this long before the lease's end: clock rates differ, the last write is in
- * flight, and a CPU-starved process notices its timers late (the slowness test saw a pass return
- * 1.0 s after its lease with a 0.5 s margin, on a 2-core machine running four other test suites).
- */
-const LEASE_SAFETY_MS = 1_500;
-/** Time kept after a PutEvents call, for marking its outcome, ms. */
-const MARK_RESERVE_MS = 1_500;
-/** No round starts with a PutEvents budget shorter than this, ms. */
-const MIN_CALL_MS = 1_000;
-/** Longest PutEvents call, SDK retries and their backoff included, ms. */
-const MAX_CALL_MS = 10_000;
-/** A pass renews its lease before a round once this share of the lease has gone by. */
-const RENEW_AFTER_SHARE = 0.25;
-
-/** An abort signal for one call, and the function that disposes of it once the call is over. */
-export interface CallSignal {
-  signal: AbortSignal;
-  /** Clears the timer and the listener on the parent; call it when the call has ended. */
-  release: () => void;
-}
-
-/**
- * A signal aborted when `parent` aborts (with its reason) or after `ms` (with a `TimeoutError`
- * `DOMException`, as `AbortSignal.timeout` gives), for one PutEvents call.
- *
- * Not `AbortSignal.any([parent, AbortSignal.timeout(ms)])`: composite signals cost the relay
- * measurable CPU per event (docs/investigations.md#one-controller-per-putevents-call).
- */
-export function callSignal(parent: AbortSignal, ms: number): CallSignal {
-  const controller = new AbortController();
-  const onParent = () => controller.abort(parent.reason);
-  const timer = setTimeout(
-    () => controller.abort(new DOMException('The operation was aborted due to timeout', 'TimeoutError')),
-    ms,
-  );
-  // Like AbortSignal.timeout's timer, it does not keep the process alive on its own.
-  timer.unref();
-  if (parent.aborted) onParent();
-  else parent.addEventListener('abort', onParent, { once: true });
-  return {
-    signal: controller.signal,
-    release: () => {
-      clearTimeout(timer);
-      parent.removeEventListener('abort', onParent);
-    },
-  };
-}
-
-/**
- * Aborts a pass before its lease (or the caller's deadline) runs out, and bounds its statements.
- * Re-armed after each renewal, since a renewal moves the lease's end.
- */
-class Watchdog {
-  readonly #controller = new AbortController();
-  readonly #lease: Lease;
-  readonly #endBy: number;
-  #timer: NodeJS.Timeout | undefined;
-
-  constructor(lease: Lease, endBy: number) {
-    this.#lease = lease;
-    this.#endBy = endBy;
-  }
-
-  get signal(): AbortSignal {
-    return this.#controller.signal;
-  }
-
-  /** ms before the pass must have returned. */
-  leftMs(now = performance.now()): number {
-    return Math.min(this.#lease.heldUntil - LEASE_SAFETY_MS, this.#endBy) - now;
-  }
-
-  arm(): void {
-    clearTimeout(this.#timer);
-    const ms = this.leftMs();
-    const fire = () =>
-      this.#controller.abort(
-        new OutboxDeadlineError('relay pass', this.#lease.ms, 'its lease or the invocation ran out'),
-      );
-    if (ms <= 0) fire();
-    else this.#timer = setTimeout(fire, ms);
-  }
-
-  /** Runs a statement bounded by {@link STATEMENT_DEADLINE_MS} and the time the pass has left. */
-  statement<T>(operation: string, work: PromiseLike<T>): Promise<T> {
-    return withDeadline(
-      work,
-      operation,
-      Math.min(STATEMENT_DEADLINE_MS, this.leftMs()),
-      this.#controller.signal,
-    );
-  }
-
-  /** A signal for one PutEvents call: aborted when the watchdog fires or after `ms` (see {@link callSignal}). */
-  callSignal(ms: number): CallSignal {
-    return callSignal(this.#controller.signal, ms);
-  }
-
-  dispose(): void {
-    clearTimeout(this.#timer);
-  }
-}
 
 /**
  * One claim-publish-mark pass under `lease` (created by the caller, which hands the lease's rows

@@ -28,7 +28,7 @@ import {
 } from './buses/index.ts';
 import type { RelayCounts } from './counts.ts';
 import { type RelayRunResult, type RunRelayOptions, relayOnce, runRelay, UnreturnedLeases } from './loop.ts';
-import type { RelayFailure } from './pass.ts';
+import type { RelayFailure } from './pass-options.ts';
 import { mayDeleteOutboxRows } from './sql/index.ts';
 
 /**

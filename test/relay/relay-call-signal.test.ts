@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { callSignal } from '../../shared/relay/pass.ts';
+import { callSignal } from '../../shared/relay/pass-deadlines.ts';
 
 describe('the signal of one PutEvents call', () => {
   it('aborts with a TimeoutError once its budget is spent', async () => {

@@ -13,7 +13,7 @@ import {
   withDeadline,
 } from '../../platform/index.ts';
 import { createRelay, type Relay, type RelayRunResult } from '../index.ts';
-import { STATEMENT_DEADLINE_MS } from '../pass.ts';
+import { STATEMENT_DEADLINE_MS } from '../pass-deadlines.ts';
 import { countHeldBack, type HeldBack } from '../sql/index.ts';
 import { connectionHint, EXIT } from './errors.ts';
 import type { OperationsContext } from './operations.ts';
