@@ -17,6 +17,16 @@ export {
   type OutboxRoles,
 } from '../shared/platform/names.ts';
 export { OUTBOX_BUNDLING } from './bundling.ts';
+export type { OutboxConsumerAlarms } from './consumer-observability.ts';
+export {
+  CUSTOM_BUS_DEFAULT_MAX_EVENT_AGE_SECONDS,
+  CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS,
+  MAX_QUEUE_VISIBILITY_SECONDS,
+  type OutboxConsumerEvent,
+  type OutboxConsumerInboxSettings,
+  type OutboxConsumerProps,
+  RETRY_WINDOW_SECONDS_BY_ATTEMPTS,
+} from './consumer-props.ts';
 export { EVENTSV2_NAMESPACE, type OutboxCustomBusAlarms } from './custom-event-bus.ts';
 export {
   type OutboxDatabaseConnection,
@@ -26,17 +36,7 @@ export {
   outboxDatabaseConnection,
 } from './database.ts';
 export { type OutboxAlarms, RUNBOOK_ANCHORS } from './observability.ts';
-export {
-  CUSTOM_BUS_DEFAULT_MAX_EVENT_AGE_SECONDS,
-  CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS,
-  MAX_QUEUE_VISIBILITY_SECONDS,
-  OutboxConsumer,
-  type OutboxConsumerAlarms,
-  type OutboxConsumerEvent,
-  type OutboxConsumerInboxSettings,
-  type OutboxConsumerProps,
-  RETRY_WINDOW_SECONDS_BY_ATTEMPTS,
-} from './outbox-consumer.ts';
+export { OutboxConsumer } from './outbox-consumer.ts';
 export { OutboxRelay } from './outbox-relay.ts';
 export {
   DEFAULT_CUSTOM_BUS_RETENTION_DAYS,

@@ -20,9 +20,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { OrderPlaced } from '../../examples/billing/events.ts';
 import {
   CUSTOM_BUS_FILTER_PATTERN_MAX_LENGTH,
-  OutboxConsumer,
   type OutboxConsumerProps,
-} from '../../infra/outbox-consumer.ts';
+} from '../../infra/consumer-props.ts';
+import { OutboxConsumer } from '../../infra/outbox-consumer.ts';
 import { OutboxRelay } from '../../infra/outbox-relay.ts';
 import type { OutboxRelayProps } from '../../infra/props.ts';
 import { OutboxConfigError } from '../../shared/platform/errors.ts';

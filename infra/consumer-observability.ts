@@ -1,0 +1,261 @@
+/**
+ * What the `OutboxConsumer` watches: its alarms (each notifying `alarmTopic`), the inbox's parked
+ * metric, and its dashboard widgets.
+ */
+import { Duration } from 'aws-cdk-lib';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
+import type * as eventsv2 from 'aws-cdk-lib/aws-eventsv2';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import type { Construct } from 'constructs';
+import {
+  DEFAULT_METRIC_NAMESPACE,
+  INBOX_METRIC_DIMENSION,
+  InboxMetricName,
+} from '../shared/platform/names.ts';
+import type { OutboxConsumerProps } from './consumer-props.ts';
+import { EVENTSV2_NAMESPACE } from './custom-event-bus.ts';
+
+/** The consumer's alarms. */
+export interface OutboxConsumerAlarms {
+  /**
+   * EventBridge could not deliver events into Lambda (the dead-letter queue holds them); on a
+   * Custom Event Bus, the handler failed every attempt too (the records carry no payload).
+   */
+  readonly undelivered: cloudwatch.Alarm;
+  /**
+   * The handler failed on every attempt (the on-failure queue holds the invocation records); on
+   * a Custom Event Bus, the subscriber dropped events (`EventsDropped` in `AWS/EventsV2`: the
+   * dead-letter queue refused them).
+   */
+  readonly failed: cloudwatch.Alarm;
+  /** The function's Errors metric. */
+  readonly errors: cloudwatch.Alarm;
+  /** The inbox parked events (`onGapTimeout: 'park'`), emitted by the function itself. */
+  readonly parked: cloudwatch.Alarm;
+  /**
+   * Queue topology: the queue's oldest message is over an hour old (the function is not keeping
+   * up, or not reading at all); undefined in the direct topology.
+   */
+  readonly queueAge: cloudwatch.Alarm | undefined;
+}
+
+/** What the alarms and widgets watch: the parts of an `OutboxConsumer` (the construct is one). */
+export interface WatchedConsumer {
+  readonly function: lambda.IFunction;
+  readonly deadLetterQueue: sqs.IQueue;
+  readonly failedEventsQueue: sqs.IQueue;
+  readonly queue: sqs.Queue | undefined;
+  readonly topology: 'direct' | 'queue';
+  readonly subscriber: eventsv2.CfnSubscriber | undefined;
+}
+
+/** The inbox's parked events, as the function emits them: the metric of the `parked` alarm. */
+export function consumerParkedMetric(props: OutboxConsumerProps): cloudwatch.Metric {
+  return new cloudwatch.Metric({
+    namespace: props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE,
+    metricName: InboxMetricName.Parked,
+    dimensionsMap: { [INBOX_METRIC_DIMENSION]: props.consumer },
+    statistic: 'Sum',
+    period: Duration.minutes(5),
+  });
+}
+
+/** See {@link OutboxConsumer.widgets}. */
+export function createConsumerWidgets(
+  props: OutboxConsumerProps,
+  consumer: WatchedConsumer,
+): cloudwatch.IWidget[] {
+  const name = props.consumer;
+  const period = Duration.minutes(5);
+  const visible = (q: sqs.IQueue, label: string) =>
+    q.metricApproximateNumberOfMessagesVisible({ period, statistic: 'Maximum', label });
+  // One row of 24 units: three widgets 8 wide, or four 6 wide with the queue's.
+  const size = { width: consumer.queue ? 6 : 8, height: 6 };
+  const widgets: cloudwatch.IWidget[] = [
+    new cloudwatch.GraphWidget({
+      ...size,
+      title: `${name}: failure queues (messages)`,
+      left:
+        consumer.failedEventsQueue === consumer.deadLetterQueue
+          ? [visible(consumer.deadLetterQueue, 'undelivered or failed (dead-letter queue)')]
+          : [
+              visible(consumer.deadLetterQueue, 'undelivered (dead-letter queue)'),
+              visible(consumer.failedEventsQueue, 'failed (failed-events queue)'),
+            ],
+    }),
+    new cloudwatch.GraphWidget({
+      ...size,
+      title: `${name}: invocations and errors (count)`,
+      left: [
+        consumer.function.metricInvocations({ period, statistic: 'Sum' }),
+        consumer.function.metricErrors({ period, statistic: 'Sum' }),
+      ],
+    }),
+    new cloudwatch.GraphWidget({
+      ...size,
+      title: `${name}: duration (ms), parked events`,
+      left: [
+        consumer.function.metricDuration({ period, statistic: 'p50', label: 'duration p50' }),
+        consumer.function.metricDuration({ period, statistic: 'p99', label: 'duration p99' }),
+      ],
+      right: [consumerParkedMetric(props).with({ label: 'parked events' })],
+    }),
+  ];
+  if (consumer.queue) {
+    widgets.push(
+      new cloudwatch.GraphWidget({
+        ...size,
+        title: `${name}: queue (messages, age in s)`,
+        left: [visible(consumer.queue, 'visible messages')],
+        right: [
+          consumer.queue.metricApproximateAgeOfOldestMessage({
+            period,
+            statistic: 'Maximum',
+            label: 'oldest message age (s)',
+          }),
+        ],
+      }),
+    );
+  }
+  return widgets;
+}
+
+/** The consumer's alarms (see {@link OutboxConsumerAlarms}), each notifying `alarmTopic` when one is given. */
+export function createConsumerAlarms(
+  scope: Construct,
+  props: OutboxConsumerProps,
+  consumer: WatchedConsumer,
+): OutboxConsumerAlarms {
+  const alarm = (name: string, metric: cloudwatch.IMetric, description: string, threshold = 0) => {
+    const created = new cloudwatch.Alarm(scope, name, {
+      alarmDescription: description,
+      metric,
+      threshold,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
+    if (props.alarmTopic) created.addAlarmAction(new cwActions.SnsAction(props.alarmTopic));
+    return created;
+  };
+  const visible = (q: sqs.IQueue) =>
+    q.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(5), statistic: 'Maximum' });
+  const name = props.consumer;
+  if (consumer.subscriber) {
+    const subscriberMetric = (metricName: string) =>
+      new cloudwatch.Metric({
+        namespace: EVENTSV2_NAMESPACE,
+        metricName,
+        dimensionsMap: {
+          EventBus: props.customEventBusArn as string,
+          Subscriber: (consumer.subscriber as eventsv2.CfnSubscriber).attrSubscriberArn,
+        },
+        statistic: 'Sum',
+        period: Duration.minutes(5),
+      });
+    const fromBus =
+      'the record carries no payload (the event is published in the outbox, not a dead letter): replay it from the bus with a subscriber at StartingPosition POINT_IN_TIME before it and Transformer WITH_METADATA; the inbox applies what it has not applied and skips the rest as duplicates.';
+    return {
+      undelivered: alarm(
+        'UndeliveredAlarm',
+        visible(consumer.deadLetterQueue),
+        `The ${name} consumer's Custom Event Bus subscriber could not deliver events, or its handler failed on every attempt, after its retries (the dead-letter queue holds their records; ${fromBus}) Fix the cause, then replay.`,
+      ),
+      failed: alarm(
+        'FailedEventsAlarm',
+        subscriberMetric('EventsDropped'),
+        `The ${name} consumer's Custom Event Bus subscriber dropped events (its dead-letter queue refused them): ${fromBus}`,
+      ),
+      errors: alarm(
+        'ErrorsAlarm',
+        consumer.function.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
+        `The ${name} consumer's function failed invocations (the subscriber retries them, holding up their aggregate; those that fail every attempt are dead-lettered).`,
+        props.errorsAlarmThreshold ?? 0,
+      ),
+      parked: alarm(
+        'ParkedAlarm',
+        consumerParkedMetric(props),
+        `The ${name} inbox parked events: an earlier one of the same chain was still missing after the gap wait. Run: outbox inbox parked list --consumer ${name}; then replay or discard each.`,
+      ),
+      queueAge: undefined,
+    };
+  }
+  // The command that lists and replays both failure queues, with their URLs and the function's
+  // name filled in at deploy time (docs/consuming.md#failure-queues). CloudWatch takes at most
+  // 1,024 characters: when the text with the longest URLs and function name could exceed it (a
+  // long consumer name), the command is given once, to run with --dry-run first.
+  const failureText = (intro: string) => {
+    const text = (queue1: string, queue2: string, fn: string, withList: boolean) => {
+      const queues = `--queue-url ${queue1} --queue-url ${queue2}`;
+      const replay = `outbox inbox queue replay ${queues} --consumer ${shellWord(name)} --function-name ${fn}`;
+      return withList
+        ? `${intro} run: outbox inbox queue list ${queues}; then ${replay} (in each aggregate's order; the inbox applies each event once).`
+        : `${intro} run: ${replay} (with --dry-run first to see them; in each aggregate's order, the inbox applies each event once).`;
+    };
+    const fits =
+      text('q'.repeat(MAX_QUEUE_URL), 'q'.repeat(MAX_QUEUE_URL), 'f'.repeat(MAX_FUNCTION_NAME), true)
+        .length <= MAX_ALARM_DESCRIPTION;
+    return text(
+      consumer.failedEventsQueue.queueUrl,
+      consumer.deadLetterQueue.queueUrl,
+      consumer.function.functionName,
+      fits,
+    );
+  };
+  return {
+    undelivered: alarm(
+      'UndeliveredAlarm',
+      visible(consumer.deadLetterQueue),
+      failureText(
+        `EventBridge could not deliver events to the ${name} consumer's ${consumer.queue ? 'queue' : 'function'} (the messages are the events, the error in their attributes). Fix the cause, then`,
+      ),
+    ),
+    failed: alarm(
+      'FailedEventsAlarm',
+      visible(consumer.failedEventsQueue),
+      failureText(
+        `The ${name} consumer's handler failed on every ${consumer.topology === 'direct' ? 'attempt' : 'receive'} for some events (${consumer.topology === 'direct' ? "each message is Lambda's record: the event and the error" : "the messages are the events; the errors are in the function's logs and outbox inbox failed list"}). Fix the cause, then`,
+      ),
+    ),
+    errors: alarm(
+      'ErrorsAlarm',
+      consumer.function.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
+      `The ${name} consumer's function failed invocations (Lambda retries them; those that fail every attempt land in the failed-events queue).`,
+      props.errorsAlarmThreshold ?? 0,
+    ),
+    // Emitted by the inbox in the function itself (an EMF line per parked event).
+    parked: alarm(
+      'ParkedAlarm',
+      consumerParkedMetric(props),
+      `The ${name} inbox parked events: an earlier one of the same chain was still missing after the gap wait. Run: outbox inbox parked list --consumer ${name}; then replay or discard each.`,
+    ),
+    queueAge: consumer.queue
+      ? alarm(
+          'QueueAgeAlarm',
+          consumer.queue.metricApproximateAgeOfOldestMessage({
+            period: Duration.minutes(5),
+            statistic: 'Maximum',
+          }),
+          `The ${name} consumer's queue holds a message over an hour old: the function is not keeping up or not reading (its event source mapping disabled, failing invocations). Messages expire after 7 days.`,
+          3_600,
+        )
+      : undefined,
+  };
+}
+
+/** CloudWatch's limit on an alarm's description, characters. */
+const MAX_ALARM_DESCRIPTION = 1_024;
+/**
+ * The longest queue URL: `https://sqs.<region>.amazonaws.com.cn/<account>/` (a 14-character region)
+ * and an 80-character name, SQS's longest.
+ */
+const MAX_QUEUE_URL = 'https://sqs.ap-southeast-1.amazonaws.com.cn/123456789012/'.length + 80;
+/** Lambda's longest function name. */
+const MAX_FUNCTION_NAME = 64;
+
+/** `word` as one shell word: as is when nothing in it is special to a shell, else single-quoted. */
+function shellWord(word: string): string {
+  return /^[A-Za-z0-9_.,:@%+=/-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`;
+}
