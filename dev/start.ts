@@ -8,6 +8,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { createBillingHandler, createBillingSchema } from '../examples/billing/consumer.ts';
 import { OrderPlaced } from '../examples/billing/events.ts';
 import { type AcceptedEvent, startLocalBus } from '../shared/local/bus.ts';
+import { explainError } from '../shared/platform/cli/errors.ts';
+import { onInterrupt } from '../shared/platform/cli/signals.ts';
 import {
   checkDatabaseUrl,
   connect,
@@ -18,8 +20,6 @@ import {
   type Sql,
 } from '../shared/platform/index.ts';
 import { enqueueMany } from '../shared/producer/index.ts';
-import { explainError } from '../shared/relay/cli/errors.ts';
-import { onInterrupt } from '../shared/relay/cli/signals.ts';
 import { createRelay } from '../shared/relay/index.ts';
 import { getStatus } from '../shared/relay/operations/index.ts';
 import { startEmbeddedPostgres } from './embedded-postgres.ts';

@@ -43,7 +43,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { delivery } from '../../dev/delivery.ts';
 import { type InboxOptions, inbox } from '../../shared/consumer/index.ts';
-import { markParkedForReplay } from '../../shared/relay/operations/parked-events.ts';
+import { markParkedForReplay } from '../../shared/consumer/operations/parked-events.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { lambdaContext } from '../support/lambda.ts';
 

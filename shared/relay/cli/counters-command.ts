@@ -5,10 +5,10 @@
  * `outbox_aggregate`: the schema's owner (the master user), not a deployment role.
  */
 import type { Command } from 'commander';
+import { EXIT } from '../../platform/cli/errors.ts';
+import { positiveInteger } from '../../platform/cli/parsers.ts';
 import { advanceCounters } from '../operations/index.ts';
-import { EXIT } from './errors.ts';
 import type { OperationsContext } from './operations.ts';
-import { positiveInteger } from './parsers.ts';
 
 /** Least time between two progress lines, ms. */
 const PROGRESS_EVERY_MS = 1_000;

@@ -12,6 +12,10 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError } from 'commander';
+import { registerInbox } from '../../consumer/cli/inbox-commands.ts';
+import { registerInboxMaintenance } from '../../consumer/cli/inbox-maintenance-commands.ts';
+import { EXIT, explainError } from '../../platform/cli/errors.ts';
+import { positiveInteger } from '../../platform/cli/parsers.ts';
 import {
   connect,
   DEFAULT_ROLES,
@@ -35,11 +39,7 @@ import {
 import { registerBus } from './bus-command.ts';
 import { registerCounters } from './counters-command.ts';
 import { type EnqueueProgress, enqueueFromLines } from './enqueue-lines.ts';
-import { EXIT, explainError } from './errors.ts';
-import { registerInbox } from './inbox-commands.ts';
-import { registerInboxMaintenance } from './inbox-maintenance-commands.ts';
 import { type OperationsContext, registerOperations } from './operations.ts';
-import { positiveInteger } from './parsers.ts';
 import { registerRelay } from './relay-command.ts';
 
 /** Where the CLI writes; tests pass their own. */

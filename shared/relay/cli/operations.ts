@@ -3,6 +3,8 @@
  * what it did, and acting on more than one row needs `--yes` or a confirmation at the prompt.
  */
 import type { Command } from 'commander';
+import { EXIT } from '../../platform/cli/errors.ts';
+import { eventRef, eventRefs, parseSince, positiveInteger } from '../../platform/cli/parsers.ts';
 import type { Sql } from '../../platform/index.ts';
 import { loadMonitorSettings, parseExactJson, rawJson } from '../../platform/index.ts';
 import {
@@ -16,8 +18,6 @@ import {
   resolveDeadLetterIds,
   showDeadLetter,
 } from '../operations/index.ts';
-import { EXIT } from './errors.ts';
-import { eventRef, eventRefs, parseSince, positiveInteger } from './parsers.ts';
 
 /** What the operator commands need from the CLI. */
 export interface OperationsContext {

@@ -5,6 +5,8 @@
  * exit code.
  */
 import { type Command, Option } from 'commander';
+import { connectionHint, EXIT } from '../../platform/cli/errors.ts';
+import { onInterrupt } from '../../platform/cli/signals.ts';
 import {
   currentSql,
   describeConnectionFailure,
@@ -15,10 +17,8 @@ import {
 import { createRelay, type Relay, type RelayRunResult } from '../index.ts';
 import { STATEMENT_DEADLINE_MS } from '../pass-deadlines.ts';
 import { countHeldBack, type HeldBack } from '../sql/index.ts';
-import { connectionHint, EXIT } from './errors.ts';
 import type { OperationsContext } from './operations.ts';
 import { type FailureReason, REPORT_EVERY_MS, RelayReport } from './relay-report.ts';
-import { onInterrupt } from './signals.ts';
 
 /**
  * A one-shot `relay --until-empty` gives up after this many passes in a row in which every event

@@ -9,8 +9,9 @@
  * published rows' by default: a key is forgotten only when it is older than that retention *and*
  * its event has left the outbox, so the idempotency window never ends when a row is pruned.
  */
+
+import { pruneInboxBatch } from '../../consumer/operations/parked-events.ts';
 import type { Queryable } from '../../platform/index.ts';
-import { pruneInboxBatch } from './parked-events.ts';
 import {
   countExpiredKeys,
   countExpiredRows,

@@ -6,13 +6,13 @@
  */
 import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LocalSqs, startLocalSqs } from '../../../shared/local/sqs.ts';
-import { receiveAll } from '../../../shared/relay/cli/failure-queue-client.ts';
+import { receiveAll } from '../../../shared/consumer/cli/failure-queue-client.ts';
 import {
   type QueueMessage,
   readQueueMessage,
   replayOrder,
-} from '../../../shared/relay/cli/failure-queue-messages.ts';
+} from '../../../shared/consumer/cli/failure-queue-messages.ts';
+import { type LocalSqs, startLocalSqs } from '../../../shared/local/sqs.ts';
 
 let endpoint: LocalSqs;
 let sqs: SQSClient;

@@ -109,7 +109,7 @@ describe('dead letters --since', () => {
 
 describe('parseSince', () => {
   it('reads offsets in every ISO spelling, and refuses impossible dates', async () => {
-    const { parseSince } = await import('../../../shared/relay/cli/parsers.ts');
+    const { parseSince } = await import('../../../shared/platform/cli/parsers.ts');
     expect(parseSince('2026-11-30T10:00+0100')).toEqual(new Date('2026-11-30T09:00:00Z'));
     expect(parseSince('2026-11-30 04:00:00.250-05')).toEqual(new Date('2026-11-30T09:00:00.250Z'));
     expect(parseSince('2026-11-30t09:00z')).toEqual(new Date('2026-11-30T09:00:00Z'));

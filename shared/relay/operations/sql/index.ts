@@ -3,6 +3,32 @@
  * type or count what another deletes), next to the row type it returns, as in `relay/sql/`. No
  * other operations module writes SQL but roles.ts, whose statements are the grants themselves.
  */
+
+export {
+  countInboxExpired,
+  countInboxParked,
+  type DbInboxExpired,
+  type DbInboxParked,
+} from '../../../consumer/operations/sql/count-inbox.ts';
+export {
+  deleteExpiredChains,
+  deleteExpiredFailures,
+  deleteExpiredGaps,
+  deleteExpiredMessages,
+} from '../../../consumer/operations/sql/delete-inbox-expired.ts';
+export {
+  type DbParkedEvent,
+  discardParkedRows,
+  markReplaying,
+  selectInboxOutcome,
+  selectParked,
+} from '../../../consumer/operations/sql/parked.ts';
+export {
+  type DbFailedEvent,
+  hasFailureTrace,
+  selectFailed,
+  selectFailedForReplay,
+} from '../../../consumer/operations/sql/select-failed.ts';
 export {
   advanceCounterBatch,
   type CounterKey,
@@ -21,30 +47,11 @@ export {
 } from './count-backoff.ts';
 export { countClaimable, type DbClaimable, THROTTLE_SCAN_ROWS } from './count-claimable.ts';
 export { countExpiredKeys, countExpiredRows, type DbExpiredCounts } from './count-expired.ts';
-export {
-  countInboxExpired,
-  countInboxParked,
-  type DbInboxExpired,
-  type DbInboxParked,
-} from './count-inbox.ts';
 export { countOutbox, type DbOutboxCounts } from './count-outbox.ts';
 export { deleteDeadLetters } from './delete-dead-letters.ts';
 export { deleteIdempotencyKeys } from './delete-idempotency-keys.ts';
-export {
-  deleteExpiredChains,
-  deleteExpiredFailures,
-  deleteExpiredGaps,
-  deleteExpiredMessages,
-} from './delete-inbox-expired.ts';
 export { deletePublished } from './delete-published.ts';
 export { discardDeadLetterRows } from './discard-dead-letters.ts';
-export {
-  type DbParkedEvent,
-  discardParkedRows,
-  markReplaying,
-  selectInboxOutcome,
-  selectParked,
-} from './parked.ts';
 export { replayDeadLetterRows } from './replay-dead-letters.ts';
 export { type DeadLetterCriteria, selectDeadLetterIds } from './select-dead-letter-ids.ts';
 export {
@@ -53,5 +60,4 @@ export {
   selectDeadLetterRefs,
   selectDeadLetters,
 } from './select-dead-letters.ts';
-export { type DbFailedEvent, hasFailureTrace, selectFailed, selectFailedForReplay } from './select-failed.ts';
 export { type DbHoldingDeadLetter, selectHoldingDeadLetters } from './select-held-back.ts';

@@ -19,7 +19,10 @@
  */
 import type { LambdaClient } from '@aws-sdk/client-lambda';
 import type { Command } from 'commander';
+import { EXIT } from '../../platform/cli/errors.ts';
+import { positiveInteger } from '../../platform/cli/parsers.ts';
 import type { Sql } from '../../platform/index.ts';
+import type { OperationsContext } from '../../relay/cli/operations.ts';
 import {
   discardParked,
   type FailedEvent,
@@ -29,8 +32,7 @@ import {
   type ParkedEvent,
   type ParkedSelection,
   parkedOutcome,
-} from '../operations/index.ts';
-import { EXIT } from './errors.ts';
+} from '../../relay/operations/index.ts';
 import { registerFailedReplay } from './failed-replay-command.ts';
 import {
   addInvokeOptions,
@@ -39,8 +41,6 @@ import {
   invokeWithEvent,
   withLambda,
 } from './lambda-client.ts';
-import type { OperationsContext } from './operations.ts';
-import { positiveInteger } from './parsers.ts';
 import { registerQueueCommands } from './queue-commands.ts';
 
 interface Selected {

@@ -3,7 +3,7 @@
  * '--limit <n>' argument '0' is invalid. …", exit 2), with the reason and the accepted form.
  */
 import { InvalidArgumentError } from 'commander';
-import { parseEventRef } from '../operations/index.ts';
+import { parseEventRef } from '../../relay/operations/index.ts';
 
 /** A whole number of at least 1 (counts, batch sizes). */
 export function positiveInteger(value: string): number {

@@ -5,9 +5,9 @@
  */
 import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import type { Command } from 'commander';
+import { positiveInteger } from '../../platform/cli/parsers.ts';
 import { EnvVar } from '../../platform/index.ts';
 import { checkConsumerFunction } from './consumer-function.ts';
-import { positiveInteger } from './parsers.ts';
 
 /** Longest wait for the function's configuration (the check before a replay), ms. */
 const FUNCTION_CHECK_TIMEOUT_MS = 30_000;

@@ -6,8 +6,8 @@
  */
 import { type Command, InvalidArgumentError } from 'commander';
 import { DEFAULT_METRIC_NAMESPACE, EnvVar, loadMonitorSettings } from '../../platform/index.ts';
-import { countParked, inboxParkedEmf, pruneInbox } from '../operations/index.ts';
-import type { OperationsContext } from './operations.ts';
+import type { OperationsContext } from '../../relay/cli/operations.ts';
+import { countParked, inboxParkedEmf, pruneInbox } from '../../relay/operations/index.ts';
 
 /** Seconds in a day. */
 const DAY_SECONDS = 86_400;

@@ -20,7 +20,10 @@
 import type { LambdaClient } from '@aws-sdk/client-lambda';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { Command } from 'commander';
-import { EXIT } from './errors.ts';
+import { EXIT } from '../../platform/cli/errors.ts';
+import { positiveInteger, visibilitySeconds } from '../../platform/cli/parsers.ts';
+import { onInterrupt } from '../../platform/cli/signals.ts';
+import type { OperationsContext } from '../../relay/cli/operations.ts';
 import { deleteMessages, receiveAll, release, withSqs } from './failure-queue-client.ts';
 import {
   type QueuedEvent,
@@ -36,9 +39,6 @@ import {
   invokeWithEvent,
   withLambda,
 } from './lambda-client.ts';
-import type { OperationsContext } from './operations.ts';
-import { positiveInteger, visibilitySeconds } from './parsers.ts';
-import { onInterrupt } from './signals.ts';
 
 interface QueueOptions {
   queueUrl: string[];

@@ -2,6 +2,8 @@
  * What the CLI prints for an error that ended a command, and its exit status. Each message says
  * what happened and what to do; Postgres errors are recognised by SQLSTATE, never by message text.
  */
+
+import { ConsumerFunctionError } from '../../consumer/cli/consumer-function.ts';
 import {
   databaseTarget,
   describeConnectionFailure,
@@ -11,8 +13,7 @@ import {
   OutboxError,
   OutboxSchemaError,
   sameConnectionSettings,
-} from '../../platform/index.ts';
-import { ConsumerFunctionError } from './consumer-function.ts';
+} from '../index.ts';
 
 /** Exit statuses of the `outbox` command. */
 export const EXIT = {

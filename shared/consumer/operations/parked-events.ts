@@ -21,7 +21,7 @@ import {
   markReplaying,
   selectInboxOutcome,
   selectParked,
-} from './sql/index.ts';
+} from '../../relay/operations/sql/index.ts';
 
 /**
  * Deletes one batch of the inbox's expired rows, oldest first: records older than the retention

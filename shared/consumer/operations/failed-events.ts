@@ -11,8 +11,13 @@
  */
 import type { EventBridgeEvent } from 'aws-lambda';
 import type { Queryable } from '../../platform/index.ts';
-import { type DbFailedEvent, hasFailureTrace, selectFailed, selectFailedForReplay } from './sql/index.ts';
-import { INBOX_FAILED_SETTLE_SECONDS } from './status.ts';
+import {
+  type DbFailedEvent,
+  hasFailureTrace,
+  selectFailed,
+  selectFailedForReplay,
+} from '../../relay/operations/sql/index.ts';
+import { INBOX_FAILED_SETTLE_SECONDS } from '../../relay/operations/status.ts';
 
 /** A failed event, as `outbox inbox failed list` shows it. */
 export interface FailedEvent {

@@ -15,9 +15,11 @@
  */
 import type { LambdaClient } from '@aws-sdk/client-lambda';
 import type { Command } from 'commander';
+import { EXIT } from '../../platform/cli/errors.ts';
+import { nonNegativeInteger } from '../../platform/cli/parsers.ts';
 import type { Sql } from '../../platform/index.ts';
-import { type FailedEvent, failedForReplay, isStillFailed } from '../operations/index.ts';
-import { EXIT } from './errors.ts';
+import type { OperationsContext } from '../../relay/cli/operations.ts';
+import { type FailedEvent, failedForReplay, isStillFailed } from '../../relay/operations/index.ts';
 import {
   addInvokeOptions,
   checkFunctionUnlessSkipped,
@@ -25,8 +27,6 @@ import {
   invokeWithEvent,
   withLambda,
 } from './lambda-client.ts';
-import type { OperationsContext } from './operations.ts';
-import { nonNegativeInteger } from './parsers.ts';
 
 interface FailedReplayOptions extends InvokeOptions {
   consumer: string;

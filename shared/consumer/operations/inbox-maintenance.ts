@@ -12,8 +12,8 @@ import {
   MetricName,
   type Queryable,
 } from '../../platform/index.ts';
+import { countInboxExpired, countInboxParked } from '../../relay/operations/sql/index.ts';
 import { pruneInboxBatch } from './parked-events.ts';
-import { countInboxExpired, countInboxParked } from './sql/index.ts';
 
 /** Options of {@link pruneInbox}. */
 export interface PruneInboxOptions {
