@@ -9,10 +9,11 @@
  * `DATABASE_URL=postgres://… node bench/monitor-status.ts [rows]`. Not part of `npm test`: the fill
  * takes minutes and about 2 GB. The database is dropped at the end.
  */
+
+import { INBOX_FAILED_SETTLE_SECONDS } from '../shared/consumer/operations/index.ts';
 import { connect } from '../shared/platform/db.ts';
 import { measureClaimable } from '../shared/relay/operations/scale-out.ts';
 import { countOutbox } from '../shared/relay/operations/sql/index.ts';
-import { INBOX_FAILED_SETTLE_SECONDS } from '../shared/relay/operations/status.ts';
 import { createBenchDatabase } from './support/database.ts';
 
 const ROWS = Number(process.argv[2] ?? 3_000_000);

@@ -5,7 +5,7 @@
  * | role | package | what it needs installed |
  * |---|---|---|
  * | producer | `outbox-relay-aws` | nothing: `postgres`, `pg`, Drizzle, Kysely, zod are the service's own (optional peers) |
- * | consumer | `@outbox-relay-aws/consumer` | `postgres`, `zod` (zod/mini for its settings), the RDS signer (IAM tokens) |
+ * | consumer | `@outbox-relay-aws/consumer` | `postgres`, `zod` (zod/mini for its settings), the RDS signer (IAM tokens); for the `outbox-inbox` command, commander and the Lambda and SQS clients |
  * | relay | `@outbox-relay-aws/relay` | the `outbox` command, the relay core and the operations: the AWS SDK clients, node-pg-migrate, commander… |
  * | cdk | `@outbox-relay-aws/cdk` | `aws-cdk-lib` and `constructs` (peers); the Lambda bundles are inside it |
  *
@@ -52,6 +52,12 @@ const EXTRAS: Partial<Record<Role, { entries?: string[]; copy?: string[]; bin?: 
     entries: ['shared/relay/cli/main.ts'],
     copy: ['dist/migrations', 'shared/relay/bin/outbox.js', 'scripts/check-node.cjs'],
     bin: { outbox: 'shared/relay/bin/outbox.js' },
+  },
+  // shared/consumer/bin/outbox-inbox.js likewise runs dist/shared/consumer/cli/main.js.
+  consumer: {
+    entries: ['shared/consumer/cli/main.ts'],
+    copy: ['shared/consumer/bin/outbox-inbox.js', 'scripts/check-node.cjs'],
+    bin: { 'outbox-inbox': 'shared/consumer/bin/outbox-inbox.js' },
   },
   cdk: { copy: ['dist/lambda'] },
 };

@@ -183,3 +183,28 @@ export function schemaErrorFrom(
     { cause: error, part },
   );
 }
+
+/**
+ * `--function-name` is not the inbox consumer's function (`outbox inbox … replay`, shared/consumer/cli/consumer-function.ts), or its configuration could not be read (then
+ * `cause` is the Lambda API's error). `found` is the consumer the function's environment names,
+ * undefined when it names none or was not read.
+ */
+export class ConsumerFunctionError extends OutboxError {
+  override name = 'ConsumerFunctionError';
+  /** The option at fault. */
+  readonly option = '--function-name';
+  readonly functionName: string;
+  readonly consumer: string;
+  readonly found: string | undefined;
+  constructor(
+    functionName: string,
+    consumer: string,
+    message: string,
+    options: { found?: string; cause?: unknown } = {},
+  ) {
+    super(`--function-name ${functionName}: ${message}`, { cause: options.cause });
+    this.functionName = functionName;
+    this.consumer = consumer;
+    this.found = options.found;
+  }
+}

@@ -49,7 +49,7 @@ const ROLES = ['producer', 'consumer', 'relay', 'cdk'] as const;
 /** Each role's package name and its entry points. */
 const PACKAGES = {
   producer: { name: 'outbox-relay-aws', exports: ['.', './drizzle', './kysely', './package.json', './pg'] },
-  consumer: { name: '@outbox-relay-aws/consumer', exports: ['.', './package.json'] },
+  consumer: { name: '@outbox-relay-aws/consumer', exports: ['.', './operations', './package.json'] },
   relay: { name: '@outbox-relay-aws/relay', exports: ['.', './operations', './package.json'] },
   cdk: { name: '@outbox-relay-aws/cdk', exports: ['.', './package.json'] },
 } as const;
@@ -284,6 +284,12 @@ describe('the packed package, installed in a fresh project', () => {
           expect(files).toContain(join('dist', 'lambda', handler, 'index.mjs'));
         expect(files).toContain(join('dist', 'lambda', 'migrate', 'migrations', '007_outbox_enqueue.sql'));
       }
+      if (role === 'consumer') {
+        expect(manifest.bin).toEqual({ 'outbox-inbox': 'shared/consumer/bin/outbox-inbox.js' });
+        expect(files).toContain(join('dist', 'shared', 'consumer', 'cli', 'main.js'));
+        // The consumer's command carries nothing of the relay.
+        expect(files.filter((f) => f.startsWith(join('dist', 'shared', 'relay')))).toEqual([]);
+      }
       if (role === 'relay') {
         expect(manifest.bin).toEqual({ outbox: 'shared/relay/bin/outbox.js' });
         expect(files).toContain(join('dist', 'migrations', '007_outbox_enqueue.sql'));
@@ -316,6 +322,19 @@ describe('the packed package, installed in a fresh project', () => {
       expect(version.trim()).toMatch(new RegExp(`^v${major}\\.`));
 
       await inApp(nodeBin, 'npx', ['--no-install', 'outbox', 'migrate']);
+      // The consumer package's command, and the relay's `outbox inbox`, read the same inbox.
+      for (const command of [['outbox-inbox'], ['outbox', 'inbox']]) {
+        const { stdout: parked } = await inApp(nodeBin, 'npx', [
+          '--no-install',
+          ...command,
+          'parked',
+          'list',
+          '--consumer',
+          'billing',
+          '--json',
+        ]);
+        expect(JSON.parse(parked)).toEqual([]);
+      }
       bus.reset();
       const { stdout } = await inApp(nodeBin, nodeBin, ['runtime.ts'], { BUS_URL: bus.url });
       const report = JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}');

@@ -22,17 +22,10 @@ const FOLDERS: Record<string, string> = {
   cdk: 'infra',
 };
 
-/** The packages (node_modules names) that the entry points of a role's package import at run time. */
-async function packagesImported(role: string): Promise<string[]> {
-  const folder = `${root}${FOLDERS[role]}`;
-  const manifest = JSON.parse(await readFile(`${folder}/package.json`, 'utf8')) as {
-    exports: Record<string, string>;
-  };
-  const entries = Object.entries(manifest.exports)
-    .filter(([key]) => key !== './package.json')
-    .map(([, target]) => `${folder}/${target}`);
+/** What `entries` (repository-relative) load at run time: the packages (node_modules names) and the repository's modules. */
+async function importGraph(entries: string[]): Promise<{ packages: string[]; modules: string[] }> {
   const result = await build({
-    entryPoints: entries,
+    entryPoints: entries.map((entry) => `${root}${entry}`),
     bundle: true,
     platform: 'node',
     format: 'esm',
@@ -54,7 +47,19 @@ async function packagesImported(role: string): Promise<string[]> {
       );
     }
   }
-  return [...imported].sort();
+  return { packages: [...imported].sort(), modules: Object.keys(result.metafile.inputs).sort() };
+}
+
+/** The packages (node_modules names) that the entry points of a role's package import at run time. */
+async function packagesImported(role: string): Promise<string[]> {
+  const folder = FOLDERS[role] as string;
+  const manifest = JSON.parse(await readFile(`${root}${folder}/package.json`, 'utf8')) as {
+    exports: Record<string, string>;
+  };
+  const entries = Object.entries(manifest.exports)
+    .filter(([key]) => key !== './package.json')
+    .map(([, target]) => `${folder}/${target.replace(/^\.\//, '')}`);
+  return (await importGraph(entries)).packages;
 }
 
 describe('packages by role', () => {
@@ -65,6 +70,33 @@ describe('packages by role', () => {
 
   it('the consumer imports postgres, zod and the RDS signer, and nothing of the relay or the migrations', async () => {
     expect(await packagesImported('consumer')).toEqual(['@aws-sdk/rds-signer', 'postgres', 'zod']);
+  });
+
+  it("the consumer's command (outbox-inbox) imports commander, the Lambda and SQS clients and what the inbox imports; nothing of the relay, the migration tool or EventBridge", async () => {
+    const { packages, modules } = await importGraph(['shared/consumer/cli/main.ts']);
+    expect(packages).toEqual([
+      '@aws-sdk/client-lambda',
+      '@aws-sdk/client-sqs',
+      '@aws-sdk/rds-signer',
+      'commander',
+      'postgres',
+      'zod',
+    ]);
+    expect(modules.filter((m) => m.startsWith('shared/relay/'))).toEqual([]);
+    expect(modules).toContain('shared/consumer/cli/index.ts');
+  });
+
+  it("the relay's outbox inbox is the consumer's command set (existing invocations keep working)", async () => {
+    const { modules } = await importGraph(['shared/relay/cli/main.ts']);
+    expect(modules).toContain('shared/consumer/cli/index.ts');
+  });
+
+  it("the inbox's entry point reaches neither the consumer's commands nor its operations (a Lambda bundle does not carry them)", async () => {
+    const { modules } = await importGraph(['shared/consumer/index.ts']);
+    expect(modules.filter((m) => /^shared\/(consumer\/(cli|operations)|platform\/cli)\//.test(m))).toEqual(
+      [],
+    );
+    expect(modules).toContain('shared/consumer/inbox.ts');
   });
 
   it("the construct imports aws-cdk-lib, constructs and zod (settings checked at synth with the functions' own schemas): its Lambda code is in pre-built bundles", async () => {

@@ -1,5 +1,5 @@
 /**
- * The relay's, the inbox's and the operations' statements live in their `sql/` folders (one module
+ * The relay's, the inbox's and the operations' (the relay's and the consumer's) statements live in their `sql/` folders (one module
  * each, beside its row type), so that a reader finds every statement on a table in one place and a
  * shared condition is written once. roles.ts is the one exception: its statements are the grants.
  */
@@ -16,7 +16,15 @@ const withoutComments = (code: string) => code.replace(/\/\*[\s\S]*?\*\//g, '').
 describe('SQL homes', () => {
   it('no relay, consumer, operations or CLI module outside sql/ writes a statement', async () => {
     const offending: string[] = [];
-    for (const role of ['relay', 'consumer', 'relay/operations', 'relay/cli']) {
+    for (const role of [
+      'relay',
+      'consumer',
+      'relay/operations',
+      'relay/cli',
+      'consumer/operations',
+      'consumer/cli',
+      'platform/cli',
+    ]) {
       for (const name of await readdir(new URL(`${role}/`, shared))) {
         const path = `${role}/${name}`;
         if (!name.endsWith('.ts') || EXCEPTIONS.has(path)) continue;

@@ -1,5 +1,6 @@
 /**
- * Runs the real `outbox` command (shared/relay/bin/outbox.js) as a child process, as a user would, with an
+ * Runs the real `outbox` command (shared/relay/bin/outbox.js), or the consumer package's
+ * `outbox-inbox` (shared/consumer/bin/outbox-inbox.js), as a child process, as a user would, with an
  * environment built from scratch so that nothing from the test runner's own environment leaks in.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -7,6 +8,10 @@ import { fileURLToPath } from 'node:url';
 
 /** The CLI's entry point. */
 export const OUTBOX_BIN = fileURLToPath(new URL('../../shared/relay/bin/outbox.js', import.meta.url));
+/** The consumer package's command: `outbox inbox`'s commands on their own. */
+export const OUTBOX_INBOX_BIN = fileURLToPath(
+  new URL('../../shared/consumer/bin/outbox-inbox.js', import.meta.url),
+);
 
 /**
  * The configuration contract's environment for a CLI run against a test database and a local bus,
@@ -47,6 +52,8 @@ export interface CliOptions {
   env: NodeJS.ProcessEnv;
   /** Written to the child's stdin, which is then closed. */
   stdin?: string;
+  /** The command to run: {@link OUTBOX_BIN} (default) or {@link OUTBOX_INBOX_BIN}. */
+  bin?: string;
 }
 
 /** Every CLI child still running; killed when the test process exits, so a hung command is never left behind. */
@@ -61,7 +68,7 @@ process.once('exit', () => {
  * with what the command printed, instead of outliving the test run.
  */
 export function startCli(args: string[], options: CliOptions): ChildProcess {
-  const child = spawn(process.execPath, [OUTBOX_BIN, ...args], {
+  const child = spawn(process.execPath, [options.bin ?? OUTBOX_BIN, ...args], {
     env: { PATH: process.env.PATH, ...options.env },
     stdio: ['pipe', 'pipe', 'pipe'],
   });

@@ -5,32 +5,8 @@
  * C's events as its own (a new event to it), and C's records would stay `replaying`.
  */
 import { GetFunctionConfigurationCommand, type LambdaClient } from '@aws-sdk/client-lambda';
-import { EnvVar, OutboxError } from '../../platform/index.ts';
-
-/**
- * `--function-name` is not the consumer's function, or its configuration could not be read (then
- * `cause` is the Lambda API's error). `found` is the consumer the function's environment names,
- * undefined when it names none or was not read.
- */
-export class ConsumerFunctionError extends OutboxError {
-  override name = 'ConsumerFunctionError';
-  /** The option at fault. */
-  readonly option = '--function-name';
-  readonly functionName: string;
-  readonly consumer: string;
-  readonly found: string | undefined;
-  constructor(
-    functionName: string,
-    consumer: string,
-    message: string,
-    options: { found?: string; cause?: unknown } = {},
-  ) {
-    super(`--function-name ${functionName}: ${message}`, { cause: options.cause });
-    this.functionName = functionName;
-    this.consumer = consumer;
-    this.found = options.found;
-  }
-}
+import { ConsumerFunctionError } from '../../platform/errors.ts';
+import { EnvVar } from '../../platform/names.ts';
 
 /** What an operator may do when the check refuses a function that is the consumer's after all. */
 const OVERRIDE = `set ${EnvVar.inboxConsumer} on the consumer's function, or pass --skip-function-check if you are sure`;

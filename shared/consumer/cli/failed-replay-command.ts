@@ -17,9 +17,9 @@ import type { LambdaClient } from '@aws-sdk/client-lambda';
 import type { Command } from 'commander';
 import { EXIT } from '../../platform/cli/errors.ts';
 import { nonNegativeInteger } from '../../platform/cli/parsers.ts';
-import type { Sql } from '../../platform/index.ts';
-import type { OperationsContext } from '../../relay/cli/operations.ts';
-import { type FailedEvent, failedForReplay, isStillFailed } from '../../relay/operations/index.ts';
+import type { OperationsContext } from '../../platform/cli/program.ts';
+import type { Sql } from '../../platform/db.ts';
+import { type FailedEvent, failedForReplay, isStillFailed } from '../operations/index.ts';
 import {
   addInvokeOptions,
   checkFunctionUnlessSkipped,

@@ -12,7 +12,7 @@ import {
   ReceiveMessageCommand,
   SQSClient,
 } from '@aws-sdk/client-sqs';
-import { OutboxError } from '../../platform/index.ts';
+import { OutboxError } from '../../platform/errors.ts';
 import type { QueueMessage } from './failure-queue-messages.ts';
 
 /** Longest wait for one SQS call (a receive long-polls for 1 s of it), ms. */

@@ -21,8 +21,8 @@ import type { LambdaClient } from '@aws-sdk/client-lambda';
 import type { Command } from 'commander';
 import { EXIT } from '../../platform/cli/errors.ts';
 import { positiveInteger } from '../../platform/cli/parsers.ts';
-import type { Sql } from '../../platform/index.ts';
-import type { OperationsContext } from '../../relay/cli/operations.ts';
+import type { OperationsContext } from '../../platform/cli/program.ts';
+import type { Sql } from '../../platform/db.ts';
 import {
   discardParked,
   type FailedEvent,
@@ -32,7 +32,7 @@ import {
   type ParkedEvent,
   type ParkedSelection,
   parkedOutcome,
-} from '../../relay/operations/index.ts';
+} from '../operations/index.ts';
 import { registerFailedReplay } from './failed-replay-command.ts';
 import {
   addInvokeOptions,
@@ -118,11 +118,11 @@ const failedRow = (f: FailedEvent) =>
     `${f.errorName}: ${f.errorMessage}`.slice(0, 120),
   ].join('\t');
 
-/** Adds `inbox parked list|replay|discard` and `inbox failed list` to the program. */
-export function registerInbox(program: Command, ctx: OperationsContext): void {
-  const inbox = program
-    .command('inbox')
-    .description("the inbox's parked events (order: 'wait-for-gap', onGapTimeout: 'park') and failed events");
+/**
+ * Adds `parked list|replay|discard`, `failed list|replay` and `queue list|replay` to `inbox`: the
+ * `outbox inbox` command, or the `outbox-inbox` program itself.
+ */
+export function registerInbox(inbox: Command, ctx: OperationsContext): void {
   const parked = inbox.command('parked').description('list, re-apply or discard the events an inbox parked');
 
   const failed = inbox

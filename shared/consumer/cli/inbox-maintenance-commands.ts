@@ -5,9 +5,10 @@
  * the monitor role's grants (`outbox_monitor`).
  */
 import { type Command, InvalidArgumentError } from 'commander';
-import { DEFAULT_METRIC_NAMESPACE, EnvVar, loadMonitorSettings } from '../../platform/index.ts';
-import type { OperationsContext } from '../../relay/cli/operations.ts';
-import { countParked, inboxParkedEmf, pruneInbox } from '../../relay/operations/index.ts';
+import type { OperationsContext } from '../../platform/cli/program.ts';
+import { loadMonitorSettings } from '../../platform/config.ts';
+import { DEFAULT_METRIC_NAMESPACE, EnvVar } from '../../platform/names.ts';
+import { countParked, inboxParkedEmf, pruneInbox } from '../operations/index.ts';
 
 /** Seconds in a day. */
 const DAY_SECONDS = 86_400;
@@ -27,10 +28,8 @@ const collect = (value: string, previous: string[] = []) => {
   return [...previous, value];
 };
 
-/** Adds `prune` and `metrics` to the program's `inbox` command (registered by registerInbox). */
-export function registerInboxMaintenance(program: Command, ctx: OperationsContext): void {
-  const inbox = program.commands.find((c) => c.name() === 'inbox') ?? program.command('inbox');
-
+/** Adds `prune` and `metrics` to `inbox` (the `outbox inbox` command, or the `outbox-inbox` program). */
+export function registerInboxMaintenance(inbox: Command, ctx: OperationsContext): void {
   inbox
     .command('prune')
     .description(

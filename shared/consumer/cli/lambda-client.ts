@@ -6,7 +6,7 @@
 import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import type { Command } from 'commander';
 import { positiveInteger } from '../../platform/cli/parsers.ts';
-import { EnvVar } from '../../platform/index.ts';
+import { EnvVar } from '../../platform/names.ts';
 import { checkConsumerFunction } from './consumer-function.ts';
 
 /** Longest wait for the function's configuration (the check before a replay), ms. */

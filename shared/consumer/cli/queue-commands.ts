@@ -22,8 +22,8 @@ import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { Command } from 'commander';
 import { EXIT } from '../../platform/cli/errors.ts';
 import { positiveInteger, visibilitySeconds } from '../../platform/cli/parsers.ts';
+import type { OperationsContext } from '../../platform/cli/program.ts';
 import { onInterrupt } from '../../platform/cli/signals.ts';
-import type { OperationsContext } from '../../relay/cli/operations.ts';
 import { deleteMessages, receiveAll, release, withSqs } from './failure-queue-client.ts';
 import {
   type QueuedEvent,

@@ -10,14 +10,15 @@
  * nowhere else. `outbox inbox failed replay` invokes the consumer's function with them again.
  */
 import type { EventBridgeEvent } from 'aws-lambda';
-import type { Queryable } from '../../platform/index.ts';
-import {
-  type DbFailedEvent,
-  hasFailureTrace,
-  selectFailed,
-  selectFailedForReplay,
-} from '../../relay/operations/sql/index.ts';
-import { INBOX_FAILED_SETTLE_SECONDS } from '../../relay/operations/status.ts';
+import type { Queryable } from '../../platform/db.ts';
+import { type DbFailedEvent, hasFailureTrace, selectFailed, selectFailedForReplay } from './sql/index.ts';
+
+/**
+ * How old a failed inbox event's last attempt must be to count as failed, seconds: past Lambda's
+ * asynchronous retries (about 1 and 2 minutes apart; LAMBDA_ASYNC_RETRY_WINDOW_SECONDS, 180), so
+ * that an event still being retried (a wait-for-gap wait, a passing outage) does not count.
+ */
+export const INBOX_FAILED_SETTLE_SECONDS = 300;
 
 /** A failed event, as `outbox inbox failed list` shows it. */
 export interface FailedEvent {

@@ -6,14 +6,10 @@
  * touch only the `inbox_*` tables, with the monitor role's grants (`outbox_monitor`, created in
  * that database by `outbox migrate --roles`).
  */
-import {
-  DEFAULT_METRIC_NAMESPACE,
-  INBOX_METRIC_DIMENSION,
-  MetricName,
-  type Queryable,
-} from '../../platform/index.ts';
-import { countInboxExpired, countInboxParked } from '../../relay/operations/sql/index.ts';
+import type { Queryable } from '../../platform/db.ts';
+import { DEFAULT_METRIC_NAMESPACE, INBOX_METRIC_DIMENSION, MetricName } from '../../platform/names.ts';
 import { pruneInboxBatch } from './parked-events.ts';
+import { countInboxExpired, countInboxParked } from './sql/index.ts';
 
 /** Options of {@link pruneInbox}. */
 export interface PruneInboxOptions {

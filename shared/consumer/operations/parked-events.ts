@@ -10,7 +10,7 @@
  * record, which the consumer's own database role may do; nothing here deletes a record.
  */
 import type { EventBridgeEvent } from 'aws-lambda';
-import type { Queryable } from '../../platform/index.ts';
+import type { Queryable } from '../../platform/db.ts';
 import {
   type DbParkedEvent,
   deleteExpiredChains,
@@ -21,7 +21,7 @@ import {
   markReplaying,
   selectInboxOutcome,
   selectParked,
-} from '../../relay/operations/sql/index.ts';
+} from './sql/index.ts';
 
 /**
  * Deletes one batch of the inbox's expired rows, oldest first: records older than the retention

@@ -1,19 +1,16 @@
 /**
- * What the CLI prints for an error that ended a command, and its exit status. Each message says
- * what happened and what to do; Postgres errors are recognised by SQLSTATE, never by message text.
+ * What the CLI prints for an error that ended a command, and its exit status, for both commands
+ * (`outbox` of the relay package and `outbox-inbox` of the consumer's). Each message says what
+ * happened and what to do; Postgres errors are recognised by SQLSTATE, never by message text.
  */
-
-import { ConsumerFunctionError } from '../../consumer/cli/consumer-function.ts';
 import {
   databaseTarget,
   describeConnectionFailure,
-  EnvVar,
   isConnectFailure,
-  OutboxConfigError,
-  OutboxError,
-  OutboxSchemaError,
   sameConnectionSettings,
-} from '../index.ts';
+} from '../connection-url.ts';
+import { ConsumerFunctionError, OutboxConfigError, OutboxError, OutboxSchemaError } from '../errors.ts';
+import { EnvVar } from '../names.ts';
 
 /** Exit statuses of the `outbox` command. */
 export const EXIT = {

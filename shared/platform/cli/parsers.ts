@@ -3,7 +3,6 @@
  * '--limit <n>' argument '0' is invalid. …", exit 2), with the reason and the accepted form.
  */
 import { InvalidArgumentError } from 'commander';
-import { parseEventRef } from '../../relay/operations/index.ts';
 
 /** A whole number of at least 1 (counts, batch sizes). */
 export function positiveInteger(value: string): number {
@@ -94,19 +93,4 @@ function sameDay(date: string, at: Date, offset: string): boolean {
       ? 0
       : (offset.startsWith('-') ? -1 : 1) * (Number(offset.slice(1, 3)) * 60 + Number(offset.slice(4)));
   return new Date(at.getTime() + minutes * 60_000).toISOString().slice(0, 10) === date;
-}
-
-/** A dead letter's row id (digits) or eventId (uuid), as the operator typed it. */
-export function eventRef(value: string): string {
-  try {
-    parseEventRef(value);
-  } catch {
-    throw new InvalidArgumentError('It must be a row id (digits) or an event id (uuid).');
-  }
-  return value;
-}
-
-/** {@link eventRef} for a variadic argument: collects the ids. */
-export function eventRefs(value: string, previous: string[] | undefined): string[] {
-  return [...(previous ?? []), eventRef(value)];
 }

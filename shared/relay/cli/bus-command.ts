@@ -16,9 +16,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Command } from 'commander';
 import type { AcceptedEvent } from '../../local/bus.ts';
 import { portNumber } from '../../platform/cli/parsers.ts';
+import type { OperationsContext } from '../../platform/cli/program.ts';
 import { onInterrupt } from '../../platform/cli/signals.ts';
 import { EnvVar, OutboxConfigError, OutboxError } from '../../platform/index.ts';
-import type { OperationsContext } from './operations.ts';
 
 /** How long a stopped `outbox bus` waits for the forwarded copy of its Ctrl-C before it exits, ms. */
 const FORWARDED_SIGNAL_GRACE_MS = 250;

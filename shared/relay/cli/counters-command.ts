@@ -7,8 +7,8 @@
 import type { Command } from 'commander';
 import { EXIT } from '../../platform/cli/errors.ts';
 import { positiveInteger } from '../../platform/cli/parsers.ts';
+import type { OperationsContext } from '../../platform/cli/program.ts';
 import { advanceCounters } from '../operations/index.ts';
-import type { OperationsContext } from './operations.ts';
 
 /** Least time between two progress lines, ms. */
 const PROGRESS_EVERY_MS = 1_000;

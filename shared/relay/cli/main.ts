@@ -1,32 +1,32 @@
 /**
  * The `outbox` command line, on commander. Every command reads the configuration contract's
  * environment variables (DATABASE_URL or PG*, EVENT_BUS_NAME, OUTBOX_*; the endpoint through the
- * AWS SDK's own AWS_ENDPOINT_URL_EVENTBRIDGE).
- *
- * Conventions: results on stdout, progress and errors on stderr; `--json` prints exactly one JSON
- * document on stdout (an object, or an array for lists) and nothing else there; exit 0 success,
- * 1 failure, 2 usage or configuration error (see {@link EXIT}).
+ * AWS SDK's own AWS_ENDPOINT_URL_EVENTBRIDGE). `outbox inbox …` is the consumer package's command
+ * set (shared/consumer/cli/), which that package also ships on its own as `outbox-inbox`. The
+ * conventions (output, `--json`, exit statuses) are shared/platform/cli/program.ts's.
  */
-import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { createInterface } from 'node:readline/promises';
-import { fileURLToPath } from 'node:url';
-import { Command, CommanderError } from 'commander';
-import { registerInbox } from '../../consumer/cli/inbox-commands.ts';
-import { registerInboxMaintenance } from '../../consumer/cli/inbox-maintenance-commands.ts';
-import { EXIT, explainError } from '../../platform/cli/errors.ts';
+import type { Command } from 'commander';
+import { registerInboxCommands } from '../../consumer/cli/index.ts';
+import { EXIT } from '../../platform/cli/errors.ts';
 import { positiveInteger } from '../../platform/cli/parsers.ts';
 import {
-  connect,
+  type CliIo,
+  CONVENTIONS_HELP,
+  type CommandContext,
+  commandContext,
+  createProgram,
+  DATABASE_HELP,
+  defaultIo,
+  type OperationsContext,
+  runProgram,
+} from '../../platform/cli/program.ts';
+import {
   DEFAULT_ROLES,
-  databasePasswords,
   databaseUrlFromEnv,
   EnvVar,
   migrate,
   OutboxConfigError,
   readSetting,
-  redactPasswords,
-  type Sql,
   unreleasedMigrationNumbers,
 } from '../../platform/index.ts';
 import {
@@ -39,47 +39,13 @@ import {
 import { registerBus } from './bus-command.ts';
 import { registerCounters } from './counters-command.ts';
 import { type EnqueueProgress, enqueueFromLines } from './enqueue-lines.ts';
-import { type OperationsContext, registerOperations } from './operations.ts';
+import { registerOperations } from './operations.ts';
 import { registerRelay } from './relay-command.ts';
 
-/** Where the CLI writes; tests pass their own. */
-export interface CliIo {
-  out: (line: string) => void;
-  err: (line: string) => void;
-  stdin: AsyncIterable<string | Buffer>;
-  env: NodeJS.ProcessEnv;
-  /** Asks a yes/no question on the terminal; false when there is none. */
-  confirm: (question: string) => Promise<boolean>;
-}
-
-const defaultIo = (): CliIo => ({
-  out: (line) => process.stdout.write(`${line}\n`),
-  err: (line) => process.stderr.write(`${line}\n`),
-  stdin: process.stdin,
-  env: process.env,
-  confirm: async (question) => {
-    if (!process.stdin.isTTY) return false;
-    const rl = createInterface({ input: process.stdin, output: process.stderr });
-    try {
-      return /^y(es)?$/i.test((await rl.question(question)).trim());
-    } finally {
-      rl.close();
-    }
-  },
-});
+export type { CliIo } from '../../platform/cli/program.ts';
 
 /** Least time between two `enqueue` progress lines, ms. */
 const ENQUEUE_PROGRESS_EVERY_MS = 1_000;
-
-/** The package's version: from the nearest package.json above this file (source or built layout). */
-function packageVersion(): string {
-  for (let dir = dirname(fileURLToPath(import.meta.url)); dir !== dirname(dir); dir = dirname(dir)) {
-    const file = join(dir, 'package.json');
-    if (existsSync(file))
-      return (JSON.parse(readFileSync(file, 'utf8')) as { version?: string }).version ?? '0.0.0';
-  }
-  return '0.0.0';
-}
 
 /**
  * Runs the CLI.
@@ -88,94 +54,47 @@ function packageVersion(): string {
  */
 export async function main(argv: string[], cliIo: CliIo = defaultIo()): Promise<number> {
   let code: number = EXIT.ok;
-  const ctx = commandContext(redacted(cliIo), (c) => {
+  const ctx = commandContext(cliIo, (c) => {
     code = c;
   });
-  const program = createProgram(ctx);
+  const program = outboxProgram(ctx);
   registerMigrate(program, ctx);
   registerRelay(program, ctx);
   registerEnqueue(program, ctx);
   registerStatus(program, ctx);
   registerOperations(program, ctx);
-  registerInbox(program, ctx);
-  registerInboxMaintenance(program, ctx);
+  registerInboxCommands(
+    program
+      .command('inbox')
+      .description(
+        "a consumer's inbox: parked events (order: 'wait-for-gap', onGapTimeout: 'park'), failed events, failure queues, pruning and metrics (also `outbox-inbox` of @outbox-relay-aws/consumer)",
+      ),
+    ctx,
+  );
   registerCounters(program, ctx);
   registerBus(program, ctx);
-  try {
-    await program.parseAsync(argv);
-    return code;
-  } catch (error) {
-    // Commander has printed its own message (unknown option, invalid value, missing argument…).
-    if (error instanceof CommanderError) return error.exitCode === 0 ? EXIT.ok : EXIT.usage;
-    const { message, exitCode } = explainError(error, ctx.env);
-    ctx.err(`error: ${message}`);
-    return exitCode;
-  }
-}
-
-/**
- * The last line of defence: no line printed, whatever produced it (a driver's message included),
- * carries a database password. Messages built here never hold one (maskDatabaseUrl).
- */
-function redacted(cliIo: CliIo): CliIo {
-  const passwords = databasePasswords(cliIo.env);
-  return {
-    ...cliIo,
-    out: (line) => cliIo.out(redactPasswords(line, passwords)),
-    err: (line) => cliIo.err(redactPasswords(line, passwords)),
-  };
-}
-
-/** What every command gets: where to write, the environment, a database, the exit code, stdin. */
-interface CommandContext extends OperationsContext {
-  stdin: CliIo['stdin'];
-}
-
-/** What every command gets: where to write, the environment, a database, the exit code. */
-function commandContext(io: CliIo, setExitCode: (code: number) => void): CommandContext {
-  return {
-    stdin: io.stdin,
-    out: io.out,
-    err: io.err,
-    json: (value) => io.out(JSON.stringify(value)),
-    env: io.env,
-    withDb: async (fn: (sql: Sql) => Promise<void>) => {
-      const sql = connect({ env: io.env, applicationName: 'outbox-cli' });
-      try {
-        await fn(sql);
-      } finally {
-        await sql.end({ timeout: 5 });
-      }
-    },
-    confirm: io.confirm,
-    setExitCode,
-  };
+  return runProgram(program, argv, ctx, () => code);
 }
 
 /** The `outbox` command itself: its version, help and output conventions. */
-function createProgram(ctx: OperationsContext): Command {
-  return new Command('outbox')
-    .description('Transactional outbox relay: Postgres outbox table → Amazon EventBridge')
-    .version(packageVersion(), '-V, --version', 'print the version')
-    .exitOverride()
-    .showHelpAfterError('(add --help for usage)')
-    .configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) })
-    .addHelpText(
-      'after',
-      `
+function outboxProgram(ctx: OperationsContext): Command {
+  return createProgram(
+    'outbox',
+    'Transactional outbox relay: Postgres outbox table → Amazon EventBridge',
+    ctx,
+  ).addHelpText(
+    'after',
+    `
 Environment:
-  DATABASE_URL                  postgres://user:password@host:5432/database (else libpq's PGHOST, PGPORT,
-                                PGUSER, PGPASSWORD, PGDATABASE; with OUTBOX_DB_IAM_AUTH=true the PG* ones
-                                and an IAM token); \`npm run db\` in a checkout starts a local one
+${DATABASE_HELP}; \`npm run db\` in a checkout starts a local one
   EVENT_BUS_NAME                the classic EventBridge bus (relay)
   OUTBOX_EVENT_BUS_ARN          a Custom Event Bus (EventsV2) instead, by ARN (relay)
   AWS_REGION, AWS credentials   to sign PutEvents (relay); AWS_ENDPOINT_URL_EVENTBRIDGE (classic) or
                                 AWS_ENDPOINT_URL_EVENTBRIDGEV2 (Custom Event Bus) for a local bus
   OUTBOX_*                      tuning, each with a default (docs/configuration.md)
 
-Output: results on stdout, progress and errors on stderr; --json prints one JSON document.
-Exit status: 0 success, 1 failure, 2 usage or configuration error.`,
-    );
+${CONVENTIONS_HELP}`,
+  );
 }
 
 /** `outbox migrate [--roles [--consumer <name>…]]`. */

@@ -2,9 +2,10 @@
  * Operator commands: `outbox dead-letters list|show|replay|discard` and `outbox prune`. Each says
  * what it did, and acting on more than one row needs `--yes` or a confirmation at the prompt.
  */
-import type { Command } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
 import { EXIT } from '../../platform/cli/errors.ts';
-import { eventRef, eventRefs, parseSince, positiveInteger } from '../../platform/cli/parsers.ts';
+import { parseSince, positiveInteger } from '../../platform/cli/parsers.ts';
+import type { OperationsContext } from '../../platform/cli/program.ts';
 import type { Sql } from '../../platform/index.ts';
 import { loadMonitorSettings, parseExactJson, rawJson } from '../../platform/index.ts';
 import {
@@ -13,24 +14,12 @@ import {
   discardDeadLetters,
   findDeadLetterIds,
   listDeadLetters,
+  parseEventRef,
   prune,
   replayDeadLetters,
   resolveDeadLetterIds,
   showDeadLetter,
 } from '../operations/index.ts';
-
-/** What the operator commands need from the CLI. */
-export interface OperationsContext {
-  out: (line: string) => void;
-  err: (line: string) => void;
-  /** Prints one JSON document on stdout: the `--json` convention of every command. */
-  json: (value: unknown) => void;
-  env: NodeJS.ProcessEnv;
-  withDb: (fn: (sql: Sql) => Promise<void>) => Promise<void>;
-  /** Asks a yes/no question; false when there is no terminal to ask. */
-  confirm: (question: string) => Promise<boolean>;
-  setExitCode: (code: number) => void;
-}
 
 interface FilterOptions {
   type?: string;
@@ -256,4 +245,19 @@ function formatDeadLetter(d: DeadLetterDetail): string[] {
       .split('\n')
       .map((l) => `  ${l}`),
   ];
+}
+
+/** A dead letter's row id (digits) or eventId (uuid), as the operator typed it. */
+function eventRef(value: string): string {
+  try {
+    parseEventRef(value);
+  } catch {
+    throw new InvalidArgumentError('It must be a row id (digits) or an event id (uuid).');
+  }
+  return value;
+}
+
+/** {@link eventRef} for a variadic argument: collects the ids. */
+function eventRefs(value: string, previous: string[] | undefined): string[] {
+  return [...(previous ?? []), eventRef(value)];
 }

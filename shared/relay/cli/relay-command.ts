@@ -6,6 +6,7 @@
  */
 import { type Command, Option } from 'commander';
 import { connectionHint, EXIT } from '../../platform/cli/errors.ts';
+import type { OperationsContext } from '../../platform/cli/program.ts';
 import { onInterrupt } from '../../platform/cli/signals.ts';
 import {
   currentSql,
@@ -17,7 +18,6 @@ import {
 import { createRelay, type Relay, type RelayRunResult } from '../index.ts';
 import { STATEMENT_DEADLINE_MS } from '../pass-deadlines.ts';
 import { countHeldBack, type HeldBack } from '../sql/index.ts';
-import type { OperationsContext } from './operations.ts';
 import { type FailureReason, REPORT_EVERY_MS, RelayReport } from './relay-report.ts';
 
 /**

@@ -3,9 +3,9 @@
  * inbox events, the least-privilege database roles and the CloudWatch metrics.
  */
 
-export * from '../../consumer/operations/failed-events.ts';
-export * from '../../consumer/operations/inbox-maintenance.ts';
-export * from '../../consumer/operations/parked-events.ts';
+// The consumer's operations (parked and failed inbox events, the inbox's pruning), at home in the
+// consumer package, still exported here for existing users.
+export * from '../../consumer/operations/index.ts';
 // Reads `showDeadLetter`'s exact payload text (numbers kept digit for digit) for re-serialising.
 export { parseExactJson } from '../../platform/index.ts';
 export * from './counters.ts';

@@ -10,7 +10,7 @@
  * its event has left the outbox, so the idempotency window never ends when a row is pruned.
  */
 
-import { pruneInboxBatch } from '../../consumer/operations/parked-events.ts';
+import { pruneInboxBatch } from '../../consumer/operations/index.ts';
 import type { Queryable } from '../../platform/index.ts';
 import {
   countExpiredKeys,

@@ -178,7 +178,7 @@ export async function ensureRoles(
         // inbox records: what pruning and the parked count read, not a parked event's `event`
         'revoke all on inbox_message from %I',
         'grant select (consumer, message_key, outcome, processed_at), delete on inbox_message to %I',
-        // the inbox's order state, pruned with its records (shared/relay/operations/parked-events.ts)
+        // the inbox's order state, pruned with its records (shared/consumer/operations/parked-events.ts)
         'grant select, delete on inbox_aggregate, inbox_gap to %I',
         'grant select, delete on outbox_idempotency_key to %I',
         // failed inbox events: counted (InboxFailedCount) and pruned, their `event` never read

@@ -1,4 +1,5 @@
 /** Backlog figures for `outbox status`, `npm start` and the monitor's metrics. */
+import { INBOX_FAILED_SETTLE_SECONDS } from '../../consumer/operations/index.ts';
 import { countFromDatabase, type Queryable } from '../../platform/index.ts';
 import { measureClaimable, relaysWanted, type ScaleOutSettings } from './scale-out.ts';
 import { countInBackoff, countOutbox, selectHoldingDeadLetters, selectLastErrors } from './sql/index.ts';
@@ -28,13 +29,6 @@ export interface OutboxStatus {
    */
   inboxFailed: number;
 }
-
-/**
- * How old a failed inbox event's last attempt must be to count as failed, seconds: past Lambda's
- * asynchronous retries (about 1 and 2 minutes apart; LAMBDA_ASYNC_RETRY_WINDOW_SECONDS, 180), so
- * that an event still being retried (a wait-for-gap wait, a passing outage) does not count.
- */
-export const INBOX_FAILED_SETTLE_SECONDS = 300;
 
 /**
  * Counts the outbox by state. Pending figures read only unfinished rows (partial indexes) and the

@@ -12,7 +12,7 @@ import { delivery } from '../../../dev/delivery.ts';
 import { inbox } from '../../../shared/consumer/index.ts';
 import { type LocalLambda, startLocalLambda } from '../../../shared/local/lambda.ts';
 import { EnvVar, type Sql } from '../../../shared/platform/index.ts';
-import { runCli } from '../../support/cli.ts';
+import { OUTBOX_BIN, OUTBOX_INBOX_BIN, runCli } from '../../support/cli.ts';
 import { createTestDatabase, type TestDatabase } from '../../support/db.ts';
 import { lambdaContext } from '../../support/lambda.ts';
 import { createTestRoles, type TestRoles } from '../../support/roles.ts';
@@ -103,8 +103,9 @@ const deliver = (e: EventBridgeEvent<string, unknown>) =>
   );
 
 /** The CLI as the consumer's role (or the admin, for `status`), with the local Lambda endpoint. */
-const cli = (args: string[], as: 'consumer' | 'admin' = 'consumer') =>
+const cli = (args: string[], as: 'consumer' | 'admin' = 'consumer', bin = OUTBOX_BIN) =>
   runCli(args, {
+    bin,
     env: {
       HOME: process.env.HOME,
       DATABASE_URL: as === 'consumer' ? testRoles.urlOf(testRoles.roles.consumer) : db.url,
@@ -157,6 +158,15 @@ describe('outbox inbox parked', () => {
     );
     const table = await cli(['inbox', 'parked', 'list', '--consumer', 'billing']);
     expect(table.stdout).toContain(`${eventIdOf(e3)}\tOrderPlaced\torder/o-7\t3\tparked\t`);
+    // The consumer package's command is the same command: the same answer, without `inbox`.
+    for (const args of [['--json'], []]) {
+      const fromConsumer = await cli(
+        ['parked', 'list', '--consumer', 'billing', ...args],
+        'consumer',
+        OUTBOX_INBOX_BIN,
+      );
+      expect(fromConsumer).toEqual(args.length > 0 ? listed : table);
+    }
 
     const replayed = await cli([
       'inbox',

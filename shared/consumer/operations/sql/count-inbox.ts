@@ -3,7 +3,7 @@
  * what pruning would delete, and the parked events per consumer. Both read only the columns the
  * monitor role may read (`consumer`, `message_key`, `outcome`, `processed_at` of `inbox_message`).
  */
-import type { Queryable } from '../../../platform/index.ts';
+import type { Queryable } from '../../../platform/db.ts';
 import { supersededChains } from './delete-inbox-expired.ts';
 
 /** Rows past the inbox's retention, per table (int8 as strings). */

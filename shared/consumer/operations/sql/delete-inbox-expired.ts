@@ -4,7 +4,7 @@
  * outer WHERE against a row that changed while the DELETE waited for it (a chain a consumer just
  * moved on, an event an operator just asked to replay), which must then stay.
  */
-import type { Queryable } from '../../../platform/index.ts';
+import type { Queryable } from '../../../platform/db.ts';
 
 /**
  * Deletes up to `batchSize` inbox records older than the retention (seconds, by `processed_at`),

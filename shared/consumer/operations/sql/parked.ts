@@ -3,7 +3,7 @@
  * module for the three statements: they share the row type and the selection condition.
  */
 import type { EventBridgeEvent } from 'aws-lambda';
-import type { Queryable } from '../../../platform/index.ts';
+import type { Queryable } from '../../../platform/db.ts';
 
 /** A parked record's row (`inbox_message`). */
 export interface DbParkedEvent {

@@ -3,7 +3,7 @@
  * and as `outbox inbox failed replay` takes them, in each aggregate's order.
  */
 import type { EventBridgeEvent } from 'aws-lambda';
-import type { Queryable } from '../../../platform/index.ts';
+import type { Queryable } from '../../../platform/db.ts';
 
 /** A failure trace's row. */
 export interface DbFailedEvent {

@@ -5,31 +5,6 @@
  */
 
 export {
-  countInboxExpired,
-  countInboxParked,
-  type DbInboxExpired,
-  type DbInboxParked,
-} from '../../../consumer/operations/sql/count-inbox.ts';
-export {
-  deleteExpiredChains,
-  deleteExpiredFailures,
-  deleteExpiredGaps,
-  deleteExpiredMessages,
-} from '../../../consumer/operations/sql/delete-inbox-expired.ts';
-export {
-  type DbParkedEvent,
-  discardParkedRows,
-  markReplaying,
-  selectInboxOutcome,
-  selectParked,
-} from '../../../consumer/operations/sql/parked.ts';
-export {
-  type DbFailedEvent,
-  hasFailureTrace,
-  selectFailed,
-  selectFailedForReplay,
-} from '../../../consumer/operations/sql/select-failed.ts';
-export {
   advanceCounterBatch,
   type CounterKey,
   countCounters,
