@@ -204,7 +204,7 @@ export interface OutboxMigrationProps {
   readonly executeAfter?: Construct[];
   /**
    * Inbox consumers (their `consumer` option) that get a database role of their own,
-   * `outbox_consumer_<name>`, touching only their own inbox rows (docs/consuming.md#the-consumers-database-role);
+   * `outbox_consumer_<name>`, touching only their own inbox rows (docs/consumer-deploying.md#the-consumers-database-role);
    * the migrate function creates them as `outbox migrate --roles --consumer <name>` does. Their
    * functions log in as them: grant each `rds-db:connect` as that user.
    * @default none: consumers log in as the shared `outbox_consumer`, which touches every consumer's rows

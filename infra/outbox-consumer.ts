@@ -156,7 +156,7 @@ export interface OutboxConsumerProps extends OutboxDatabaseTarget {
    * record carries no payload). Refused with it: `topology: 'queue'` (a standard queue would lose
    * the order), `retryAttempts` and `maxEventAge` (Lambda's asynchronous retries, unused),
    * `existingFailedEventsQueue`, a function timeout over 30 s, `deliveryMaxEventAge` over 6 hours.
-   * (docs/consuming.md#on-a-custom-event-bus-eventsv2)
+   * (docs/consumer-deploying.md#on-a-custom-event-bus-eventsv2)
    * @default none
    */
   readonly customEventBusArn?: string;
@@ -706,7 +706,7 @@ export class OutboxConsumer extends Construct {
       };
     }
     // The command that lists and replays both failure queues, with their URLs and the function's
-    // name filled in at deploy time (docs/consuming.md#failure-queues). CloudWatch takes at most
+    // name filled in at deploy time (docs/consumer-operations.md#failure-queues). CloudWatch takes at most
     // 1,024 characters: when the text with the longest URLs and function name could exceed it (a
     // long consumer name), the command is given once, to run with --dry-run first.
     const failureText = (intro: string) => {
