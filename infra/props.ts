@@ -123,7 +123,7 @@ export interface OutboxRelayProps {
    * (`AWS::EventsV2::ResourcePolicy`) with the same Deny statement as on a classic bus; alarms
    * watch the bus's subscribers in `AWS/EventsV2`. Consumers subscribe with `OutboxConsumer`'s
    * `customEventBusArn` ({@link OutboxRelay.customEventBusArn}). Not with {@link eventBus}.
-   * (docs/deploying.md#the-custom-event-bus-eventsv2)
+   * (docs/relay-construct.md#the-custom-event-bus-eventsv2)
    * @throws {OutboxConfigError} (`customEventBus.*`, `eventBus`, `restrictPutEvents`) on a bad or conflicting setting
    * @default none: a classic bus ({@link eventBus})
    */
@@ -137,7 +137,7 @@ export interface OutboxRelayProps {
    * the bus's resource policy that denies `events:PutEvents` of these sources to every principal
    * but the relay's role (and {@link publishers}); other sources stay as the bus's other policies
    * say. Each is 1–256 characters, not starting with `aws.` (as `enqueue` requires), named once.
-   * (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus)
+   * (docs/relay-construct.md#who-may-put-the-outboxs-sources-on-the-bus)
    * @default none: on the bus the construct creates, the statement denies PutEvents of any source
    *   to every principal but the relay (the bus is the outbox's alone); on a bus you pass, no
    *   statement is added and synthesis warns
