@@ -268,7 +268,7 @@ async function statsOf() {
 /**
  * The burst mode (`--bursts n`): n times, `--burst-events` events enqueued as fast as the producers
  * go, drained by the relays, then `--idle-seconds` with nothing to claim, in windows of 10 s: what
- * the relays' empty polls read until autovacuum comes (docs/investigations.md#the-idle-poll-after-a-burst).
+ * the relays' empty polls read until autovacuum comes (docs/investigations/soak.md#the-idle-poll-after-a-burst).
  */
 async function burstDriver(): Promise<BurstResult[]> {
   const burstEvents = Number(values['burst-events']);

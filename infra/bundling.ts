@@ -37,7 +37,7 @@ export function prebuiltBundle(name: HandlerName): string | undefined {
  * Docker), our pinned AWS SDK clients included rather than the runtime's copy; the packages' ES
  * module builds first (`mainFields`), so esbuild can tree-shake them; no source map, but function
  * names kept (`keepNames`), since reading a map costs a small function's memory exactly when
- * something fails (docs/investigations.md#the-lambda-bundles). To ship maps anyway, pass your own
+ * something fails (docs/investigations/relay-cpu.md#the-lambda-bundles). To ship maps anyway, pass your own
  * `bundling` with `sourceMap: true` and `sourcesContent: false`.
  */
 export const OUTBOX_BUNDLING: nodejs.BundlingOptions = {

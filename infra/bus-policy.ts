@@ -1,5 +1,5 @@
 /**
- * Who may put the outbox's events on the bus (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus).
+ * Who may put the outbox's events on the bus (docs/relay-construct.md#who-may-put-the-outboxs-sources-on-the-bus).
  *
  * EventBridge does not authenticate an entry's `Source`: any principal allowed `events:PutEvents`
  * on the bus may put an entry under the outbox's sources, and a well-formed envelope with a
@@ -67,14 +67,14 @@ export function restrictPutEvents(
   if (props.restrictPutEvents === false) {
     Annotations.of(scope).addWarningV2(
       'outbox-relay:bus-policy-off',
-      `restrictPutEvents: false: any principal allowed events:PutEvents on the bus may put events under the outbox's sources, with any sequence, and consumers cannot tell them from the relay's. Deny it in the bus's policy yourself (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus).`,
+      `restrictPutEvents: false: any principal allowed events:PutEvents on the bus may put events under the outbox's sources, with any sequence, and consumers cannot tell them from the relay's. Deny it in the bus's policy yourself (docs/relay-construct.md#who-may-put-the-outboxs-sources-on-the-bus).`,
     );
     return undefined;
   }
   if (!ownBus && props.sources === undefined) {
     Annotations.of(scope).addWarningV2(
       'outbox-relay:bus-policy-unscoped',
-      `The bus was passed in and sources is unset, so its policy is left as it is: any principal allowed events:PutEvents on it may put events under the outbox's sources, with any sequence. Set sources to the outbox's sources (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus).`,
+      `The bus was passed in and sources is unset, so its policy is left as it is: any principal allowed events:PutEvents on it may put events under the outbox's sources, with any sequence. Set sources to the outbox's sources (docs/relay-construct.md#who-may-put-the-outboxs-sources-on-the-bus).`,
     );
     return undefined;
   }
@@ -142,7 +142,7 @@ export function restrictCustomBusPutEvents(
   if (props.restrictPutEvents === false) {
     Annotations.of(scope).addWarningV2(
       'outbox-relay:bus-policy-off',
-      `restrictPutEvents: false: any principal allowed events:PutEvents on the Custom Event Bus may put events under the outbox's sources, with any sequence, and consumers cannot tell them from the relay's. Deny it in the bus's resource policy yourself (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus).`,
+      `restrictPutEvents: false: any principal allowed events:PutEvents on the Custom Event Bus may put events under the outbox's sources, with any sequence, and consumers cannot tell them from the relay's. Deny it in the bus's resource policy yourself (docs/relay-construct.md#who-may-put-the-outboxs-sources-on-the-bus).`,
     );
     return undefined;
   }
@@ -150,12 +150,12 @@ export function restrictCustomBusPutEvents(
     if (props.sources !== undefined) {
       throw new OutboxConfigError(
         'restrictPutEvents',
-        `OutboxRelay: the Custom Event Bus ${busArn} was passed in, and its resource policy is one document (AWS::EventsV2::ResourcePolicy) that this stack cannot add a statement to. Put the Deny of events:PutEvents of the outbox's sources to every principal but the relay's role in that bus's policy yourself, and set restrictPutEvents: false (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus)`,
+        `OutboxRelay: the Custom Event Bus ${busArn} was passed in, and its resource policy is one document (AWS::EventsV2::ResourcePolicy) that this stack cannot add a statement to. Put the Deny of events:PutEvents of the outbox's sources to every principal but the relay's role in that bus's policy yourself, and set restrictPutEvents: false (docs/relay-construct.md#who-may-put-the-outboxs-sources-on-the-bus)`,
       );
     }
     Annotations.of(scope).addWarningV2(
       'outbox-relay:bus-policy-unscoped',
-      `The Custom Event Bus was passed in, so its resource policy is left as it is: any principal allowed events:PutEvents on it may put events under the outbox's sources, with any sequence. Deny that in its policy and set restrictPutEvents: false (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus).`,
+      `The Custom Event Bus was passed in, so its resource policy is left as it is: any principal allowed events:PutEvents on it may put events under the outbox's sources, with any sequence. Deny that in its policy and set restrictPutEvents: false (docs/relay-construct.md#who-may-put-the-outboxs-sources-on-the-bus).`,
     );
     return undefined;
   }

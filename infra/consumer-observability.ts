@@ -183,7 +183,7 @@ export function createConsumerAlarms(
     };
   }
   // The command that lists and replays both failure queues, with their URLs and the function's
-  // name filled in at deploy time (docs/consuming.md#failure-queues). CloudWatch takes at most
+  // name filled in at deploy time (docs/consumer-operations.md#failure-queues). CloudWatch takes at most
   // 1,024 characters: when the text with the longest URLs and function name could exceed it (a
   // long consumer name), the command is given once, to run with --dry-run first.
   const failureText = (intro: string) => {

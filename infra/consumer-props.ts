@@ -117,7 +117,7 @@ export interface OutboxConsumerProps extends OutboxDatabaseTarget {
    * record carries no payload). Refused with it: `topology: 'queue'` (a standard queue would lose
    * the order), `retryAttempts` and `maxEventAge` (Lambda's asynchronous retries, unused),
    * `existingFailedEventsQueue`, a function timeout over 30 s, `deliveryMaxEventAge` over 6 hours.
-   * (docs/consuming.md#on-a-custom-event-bus-eventsv2)
+   * (docs/consumer-deploying.md#on-a-custom-event-bus-eventsv2)
    * @default none
    */
   readonly customEventBusArn?: string;

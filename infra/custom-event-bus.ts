@@ -1,5 +1,5 @@
 /**
- * The Custom Event Bus (EventsV2) of an `OutboxRelay` (docs/deploying.md#the-custom-event-bus-eventsv2):
+ * The Custom Event Bus (EventsV2) of an `OutboxRelay` (docs/relay-construct.md#the-custom-event-bus-eventsv2):
  * its props checked, the bus created (`AWS::EventsV2::EventBus`) or taken by ARN, the relay's
  * permission to put events on it, and the alarms on its `AWS/EventsV2` metrics.
  *

@@ -24,7 +24,7 @@ import { DEFAULT_ROLES, EnvVar, LAMBDA_CA_BUNDLE } from '../shared/platform/name
  *   (the relay up to OUTBOX_PUBLISH_CONCURRENCY + 1, 5 by default; the monitor 2) for up to 5 idle
  *   minutes and 10 to 13 minutes in all, so the database's `max_connections` must cover every
  *   container at the peak; every new connection signs an IAM token, which RDS and Aurora throttle at
- *   200 new IAM-authenticated connections per second (docs/deploying.md#without-a-proxy-iam-straight-to-the-instance-or-cluster).
+ *   200 new IAM-authenticated connections per second (docs/database-access.md#without-a-proxy-iam-straight-to-the-instance-or-cluster).
  */
 export interface OutboxDatabaseTarget {
   /**
@@ -204,7 +204,7 @@ export interface OutboxMigrationProps {
   readonly executeAfter?: Construct[];
   /**
    * Inbox consumers (their `consumer` option) that get a database role of their own,
-   * `outbox_consumer_<name>`, touching only their own inbox rows (docs/consuming.md#the-consumers-database-role);
+   * `outbox_consumer_<name>`, touching only their own inbox rows (docs/consumer-deploying.md#the-consumers-database-role);
    * the migrate function creates them as `outbox migrate --roles --consumer <name>` does. Their
    * functions log in as them: grant each `rds-db:connect` as that user.
    * @default none: consumers log in as the shared `outbox_consumer`, which touches every consumer's rows
@@ -244,7 +244,7 @@ export function warnOnProxyAuth(scope: Construct, proxy: rds.IDatabaseProxy): vo
     'outbox-relay:proxy-auth',
     `The proxy ${proxy.node.path} authenticates to the database with secrets, so it refuses the relay's and the monitor's ` +
       'IAM logins as their own users. Set defaultAuthScheme: rds.DefaultAuthScheme.IAM_AUTH on it and grant its role ' +
-      'rds-db:connect for OutboxRelay.databaseUsers (docs/deploying.md#how-the-proxy-logs-in-end-to-end-iam-authentication).',
+      'rds-db:connect for OutboxRelay.databaseUsers (docs/database-access.md#how-the-proxy-logs-in-end-to-end-iam-authentication).',
   );
 }
 
@@ -260,6 +260,6 @@ export function warnOnClusterAuth(scope: Construct, cluster: rds.IDatabaseCluste
   Annotations.of(scope).addWarningV2(
     'outbox-relay:cluster-iam-auth',
     `The cluster ${cluster.node.path} does not have IAM database authentication on, so it refuses the relay's and ` +
-      "the monitor's IAM logins. Set iamAuthentication: true on it (docs/deploying.md#without-a-proxy-iam-straight-to-the-instance-or-cluster).",
+      "the monitor's IAM logins. Set iamAuthentication: true on it (docs/database-access.md#without-a-proxy-iam-straight-to-the-instance-or-cluster).",
   );
 }

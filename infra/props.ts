@@ -14,7 +14,7 @@ import type { OutboxDatabaseProps, OutboxMigrationProps } from './database.ts';
  * The relay's default memory, MB: the smallest size whose share of a vCPU lets one invocation reach
  * the PutEvents bound at the default settings (4 calls in flight × 10 entries / 20 ms = 2,000
  * events/s); above it more memory buys nothing unless OUTBOX_PUBLISH_CONCURRENCY is raised
- * (docs/performance.md#lambda-sizing-at-20-ms-bus-latency, docs/investigations.md#the-relays-default-memory).
+ * (docs/performance.md#lambda-sizing-at-20-ms-bus-latency, docs/investigations/relay-cpu.md#the-relays-default-memory).
  */
 export const DEFAULT_RELAY_MEMORY_MB = 512;
 
@@ -23,7 +23,7 @@ export const DEFAULT_RELAY_MEMORY_MB = 512;
  * polls until 8 s before its timeout, so with `rate(1 minute)` and 90 s each one still polls 22 s
  * after its successor was due, which may be that late (Scheduler's delay, a cold start); the price
  * is two relays polling at once for up to 22 s a minute
- * (docs/investigations.md#the-relays-timeout-overlap).
+ * (docs/investigations/relay-cpu.md#the-relays-timeout-overlap).
  */
 export const RELAY_TIMEOUT_OVERLAP_SECONDS = 30;
 /** Below this much overlap, s, the construct warns: a late or cold successor leaves a gap. */
@@ -123,7 +123,7 @@ export interface OutboxRelayProps {
    * (`AWS::EventsV2::ResourcePolicy`) with the same Deny statement as on a classic bus; alarms
    * watch the bus's subscribers in `AWS/EventsV2`. Consumers subscribe with `OutboxConsumer`'s
    * `customEventBusArn` ({@link OutboxRelay.customEventBusArn}). Not with {@link eventBus}.
-   * (docs/deploying.md#the-custom-event-bus-eventsv2)
+   * (docs/relay-construct.md#the-custom-event-bus-eventsv2)
    * @throws {OutboxConfigError} (`customEventBus.*`, `eventBus`, `restrictPutEvents`) on a bad or conflicting setting
    * @default none: a classic bus ({@link eventBus})
    */
@@ -137,7 +137,7 @@ export interface OutboxRelayProps {
    * the bus's resource policy that denies `events:PutEvents` of these sources to every principal
    * but the relay's role (and {@link publishers}); other sources stay as the bus's other policies
    * say. Each is 1–256 characters, not starting with `aws.` (as `enqueue` requires), named once.
-   * (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus)
+   * (docs/relay-construct.md#who-may-put-the-outboxs-sources-on-the-bus)
    * @default none: on the bus the construct creates, the statement denies PutEvents of any source
    *   to every principal but the relay (the bus is the outbox's alone); on a bus you pass, no
    *   statement is added and synthesis warns

@@ -1,5 +1,5 @@
 -- Up Migration
--- Least privilege that works with PUBLIC's default privileges revoked (docs/deploying.md#producer-services-their-database-role-and-credentials).
+-- Least privilege that works with PUBLIC's default privileges revoked (docs/database-access.md#producer-services-their-database-role-and-credentials).
 --
 --
 -- Until now every outbox function ran with its caller's rights, so a producer role needed INSERT

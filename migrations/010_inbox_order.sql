@@ -1,5 +1,5 @@
 -- Up Migration
--- The order-aware inbox, reworked (docs/consuming.md#order-what-a-consumer-may-rely-on):
+-- The order-aware inbox, reworked (docs/inbox-order.md#order-what-a-consumer-may-rely-on):
 --
 -- 1. typeSequence: each event also carries its rank among its aggregate's events *of the same
 --    type* (1, 2, 3… per aggregate_type, aggregate_id, event_type), so that a consumer whose rule

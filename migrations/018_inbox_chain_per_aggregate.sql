@@ -1,5 +1,5 @@
 -- Up Migration
--- The inbox's order, round 2 (issue 33; docs/consuming.md#order-what-a-consumer-may-rely-on):
+-- The inbox's order, round 2 (issue 33; docs/inbox-order.md#order-what-a-consumer-may-rely-on):
 --
 -- 1. A chain is one aggregate's events across sources. The producer numbers `sequence` (and
 --    `typeSequence`) per aggregate type and id in one outbox database, whatever the event's

@@ -69,7 +69,7 @@ export function ownerOf(frame: CallFrame): string {
   return url;
 }
 
-/** Groups owners into the buckets the table in docs/investigations.md#where-the-relays-cpu-goes uses. */
+/** Groups owners into the buckets the table in docs/investigations/relay-cpu.md#where-the-relays-cpu-goes uses. */
 export function bucketOf(owner: string): string {
   if (owner.startsWith('@smithy/') || owner.startsWith('@aws-sdk/'))
     return 'AWS SDK (build, sign, send, parse)';

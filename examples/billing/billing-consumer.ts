@@ -1,7 +1,7 @@
 /**
  * CDK wiring of the example consumer: the OutboxConsumer construct, subscribing the billing Lambda
  * (handler.ts) to OrderPlaced (events.ts) on the outbox's bus. What the construct builds, and why:
- * docs/consuming.md#retries-and-what-happens-after-them and infra/outbox-consumer.ts.
+ * docs/consumer-deploying.md#retries-and-what-happens-after-them and infra/outbox-consumer.ts.
  *
  * - **Delivery into Lambda** failed (throttled Invoke API, missing permission, function deleted):
  *   the rule target's retries (24 hours, 185 attempts), then `deadLetterQueue`.
@@ -34,7 +34,7 @@ export interface BillingConsumerProps extends OutboxDatabaseTarget {
   readonly bus?: events.IEventBus;
   /**
    * The Custom Event Bus the relay publishes to (`relay.customEventBusArn`): a FIFO subscriber
-   * invokes the function (docs/consuming.md#on-a-custom-event-bus-eventsv2). @default none
+   * invokes the function (docs/consumer-deploying.md#on-a-custom-event-bus-eventsv2). @default none
    */
   readonly customEventBusArn?: string;
   readonly vpc: ec2.IVpc;

@@ -1,8 +1,8 @@
 /**
  * Example consumer: a billing Lambda, target of an EventBridge rule on `source: demo.shop` and
  * `detail-type: OrderPlaced`. It creates one invoice per order, exactly once, through the inbox.
- * Deployed with Lambda's retries and an on-failure destination (billing-consumer.ts, and the
- * docs/consuming.md); `npm start` runs it locally against the local bus's deliveries.
+ * Deployed with Lambda's retries and an on-failure destination (billing-consumer.ts, and
+ * docs/consumer-deploying.md#retries-and-what-happens-after-them); `npm start` runs it locally against the local bus's deliveries.
  */
 
 import {

@@ -30,7 +30,7 @@ export interface OutboxDemoStackProps extends StackProps {
   /**
    * How the relay, the monitor and the example consumer reach the database: `proxy` through RDS
    * Proxy, `direct` to the instance with IAM authentication (no proxy: about $22 a month less; see
-   * docs/deploying.md#without-a-proxy-iam-straight-to-the-instance-or-cluster for the trade-offs).
+   * docs/database-access.md#without-a-proxy-iam-straight-to-the-instance-or-cluster for the trade-offs).
    * @default 'proxy'
    */
   readonly databaseAccess?: 'proxy' | 'direct';

@@ -368,7 +368,7 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
     if (origin.refusal) throw origin.refusal;
     const delivery = readDelivery(event, { types: settings.types, schema: options.schema });
     const replay = origin.deliveryType === 'REPLAY';
-    /** A replayed delivery is counted, with its event and what became of it (docs/consuming.md#replays-from-the-custom-event-bus). */
+    /** A replayed delivery is counted, with its event and what became of it (docs/consumer-operations.md#replays-from-the-custom-event-bus). */
     const replayed = (outcome: string) => {
       if (replay)
         metric(InboxMetricName.BusReplay, {

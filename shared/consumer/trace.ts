@@ -1,6 +1,6 @@
 /**
  * The failure trace of one invocation (`inbox_failed`, migration 019): nothing is acknowledged
- * without a trace, whatever wraps the inbox (docs/consuming.md#failed-events).
+ * without a trace, whatever wraps the inbox (docs/consumer-operations.md#failed-events).
  *
  * A wrapper can turn the inbox's failure into a success: a middy `onError` that returns a value,
  * or middy's `timeoutEarlyResponse`, which answers for the handler right after aborting its

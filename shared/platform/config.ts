@@ -7,7 +7,7 @@
  * as NaN or undefined.
  *
  * `zod/mini`, the one zod build of the project: its functions tree-shake to what is used, where
- * the full build puts all of zod into every bundle (docs/investigations.md#the-lambda-bundles).
+ * the full build puts all of zod into every bundle (docs/investigations/relay-cpu.md#the-lambda-bundles).
  */
 import * as z from 'zod/mini';
 import type { output } from 'zod/v4/core';

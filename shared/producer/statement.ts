@@ -5,7 +5,7 @@
  * - One event without an idempotency key (every plain `enqueue`): `outbox_enqueue`. Both functions
  *   are SECURITY DEFINER PL/pgSQL with a pinned search_path, and `outbox_enqueue_many` hands such
  *   an event to `outbox_enqueue` anyway (migration 011), so calling it directly saves one function
- *   call in the user's database (docs/investigations.md#what-moved-the-databases-cost).
+ *   call in the user's database (docs/investigations/database-cost.md#what-moved-the-databases-cost).
  * - Anything else (several events, or any idempotency key): `outbox_enqueue_many`, parallel arrays
  *   with one element per event. `outbox_enqueue` itself sends a key to that function, for its
  *   advisory lock and duplicate lookup, so going there directly is the one call.

@@ -36,7 +36,7 @@ export interface CallSignal {
  * `DOMException`, as `AbortSignal.timeout` gives), for one PutEvents call.
  *
  * Not `AbortSignal.any([parent, AbortSignal.timeout(ms)])`: composite signals cost the relay
- * measurable CPU per event (docs/investigations.md#one-controller-per-putevents-call).
+ * measurable CPU per event (docs/investigations/relay-cpu.md#one-controller-per-putevents-call).
  */
 export function callSignal(parent: AbortSignal, ms: number): CallSignal {
   const controller = new AbortController();

@@ -35,7 +35,7 @@ import { mayDeleteOutboxRows } from './sql/index.ts';
  * The relay's sessions plan every statement at each call (`plan_cache_mode`): the claim's best plan
  * depends on how many rows are pending, which changes faster than ANALYZE runs, and a plan kept
  * from a small table read the whole backlog for every row (test/relay/claim-plan.test.ts,
- * docs/investigations.md#stalls-in-the-soak-and-their-fixes). Sent by the relay's own pool, and
+ * docs/investigations/soak.md#stalls-in-the-soak-and-their-fixes). Sent by the relay's own pool, and
  * set on the relay role (`ensureRoles`) for a pool of the user's own.
  */
 export const RELAY_PLAN_CACHE_MODE = 'force_custom_plan';

@@ -1,8 +1,9 @@
 /**
- * The consumer docs (docs/consuming.md), as a newcomer follows them: its snippets are the files in
- * examples/consumer/ (which `npm run typecheck` compiles, importing the package by its name), and
- * the local invocation script runs against a real database, applies the event once, acknowledges
- * it the second time, and exits by itself.
+ * The consumer docs (docs/inbox.md, docs/consumer-local.md, docs/inbox-order.md), as a newcomer
+ * follows them: their snippets are the files in examples/consumer/ (which `npm run typecheck`
+ * compiles, importing the package by its name), the local invocation script runs against a real
+ * database, applies the event once, acknowledges it the second time, and exits by itself, and the
+ * order table names tests that exist.
  */
 import { spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
@@ -57,15 +58,15 @@ function invokeLocally(): Promise<{
   );
 }
 
-describe('the consumer docs (docs/consuming.md)', () => {
+describe('the consumer docs', () => {
   it('shows the example files as they are: handler, event, local invocation', async () => {
-    const page = await readFile(`${root}docs/consuming.md`, 'utf8');
-    for (const [file, lang] of [
-      ['handler.ts', 'ts'],
-      ['event.json', 'json'],
-      ['invoke-locally.ts', 'ts'],
+    for (const [page, file, lang] of [
+      ['inbox.md', 'handler.ts', 'ts'],
+      ['inbox.md', 'event.json', 'json'],
+      ['consumer-local.md', 'invoke-locally.ts', 'ts'],
     ] as const) {
-      expect(page, `docs/consuming.md shows examples/consumer/${file}`).toContain(
+      const doc = await readFile(`${root}docs/${page}`, 'utf8');
+      expect(doc, `docs/${page} shows examples/consumer/${file}`).toContain(
         `\`\`\`${lang}\n${(await example(file)).trimEnd()}\n\`\`\``,
       );
     }
@@ -90,7 +91,7 @@ describe('the consumer docs (docs/consuming.md)', () => {
   });
 
   it('names, for each row of the order table, a test of test/consumer/inbox-order.test.ts that exists', async () => {
-    const doc = await readFile(`${root}docs/consuming.md`, 'utf8');
+    const doc = await readFile(`${root}docs/inbox-order.md`, 'utf8');
     const tests = await readFile(`${root}test/consumer/inbox-order.test.ts`, 'utf8');
     const table = doc.slice(doc.indexOf('| situation |'), doc.indexOf('A model-based test'));
     const rows = table.split('\n').filter((l) => l.startsWith('| ') && !l.startsWith('| situation'));

@@ -267,7 +267,7 @@ describe('the shared consumer role and the monitor', () => {
     expect(await db.sql`select error_message from inbox_failed where event_id = ${eventIdOf(e)}`).toEqual([
       { error_message: expect.stringMatching(/permission denied for table invoices/) },
     ]);
-    // The grant the docs give (docs/consuming.md#the-consumers-database-role), to its own role only.
+    // The grant the docs give (docs/consumer-deploying.md#the-consumers-database-role), to its own role only.
     await db.sql.unsafe(`grant select, insert, update on invoices to "${testRoles.consumerRole('billing')}"`);
     expect(await run()).toBe('invoiced');
     expect(await db.sql`select order_id from invoices`).toEqual([{ order_id: 'inv-1' }]);

@@ -1,5 +1,5 @@
 /**
- * What an order-aware consumer may rely on: each test is one row of the table in docs/consuming.md#order-what-a-consumer-may-rely-on (order mode
+ * What an order-aware consumer may rely on: each test is one row of the table in docs/inbox-order.md#every-situation-in-every-mode (order mode
  * × situation → what happens), run for every mode, asserting what the handler applied and what the
  * inbox recorded. Time is the database's: a wait is "passed" by back-dating the inbox's
  * timestamps, never by sleeping. Deliveries are shaped as EventBridge hands them to Lambda, each
@@ -148,7 +148,7 @@ async function row(
   expect(actual).toEqual(expected);
 }
 
-describe('order mode × situation (the table in docs/consuming.md)', () => {
+describe('order mode × situation (the table in docs/inbox-order.md)', () => {
   it('duplicate: the same event again, one after the other or at once, is applied once', async () => {
     await row(
       {

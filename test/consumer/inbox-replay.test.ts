@@ -1,5 +1,5 @@
 /**
- * Replays from a Custom Event Bus (docs/consuming.md#replays-from-the-custom-event-bus): a
+ * Replays from a Custom Event Bus (docs/consumer-operations.md#replays-from-the-custom-event-bus): a
  * subscriber with `Transformer: WITH_METADATA` hands the function `{ Data, SystemMetadata }`, and
  * a POINT_IN_TIME subscriber marks each delivery `aws:DeliveryType` = `REPLAY`. The inbox reads the
  * event out of `Data`, tells the handler and the metrics it was a replay, acknowledges an event

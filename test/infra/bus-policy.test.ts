@@ -3,7 +3,7 @@
  * allowed PutEvents on the bus could put a well-formed envelope under the outbox's sources with a
  * far-ahead `sequence`, freezing an `ignore-stale` chain or making a `wait-for-gap` one jump. The
  * construct denies PutEvents of those sources to every principal but the relay's role
- * (docs/deploying.md#who-may-put-the-outboxs-sources-on-the-bus). Synthesised, not deployed: what
+ * (docs/relay-construct.md#who-may-put-the-outboxs-sources-on-the-bus). Synthesised, not deployed: what
  * is checked is the statement the template carries.
  */
 import { mkdtempSync, rmSync } from 'node:fs';

@@ -435,7 +435,7 @@ describe('demo stack (synthesised)', () => {
         MaximumRetryAttempts: 0,
         MaximumEventAgeInSeconds: 60,
       });
-      // No reserved concurrency by default: see docs/deploying.md#scheduled-invocations for why.
+      // No reserved concurrency by default: see docs/relay-construct.md#scheduled-invocations for why.
       expect(
         (functions[id] as { Properties: Record<string, unknown> }).Properties.ReservedConcurrentExecutions,
       ).toBeUndefined();

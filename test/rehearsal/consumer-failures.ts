@@ -15,7 +15,7 @@
  *   {@link QUEUE_VISIBILITY_SECONDS}: the failing invocations end in well under a second.
  *
  * The cause is a missing grant (the consumer's role loses INSERT on its own table), fixed by
- * granting it again, as docs/consuming.md's grants section describes. The queues live on the
+ * granting it again, as docs/consumer-deploying.md#the-consumers-database-role describes. The queues live on the
  * local SQS endpoint, reached by the real SQS client in the rehearsal and in the CLI; the CLI
  * invokes the consumer's bundle through the local Lambda Invoke endpoint.
  */

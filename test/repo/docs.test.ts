@@ -1,8 +1,11 @@
 /**
- * The docs as a reader meets them (README.md, CONTRIBUTING.md, docs/*.md): every relative link
- * leads to a file that exists, every `#anchor` to a heading of the page it names (slugged the way
- * GitHub slugs headings), every page under docs/ is linked from the README, and every ```ts block
- * type-checks against this checkout's source, importing the package by its name as a user does.
+ * The docs as a reader meets them (README.md, CONTRIBUTING.md, every page under docs/): every
+ * relative link leads to a file that exists, every `#anchor` to a heading of the page it names
+ * (slugged the way GitHub slugs headings) and not to a section that moved, every page directly
+ * under docs/ is listed in the README's table of the docs and every page below it
+ * (docs/investigations/) is reachable from there by links, no page is over 32 KB, and every ```ts
+ * block type-checks against this checkout's source, importing the package by its name as a user
+ * does.
  *
  * The blocks are written to a temporary directory in the checkout (`.docs-check-*`, removed after)
  * and compiled by one `tsc` run (TypeScript 7 is a native compiler with no JavaScript API), with a
@@ -20,21 +23,24 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
-import { dirname, join, relative, resolve } from 'node:path';
+import { dirname, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
-/** The pages checked, relative to the repository root. */
+/** The pages checked, relative to the repository root: docs/ and its folders (docs/investigations/). */
 const pages = [
   'README.md',
   'CONTRIBUTING.md',
-  ...readdirSync(join(root, 'docs'))
+  ...readdirSync(join(root, 'docs'), { recursive: true, encoding: 'utf8' })
     .filter((f) => f.endsWith('.md'))
-    .sort()
-    .map((f) => `docs/${f}`),
+    .map((f) => `docs/${f.split(sep).join('/')}`)
+    .sort(),
 ];
+
+/** A page a reader can take in one sitting; the issue that split the long pages set the bound. */
+const MAX_PAGE_BYTES = 32 * 1024;
 
 interface CodeBlock {
   page: string;
@@ -178,18 +184,81 @@ function brokenLink(link: Link): string | undefined {
   if (!anchorsOf(page).has(decodeURIComponent(anchor))) {
     return `${target}: ${file} has no heading with the anchor #${anchor}`;
   }
+  if (file !== link.page && movedAnchors(page).has(decodeURIComponent(anchor))) {
+    return `${target}: that section moved; cite the page and anchor its pointer in ${file} names`;
+  }
   return undefined;
 }
 
+/**
+ * The anchors a split page keeps under "## Sections that moved" (docs/consuming.md): each old
+ * section's heading with a pointer to its new page, so that a link from outside still lands.
+ * Links and citations inside the repository go to the new place instead.
+ */
+function movedAnchors(page: Page): Set<string> {
+  // anchorsOf keeps the headings' order (duplicates get their own -1, -2 anchors).
+  const anchors = [...anchorsOf(page)];
+  const levels = page.prose.split('\n').flatMap((l) => {
+    const m = /^(#{1,6})\s/.exec(l);
+    return m ? [(m[1] as string).length] : [];
+  });
+  const at = anchors.indexOf('sections-that-moved');
+  if (at < 0) return new Set();
+  const end = levels.findIndex((level, i) => i > at && level <= 2);
+  return new Set(anchors.slice(at + 1, end < 0 ? undefined : end));
+}
+
+/** The pages a page links to (repository paths, anchors dropped), markdown pages only. */
+function linkedPages(page: Page): string[] {
+  return linksOf(page).flatMap((l) => {
+    const [pathPart = ''] = l.target.split('#', 1);
+    if (pathPart === '' || /^[a-z][a-z0-9+.-]*:/i.test(pathPart) || !pathPart.endsWith('.md')) return [];
+    return [
+      relative(root, resolve(root, dirname(page.path), decodeURI(pathPart)))
+        .split(sep)
+        .join('/'),
+    ];
+  });
+}
+
 describe('the docs', () => {
-  it('has a page per task under docs/, each linked from the README', () => {
-    const docs = pages.filter((p) => p.startsWith('docs/'));
+  it("has a page per task under docs/, each listed in the README's table of the docs", () => {
+    const docs = pages.filter((p) => /^docs\/[^/]+\.md$/.test(p));
     expect(docs.length).toBeGreaterThanOrEqual(5);
-    const fromReadme = new Set(
-      linksOf(parsed.get('README.md') as Page).map((l) => l.target.split('#')[0] as string),
-    );
-    expect(docs.filter((p) => !fromReadme.has(p))).toEqual([]);
-    expect(fromReadme.has('CONTRIBUTING.md')).toBe(true);
+    // The README's "Documentation" section, up to its next heading: the table a reader starts from.
+    const readme = parsed.get('README.md') as Page;
+    const lines = readme.prose.split('\n');
+    const start = lines.findIndex((l) => /^##\s+Documentation\s*$/.test(l));
+    expect(start, 'README.md has a "## Documentation" section').toBeGreaterThanOrEqual(0);
+    const end = lines.findIndex((l, i) => i > start && /^#{1,2}\s/.test(l));
+    const table = { ...readme, prose: lines.slice(start, end).join('\n') };
+    const listed = new Set(linkedPages(table));
+    expect(docs.filter((p) => !listed.has(p))).toEqual([]);
+    expect(listed.has('CONTRIBUTING.md')).toBe(true);
+  });
+
+  it("has every page reachable by links from the README's table (the investigations through Performance)", () => {
+    const reached = new Set<string>(['README.md']);
+    const queue = ['README.md'];
+    for (let page = queue.shift(); page !== undefined; page = queue.shift()) {
+      const from = parsed.get(page);
+      if (from === undefined) continue;
+      for (const target of linkedPages(from)) {
+        if (!reached.has(target)) {
+          reached.add(target);
+          queue.push(target);
+        }
+      }
+    }
+    expect(pages.filter((p) => p.startsWith('docs/') && !reached.has(p))).toEqual([]);
+  });
+
+  it('keeps every docs page at most 32 KB, short enough to read for one task', () => {
+    const sizes = pages
+      .filter((p) => p.startsWith('docs/'))
+      .map((p) => ({ page: p, bytes: readFileSync(join(root, p)).length }));
+    expect(sizes.length).toBeGreaterThanOrEqual(5);
+    expect(sizes.filter((s) => s.bytes > MAX_PAGE_BYTES)).toEqual([]);
   });
 
   it('keeps the README short enough to read in five minutes (at most 30 KB)', () => {
@@ -314,7 +383,7 @@ async function* files(dir: string): AsyncGenerator<string> {
 }
 
 describe('repository documents', () => {
-  it('cite the docs by a path and an anchor that exist', async () => {
+  it('cite the docs by a path and an anchor that exist (and not a section that moved)', async () => {
     const self = fileURLToPath(import.meta.url);
     const broken: string[] = [];
     let cited = 0;
@@ -322,7 +391,7 @@ describe('repository documents', () => {
       if (path === self || path.endsWith('.md')) continue;
       const lines = (await readFile(path, 'utf8')).split('\n');
       lines.forEach((line, i) => {
-        for (const m of line.matchAll(/\b((?:docs\/[\w-]+|README|CONTRIBUTING)\.md)(#[\w-]+)?/g)) {
+        for (const m of line.matchAll(/\b((?:docs\/[\w/-]+|README|CONTRIBUTING)\.md)(#[\w-]+)?/g)) {
           cited++;
           const problem = brokenLink({ page: 'README.md', line: i + 1, target: `${m[1]}${m[2] ?? ''}` });
           if (problem !== undefined) broken.push(`${relative(root, path)}:${i + 1}: ${problem}`);

@@ -1,7 +1,7 @@
 /**
  * `outbox inbox prune` and `outbox inbox metrics`: for a consumer whose inbox lives in a database
  * of its own, where no monitor prunes it or counts its parked events
- * (docs/consuming.md#a-consumer-in-its-own-database). Both touch only the `inbox_*` tables, with
+ * (docs/consumer-operations.md#a-consumer-in-its-own-database). Both touch only the `inbox_*` tables, with
  * the monitor role's grants (`outbox_monitor`).
  */
 import { type Command, InvalidArgumentError } from 'commander';

@@ -1,5 +1,5 @@
 /**
- * The inbox of a consumer in its own database (docs/consuming.md#a-consumer-in-its-own-database):
+ * The inbox of a consumer in its own database (docs/consumer-operations.md#a-consumer-in-its-own-database):
  * the monitor Lambda prunes inbox tables and counts parked events only in the outbox's database,
  * so a consumer whose inbox lives elsewhere runs these on a schedule of its own, as `outbox inbox
  * prune` and `outbox inbox metrics`, or as {@link maintainInbox} in a scheduled function. They

@@ -81,7 +81,7 @@ export function explainError(thrown: unknown, env: NodeJS.ProcessEnv): { message
   }
   if (e?.code === '42501') {
     // insufficient_privilege: most often `migrate --roles` as a user that may not create roles, or
-    // a command run as a deployment role that lacks the grant (see docs/deploying.md#grants-that-are-yours-to-make).
+    // a command run as a deployment role that lacks the grant (see docs/relay-construct.md#grants-that-are-yours-to-make).
     return {
       message:
         `${e.message} (42501): the database user ${databaseTarget(env).user} (from ${databaseTarget(env).from}) lacks a privilege this command needs. ` +

@@ -165,7 +165,7 @@ function claimOrdered(sql: Queryable, options: ClaimOptions) {
   const successorLimit = settingInText(sql, options.perAggregateLimit - 1);
   // Parking: rows the head walk stepped over (beyond their aggregate's next group, or behind a
   // blocking dead letter) get available_at pushed out by a lease, so a hot aggregate's backlog is
-  // not walked by every claim; a park only delays a row (docs/investigations.md#the-claims-parking).
+  // not walked by every claim; a park only delays a row (docs/investigations/claim.md#the-claims-parking).
   return sql<DbClaimedRow[]>`
     with heads as (
       select h.id, h.aggregate_type, h.aggregate_id, h.sequence, h.available_at

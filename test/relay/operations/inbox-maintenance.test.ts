@@ -1,5 +1,5 @@
 /**
- * A consumer whose inbox lives in a database of its own (docs/consuming.md#a-consumer-in-its-own-database):
+ * A consumer whose inbox lives in a database of its own (docs/consumer-operations.md#a-consumer-in-its-own-database):
  * no monitor prunes it or counts its parked events there. `outbox inbox prune` and `outbox inbox
  * metrics` (and `maintainInbox`, for a scheduled function) do, as the monitor role of that
  * database, touching only the inbox tables: here the role may not even read the outbox's.

@@ -1,5 +1,5 @@
 /**
- * Counts of a consumer's inbox in its own database (docs/consuming.md#a-consumer-in-its-own-database):
+ * Counts of a consumer's inbox in its own database (docs/consumer-operations.md#a-consumer-in-its-own-database):
  * what pruning would delete, and the parked events per consumer. Both read only the columns the
  * monitor role may read (`consumer`, `message_key`, `outcome`, `processed_at` of `inbox_message`).
  */
