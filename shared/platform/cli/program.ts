@@ -28,22 +28,43 @@ export interface CliIo {
   confirm: (question: string) => Promise<boolean>;
 }
 
-/** The process's own streams, environment and terminal. */
-export const defaultIo = (): CliIo => ({
-  out: (line) => process.stdout.write(`${line}\n`),
-  err: (line) => process.stderr.write(`${line}\n`),
-  stdin: process.stdin,
-  env: process.env,
-  confirm: async (question) => {
-    if (!process.stdin.isTTY) return false;
-    const rl = createInterface({ input: process.stdin, output: process.stderr });
-    try {
-      return /^y(es)?$/i.test((await rl.question(question)).trim());
-    } finally {
-      rl.close();
-    }
-  },
-});
+let stdoutWatched = false;
+
+/**
+ * Ends the process quietly, exit 0, once stdout's reader has gone (`outbox status | head -1`):
+ * the write that meets the closed pipe fails with EPIPE, which Node reports as an unhandled
+ * 'error' event, a stack trace. A reader that stopped reading wants no more output, as `head`'s
+ * other writers (cat, grep) take it; what the command had to do after that line is given up, as a
+ * writer killed by SIGPIPE gives it up. Any other error of stdout is thrown as before.
+ */
+function endQuietlyWhenStdoutCloses(): void {
+  if (stdoutWatched) return;
+  stdoutWatched = true;
+  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code === 'EPIPE') process.exit(EXIT.ok);
+    throw error;
+  });
+}
+
+/** The process's own streams, environment and terminal; a closed stdout ends the process quietly. */
+export const defaultIo = (): CliIo => {
+  endQuietlyWhenStdoutCloses();
+  return {
+    out: (line) => process.stdout.write(`${line}\n`),
+    err: (line) => process.stderr.write(`${line}\n`),
+    stdin: process.stdin,
+    env: process.env,
+    confirm: async (question) => {
+      if (!process.stdin.isTTY) return false;
+      const rl = createInterface({ input: process.stdin, output: process.stderr });
+      try {
+        return /^y(es)?$/i.test((await rl.question(question)).trim());
+      } finally {
+        rl.close();
+      }
+    },
+  };
+};
 
 /** What the operator commands need from the CLI. */
 export interface OperationsContext {
