@@ -320,10 +320,17 @@ export function describeConnectionFailure(error: unknown, env: NodeJS.ProcessEnv
   const target = databaseTarget(env);
   const reason = e.message ? `${e.message} (${e.code})` : String(e.code);
   const cause = likelyCause(String(e.code));
+  const iam = env[EnvVar.iamAuth] === 'true';
+  // With IAM logins the runbook (docs/operations.md, "Connect the CLI to the deployed database")
+  // has DATABASE_URL unset: advice to set it would lead away from the deployed database.
   const source =
     target.from === 'DATABASE_URL'
-      ? `DATABASE_URL is ${maskDatabaseUrl(env[EnvVar.databaseUrl] ?? '')}; fix it to point at your Postgres.`
-      : `${PG_VARIABLES_USED}; set DATABASE_URL, like ${EXAMPLE_URL}.`;
+      ? iam
+        ? `DATABASE_URL is ${maskDatabaseUrl(env[EnvVar.databaseUrl] ?? '')} and wins over PGHOST, PGPORT and PGUSER: unset DATABASE_URL to log in with IAM to the deployed database.`
+        : `DATABASE_URL is ${maskDatabaseUrl(env[EnvVar.databaseUrl] ?? '')}; fix it to point at your Postgres.`
+      : iam
+        ? `${EnvVar.iamAuth}=true: an IAM token for PGUSER at PGHOST:PGPORT, in AWS_REGION; fix those variables, and keep DATABASE_URL unset.`
+        : `${PG_VARIABLES_USED}; set DATABASE_URL, like ${EXAMPLE_URL}.`;
   return [
     `cannot connect to Postgres at ${target.address} (database "${target.database}", user "${target.user}"): ${reason}`,
     ...(cause ? [`  ${cause[0]?.toUpperCase()}${cause.slice(1)}`] : []),

@@ -27,6 +27,9 @@ export const EXIT = {
  * PG* variables; otherwise a local Postgres ({@link LOCAL_DATABASE_HINT}).
  */
 export function connectionHint(env: NodeJS.ProcessEnv): string {
+  if (env[EnvVar.iamAuth] === 'true' && env[EnvVar.databaseUrl]) {
+    return 'The runbook unsets DATABASE_URL for IAM logins (docs/operations.md, "Connect the CLI to the deployed database").';
+  }
   if (env[EnvVar.iamAuth] === 'true') {
     return (
       'With OUTBOX_DB_IAM_AUTH=true the CLI logs in to PGHOST:PGPORT as PGUSER with an IAM token: check the ' +

@@ -183,6 +183,42 @@ describe('DATABASE_URL', () => {
     expect(r.code).toBe(1);
   });
 
+  it('with IAM logins (the runbook unsets DATABASE_URL), the failure names the PG variables and never says to set DATABASE_URL', async () => {
+    const r = await runCli(['status'], {
+      env: env({
+        DATABASE_URL: undefined,
+        OUTBOX_DB_IAM_AUTH: 'true',
+        PGHOST: '127.0.0.1',
+        PGPORT: '9',
+        PGUSER: 'outbox_monitor',
+        PGDATABASE: 'orders',
+      }),
+    });
+    expect(r.stderr).toMatch(
+      /^error: cannot connect to Postgres at 127\.0\.0\.1:9 \(database "orders", user "outbox_monitor"\)/m,
+    );
+    expect(r.stderr).not.toMatch(/set DATABASE_URL|DATABASE_URL it prints/);
+    expect(r.stderr).toMatch(/OUTBOX_DB_IAM_AUTH=true: an IAM token for PGUSER at PGHOST:PGPORT/);
+    expect(r.stderr).toMatch(/keep DATABASE_URL unset/);
+    expect(r.code).toBe(1);
+  });
+
+  it('with IAM logins and DATABASE_URL set, the failure says to unset it, as the runbook does', async () => {
+    const r = await runCli(['status'], {
+      env: env({
+        DATABASE_URL: 'postgres://app@127.0.0.1:9/shop',
+        OUTBOX_DB_IAM_AUTH: 'true',
+        PGHOST: '127.0.0.1',
+        PGPORT: '9',
+        PGUSER: 'outbox_monitor',
+      }),
+    });
+    expect(r.stderr).toMatch(/^error: cannot connect to Postgres/m);
+    expect(r.stderr).toMatch(/unset DATABASE_URL/);
+    expect(r.stderr).not.toMatch(/fix it to point at your Postgres|npm run db/);
+    expect(r.code).toBe(1);
+  });
+
   it('an unknown host, database or user is a connection failure with the same advice', async () => {
     const noDatabase = withDatabase(h.db.url, 'no_such_database');
     const noUser = new URL(h.db.url);
