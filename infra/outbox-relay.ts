@@ -188,7 +188,10 @@ export class OutboxRelay extends Construct {
   /**
    * What an operator's `outbox` command needs to log in to this deployment's database
    * (docs/operations.md#connect-the-cli-to-the-deployed-database): the endpoint, the database,
-   * the users and the `rds-db:connect` resource a person's IAM policy must allow.
+   * the users and the `rds-db:connect` resource a person's IAM policy must allow; and every name
+   * the runbooks' `aws` commands take: the functions, their log groups (named by CloudFormation,
+   * not `/aws/lambda/<function>`), their schedules and the alarm topic. A synth test checks each
+   * command of docs/operations.md against these outputs.
    */
   private createOutputs(
     props: OutboxRelayProps,
@@ -196,6 +199,7 @@ export class OutboxRelay extends Construct {
     settings: FunctionSettings,
   ): void {
     const connect = 'docs/operations.md#connect-the-cli-to-the-deployed-database';
+    const runbooks = 'docs/operations.md#runbooks';
     const outputs: Record<string, { value: string; description: string }> = {
       DatabaseHost: {
         value: database.host,
@@ -223,6 +227,34 @@ export class OutboxRelay extends Construct {
       DatabaseConnectResource: {
         value: database.connectArn(this, '*'),
         description: `rds-db:connect resource of this database's users (replace * with the user): ${connect}`,
+      },
+      // The names the runbooks' aws commands take (docs/operations.md#runbooks): the functions'
+      // log groups are named by CloudFormation, not /aws/lambda/<function>, so they are given here.
+      RelayFunctionName: {
+        value: this.relayFunction.functionName,
+        description: `The relay function (aws lambda get-function-concurrency --function-name): ${runbooks}`,
+      },
+      RelayLogGroup: {
+        value: this.relayFunction.logGroup.logGroupName,
+        description: `The relay function's log group (aws logs tail): ${runbooks}`,
+      },
+      RelayScheduleName: {
+        value: this.relaySchedule.scheduleName,
+        description: `The relay's schedule, in the default group (aws scheduler get-schedule --name): ${runbooks}`,
+      },
+      MonitorFunctionName: { value: this.monitorFunction.functionName, description: 'The monitor function' },
+      MonitorLogGroup: {
+        value: this.monitorFunction.logGroup.logGroupName,
+        description: `The monitor function's log group (aws logs tail): ${runbooks}`,
+      },
+      MonitorScheduleName: {
+        value: this.monitorSchedule.scheduleName,
+        description: `The monitor's schedule, in the default group (aws scheduler get-schedule --name): ${runbooks}`,
+      },
+      AlarmTopicArn: {
+        value: this.alarmTopic.topicArn,
+        description:
+          'The SNS topic every alarm notifies: subscribe to it (aws sns subscribe --topic-arn), or no alarm reaches anyone',
       },
     };
     for (const [id, o] of Object.entries(outputs)) new CfnOutput(this, id, o);

@@ -19,6 +19,7 @@ import { ECONOMY_IDLE_RETURN_SECONDS } from '../../infra/props.ts';
 import { loadRelaySettings, migrateConfigSchema, parseEnv } from '../../shared/platform/config.ts';
 import { OutboxConfigError } from '../../shared/platform/errors.ts';
 import { EnvVar } from '../../shared/platform/names.ts';
+import { docsAwsCommands, markdownSection } from '../support/runbook-commands.ts';
 
 // Every App in this file synthesises under one private directory, removed when the file ends. An App
 // built without an outdir makes its own `cdk.out*` directory in os.tmpdir() that nothing removes, so
@@ -52,11 +53,13 @@ const cdkContext = (
 
 let template: Template;
 let synthError: unknown;
+let demoStackName: string;
 beforeAll(() => {
   const app = newApp({ context: cdkContext });
   // cdk-nag's AwsSolutions pack: synthesis fails on any finding that is not acknowledged with a reason.
   Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
   const { stack } = buildApp(app);
+  demoStackName = stack.stackName;
   try {
     app.synth();
   } catch (error) {
@@ -1625,4 +1628,77 @@ describe('OutboxRelay on an existing instance or Aurora cluster, without a proxy
     expect(warnings(false)).toHaveLength(1);
     expect(warnings(true)).toHaveLength(0);
   });
+});
+
+describe("the runbooks' aws commands resolve against the synthesised demo", () => {
+  const page = (name: string) => readFileSync(new URL(`../../docs/${name}`, import.meta.url), 'utf8');
+  const commands = [
+    ...docsAwsCommands(page('operations.md')).map((c) => ({ page: 'operations.md', ...c })),
+    ...docsAwsCommands(markdownSection(page('deploying.md'), '## First deploy: a checklist')).map((c) => ({
+      page: 'deploying.md',
+      ...c,
+    })),
+  ];
+  /** The resource a service's name argument must name. */
+  const TYPE_BY_SERVICE: Record<string, string> = {
+    logs: 'AWS::Logs::LogGroup',
+    lambda: 'AWS::Lambda::Function',
+    scheduler: 'AWS::Scheduler::Schedule',
+    sns: 'AWS::SNS::Topic',
+  };
+  /** Names that are the operator's own, not the deployment's: `aws ssm start-session --target` is their host in the VPC. */
+  const operatorsOwn = (service: string, option: string) => service === 'ssm' && option === '--target';
+  type Ref = { Ref?: string; 'Fn::GetAtt'?: [string, string] };
+  /** The logical id of the resource the demo construct's output `name` (`RelayLogGroup`) refers to. */
+  const outputTarget = (name: string): string | undefined => {
+    const outputs = template.toJSON().Outputs as Record<string, { Value: Ref }>;
+    const key = Object.keys(outputs).find((k) => new RegExp(`^Outbox${name}[0-9A-F]{8}$`).test(k));
+    const value = key ? outputs[key]?.Value : undefined;
+    return value?.Ref ?? value?.['Fn::GetAtt']?.[0];
+  };
+  const resources = () =>
+    template.toJSON().Resources as Record<string, { Type: string; Properties: Record<string, unknown> }>;
+
+  it('finds every command of the runbooks and the checklist', () => {
+    expect(commands.filter((c) => c.page === 'operations.md').length).toBeGreaterThanOrEqual(10);
+    expect(commands.filter((c) => c.page === 'deploying.md').length).toBeGreaterThanOrEqual(3);
+  });
+
+  it.each(commands)('$page: $text', (c) => {
+    for (const { option, value } of c.names) {
+      if (option === '--stack-name') {
+        expect(value, 'the demo stack').toBe(demoStackName);
+        continue;
+      }
+      if (operatorsOwn(c.service, option)) continue;
+      const name = /^<([A-Za-z]+)>$/.exec(value)?.[1];
+      expect(name, `${option} ${value}: a placeholder naming a stack output`).toBeDefined();
+      const target = outputTarget(name as string);
+      expect(target, `the demo has an output ${name}`).toBeDefined();
+      expect(resources()[target as string]?.Type, `${name} names a resource for aws ${c.service}`).toBe(
+        TYPE_BY_SERVICE[c.service],
+      );
+    }
+    expect(
+      c.variables.filter((v) => v !== 'AWS_REGION'),
+      'shell variables the runbook does not set',
+    ).toEqual([]);
+  });
+
+  it.each(['Relay', 'Monitor'])(
+    'the %s outputs name one function, its own log group and the schedule that invokes it',
+    (kind) => {
+      const fn = outputTarget(`${kind}FunctionName`) as string;
+      const all = resources();
+      expect(all[fn]?.Type).toBe('AWS::Lambda::Function');
+      expect((all[fn]?.Properties.LoggingConfig as { LogGroup?: Ref } | undefined)?.LogGroup).toEqual({
+        Ref: outputTarget(`${kind}LogGroup`),
+      });
+      const schedule = all[outputTarget(`${kind}ScheduleName`) as string];
+      expect((schedule?.Properties.Target as { Arn?: Ref } | undefined)?.Arn).toEqual({
+        'Fn::GetAtt': [fn, 'Arn'],
+      });
+      expect(all[outputTarget('AlarmTopicArn') as string]?.Type).toBe('AWS::SNS::Topic');
+    },
+  );
 });

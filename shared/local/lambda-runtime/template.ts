@@ -176,6 +176,8 @@ export async function readStack(
       case 'AWS::SQS::Queue':
       case 'AWS::SNS::Topic':
       case 'AWS::Lambda::Version':
+      case 'AWS::Logs::LogGroup':
+      case 'AWS::Scheduler::Schedule':
         return id;
       default:
         throw new Error(`${where}: the rehearsal has no stand-in for Ref ${id} (${resource.Type})`);
