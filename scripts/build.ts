@@ -48,8 +48,9 @@ const ROLES = Object.keys(ROLE_FOLDERS) as Role[];
 /** What a package carries beyond its exports' modules (paths relative to the repository). */
 const EXTRAS: Partial<Record<Role, { entries?: string[]; copy?: string[]; bin?: Record<string, string> }>> = {
   // shared/relay/bin/outbox.js runs dist/cli/main.js when the TypeScript sources are absent, as in the package.
+  // lambda-child.ts is forked, not imported, by `outbox bus --deliver`'s Lambda runtime.
   relay: {
-    entries: ['shared/relay/cli/main.ts'],
+    entries: ['shared/relay/cli/main.ts', 'shared/local/lambda-runtime/lambda-child.ts'],
     copy: ['dist/migrations', 'shared/relay/bin/outbox.js', 'scripts/check-node.cjs'],
     bin: { outbox: 'shared/relay/bin/outbox.js' },
   },

@@ -28,6 +28,10 @@ export interface AsyncInvocationOptions {
   functionArn: string;
   /** The on-failure destination queue and a client to reach it; no record without one. */
   onFailure?: { sqs: SQSClient; queueUrl: string };
+  /** Called before each retry's wait: the retry's number (1, 2) and the wait, ms. */
+  onRetry?: (retry: number, waitMs: number, failed: InvocationOutcome) => void;
+  /** Aborting it ends the waits between attempts: the invocation ends with the attempts made, no record. */
+  signal?: AbortSignal;
 }
 
 /** What became of an asynchronous invocation. */
@@ -48,7 +52,12 @@ export async function invokeAsynchronously(
 ): Promise<AsyncInvocationResult> {
   const attempts: InvocationOutcome[] = [];
   for (let n = 0; n <= o.maximumRetryAttempts; n++) {
-    if (n > 0) await sleep((LAMBDA_ASYNC_RETRY_DELAYS_MS[n - 1] ?? 120_000) * o.delayScale);
+    if (n > 0) {
+      const waitMs = (LAMBDA_ASYNC_RETRY_DELAYS_MS[n - 1] ?? 120_000) * o.delayScale;
+      o.onRetry?.(n, waitMs, attempts.at(-1) as InvocationOutcome);
+      const waited = await sleep(waitMs, true, { signal: o.signal }).catch(() => false);
+      if (!waited) return { attempts, record: undefined };
+    }
     const outcome = await o.attempt(event);
     attempts.push(outcome);
     if (outcome.type === 'result') return { attempts, record: undefined };

@@ -8,7 +8,10 @@ import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
-const CHILD = fileURLToPath(new URL('./lambda-child.ts', import.meta.url));
+// Compiled into the relay package, this module is a .js beside lambda-child.js.
+const CHILD = fileURLToPath(
+  new URL(import.meta.url.endsWith('.ts') ? './lambda-child.ts' : './lambda-child.js', import.meta.url),
+);
 
 /** What an invocation came to. */
 export interface InvocationOutcome {
@@ -37,6 +40,8 @@ export interface FunctionSpec {
   handler: string;
   memoryMb: number;
   environment: Record<string, string>;
+  /** Called with each line the function writes (its log), as it writes it; the lines are kept in `logLines` too. */
+  onLog?: (line: string) => void;
 }
 
 /**
@@ -74,8 +79,12 @@ export async function startFunction(
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
   });
   const logLines: string[] = [];
-  createInterface({ input: child.stdout as NodeJS.ReadableStream }).on('line', (l) => logLines.push(l));
-  createInterface({ input: child.stderr as NodeJS.ReadableStream }).on('line', (l) => logLines.push(l));
+  const onLine = (line: string) => {
+    logLines.push(line);
+    spec.onLog?.(line);
+  };
+  createInterface({ input: child.stdout as NodeJS.ReadableStream }).on('line', onLine);
+  createInterface({ input: child.stderr as NodeJS.ReadableStream }).on('line', onLine);
   const messages: Record<string, unknown>[] = [];
   let wake: (() => void) | undefined;
   child.on('message', (m: Record<string, unknown>) => {

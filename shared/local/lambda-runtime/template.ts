@@ -11,7 +11,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
-type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
 interface Resource {
   Type: string;
@@ -106,8 +106,30 @@ export interface TemplateEventSource {
   reportBatchItemFailures: boolean;
 }
 
+/** An `AWS::EventsV2::Subscriber` with a Lambda target: a Custom Event Bus's delivery to a function. */
+export interface TemplateSubscriber {
+  logicalId: string;
+  type: 'FIFO' | 'UNORDERED';
+  /** Its filters' patterns by scope (`DATA`: the EventBridge event; `SYSTEM_METADATA`), each parsed. */
+  filters: { scope: string; pattern: Record<string, Json> }[];
+  /** The function it invokes. */
+  functionLogicalId: string;
+  /** `RetryPolicy` (the subscriber's defaults, 5 and 300 s, when absent). */
+  maxRetryAttempts: number;
+  maxEventAgeSeconds: number;
+  /** The queue of `OnFailureConfiguration`, when it is one of the template's. */
+  deadLetterQueueLogicalId: string | undefined;
+  transformer: 'RAW' | 'WITH_METADATA';
+}
+
 /** The parts of a synthesised stack the rehearsal runs. */
 export interface SynthesisedStack {
+  subscribers: TemplateSubscriber[];
+  /**
+   * With `unresolved: 'omit'`: each value left out because it depends on what only a deployment
+   * knows, as `<logical id>.Environment.<name>` (or `Outputs.<id>`, an alarm's dimension), with the intrinsic.
+   */
+  unresolved: string[];
   queues: TemplateQueue[];
   asyncConfigs: TemplateAsyncConfig[];
   rules: TemplateRule[];
@@ -131,8 +153,31 @@ export async function readStack(
   cdkOut: string,
   stackName: string,
   standIns: StandIns,
+  options: {
+    /**
+     * `throw` (default): a value the reader cannot resolve is an error. `omit`: it is left out and
+     * named in `unresolved` (the local delivery reads a user's stack, whose other resources it has
+     * no stand-ins for).
+     */
+    unresolved?: 'throw' | 'omit';
+    /** The template's file in `cdkOut`; default `<stackName>.template.json`. */
+    templateFile?: string;
+  } = {},
 ): Promise<SynthesisedStack> {
-  const template = JSON.parse(await readFile(join(cdkOut, `${stackName}.template.json`), 'utf8')) as {
+  const unresolved: string[] = [];
+  /** `value()`, or, with `unresolved: 'omit'`, undefined when it cannot be resolved (named in `unresolved`). */
+  const lenient = <T>(where: string, value: () => T): T | undefined => {
+    if (options.unresolved !== 'omit') return value();
+    try {
+      return value();
+    } catch (error) {
+      unresolved.push(`${where} (${(error as Error).message.replace(/^[^:]*: /, '')})`);
+      return undefined;
+    }
+  };
+  const template = JSON.parse(
+    await readFile(join(cdkOut, options.templateFile ?? `${stackName}.template.json`), 'utf8'),
+  ) as {
     Resources: Record<string, Resource>;
     Outputs?: Record<string, { Value: Json; Description?: string }>;
   };
@@ -243,6 +288,7 @@ export async function readStack(
   const functions: TemplateFunction[] = [];
   const schedules: TemplateSchedule[] = [];
   const alarms: TemplateAlarm[] = [];
+  const subscribers: TemplateSubscriber[] = [];
   for (const [logicalId, resource] of Object.entries(resources)) {
     const p = resource.Properties ?? {};
     if (resource.Type === 'AWS::Lambda::Function') {
@@ -254,7 +300,9 @@ export async function readStack(
       >;
       const environment: Record<string, string> = {};
       for (const [name, value] of Object.entries(variables)) {
-        environment[name] = resolve(value, `${logicalId}.Environment.${name}`);
+        const where = `${logicalId}.Environment.${name}`;
+        const resolved = lenient(where, () => resolve(value, where));
+        if (resolved !== undefined) environment[name] = resolved;
       }
       functions.push({
         logicalId,
@@ -270,12 +318,12 @@ export async function readStack(
       const expression = String(p.ScheduleExpression);
       const rate = /^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$/.exec(expression);
       const unit = { minute: 60, minutes: 60, hour: 3600, hours: 3600, day: 86_400, days: 86_400 };
-      const target = p.Target as { Arn: { 'Fn::GetAtt': [string, string] }; Input?: string };
+      const target = p.Target as { Arn?: { 'Fn::GetAtt'?: [string, string] }; Input?: string };
       schedules.push({
         logicalId,
         expression,
         periodSeconds: rate ? Number(rate[1]) * unit[rate[2] as keyof typeof unit] : Number.NaN,
-        targetLogicalId: target.Arn['Fn::GetAtt'][0],
+        targetLogicalId: target.Arn?.['Fn::GetAtt']?.[0] ?? '',
         input: target.Input ? JSON.parse(target.Input) : {},
       });
     } else if (resource.Type === 'AWS::SQS::Queue') {
@@ -287,7 +335,10 @@ export async function readStack(
         retentionSeconds: Number(p.MessageRetentionPeriod ?? 345_600),
         redrive: redrive
           ? {
-              deadLetterLogicalId: target(redrive.deadLetterTargetArn, `${logicalId}.RedrivePolicy`),
+              deadLetterLogicalId:
+                lenient(`${logicalId}.RedrivePolicy`, () =>
+                  target(redrive.deadLetterTargetArn, `${logicalId}.RedrivePolicy`),
+                ) ?? '',
               maxReceiveCount: Number(redrive.maxReceiveCount),
             }
           : undefined,
@@ -295,9 +346,14 @@ export async function readStack(
     } else if (resource.Type === 'AWS::Lambda::EventInvokeConfig') {
       const onFailure = (p.DestinationConfig as { OnFailure?: { Destination?: Json } } | undefined)?.OnFailure
         ?.Destination;
-      const destination = onFailure === undefined ? undefined : target(onFailure, `${logicalId}.OnFailure`);
+      const destination =
+        onFailure === undefined
+          ? undefined
+          : lenient(logicalId, () => target(onFailure, `${logicalId}.OnFailure`));
+      const fn = lenient(logicalId, () => target(p.FunctionName, `${logicalId}.FunctionName`));
+      if (fn === undefined) continue;
       asyncConfigs.push({
-        functionLogicalId: target(p.FunctionName, `${logicalId}.FunctionName`),
+        functionLogicalId: fn,
         maximumRetryAttempts: Number(p.MaximumRetryAttempts ?? 2),
         maximumEventAgeSeconds: Number(p.MaximumEventAgeInSeconds ?? 21_600),
         onFailureQueueLogicalId:
@@ -314,7 +370,8 @@ export async function readStack(
             RetryPolicy?: { MaximumRetryAttempts?: Json };
           }[]
         ).flatMap((t, i) => {
-          const id = target(t.Arn, `${logicalId}.Targets[${i}]`);
+          const id = lenient(`${logicalId}.Targets[${i}]`, () => target(t.Arn, `${logicalId}.Targets[${i}]`));
+          if (id === undefined) return [];
           const type = resources[id]?.Type;
           if (type !== 'AWS::Lambda::Function' && type !== 'AWS::SQS::Queue') return [];
           return [
@@ -333,20 +390,53 @@ export async function readStack(
         }),
       });
     } else if (resource.Type === 'AWS::Lambda::EventSourceMapping') {
-      const source = target(p.EventSourceArn, `${logicalId}.EventSourceArn`);
-      if (resources[source]?.Type !== 'AWS::SQS::Queue') continue;
+      const source = lenient(logicalId, () => target(p.EventSourceArn, `${logicalId}.EventSourceArn`));
+      const fn = lenient(logicalId, () => target(p.FunctionName, `${logicalId}.FunctionName`));
+      if (source === undefined || fn === undefined || resources[source]?.Type !== 'AWS::SQS::Queue') continue;
       eventSources.push({
-        functionLogicalId: target(p.FunctionName, `${logicalId}.FunctionName`),
+        functionLogicalId: fn,
         queueLogicalId: source,
         batchSize: Number(p.BatchSize ?? 10),
         reportBatchItemFailures: ((p.FunctionResponseTypes ?? []) as Json[]).includes(
           'ReportBatchItemFailures',
         ),
       });
+    } else if (resource.Type === 'AWS::EventsV2::Subscriber') {
+      const invoke = (p.InvokeConfiguration ?? {}) as { TargetArn?: Json };
+      const fn = lenient(`${logicalId}.InvokeConfiguration`, () =>
+        target(invoke.TargetArn, `${logicalId}.InvokeConfiguration.TargetArn`),
+      );
+      if (fn === undefined || resources[fn]?.Type !== 'AWS::Lambda::Function') continue;
+      const retry = (p.RetryPolicy ?? {}) as { MaxRetryAttempts?: Json; MaxEventAgeInSeconds?: Json };
+      const onFailure = (p.OnFailureConfiguration as { Arn?: Json } | undefined)?.Arn;
+      const dlq =
+        onFailure === undefined
+          ? undefined
+          : lenient(`${logicalId}.OnFailure`, () => target(onFailure, logicalId));
+      const filters = ((p.FilterConfiguration as { Filters?: { Scope: string; Pattern: string }[] })
+        ?.Filters ?? []) as { Scope: string; Pattern: string }[];
+      subscribers.push({
+        logicalId,
+        type: p.Type === 'UNORDERED' ? 'UNORDERED' : 'FIFO',
+        filters: filters.map((f) => ({
+          scope: f.Scope,
+          pattern: JSON.parse(f.Pattern) as Record<string, Json>,
+        })),
+        functionLogicalId: fn,
+        maxRetryAttempts: Number(retry.MaxRetryAttempts ?? 5),
+        maxEventAgeSeconds: Number(retry.MaxEventAgeInSeconds ?? 300),
+        deadLetterQueueLogicalId: dlq && resources[dlq]?.Type === 'AWS::SQS::Queue' ? dlq : undefined,
+        transformer:
+          (p.Transformer as { Type?: string } | undefined)?.Type === 'WITH_METADATA'
+            ? 'WITH_METADATA'
+            : 'RAW',
+      });
     } else if (resource.Type === 'AWS::CloudWatch::Alarm') {
       const dimensions: Record<string, string> = {};
       for (const d of (p.Dimensions ?? []) as { Name: string; Value: Json }[]) {
-        dimensions[d.Name] = resolve(d.Value, `${logicalId}.Dimensions.${d.Name}`);
+        const where = `${logicalId}.Dimensions.${d.Name}`;
+        const resolved = lenient(where, () => resolve(d.Value, where));
+        if (resolved !== undefined) dimensions[d.Name] = resolved;
       }
       alarms.push({
         logicalId,
@@ -358,10 +448,21 @@ export async function readStack(
   }
   const outputs = new Map<string, { value: string; description: string }>();
   for (const [logicalId, output] of Object.entries(template.Outputs ?? {})) {
-    outputs.set(logicalId, {
-      value: resolve(output.Value, `Outputs.${logicalId}`),
-      description: output.Description ?? '',
-    });
+    const value = lenient(`Outputs.${logicalId}`, () => resolve(output.Value, `Outputs.${logicalId}`));
+    if (value !== undefined) outputs.set(logicalId, { value, description: output.Description ?? '' });
   }
-  return { functions, schedules, alarms, secrets, buses, queues, asyncConfigs, rules, eventSources, outputs };
+  return {
+    functions,
+    schedules,
+    alarms,
+    secrets,
+    buses,
+    queues,
+    asyncConfigs,
+    rules,
+    eventSources,
+    subscribers,
+    outputs,
+    unresolved,
+  };
 }

@@ -20,6 +20,15 @@ export function nonNegativeInteger(value: string): number {
   return Number(value);
 }
 
+/** A factor above 0 and at most 1 (a scale that shortens waits: 0.05). */
+export function shorteningFactor(value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || n <= 0 || n > 1) {
+    throw new InvalidArgumentError('It must be a number above 0 and at most 1, like 0.05.');
+  }
+  return n;
+}
+
 /** A TCP port to listen on: 0 (any free one) to 65535. */
 export function portNumber(value: string): number {
   const n = nonNegativeInteger(value);

@@ -14,8 +14,9 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Command } from 'commander';
-import type { AcceptedEvent } from '../../local/bus.ts';
-import { portNumber } from '../../platform/cli/parsers.ts';
+import type { AcceptedEvent, LocalBus } from '../../local/bus.ts';
+import type { LocalDelivery } from '../../local/delivery.ts';
+import { portNumber, shorteningFactor } from '../../platform/cli/parsers.ts';
 import type { OperationsContext } from '../../platform/cli/program.ts';
 import { onInterrupt } from '../../platform/cli/signals.ts';
 import { EnvVar, OutboxConfigError, OutboxError } from '../../platform/index.ts';
@@ -26,9 +27,15 @@ const FORWARDED_SIGNAL_GRACE_MS = 250;
 /** The port `outbox bus` listens on without `--port` or LOCAL_BUS_PORT. */
 export const LOCAL_BUS_DEFAULT_PORT = 4010;
 
+/** The Custom Event Bus ARN `outbox bus` prints for the relay; its local subscribers deliver it. */
+const LOCAL_CUSTOM_BUS_ARN = 'arn:aws:events:us-east-1:000000000000:event-busv2/demo/local';
+
 interface BusOptions {
   port?: number;
   refuse?: string;
+  deliver?: string | true;
+  stack: string[];
+  retryDelayScale?: number;
 }
 
 /** Adds `bus` to the program. */
@@ -47,7 +54,25 @@ export function registerBus(program: Command, ctx: OperationsContext): void {
       '--refuse <text>',
       'refuse every event whose detail holds <text> with InvalidArgument, a permanent error: the relay dead-letters it at once',
     )
+    .option(
+      '--deliver [cdk.out]',
+      "deliver the bus's events to the consumers of a synthesised CDK app (cdk synth's output folder, default cdk.out): their rules or Custom Event Bus subscribers, retries and failure queues, each function's bundle run as Lambda runs it, logged in with DATABASE_URL (or PG*)",
+    )
+    .option(
+      '--stack <name>',
+      'with --deliver: only the consumers of this stack (repeatable; default every stack)',
+      (value: string, previous: string[]) => [...previous, value],
+      [] as string[],
+    )
+    .option(
+      '--retry-delay-scale <factor>',
+      "with --deliver: multiplies Lambda's asynchronous retry waits (60 s, then 120 s) and the queues' visibility timeouts, to try failures in seconds (0.05: 3 s and 6 s; default 1, as AWS)",
+      shorteningFactor,
+    )
     .action(async (o: BusOptions) => {
+      if (o.deliver === undefined && (o.stack.length > 0 || o.retryDelayScale !== undefined)) {
+        throw new OutboxConfigError('--deliver', '--stack and --retry-delay-scale apply only with --deliver');
+      }
       let port = o.port ?? LOCAL_BUS_DEFAULT_PORT;
       if (o.port === undefined && ctx.env.LOCAL_BUS_PORT !== undefined) {
         try {
@@ -97,7 +122,7 @@ export function registerBus(program: Command, ctx: OperationsContext): void {
       ctx.out(`  export ${EnvVar.eventBusName}=demo AWS_ENDPOINT_URL_EVENTBRIDGE=${bus.url} ${credentials}`);
       // The same port answers the Custom Event Bus's PutEvents (any event-busv2 ARN).
       ctx.out(
-        `  or, for a Custom Event Bus: export ${EnvVar.eventBusArn}=arn:aws:events:us-east-1:000000000000:event-busv2/demo/local AWS_ENDPOINT_URL_EVENTBRIDGEV2=${bus.url} ${credentials} (and no ${EnvVar.eventBusName})`,
+        `  or, for a Custom Event Bus: export ${EnvVar.eventBusArn}=${LOCAL_CUSTOM_BUS_ARN} AWS_ENDPOINT_URL_EVENTBRIDGEV2=${bus.url} ${credentials} (and no ${EnvVar.eventBusName})`,
       );
       if (o.refuse !== undefined) {
         ctx.out(
@@ -109,6 +134,68 @@ export function registerBus(program: Command, ctx: OperationsContext): void {
           `${new Date(e.receivedAt).toISOString()}  ${e.eventBusName ?? '-'}  ${e.source}  ${e.detailType}  ${JSON.stringify(e.detail)}`,
         );
       });
+      const delivery =
+        o.deliver === undefined
+          ? undefined
+          : await startDelivery(ctx, bus, o.deliver === true ? 'cdk.out' : o.deliver, o).catch(
+              async (error: unknown) => {
+                await bus.close();
+                throw error;
+              },
+            );
       await stopped;
+      await delivery?.close();
     });
+}
+
+/**
+ * `--deliver`: the consumers of the synthesised app attached to the bus (shared/local/delivery.ts),
+ * logged in with this command's DATABASE_URL (or PG*); prints what each gets and the variables
+ * that point `outbox inbox` at the local Lambda and SQS endpoints.
+ * @throws {OutboxConfigError} (`DATABASE_URL`) when neither DATABASE_URL nor PGHOST says where the consumers log in
+ */
+async function startDelivery(
+  ctx: OperationsContext,
+  bus: LocalBus,
+  dir: string,
+  o: BusOptions,
+): Promise<LocalDelivery> {
+  const login = Object.fromEntries(
+    [EnvVar.databaseUrl, EnvVar.pgHost, EnvVar.pgPort, EnvVar.pgUser, EnvVar.pgDatabase, 'PGPASSWORD']
+      .filter((name) => ctx.env[name] !== undefined && ctx.env[name] !== '')
+      .map((name) => [name, ctx.env[name] as string]),
+  );
+  if (!login[EnvVar.databaseUrl] && !login[EnvVar.pgHost]) {
+    throw new OutboxConfigError(
+      EnvVar.databaseUrl,
+      "is required with --deliver: the consumers' functions log in to the database it names (their inbox and their tables)",
+    );
+  }
+  const { readCloudAssembly, startLocalDelivery } = await import('../../local/delivery.ts');
+  const stacks = await readCloudAssembly(dir, o.stack).catch((error: Error) => {
+    throw new OutboxConfigError('--deliver', error.message);
+  });
+  const delivery = await startLocalDelivery({
+    bus,
+    stacks,
+    customEventBusArn: LOCAL_CUSTOM_BUS_ARN,
+    environment: login,
+    retryDelayScale: o.retryDelayScale,
+    log: (line) => ctx.out(`${new Date().toISOString()}  ${line}`),
+  });
+  if (delivery.consumers.length === 0) {
+    ctx.err(
+      `warning: ${dir} has no consumer to deliver to (no rule or subscriber whose target is a function it bundles)`,
+    );
+  }
+  for (const c of delivery.consumers) {
+    ctx.out(
+      `delivering to ${c.name} (${c.topology}; --function-name ${c.functionNames.join(' or ')}): ${c.retries}`,
+    );
+    for (const [role, url] of Object.entries(c.queues)) ctx.out(`  ${role} queue: ${url}`);
+  }
+  ctx.out(
+    `  for outbox inbox failed|parked|queue replay: export AWS_ENDPOINT_URL_LAMBDA=${delivery.lambdaUrl} AWS_ENDPOINT_URL_SQS=${delivery.sqsUrl} AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local`,
+  );
+  return delivery;
 }
