@@ -13,6 +13,9 @@
  * - runs the pre-built relay bundle as Lambda would, on the same database;
  * - synthesises a CDK app with OutboxRelay on an imported VPC and proxy, without esbuild
  *   (test/package/cdk-app.ts);
+ * - runs `npx outbox bus --deliver` on that app's synthesised consumers (docs/consumer-local.md):
+ *   the relay's events applied, a failing one retried as Lambda retries it and recorded, then
+ *   replayed from the on-failure queue with `npx outbox-inbox queue replay`, once;
  * - synthesises a service's app with two OutboxConsumers beside the relay, one per topology,
  *   subscribing to typed events (test/package/consumer-app.ts, consumer-events.ts and the two
  *   handlers, type-checked above): first without esbuild, which fails naming the install, then
@@ -130,6 +133,45 @@ function inApp(nodeBin: string, command: string, args: string[], env: Record<str
       ...env,
     },
   });
+}
+
+/**
+ * Starts an installed package's command in the fresh project (`npx --no-install …`), in a process
+ * group of its own, so that Ctrl-C can be sent as a terminal sends it: to npx and the command both
+ * (npx does not forward a SIGINT sent to it alone). `until` waits for a line it prints.
+ */
+function startInApp(args: string[], env: Record<string, string> = {}) {
+  const child = spawn('npx', ['--no-install', ...args], {
+    cwd: app,
+    env: { ...process.env, PATH: `${join(app, 'node_modules', '.bin')}:${process.env.PATH}`, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  let printed = '';
+  child.stdout.on('data', (chunk: Buffer) => {
+    printed += chunk.toString();
+  });
+  child.stderr.on('data', (chunk: Buffer) => {
+    printed += chunk.toString();
+  });
+  return {
+    printed: () => printed,
+    async until(pattern: RegExp, timeoutMs = 60_000) {
+      const deadline = Date.now() + timeoutMs;
+      while (!pattern.test(printed)) {
+        if (Date.now() > deadline || child.exitCode !== null)
+          throw new Error(`not printed ${pattern}: ${printed}`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      return printed.match(pattern) as RegExpMatchArray;
+    },
+    async stop() {
+      if (child.exitCode !== null) return;
+      const exited = once(child, 'exit');
+      process.kill(-(child.pid as number), 'SIGINT');
+      await exited;
+    },
+  };
 }
 
 beforeAll(async () => {
@@ -377,30 +419,7 @@ describe('the packed package, installed in a fresh project', () => {
   it(
     '`npx outbox bus` from the installed relay package: both bus kinds, with the exports it prints, take what `npx outbox relay` sends',
     async () => {
-      const child = spawn('npx', ['--no-install', 'outbox', 'bus', '--port', '0'], {
-        cwd: app,
-        env: { ...process.env, PATH: `${join(app, 'node_modules', '.bin')}:${process.env.PATH}` },
-        stdio: ['ignore', 'pipe', 'pipe'],
-        // A process group of its own, so that Ctrl-C can be sent as a terminal sends it: to npx
-        // and the bus both (npx does not forward a SIGINT sent to it alone).
-        detached: true,
-      });
-      let printed = '';
-      child.stdout.on('data', (chunk: Buffer) => {
-        printed += chunk.toString();
-      });
-      child.stderr.on('data', (chunk: Buffer) => {
-        printed += chunk.toString();
-      });
-      const until = async (pattern: RegExp) => {
-        const deadline = Date.now() + 60_000;
-        while (!pattern.test(printed)) {
-          if (Date.now() > deadline || child.exitCode !== null)
-            throw new Error(`not printed ${pattern}: ${printed}`);
-          await new Promise((resolve) => setTimeout(resolve, 50));
-        }
-        return printed.match(pattern) as RegExpMatchArray;
-      };
+      const { printed, until, stop } = startInApp(['outbox', 'bus', '--port', '0']);
       try {
         const [, classic = ''] = await until(/^ {2}export (EVENT_BUS_NAME=.*)$/m);
         const [, custom = ''] = await until(
@@ -442,19 +461,15 @@ describe('the packed package, installed in a fresh project', () => {
         } finally {
           await sql.end();
         }
-        expect(printed).toMatch(/ {2}demo {2}test\.package {2}BusCommandTested /);
-        expect(printed).toMatch(
+        expect(printed()).toMatch(/ {2}demo {2}test\.package {2}BusCommandTested /);
+        expect(printed()).toMatch(
           / {2}arn:aws:events:us-east-1:000000000000:event-busv2\/demo\/local {2}test\.package {2}BusCommandTested /,
         );
       } finally {
-        if (child.exitCode === null) {
-          const exited = once(child, 'exit');
-          process.kill(-(child.pid as number), 'SIGINT');
-          await exited;
-        }
+        await stop();
       }
       // npx ends as npm does on Ctrl-C (by the signal); the bus stopped without an error.
-      expect(printed).not.toMatch(/error/i);
+      expect(printed()).not.toMatch(/error/i);
     },
     5 * MINUTES,
   );
@@ -701,5 +716,116 @@ describe('the packed package, installed in a fresh project', () => {
       expect(dashboards[0]).toContain('notifications: queue (messages, age in s)');
     },
     10 * MINUTES,
+  );
+
+  it(
+    "`npx outbox bus --deliver` runs the synthesised consumers on the relay's events: applied, retried, recorded, replayed with outbox-inbox",
+    async () => {
+      // The consumers synthesised by the test above, as docs/consumer-local.md runs them: the
+      // service's tables, then the bus with its consumers, then the relay.
+      const sql = postgres(databaseUrl, { max: 1, onnotice: () => {} });
+      const { printed, until, stop } = startInApp(
+        [
+          'outbox',
+          'bus',
+          '--port',
+          '0',
+          '--deliver',
+          join(work, 'cdk.out-consumers'),
+          '--retry-delay-scale',
+          '0.01',
+        ],
+        { DATABASE_URL: databaseUrl },
+      );
+      try {
+        await sql`create table invoice (order_id text primary key, total numeric not null)`;
+        await sql`create table shipment_notice (order_id text primary key, carrier text not null)`;
+        const [, busExports = ''] = await until(/^ {2}export (EVENT_BUS_NAME=.*)$/m);
+        const [, replayExports = ''] = await until(/^ {2}for outbox inbox .*: export (.*)$/m);
+        expect(printed()).toMatch(
+          /^delivering to billing \(direct; --function-name Billing\w+ or billing\): Lambda's 2 asynchronous retries after 0\.6 s and 1\.2 s, then the on-failure queue$/m,
+        );
+        expect(printed()).toMatch(
+          /^delivering to notifications \(queue; .*\): batches of 10 with partial batch responses/m,
+        );
+        const [, failedQueue = ''] = await until(/^ {2}on-failure queue: (\S+)$/m);
+        const vars = (line: string) =>
+          Object.fromEntries(line.split(' ').map((kv) => kv.split('=', 2) as [string, string]));
+        const enqueue = (type: string, source: string, id: string, payload: object) =>
+          sql`select * from outbox_enqueue(event_type => ${type}, source => ${source},
+            aggregate_type => 'order', aggregate_id => ${id}, payload => ${sql.json(payload as never)})`;
+        const relay = () =>
+          inApp(
+            node24,
+            'npx',
+            ['--no-install', 'outbox', 'relay', '--until-empty', '--quiet'],
+            vars(busExports),
+          );
+        const until30 = async (check: () => Promise<boolean>, what: string) => {
+          const deadline = Date.now() + 30_000;
+          while (!(await check())) {
+            if (Date.now() > deadline) throw new Error(`${what}: ${printed()}`);
+            await new Promise((resolve) => setTimeout(resolve, 100));
+          }
+        };
+
+        // Delivered: the rule's Lambda target and the queue topology's batch, each applied once.
+        await enqueue('OrderPlaced', 'shop.orders', 'p-1', { orderId: 'p-1', total: 12 });
+        await enqueue('OrderShipped', 'shop.warehouse', 'p-1', { orderId: 'p-1', carrier: 'dhl' });
+        await relay();
+        await until30(
+          async () => (await sql`select 1 from invoice union all select 1 from shipment_notice`).length === 2,
+          'the invoice and the shipment notice',
+        );
+
+        // Broken: the table is away, so billing fails every attempt and its record is kept.
+        await sql`alter table invoice rename to invoice_away`;
+        await enqueue('OrderPlaced', 'shop.orders', 'p-2', { orderId: 'p-2', total: 7 });
+        await relay();
+        await until(
+          /billing ← OrderPlaced order\/p-2 #1: failed \(.*\) on every attempt \(3\): its invocation record is in the on-failure queue/,
+        );
+        expect(
+          printed().match(/billing ← OrderPlaced order\/p-2 #1: failed .*Lambda retries it \([12] of 2\)/g),
+        ).toHaveLength(2);
+        const [trace] = await sql<{ attempts: number }[]>`
+          select attempts from inbox_failed where consumer = 'billing' and event ->> 'detail-type' = 'OrderPlaced'`;
+        expect(trace?.attempts).toBe(3);
+
+        // Fixed, then replayed from the on-failure queue with the documented command, once.
+        await sql`alter table invoice_away rename to invoice`;
+        const { stdout } = await inApp(
+          node24,
+          'npx',
+          [
+            '--no-install',
+            'outbox-inbox',
+            'queue',
+            'replay',
+            '--queue-url',
+            failedQueue,
+            '--consumer',
+            'billing',
+            '--function-name',
+            'billing',
+            '--yes',
+            '--json',
+          ],
+          vars(replayExports),
+        );
+        const replayed = JSON.parse(stdout) as { replayed: number; events: { outcome: string }[] };
+        expect(replayed.events.map((e) => e.outcome)).toEqual(['applied']);
+        expect(await sql`select order_id from invoice order by order_id`).toEqual([
+          { order_id: 'p-1' },
+          { order_id: 'p-2' },
+        ]);
+        expect(await sql`select 1 from inbox_failed where consumer = 'billing'`).toHaveLength(0);
+      } finally {
+        await stop();
+        await sql.end();
+      }
+      expect(printed()).not.toMatch(/^error/im);
+    },
+    5 * MINUTES,
   );
 });
