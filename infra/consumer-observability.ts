@@ -2,7 +2,7 @@
  * What the `OutboxConsumer` watches: its alarms (each notifying `alarmTopic`), the inbox's parked
  * metric, and its dashboard widgets.
  */
-import { Duration } from 'aws-cdk-lib';
+import { Annotations, Duration } from 'aws-cdk-lib';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as cwActions from 'aws-cdk-lib/aws-cloudwatch-actions';
 import type * as eventsv2 from 'aws-cdk-lib/aws-eventsv2';
@@ -30,7 +30,10 @@ export interface OutboxConsumerAlarms {
    * dead-letter queue refused them).
    */
   readonly failed: cloudwatch.Alarm;
-  /** The function's Errors metric. */
+  /**
+   * The function's failed invocations less the inbox's designed gap retries
+   * ({@link consumerFailedInvocationsMetric}), over `errorsAlarmThreshold` in 5 minutes.
+   */
   readonly errors: cloudwatch.Alarm;
   /** The inbox parked events (`onGapTimeout: 'park'`), emitted by the function itself. */
   readonly parked: cloudwatch.Alarm;
@@ -59,6 +62,37 @@ export function consumerParkedMetric(props: OutboxConsumerProps): cloudwatch.Met
     dimensionsMap: { [INBOX_METRIC_DIMENSION]: props.consumer },
     statistic: 'Sum',
     period: Duration.minutes(5),
+  });
+}
+
+/**
+ * The function's failed invocations that are not designed retries: its `Errors` (AWS/Lambda, Sum
+ * per 5 minutes) less the inbox's `InboxGapRetry` (a `wait-for-gap` invocation that failed with
+ * `InboxGapError` on purpose, so that Lambda retries the event once the missing one may have come).
+ * What the `errors` alarm watches: a gap that closes within its retries never pages; any other
+ * failure does, and a gap that outlasts every retry lands in the failure queue (the `failed`
+ * alarm). Both counts are emitted as the invocation ends, in the same 5-minute period but for an
+ * invocation that straddles two of them.
+ */
+export function consumerFailedInvocationsMetric(
+  props: OutboxConsumerProps,
+  fn: lambda.IFunction,
+): cloudwatch.IMetric {
+  const period = Duration.minutes(5);
+  return new cloudwatch.MathExpression({
+    expression: 'errors - FILL(gapRetries, 0)',
+    usingMetrics: {
+      errors: fn.metricErrors({ period, statistic: 'Sum' }),
+      gapRetries: new cloudwatch.Metric({
+        namespace: props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE,
+        metricName: InboxMetricName.GapRetry,
+        dimensionsMap: { [INBOX_METRIC_DIMENSION]: props.consumer },
+        statistic: 'Sum',
+        period,
+      }),
+    },
+    period,
+    label: 'errors, less designed gap retries',
   });
 }
 
@@ -170,8 +204,8 @@ export function createConsumerAlarms(
       ),
       errors: alarm(
         'ErrorsAlarm',
-        consumer.function.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
-        `The ${name} consumer's function failed invocations (the subscriber retries them, holding up their aggregate; those that fail every attempt are dead-lettered).`,
+        consumerFailedInvocationsMetric(props, consumer.function),
+        `The ${name} consumer's function failed invocations, not counting wait-for-gap's designed retries (InboxGapRetry): the subscriber retries them, holding up their aggregate; those that fail every attempt are dead-lettered. Its log group says why.`,
         props.errorsAlarmThreshold ?? 0,
       ),
       parked: alarm(
@@ -221,8 +255,8 @@ export function createConsumerAlarms(
     ),
     errors: alarm(
       'ErrorsAlarm',
-      consumer.function.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
-      `The ${name} consumer's function failed invocations (Lambda retries them; those that fail every attempt land in the failed-events queue).`,
+      consumerFailedInvocationsMetric(props, consumer.function),
+      `The ${name} consumer's function failed invocations, not counting wait-for-gap's designed retries (InboxGapRetry): Lambda retries them; those that fail every attempt land in the failed-events queue. Its log group says why.`,
       props.errorsAlarmThreshold ?? 0,
     ),
     // Emitted by the inbox in the function itself (an EMF line per parked event).
@@ -243,6 +277,51 @@ export function createConsumerAlarms(
         )
       : undefined,
   };
+}
+
+/** What {@link warnOnUnwatchedInbox} compares: an `OutboxRelay` in the same app. */
+export interface WatchingRelay {
+  readonly busKind: 'classic' | 'custom';
+  readonly eventBus: { readonly eventBusArn: string };
+  readonly customEventBusArn: string | undefined;
+  readonly databaseConnection: { readonly host: string };
+  readonly databaseName: string;
+}
+
+/**
+ * Warns at synth when the consumer's inbox is in a database the relay's monitor does not watch:
+ * the monitor prunes inbox tables and counts parked and failed events (`InboxParkedCount`,
+ * `InboxFailedCount`, their alarms) only in the outbox's database, so an inbox elsewhere grows
+ * without bound and its parked and failed events page no one. The relay is the `OutboxRelay` of the
+ * app whose bus the consumer subscribes to; a consumer whose relay is not in the app (another
+ * stack's app, another account) cannot be checked, and is told so once, as information.
+ */
+export function warnOnUnwatchedInbox(
+  scope: Construct,
+  props: OutboxConsumerProps,
+  host: string,
+  relays: readonly WatchingRelay[],
+): void {
+  const relay = relays.find((r) =>
+    props.customEventBusArn !== undefined
+      ? r.customEventBusArn === props.customEventBusArn
+      : r.busKind === 'classic' && r.eventBus.eventBusArn === props.eventBus?.eventBusArn,
+  );
+  const remedy =
+    'Prune and count its inbox on a schedule of its own (maintainInbox from @outbox-relay-aws/consumer/operations, or ' +
+    '`outbox-inbox prune` and `outbox-inbox metrics`), and alarm on InboxParkedCount with dimension consumer ' +
+    '(docs/consumer-operations.md#a-consumer-in-its-own-database).';
+  if (!relay) {
+    Annotations.of(scope).addInfo(
+      `OutboxConsumer ${props.consumer}: no OutboxRelay of this app publishes to its bus, so whether the relay's monitor prunes and counts its inbox is not checked. If its inbox is not in the outbox's database: ${remedy}`,
+    );
+    return;
+  }
+  if (relay.databaseConnection.host === host && relay.databaseName === props.databaseName) return;
+  Annotations.of(scope).addWarningV2(
+    'outbox-relay:inbox-unwatched',
+    `OutboxConsumer ${props.consumer}: its inbox is in database ${props.databaseName}${relay.databaseConnection.host === host ? '' : ' on another server'}, not in the outbox's (${relay.databaseName}), which is the only one the relay's monitor prunes and counts: its inbox would grow without bound, and its parked and failed events would raise no alarm. ${remedy}`,
+  );
 }
 
 /** CloudWatch's limit on an alarm's description, characters. */

@@ -208,8 +208,10 @@ export interface OutboxConsumerProps extends OutboxDatabaseTarget {
   /** Topic the alarms notify. @default no action: the alarms still change state */
   readonly alarmTopic?: sns.ITopic;
   /**
-   * The function's errors alarm fires above this many errors in 5 minutes. With `order:
-   * 'wait-for-gap'` each retried `InboxGapError` counts; raise it if gaps are routine.
+   * The function's errors alarm fires above this many failed invocations in 5 minutes, not counting
+   * `order: 'wait-for-gap'`'s designed retries: an invocation that fails with `InboxGapError` so
+   * that Lambda retries it emits `InboxGapRetry`, which the alarm subtracts from `Errors`. A gap
+   * that outlasts every retry lands in the failure queue, whose alarm fires.
    * @default 0
    */
   readonly errorsAlarmThreshold?: number;

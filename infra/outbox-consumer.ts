@@ -34,6 +34,7 @@ import {
   createConsumerAlarms,
   createConsumerWidgets,
   type OutboxConsumerAlarms,
+  warnOnUnwatchedInbox,
 } from './consumer-observability.ts';
 import {
   CUSTOM_BUS_DEFAULT_MAX_EVENT_AGE_SECONDS,
@@ -44,6 +45,7 @@ import {
 import { createSubscriber } from './consumer-subscriber.ts';
 import { queueVisibilityTimeout, validateConsumerProps } from './consumer-validation.ts';
 import { outboxDatabaseConnection, warnOnClusterAuth, warnOnProxyAuth } from './database.ts';
+import { OutboxRelay } from './outbox-relay.ts';
 
 /** A rule on the outbox's bus, the consumer's function, its two failure queues and their alarms. */
 export class OutboxConsumer extends Construct {
@@ -138,6 +140,12 @@ export class OutboxConsumer extends Construct {
           };
     this.databaseUser = props.databaseUser ?? `${DEFAULT_ROLES.consumer}_${props.consumer}`;
     const database = outboxDatabaseConnection(props);
+    warnOnUnwatchedInbox(
+      this,
+      props,
+      database.host,
+      this.node.root.node.findAll().filter((c): c is OutboxRelay => c instanceof OutboxRelay),
+    );
     if (props.proxy) warnOnProxyAuth(this, props.proxy);
     if (props.cluster) warnOnClusterAuth(this, props.cluster);
     this.environment = {

@@ -92,6 +92,8 @@ export class OutboxRelay extends Construct {
   public readonly dashboard: cloudwatch.Dashboard;
   /** How the functions reach the database: through the proxy, or directly (see {@link OutboxDatabaseTarget}). */
   public readonly databaseConnection: OutboxDatabaseConnection;
+  /** The outbox's database (`database.databaseName`), whose inbox tables the monitor prunes and counts. */
+  public readonly databaseName: string;
   /**
    * The database users the relay and the monitor log in as. With RDS Proxy's end-to-end IAM
    * authentication, the proxy's role must be allowed `rds-db:connect` to the instance as these users.
@@ -128,6 +130,7 @@ export class OutboxRelay extends Construct {
     const settings = functionSettings(props);
     const database = outboxDatabaseConnection(props.database);
     this.databaseConnection = database;
+    this.databaseName = props.database.databaseName;
     if (props.database.proxy) warnOnProxyAuth(this, props.database.proxy);
     if (props.database.cluster) warnOnClusterAuth(this, props.database.cluster);
     const relayScheduleExpression =

@@ -441,6 +441,8 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
             recover(e);
             throw translateSchemaError(e);
           });
+          // A designed retry: counted apart, so that the errors alarm does not page for it.
+          metric(InboxMetricName.GapRetry, { eventId: metadata.eventId });
         }
         await invocation.abandon(error);
         recover(error);

@@ -120,6 +120,12 @@ export const InboxMetricName = {
   /** Applied with earlier events of its chain still missing (after the gap wait, or ignore-stale). */
   AfterGap: 'InboxAfterGap',
   /**
+   * wait-for-gap: an invocation failed with `InboxGapError` on purpose, so that Lambda retries the
+   * event once the missing one may have come: a designed retry, not a failure of the handler. The
+   * `OutboxConsumer`'s errors alarm subtracts it from the function's `Errors`.
+   */
+  GapRetry: 'InboxGapRetry',
+  /**
    * A delivery a Custom Event Bus subscriber marked as a replay (`SystemMetadata."aws:DeliveryType"`
    * = `REPLAY`, a subscriber with `StartingPosition: POINT_IN_TIME`), whatever the inbox did with it
    * (applied, or acknowledged as a duplicate: the EMF line says which, with the event's id).

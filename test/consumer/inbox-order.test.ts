@@ -200,17 +200,18 @@ describe('order mode × situation (the table in docs/inbox-order.md)', () => {
       {
         none: { three: ['unordered'], four: 'unordered', applied: [1, 3, 4], metrics: [] },
         'ignore-stale': { three: ['ahead'], four: 'next', applied: [1, 3, 4], metrics: ['InboxAfterGap'] },
+        // Each designed retry (InboxGapError) is counted apart: the errors alarm subtracts it.
         process: {
           three: ['InboxGapError', 'InboxGapError', 'ahead'],
           four: 'next',
           applied: [1, 3, 4],
-          metrics: ['InboxAfterGap'],
+          metrics: ['InboxGapRetry', 'InboxGapRetry', 'InboxAfterGap'],
         },
         park: {
           three: ['InboxGapError', 'InboxGapError', 'parked'],
           four: 'next',
           applied: [1, 4],
-          metrics: ['InboxParked'],
+          metrics: ['InboxGapRetry', 'InboxGapRetry', 'InboxParked'],
         },
       },
       async ({ deliver, metrics }, mode, name) => {

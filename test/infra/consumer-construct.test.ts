@@ -2,7 +2,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { App, type AppProps, Duration, Stack } from 'aws-cdk-lib';
-import { Match, Template } from 'aws-cdk-lib/assertions';
+import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
@@ -189,10 +189,28 @@ describe('OutboxConsumer, direct topology (bundled from an entry, locally)', () 
       id.startsWith('Billing'),
     );
     expect(alarms.length).toBeGreaterThanOrEqual(4);
+    // Errors less the inbox's designed gap retries (InboxGapRetry): wait-for-gap's retries do not page.
     t.hasResourceProperties('AWS::CloudWatch::Alarm', {
-      Namespace: 'AWS/Lambda',
-      MetricName: 'Errors',
       Threshold: 0,
+      Metrics: Match.arrayWith([
+        Match.objectLike({ Expression: 'errors - FILL(gapRetries, 0)' }),
+        Match.objectLike({
+          Id: 'errors',
+          MetricStat: Match.objectLike({
+            Metric: Match.objectLike({ Namespace: 'AWS/Lambda', MetricName: 'Errors' }),
+          }),
+        }),
+        Match.objectLike({
+          Id: 'gapRetries',
+          MetricStat: Match.objectLike({
+            Metric: {
+              Namespace: 'Outbox',
+              MetricName: 'InboxGapRetry',
+              Dimensions: [{ Name: 'consumer', Value: 'billing' }],
+            },
+          }),
+        }),
+      ]),
     });
     t.hasResourceProperties('AWS::CloudWatch::Alarm', {
       Namespace: 'Outbox',
@@ -502,5 +520,36 @@ describe("the inbox takes the construct's settings from the function's environme
     expect(() => inbox({ sql, consumer: 'billing' }, async () => {})).toThrow(
       /maxEventAgeSeconds: OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS must be a number/,
     );
+  });
+});
+
+describe('a consumer whose inbox the monitor cannot see', () => {
+  /** The warnings of a consumer on the relay's bus whose inbox is in `databaseName`. */
+  const warnings = (databaseName: string) => {
+    const app = newApp();
+    const { stack, base } = relayStack(app);
+    const fn = new lambda.Function(stack, 'Fn', {
+      runtime: lambda.Runtime.NODEJS_24_X,
+      handler: 'index.handler',
+      code: lambda.Code.fromInline('export const handler = async () => {};'),
+    });
+    new OutboxConsumer(stack, 'Billing', { ...base, existingFunction: fn, databaseName });
+    return Annotations.fromStack(stack)
+      .findWarning('*', Match.stringLikeRegexp('which is the only one the relay'))
+      .map((w) => String(w.entry.data));
+  };
+
+  it("warns at synth when its inbox is in a database other than the outbox's, and says what to schedule", () => {
+    const [warning, ...more] = warnings('billing');
+    expect(more).toEqual([]);
+    expect(warning).toMatch(
+      /OutboxConsumer billing: its inbox is in database billing, not in the outbox's \(shop\)/,
+    );
+    expect(warning).toMatch(/maintainInbox/);
+    expect(warning).toMatch(/docs\/consumer-operations\.md#a-consumer-in-its-own-database/);
+  });
+
+  it("says nothing when its inbox is in the outbox's database, which the monitor prunes and counts", () => {
+    expect(warnings('shop')).toEqual([]);
   });
 });

@@ -59,6 +59,11 @@ export interface TemplateAlarm {
   namespace: string;
   metricName: string;
   dimensions: Record<string, string>;
+  /**
+   * A metric of a metric-math alarm (one entry per metric it reads) that its expression fills with
+   * a value when missing (`FILL(m, 0)`): the alarm works whether or not it is ever emitted.
+   */
+  optional?: boolean;
 }
 
 /** An SQS queue; the rehearsal creates it on the local SQS endpoint under `name`. */
@@ -292,7 +297,14 @@ export async function readStack(
   for (const [logicalId, resource] of Object.entries(resources)) {
     const p = resource.Properties ?? {};
     if (resource.Type === 'AWS::Lambda::Function') {
-      const asset = resource.Metadata?.['aws:asset:path'];
+      // The asset's folder: its metadata when synthesised by the cdk CLI, else (an app run with
+      // node, which leaves asset metadata out) the folder named after the S3 key's hash.
+      const key = (p.Code as { S3Key?: Json } | undefined)?.S3Key;
+      const asset =
+        resource.Metadata?.['aws:asset:path'] ??
+        (typeof key === 'string' && /^[0-9a-f]{64}\.zip$/.test(key)
+          ? `asset.${key.slice(0, -4)}`
+          : undefined);
       if (typeof asset !== 'string') continue; // inline code (none of ours)
       const variables = ((p.Environment as { Variables?: Record<string, Json> })?.Variables ?? {}) as Record<
         string,
@@ -432,18 +444,29 @@ export async function readStack(
             : 'RAW',
       });
     } else if (resource.Type === 'AWS::CloudWatch::Alarm') {
-      const dimensions: Record<string, string> = {};
-      for (const d of (p.Dimensions ?? []) as { Name: string; Value: Json }[]) {
-        const where = `${logicalId}.Dimensions.${d.Name}`;
-        const resolved = lenient(where, () => resolve(d.Value, where));
-        if (resolved !== undefined) dimensions[d.Name] = resolved;
+      type Stat = { Namespace?: Json; MetricName?: Json; Dimensions?: Json };
+      const read = (m: Stat, optional: boolean) => {
+        const dimensions: Record<string, string> = {};
+        for (const d of (m.Dimensions ?? []) as { Name: string; Value: Json }[]) {
+          const where = `${logicalId}.Dimensions.${d.Name}`;
+          const resolved = lenient(where, () => resolve(d.Value, where));
+          if (resolved !== undefined) dimensions[d.Name] = resolved;
+        }
+        alarms.push({
+          logicalId,
+          namespace: String(m.Namespace),
+          metricName: String(m.MetricName),
+          dimensions,
+          ...(optional ? { optional } : {}),
+        });
+      };
+      // A metric-math alarm: each metric it reads, those its expressions FILL optional.
+      const math = (p.Metrics ?? []) as { Id: string; Expression?: string; MetricStat?: { Metric: Stat } }[];
+      const expressions = math.map((m) => m.Expression ?? '').join(' ');
+      for (const m of math) {
+        if (m.MetricStat) read(m.MetricStat.Metric, expressions.includes(`FILL(${m.Id}`));
       }
-      alarms.push({
-        logicalId,
-        namespace: String(p.Namespace),
-        metricName: String(p.MetricName),
-        dimensions,
-      });
+      if (math.length === 0) read(p as Stat, false);
     }
   }
   const outputs = new Map<string, { value: string; description: string }>();
