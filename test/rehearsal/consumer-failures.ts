@@ -27,6 +27,7 @@ import { promisify } from 'node:util';
 import { GetQueueAttributesCommand, SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import type { Sql } from 'postgres';
 import { delivery } from '../../dev/delivery.ts';
+import { createTemplateQueues } from '../../shared/local/delivery.ts';
 import { startLocalLambda } from '../../shared/local/lambda.ts';
 import { invokeAsynchronously } from '../../shared/local/lambda-runtime/async-invocation.ts';
 import type { InvocationOutcome, RunningFunction } from '../../shared/local/lambda-runtime/lambda-process.ts';
@@ -109,31 +110,9 @@ export async function rehearseConsumerFailures(c: ConsumerFailureContext): Promi
     credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
   });
   try {
-    // The template's queues, dead-letter queues first (a redrive policy names an existing queue).
-    const urls = new Map<string, string>();
+    // The template's queues, the visibility timeout shortened (the failing invocations end fast).
+    const urls = createTemplateQueues(sqsEndpoint, stack, () => QUEUE_VISIBILITY_SECONDS);
     const arn = (name: string) => `arn:aws:sqs:${c.region}:${c.account}:${name}`;
-    for (const q of [...stack.queues].sort(
-      (a, b) => Number(Boolean(a.redrive)) - Number(Boolean(b.redrive)),
-    )) {
-      const dlq = q.redrive
-        ? stack.queues.find((d) => d.logicalId === q.redrive?.deadLetterLogicalId)
-        : undefined;
-      urls.set(
-        q.logicalId,
-        await sqsEndpoint.createQueue(q.name, {
-          VisibilityTimeout: String(QUEUE_VISIBILITY_SECONDS),
-          MessageRetentionPeriod: String(q.retentionSeconds),
-          ...(q.redrive && dlq
-            ? {
-                RedrivePolicy: JSON.stringify({
-                  deadLetterTargetArn: arn(dlq.name),
-                  maxReceiveCount: q.redrive.maxReceiveCount,
-                }),
-              }
-            : {}),
-        }),
-      );
-    }
     const failureQueue = urls.get(failureQueueId) as string;
     const deadLetterQueue = urls.get(target.deadLetterQueueLogicalId) as string;
     const visible = async (url: string) => {
