@@ -252,6 +252,8 @@ export const EnvVar = {
   maxRelays: 'OUTBOX_MAX_RELAYS',
   /** The monitor: pending events per relay it wants running. */
   backlogPerRelay: 'OUTBOX_BACKLOG_PER_RELAY',
+  /** `outbox bus`: the local EventBridge endpoint's port (`--port` wins). */
+  localBusPort: 'LOCAL_BUS_PORT',
   /** The monitor: how long an extra relay it starts polls at most, seconds. */
   scaleOutSeconds: 'OUTBOX_SCALE_OUT_SECONDS',
 } as const;

@@ -74,13 +74,13 @@ export function registerBus(program: Command, ctx: OperationsContext): void {
         throw new OutboxConfigError('--deliver', '--stack and --retry-delay-scale apply only with --deliver');
       }
       let port = o.port ?? LOCAL_BUS_DEFAULT_PORT;
-      if (o.port === undefined && ctx.env.LOCAL_BUS_PORT !== undefined) {
+      if (o.port === undefined && ctx.env[EnvVar.localBusPort] !== undefined) {
         try {
-          port = portNumber(ctx.env.LOCAL_BUS_PORT);
+          port = portNumber(ctx.env[EnvVar.localBusPort]);
         } catch (error) {
           throw new OutboxConfigError(
-            'LOCAL_BUS_PORT',
-            `${(error as Error).message} (got ${JSON.stringify(ctx.env.LOCAL_BUS_PORT)})`,
+            EnvVar.localBusPort,
+            `${(error as Error).message} (got ${JSON.stringify(ctx.env[EnvVar.localBusPort])})`,
           );
         }
       }
