@@ -74,13 +74,14 @@ export function registerBus(program: Command, ctx: OperationsContext): void {
         throw new OutboxConfigError('--deliver', '--stack and --retry-delay-scale apply only with --deliver');
       }
       let port = o.port ?? LOCAL_BUS_DEFAULT_PORT;
-      if (o.port === undefined && ctx.env[EnvVar.localBusPort] !== undefined) {
+      const fromEnv = ctx.env[EnvVar.localBusPort];
+      if (o.port === undefined && fromEnv !== undefined) {
         try {
-          port = portNumber(ctx.env[EnvVar.localBusPort]);
+          port = portNumber(fromEnv);
         } catch (error) {
           throw new OutboxConfigError(
             EnvVar.localBusPort,
-            `${(error as Error).message} (got ${JSON.stringify(ctx.env[EnvVar.localBusPort])})`,
+            `${(error as Error).message} (got ${JSON.stringify(fromEnv)})`,
           );
         }
       }

@@ -34,6 +34,7 @@ import {
   consumerRoleName,
   getBacklogDetail,
   getStatus,
+  INBOX_FAILED_SETTLE_SECONDS,
   migrateWithRoles,
 } from '../operations/index.ts';
 import { registerBus } from './bus-command.ts';
@@ -260,7 +261,11 @@ function registerStatus(program: Command, ctx: OperationsContext): void {
           `published:           ${s.published}${keepsHistory ? '' : ` (${EnvVar.publishedRetentionDays}=0: published rows are deleted as they go out)`}`,
         );
         ctx.out(`inbox parked:        ${s.inboxParked}`);
-        ctx.out(`inbox failed:        ${s.inboxFailed}`);
+        // The list shows every trace; the count only those whose retries are over (the monitor's
+        // InboxFailedCount): a bare 0 beside a list of 10 would read as a contradiction.
+        ctx.out(
+          `inbox failed:        ${s.inboxFailed}${s.inboxFailedRetrying > 0 ? ` (and ${s.inboxFailedRetrying} still within Lambda's retries: ${s.inboxFailedRetrying === 1 ? 'its' : 'their'} last attempt under ${INBOX_FAILED_SETTLE_SECONDS / 60} minutes ago; outbox inbox failed list shows all)` : ''}`,
+        );
         ctx.out(`monitor scales to:   ${scaleOutLine(d.scaleOut)}`);
       });
     });

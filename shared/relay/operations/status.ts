@@ -28,6 +28,12 @@ export interface OutboxStatus {
    * a wrapper answered for the failure, nowhere else (`outbox inbox failed list`).
    */
   inboxFailed: number;
+  /**
+   * Failed inbox events whose last attempt is more recent than that: Lambda may still be retrying
+   * them. Not in `inboxFailed` (nor in the monitor's `InboxFailedCount`), but listed by
+   * `outbox inbox failed list`, which lists every trace.
+   */
+  inboxFailedRetrying: number;
 }
 
 /**
@@ -50,6 +56,7 @@ export async function getStatus(
     published: row?.published == null ? -1 : countFromDatabase(row.published, 'published'),
     inboxParked: countFromDatabase(row?.inbox_parked, 'inbox parked'),
     inboxFailed: countFromDatabase(row?.inbox_failed, 'inbox failed'),
+    inboxFailedRetrying: countFromDatabase(row?.inbox_failed_retrying, 'inbox failed, retrying'),
   };
 }
 

@@ -13,6 +13,8 @@ export interface DbOutboxCounts {
   published: string | null;
   inbox_parked: string;
   inbox_failed: string;
+  /** Failed inbox events whose last attempt is more recent (Lambda may still retry them). */
+  inbox_failed_retrying: string;
 }
 
 /**
@@ -33,6 +35,8 @@ export async function countOutbox(
       -- failed inbox events no retry applied (their last_failed_at index; a few rows at most)
       (select count(*) from inbox_failed
        where last_failed_at < now() - pg_catalog.make_interval(secs => ${failedSettleSeconds})) as inbox_failed,
+      (select count(*) from inbox_failed
+       where last_failed_at >= now() - pg_catalog.make_interval(secs => ${failedSettleSeconds})) as inbox_failed_retrying,
       (select count(*) from outbox
        where ${deadLetterRow(sql)} and discarded_at is null) as dead,
       case when ${includePublished}::boolean
