@@ -23,7 +23,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs, promisify } from 'node:util';
-import { bundleSize, CONSUMER_EXAMPLES, countPackages, folderBytes, IMPORT_PROBE } from './measure.ts';
+import {
+  bundleSize,
+  CONSUMER_EXAMPLES,
+  countPackages,
+  folderBytes,
+  IMPORT_PROBE,
+  schemaBundleBytes,
+  ZOD_SCHEMAS,
+} from './measure.ts';
 
 const exec = promisify(execFile);
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -186,6 +194,14 @@ try {
     const bundled = await bundleSize(entry, 'bundled');
     const external = await bundleSize(entry, 'external');
     console.log(`| ${entry} | ${kib(bundled.bytes)} KiB | ${kib(external.bytes)} KiB |`);
+  }
+
+  console.log('\n| a schema, bundled alone (esbuild, minified) | zod/mini | zod |');
+  console.log('|---|---|---|');
+  for (const [name, schema] of Object.entries(ZOD_SCHEMAS)) {
+    const mini = await schemaBundleBytes(schema.mini, 'zod/mini');
+    const full = await schemaBundleBytes(schema.full, 'zod');
+    console.log(`| ${name} | ${kib(mini)} KiB | ${kib(full)} KiB |`);
   }
 } finally {
   if (args.keep) console.log(`footprint: projects kept in ${work}`);

@@ -105,3 +105,40 @@ for (const specifier of process.argv.slice(1)) await import(specifier);
 const packages = [...new Set([...loaded].map((l) => l.split(':')[0]))];
 console.log(JSON.stringify({ rss: process.memoryUsage().rss, modules: loaded.size, packages }));
 `;
+
+/**
+ * Schemas whose zod cost `npm run footprint` prints, each written for `zod/mini` and for `zod`:
+ * the example consumer's (an object of a string and a non-negative number) and a richer one (an
+ * enum, an array of objects, an integer, an optional field, an ISO date-time, an email).
+ */
+export const ZOD_SCHEMAS = {
+  "the example consumer's": {
+    mini: `z.object({ orderId: z.string(), total: z.number().check(z.nonnegative()) })`,
+    full: `z.object({ orderId: z.string(), total: z.number().nonnegative() })`,
+  },
+  'a richer one': {
+    mini: `z.object({ orderId: z.string().check(z.minLength(1)), total: z.number().check(z.nonnegative()), currency: z.enum(['EUR', 'USD']), lines: z.array(z.object({ sku: z.string(), qty: z.int() })), note: z.optional(z.string()), at: z.iso.datetime(), email: z.email() })`,
+    full: `z.object({ orderId: z.string().min(1), total: z.number().nonnegative(), currency: z.enum(['EUR', 'USD']), lines: z.array(z.object({ sku: z.string(), qty: z.int() })), note: z.string().optional(), at: z.iso.datetime(), email: z.email() })`,
+  },
+} as const;
+
+/**
+ * What a schema costs a bundle: a module that builds it with `zod/mini` (or `zod`) and parses a
+ * value, bundled and minified as {@link bundleSize} bundles, bytes (the module's own code is a
+ * few dozen of them).
+ */
+export async function schemaBundleBytes(schema: string, from: 'zod/mini' | 'zod'): Promise<number> {
+  const imported = from === 'zod' ? `import { z } from 'zod';` : `import * as z from 'zod/mini';`;
+  const result = await build({
+    stdin: { contents: `${imported}\nconsole.log(${schema}.safeParse({}));\n`, resolveDir: root },
+    bundle: true,
+    minify: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node24',
+    mainFields: ['module', 'main'],
+    write: false,
+    logLevel: 'error',
+  });
+  return result.outputFiles[0]?.contents.byteLength ?? 0;
+}

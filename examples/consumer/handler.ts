@@ -2,7 +2,7 @@
 
 import { ConnectionPool, connect, defineEvent, inbox } from '@outbox-relay-aws/consumer';
 import type { EventBridgeEvent } from 'aws-lambda';
-// zod/mini rather than zod: the same schemas, and about 13 KiB of the bundle instead of 460.
+// zod/mini rather than zod: the same schemas, 13 to 22 KiB of the bundle (by the checks used) instead of 443.
 import * as z from 'zod/mini';
 
 // Shared with the producer in a real service (the producer's enqueue validates against it too).
