@@ -198,12 +198,8 @@ async function stagePackage(role: Role): Promise<void> {
     ...(extras.bin ? { bin: extras.bin } : {}),
   };
   await writeFile(join(stage, 'package.json'), `${JSON.stringify(published, null, 2)}\n`);
-  await writeFile(
-    join(stage, 'README.md'),
-    `# ${manifest.name}\n\n${manifest.description ?? ''}\n\nOne of the packages of outbox-relay-aws, one per role ` +
-      '(producer `outbox-relay-aws`, `@outbox-relay-aws/consumer`, `@outbox-relay-aws/relay`, ' +
-      "`@outbox-relay-aws/cdk`): see the project's README.\n",
-  );
+  // The package's own README (what it is, install, an example, links to the docs), in its role's folder.
+  await cp(join(folder, 'README.md'), join(stage, 'README.md'));
   console.log(
     `build: dist/packages/${role} ${manifest.name}: ${code.files.length} modules, ${types.files.length} declaration files, ` +
       `imports ${[...code.packages].sort().join(', ') || 'no package'}`,

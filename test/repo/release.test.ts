@@ -84,3 +84,38 @@ describe('release setup', () => {
     }
   });
 });
+
+describe("each published package's README (what npm shows)", () => {
+  const REPO_URL = 'https://github.com/outbox-relay-aws/outbox-relay-aws';
+  /** GitHub's anchor of a heading: lower case, spaces to hyphens, punctuation dropped. */
+  const slug = (heading: string) =>
+    heading
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N} _-]/gu, '')
+      .replace(/ /g, '-');
+
+  it('says what it is, how to install it, shows an example and links to pages of the docs that exist', async () => {
+    for (const { folder, manifest } of (await workspaces()).filter((w) => !w.manifest.private)) {
+      const readme = await readFile(join(repo, folder, 'README.md'), 'utf8');
+      expect(readme.startsWith(`# ${manifest.name}\n`), folder).toBe(true);
+      expect(readme, folder).toMatch(new RegExp(`npm install [^\\n]*${manifest.name.replace('/', '\\/')}`));
+      // The install command's block and an example's.
+      expect((readme.match(/^```/gm) ?? []).length, folder).toBeGreaterThanOrEqual(4);
+      const links = [...readme.matchAll(/\]\((https:[^)]+)\)/g)].map((m) => m[1] as string);
+      expect(links.filter((l) => l.includes('/docs/')).length, folder).toBeGreaterThanOrEqual(3);
+      for (const link of links) {
+        expect(link.startsWith(REPO_URL), link).toBe(true);
+        const [path = '', anchor] = link
+          .slice(REPO_URL.length)
+          .replace(/^\/blob\/main\//, '')
+          .split('#');
+        const file = path === '' ? 'README.md' : path;
+        const text = await readFile(join(repo, file), 'utf8');
+        if (anchor && anchor !== 'readme') {
+          const anchors = [...text.matchAll(/^#+ (.*)$/gm)].map((m) => slug(m[1] as string));
+          expect(anchors, link).toContain(anchor);
+        }
+      }
+    }
+  });
+});
