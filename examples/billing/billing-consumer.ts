@@ -72,8 +72,7 @@ export class BillingConsumer extends OutboxConsumer {
       // On a Custom Event Bus the subscriber retries (deliveryRetryAttempts, deliveryMaxEventAge).
       ...(topology === 'queue' || customEventBusArn ? {} : { retryAttempts: BILLING_RETRY_ATTEMPTS }),
       // wait-for-gap: an OrderPlaced ahead of a missing one fails (InboxGapError) until the gap wait
-      // ends, by design; the failed-events queue, not the error count, says when one was lost.
-      errorsAlarmThreshold: 10,
+      // ends, by design; the errors alarm leaves those out (InboxGapRetry), so its default, 0, holds.
     });
   }
 }
