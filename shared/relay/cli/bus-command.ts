@@ -85,6 +85,11 @@ export function registerBus(program: Command, ctx: OperationsContext): void {
           );
         }
       }
+      // --deliver's inputs are checked before the bus starts: a mistake prints no exports.
+      const delivering =
+        o.deliver === undefined
+          ? undefined
+          : await prepareDelivery(ctx, o.deliver === true ? 'cdk.out' : o.deliver, o);
       const { startLocalBus } = await import('../../local/bus.ts');
       const bus = await startLocalBus({
         port,
@@ -135,34 +140,29 @@ export function registerBus(program: Command, ctx: OperationsContext): void {
           `${new Date(e.receivedAt).toISOString()}  ${e.eventBusName ?? '-'}  ${e.source}  ${e.detailType}  ${JSON.stringify(e.detail)}`,
         );
       });
-      const delivery =
-        o.deliver === undefined
-          ? undefined
-          : await startDelivery(ctx, bus, o.deliver === true ? 'cdk.out' : o.deliver, o).catch(
-              async (error: unknown) => {
-                await bus.close();
-                throw error;
-              },
-            );
+      const delivery = await delivering?.start(bus).catch(async (error: unknown) => {
+        await bus.close();
+        throw error;
+      });
       await stopped;
       await delivery?.close();
     });
 }
 
 /**
- * `--deliver`: the consumers of the synthesised app attached to the bus (shared/local/delivery.ts),
- * logged in with this command's DATABASE_URL (or PG*); prints what each gets and the variables
- * that point `outbox inbox` at the local Lambda and SQS endpoints.
- * @throws {OutboxConfigError} (`DATABASE_URL`) when neither DATABASE_URL nor PGHOST says where the consumers log in
+ * `--deliver`: reads the synthesised app and checks the consumers' login (DATABASE_URL, or PG*)
+ * before the bus starts; `start` attaches the consumers (shared/local/delivery.ts) and prints what
+ * each gets and the variables that point `outbox inbox` at the local Lambda and SQS endpoints.
+ * @throws {OutboxConfigError} (`DATABASE_URL`) when neither DATABASE_URL nor PGHOST says where the
+ *   consumers log in; (`--deliver`) when the folder holds no cloud assembly, or not the `--stack` named
  */
-async function startDelivery(
+async function prepareDelivery(
   ctx: OperationsContext,
-  bus: LocalBus,
   dir: string,
   o: BusOptions,
-): Promise<LocalDelivery> {
+): Promise<{ start(bus: LocalBus): Promise<LocalDelivery> }> {
   const login = Object.fromEntries(
-    [EnvVar.databaseUrl, EnvVar.pgHost, EnvVar.pgPort, EnvVar.pgUser, EnvVar.pgDatabase, 'PGPASSWORD']
+    [EnvVar.databaseUrl, EnvVar.pgHost, EnvVar.pgPort, EnvVar.pgUser, EnvVar.pgDatabase, EnvVar.pgPassword]
       .filter((name) => ctx.env[name] !== undefined && ctx.env[name] !== '')
       .map((name) => [name, ctx.env[name] as string]),
   );
@@ -176,27 +176,31 @@ async function startDelivery(
   const stacks = await readCloudAssembly(dir, o.stack).catch((error: Error) => {
     throw new OutboxConfigError('--deliver', error.message);
   });
-  const delivery = await startLocalDelivery({
-    bus,
-    stacks,
-    customEventBusArn: LOCAL_CUSTOM_BUS_ARN,
-    environment: login,
-    retryDelayScale: o.retryDelayScale,
-    log: (line) => ctx.out(`${new Date().toISOString()}  ${line}`),
-  });
-  if (delivery.consumers.length === 0) {
-    ctx.err(
-      `warning: ${dir} has no consumer to deliver to (no rule or subscriber whose target is a function it bundles)`,
-    );
-  }
-  for (const c of delivery.consumers) {
-    ctx.out(
-      `delivering to ${c.name} (${c.topology}; --function-name ${c.functionNames.join(' or ')}): ${c.retries}`,
-    );
-    for (const [role, url] of Object.entries(c.queues)) ctx.out(`  ${role} queue: ${url}`);
-  }
-  ctx.out(
-    `  for outbox inbox failed|parked|queue replay: export AWS_ENDPOINT_URL_LAMBDA=${delivery.lambdaUrl} AWS_ENDPOINT_URL_SQS=${delivery.sqsUrl} AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local`,
-  );
-  return delivery;
+  return {
+    async start(bus) {
+      const delivery = await startLocalDelivery({
+        bus,
+        stacks,
+        customEventBusArn: LOCAL_CUSTOM_BUS_ARN,
+        environment: login,
+        retryDelayScale: o.retryDelayScale,
+        log: (line) => ctx.out(`${new Date().toISOString()}  ${line}`),
+      });
+      if (delivery.consumers.length === 0) {
+        ctx.err(
+          `warning: ${dir} has no consumer to deliver to (no rule or subscriber whose target is a function it bundles)`,
+        );
+      }
+      for (const c of delivery.consumers) {
+        ctx.out(
+          `delivering to ${c.name} (${c.topology}; --function-name ${c.functionNames.join(' or ')}): ${c.retries}`,
+        );
+        for (const [role, url] of Object.entries(c.queues)) ctx.out(`  ${role} queue: ${url}`);
+      }
+      ctx.out(
+        `  for outbox inbox failed|parked|queue replay: export AWS_ENDPOINT_URL_LAMBDA=${delivery.lambdaUrl} AWS_ENDPOINT_URL_SQS=${delivery.sqsUrl} AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local`,
+      );
+      return delivery;
+    },
+  };
 }

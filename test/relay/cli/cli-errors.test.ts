@@ -54,6 +54,15 @@ describe('usage errors', () => {
     [['frobnicate'], /unknown command 'frobnicate'/],
     [[], /Usage: outbox/],
     [['dead-letters'], /Usage: outbox dead-letters/],
+    [['bus', '--stack', 'Shop'], /--stack and --retry-delay-scale apply only with --deliver/],
+    [
+      ['bus', '--deliver', '--retry-delay-scale', '2'],
+      /'--retry-delay-scale <factor>' argument '2' is invalid/,
+    ],
+    [
+      ['bus', '--port', '0', '--deliver', '/nonexistent'],
+      /--deliver: \/nonexistent holds no cloud assembly \(manifest\.json\): run `npx cdk synth` first/,
+    ],
   ])('outbox %j exits 2 and says why', async (args, message) => {
     const r = await runCli(args, { env: env() });
     expect(r.stderr).toMatch(message);
