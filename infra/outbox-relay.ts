@@ -231,29 +231,38 @@ export class OutboxRelay extends Construct {
         value: database.connectArn(this, '*'),
         description: `rds-db:connect resource of this database's users (replace * with the user): ${connect}`,
       },
-      // The names the runbooks' aws commands take (docs/operations.md#runbooks): the functions'
-      // log groups are named by CloudFormation, not /aws/lambda/<function>, so they are given here.
-      RelayFunctionName: {
-        value: this.relayFunction.functionName,
-        description: `The relay function (aws lambda get-function-concurrency --function-name): ${runbooks}`,
-      },
-      RelayLogGroup: {
-        value: this.relayFunction.logGroup.logGroupName,
-        description: `The relay function's log group (aws logs tail): ${runbooks}`,
-      },
-      RelayScheduleName: {
-        value: this.relaySchedule.scheduleName,
-        description: `The relay's schedule, in the default group (aws scheduler get-schedule --name): ${runbooks}`,
-      },
-      MonitorFunctionName: { value: this.monitorFunction.functionName, description: 'The monitor function' },
-      MonitorLogGroup: {
-        value: this.monitorFunction.logGroup.logGroupName,
-        description: `The monitor function's log group (aws logs tail): ${runbooks}`,
-      },
-      MonitorScheduleName: {
-        value: this.monitorSchedule.scheduleName,
-        description: `The monitor's schedule, in the default group (aws scheduler get-schedule --name): ${runbooks}`,
-      },
+      // The names the runbooks' aws commands take (docs/operations.md#runbooks): the functions' log
+      // groups are named by CloudFormation, not /aws/lambda/<function>, so they are given here.
+      ...Object.fromEntries(
+        (
+          [
+            ['Relay', 'relay', this.relayFunction, this.relaySchedule],
+            ['Monitor', 'monitor', this.monitorFunction, this.monitorSchedule],
+          ] as const
+        ).flatMap(([id, name, fn, schedule]) => [
+          [
+            `${id}FunctionName`,
+            {
+              value: fn.functionName,
+              description: `The ${name} function (aws lambda … --function-name): ${runbooks}`,
+            },
+          ],
+          [
+            `${id}LogGroup`,
+            {
+              value: fn.logGroup.logGroupName,
+              description: `The ${name} function's log group (aws logs tail): ${runbooks}`,
+            },
+          ],
+          [
+            `${id}ScheduleName`,
+            {
+              value: schedule.scheduleName,
+              description: `The ${name}'s schedule, in the default group (aws scheduler get-schedule --name): ${runbooks}`,
+            },
+          ],
+        ]),
+      ),
       AlarmTopicArn: {
         value: this.alarmTopic.topicArn,
         description:

@@ -10,7 +10,7 @@
 import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { build } from 'esbuild';
+import { type BuildOptions, build } from 'esbuild';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
@@ -25,6 +25,17 @@ export interface BundleSize {
   inputs: Record<string, number>;
 }
 
+/** esbuild's options as a user's NodejsFunction bundles with `minify: true`: ESM, Node 24, `module` before `main`. */
+const AS_NODEJS_FUNCTION = {
+  bundle: true,
+  minify: true,
+  platform: 'node',
+  format: 'esm',
+  target: 'node24',
+  mainFields: ['module', 'main'] as string[],
+  write: false,
+} as const satisfies BuildOptions;
+
 /**
  * Bundles `entry` the way a user's NodejsFunction does with `minify: true` (esbuild, ESM, Node 24,
  * `module` before `main`), without writing it.
@@ -38,15 +49,9 @@ export async function bundleSize(
   awsSdk: 'bundled' | 'external' = 'bundled',
 ): Promise<BundleSize> {
   const result = await build({
+    ...AS_NODEJS_FUNCTION,
     entryPoints: [`${root}${entry}`],
-    bundle: true,
-    minify: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node24',
-    mainFields: ['module', 'main'],
     external: awsSdk === 'external' ? ['@aws-sdk/*'] : [],
-    write: false,
     metafile: true,
     logLevel: 'error',
   });
@@ -130,14 +135,8 @@ export const ZOD_SCHEMAS = {
 export async function schemaBundleBytes(schema: string, from: 'zod/mini' | 'zod'): Promise<number> {
   const imported = from === 'zod' ? `import { z } from 'zod';` : `import * as z from 'zod/mini';`;
   const result = await build({
+    ...AS_NODEJS_FUNCTION,
     stdin: { contents: `${imported}\nconsole.log(${schema}.safeParse({}));\n`, resolveDir: root },
-    bundle: true,
-    minify: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node24',
-    mainFields: ['module', 'main'],
-    write: false,
     logLevel: 'error',
   });
   return result.outputFiles[0]?.contents.byteLength ?? 0;
