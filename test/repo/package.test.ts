@@ -13,9 +13,6 @@
  * - runs the pre-built relay bundle as Lambda would, on the same database;
  * - synthesises a CDK app with OutboxRelay on an imported VPC and proxy, without esbuild
  *   (test/package/cdk-app.ts);
- * - runs `npx outbox bus --deliver` on that app's synthesised consumers (docs/consumer-local.md):
- *   the relay's events applied, a failing one retried as Lambda retries it and recorded, then
- *   replayed from the on-failure queue with `npx outbox-inbox queue replay`, once;
  * - synthesises a service's app with two OutboxConsumers beside the relay, one per topology,
  *   subscribing to typed events (test/package/consumer-app.ts, consumer-events.ts and the two
  *   handlers, type-checked above): first without esbuild, which fails naming the install, then
@@ -25,7 +22,10 @@
  *   and on-failure queue, the target's retry policy and dead-letter queue; queue: the queue, its
  *   redrive to the dead-letter queue, the event source mapping with ReportBatchItemFailures; the
  *   alarms and dashboard widgets of each), and the consumers' bundles: small, without the AWS
- *   SDK's EventBridge client or aws-cdk-lib.
+ *   SDK's EventBridge client or aws-cdk-lib;
+ * - runs `npx outbox bus --deliver` on that app's synthesised consumers (docs/consumer-local.md):
+ *   the relay's events applied by both, a failing one retried as Lambda retries it and recorded,
+ *   then replayed from the on-failure queue with `npx outbox-inbox queue replay`, once.
  */
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';

@@ -30,7 +30,7 @@ describe('docs/configuration.md', () => {
     const docs = read('docs/configuration.md');
     const table = firstCellNames(docs, '## Environment variables');
     const missing = Object.values(EnvVar).filter(
-      (name) => !table.has(name) && !new RegExp(`Set by the construct[^]*?\`${name}\``).test(docs),
+      (name) => !table.has(name) && !new RegExp(`Set by the construct[\\s\\S]*?\`${name}\``).test(docs),
     );
     expect(missing).toEqual([]);
   });
@@ -39,7 +39,7 @@ describe('docs/configuration.md', () => {
 describe('docs/relay-construct.md', () => {
   it('has a row for every prop of OutboxRelayProps (infra/props.ts)', () => {
     const source = read('infra/props.ts');
-    const body = /export interface OutboxRelayProps \{([^]*?)\n\}/.exec(source)?.[1] ?? '';
+    const body = /export interface OutboxRelayProps \{([\s\S]*?)\n\}/.exec(source)?.[1] ?? '';
     const props = [...body.matchAll(/^ {2}readonly (\w+)\??:/gm)].map((m) => m[1] as string);
     expect(props.length).toBeGreaterThan(20);
     const table = firstCellNames(read('docs/relay-construct.md'), '## `new OutboxRelay(scope, id, props)`');
