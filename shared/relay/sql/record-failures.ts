@@ -36,7 +36,7 @@ export async function recordFailures(
         last_error = f.error,
         attempts = greatest(o.attempts - case when f.give_back then 1 else 0 end, 0),
         available_at = case when f.dead then o.available_at
-                            else now() + pg_catalog.make_interval(secs => f.retry_ms / 1000.0) end,
+                            else now() + pg_catalog.make_interval(secs => f.retry_ms::float8 / 1000::float8) end,
         dead_lettered_at = case when f.dead then now() else null end
     from unnest(
       ${failures.map((f) => f.id)}::int8[],

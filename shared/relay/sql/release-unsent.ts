@@ -30,7 +30,7 @@ export async function releaseUnsent(
     set lease_token = null,
         lease_expires_at = null,
         attempts = greatest(o.attempts - case when r.give_back then 1 else 0 end, 0),
-        available_at = greatest(o.available_at, now() + pg_catalog.make_interval(secs => r.delay_ms / 1000.0))
+        available_at = greatest(o.available_at, now() + pg_catalog.make_interval(secs => r.delay_ms::float8 / 1000::float8))
     from unnest(
       ${rows.map((r) => r.id)}::int8[],
       ${rows.map((r) => Math.round(r.notBeforeMs))}::int8[],

@@ -1,0 +1,87 @@
+/**
+ * Issue 43's reproductions, each against the real roles (`ensureRoles`) of a migrated database.
+ * A plant is a function a producer creates in a schema the privileged sessions search; it appends
+ * `<plant>@<current_user>` to a log table anyone may insert into, then answers as the built-in
+ * would, so a statement that resolves to it succeeds and only the log shows that it ran.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Sql } from '../../shared/platform/index.ts';
+import { enqueue } from '../../shared/producer/index.ts';
+import { recordFailures, releaseUnsent } from '../../shared/relay/sql/index.ts';
+import { createTestDatabase, type TestDatabase } from '../support/db.ts';
+import { createTestRoles, type TestRoles } from '../support/roles.ts';
+
+let db: TestDatabase;
+let testRoles: TestRoles;
+let producer: Sql;
+let relay: Sql;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  testRoles = await createTestRoles(db);
+  const role = testRoles.roles.producer;
+  // The threat model: a producer whose own tables live in a schema the privileged sessions search.
+  await db.sql.unsafe(`grant create on schema public to "${role}"`);
+  producer = testRoles.connectAs(role);
+  relay = testRoles.connectAs(testRoles.roles.relay);
+  await producer.unsafe(`create table public.plant_log (entry text not null)`);
+  await producer.unsafe(`grant insert on public.plant_log to public`);
+});
+afterAll(async () => {
+  await testRoles?.drop();
+  await db?.drop();
+});
+
+/** The plants that ran, as `<plant>@<role>`, and the log emptied. */
+async function plantsRan(): Promise<string[]> {
+  const rows = await db.sql<{ entry: string }[]>`delete from public.plant_log returning entry`;
+  return rows.map((r) => r.entry).sort();
+}
+
+/** Enqueues one event as the producer and leases it to `leaseToken`, as a claim would; its row id. */
+async function leasedEvent(aggregateId: string, leaseToken: string): Promise<string> {
+  const result = await producer.begin((tx) =>
+    enqueue(tx, { type: 'T', source: 'test.trust', aggregateType: 'a', aggregateId, payload: {} }),
+  );
+  const [row] = await db.sql<{ id: string }[]>`update outbox set lease_token = ${leaseToken}::uuid,
+    lease_expires_at = now() + interval '1 minute', attempts = 1
+    where event_id = ${result.eventId}::uuid returning id::text`;
+  if (!row) throw new Error(`no row for ${result.eventId}`);
+  return row.id;
+}
+
+describe('issue 43, item 2: the relay divides with operators pg_catalog has exactly', () => {
+  it('records failures and releases unsent rows without running a planted bigint / numeric', async () => {
+    await producer.unsafe(`
+      create function public.plant_div(bigint, numeric) returns numeric language plpgsql as $$
+      begin
+        insert into public.plant_log values ('bigint/numeric@' || current_user);
+        return pg_catalog.numeric_div($1::numeric, $2);
+      end $$;
+      create operator public./ (leftarg = bigint, rightarg = numeric, function = public.plant_div)`);
+    try {
+      const lease = randomUUID();
+      const failed = await leasedEvent('div-1', lease);
+      const unsent = await leasedEvent('div-2', lease);
+      const recorded = await recordFailures(relay, lease, [
+        { id: failed, error: 'X: bus down', deadLetter: false, retryInMs: 1500, giveBackAttempt: true },
+      ]);
+      const released = await releaseUnsent(relay, lease, [
+        { id: unsent, notBeforeMs: 2500, giveBackAttempt: false },
+      ]);
+      expect([...recorded]).toEqual([failed]);
+      expect(released).toBe(1);
+      expect(await plantsRan()).toEqual([]);
+      // The backoffs were applied on the database clock, in seconds (1.5 s and 2.5 s from now).
+      const rows = await db.sql<{ id: string; wait: number }[]>`
+        select id::text, ceil(extract(epoch from available_at - now()))::int as wait from outbox
+        where id in (${failed}, ${unsent}) order by id`;
+      expect(rows.map((r) => r.wait)).toEqual([2, 3]);
+    } finally {
+      await db.sql.unsafe(
+        `drop operator public./ (bigint, numeric); drop function public.plant_div(bigint, numeric)`,
+      );
+    }
+  });
+});
