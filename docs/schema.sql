@@ -112,7 +112,9 @@ create table outbox_idempotency_key (
   sequence bigint not null,
   created_at timestamp with time zone not null default now(),
   outbox_id bigint,
-  constraint outbox_idempotency_key_pkey PRIMARY KEY (idempotency_key)
+  producer text not null,
+  source text not null,
+  constraint outbox_idempotency_key_pkey PRIMARY KEY (idempotency_key, producer, source)
 );
 CREATE INDEX outbox_idempotency_key_created_at_idx ON public.outbox_idempotency_key USING btree (created_at);
 
@@ -329,9 +331,14 @@ AS $function$
            k.event_id as known_event_id, k.aggregate_type as known_aggregate_type,
            k.aggregate_id as known_aggregate_id, k.sequence as known_sequence,
            case when i.idempotency_key is null then i.ord
-                else min(i.ord) over (partition by i.idempotency_key) end as first_ord
+                else min(i.ord) over (partition by i.idempotency_key, i.source) end as first_ord
     from input i
-    left join public.outbox_idempotency_key k on k.idempotency_key = i.idempotency_key
+    -- A key answers for its own producer role and source only; a key written before migration 023
+    -- (producer and source '') for any, until it expires.
+    left join public.outbox_idempotency_key k
+      on k.idempotency_key = i.idempotency_key
+     and (k.producer = session_user::text or k.producer = ''::text)
+     and (k.source = i.source or k.source = ''::text)
   ),
   fresh as (
     select * from keyed where known_event_id is null and ord = first_ord
@@ -396,11 +403,12 @@ AS $function$
            idempotency_key, occurred_at
     from numbered
     order by ord
-    returning id, event_id, aggregate_type, aggregate_id, sequence, idempotency_key
+    returning id, event_id, aggregate_type, aggregate_id, sequence, idempotency_key, source
   ),
   remembered as (
-    insert into public.outbox_idempotency_key (idempotency_key, event_id, aggregate_type, aggregate_id, sequence, outbox_id)
-    select r.idempotency_key, r.event_id, r.aggregate_type, r.aggregate_id, r.sequence, r.id
+    insert into public.outbox_idempotency_key (idempotency_key, producer, source, event_id, aggregate_type,
+                                                    aggregate_id, sequence, outbox_id)
+    select r.idempotency_key, session_user::text, r.source, r.event_id, r.aggregate_type, r.aggregate_id, r.sequence, r.id
     from inserted r where r.idempotency_key is not null
   ),
   -- Every event of the call: the fresh ones with their values; a known one with the event its key

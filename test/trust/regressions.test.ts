@@ -6,8 +6,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Sql } from '../../shared/platform/index.ts';
-import { enqueue } from '../../shared/producer/index.ts';
+import { connect, type Sql } from '../../shared/platform/index.ts';
+import { enqueue, type OutboxEvent } from '../../shared/producer/index.ts';
 import { recordFailures, releaseUnsent } from '../../shared/relay/sql/index.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { createTestRoles, type TestRoles } from '../support/roles.ts';
@@ -16,6 +16,8 @@ let db: TestDatabase;
 let testRoles: TestRoles;
 let producer: Sql;
 let relay: Sql;
+/** A second service's producer: a login role of its own, member of the producer role. */
+let otherProducer: Sql;
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -25,10 +27,20 @@ beforeAll(async () => {
   await db.sql.unsafe(`grant create on schema public to "${role}"`);
   producer = testRoles.connectAs(role);
   relay = testRoles.connectAs(testRoles.roles.relay);
+  const other = `${role}_other`;
+  await db.sql.unsafe(`create role "${other}" login in role "${role}"`);
+  const url = new URL(testRoles.urlOf(role));
+  await db.sql.unsafe(`alter role "${other}" password '${decodeURIComponent(url.password)}'`);
+  url.username = other;
+  otherProducer = connect({ url: url.toString(), max: 2, env: {} });
   await producer.unsafe(`create table public.plant_log (entry text not null)`);
   await producer.unsafe(`grant insert on public.plant_log to public`);
 });
 afterAll(async () => {
+  await otherProducer?.end({ timeout: 1 });
+  await db?.sql.unsafe(
+    `drop owned by "${testRoles?.roles.producer}_other"; drop role if exists "${testRoles?.roles.producer}_other"`,
+  );
   await testRoles?.drop();
   await db?.drop();
 });
@@ -83,5 +95,52 @@ describe('issue 43, item 2: the relay divides with operators pg_catalog has exac
         `drop operator public./ (bigint, numeric); drop function public.plant_div(bigint, numeric)`,
       );
     }
+  });
+});
+
+describe('issue 43, item 4: an idempotency key answers for its own producer and source only', () => {
+  const payment = (idempotencyKey: string, source = 'test.payments'): OutboxEvent => ({
+    type: 'PaymentCaptured',
+    source,
+    aggregateType: 'card',
+    aggregateId: '4111-xxxx',
+    payload: { amount: 991 },
+    idempotencyKey,
+  });
+  const probe = (idempotencyKey: string, source: string): OutboxEvent => ({
+    type: 'Probe',
+    source,
+    aggregateType: 'probe',
+    aggregateId: 'p-1',
+    payload: {},
+    idempotencyKey,
+  });
+
+  it("returns nothing of another producer's event through its key, and its key suppresses nothing", async () => {
+    const real = await producer.begin((tx) => enqueue(tx, payment('payment-991-captured')));
+    // Another role, with its own source and with the victim's: a fresh event of its own each time.
+    const read = await otherProducer.begin((tx) =>
+      enqueue(tx, probe('payment-991-captured', 'test.attacker')),
+    );
+    const spoofed = await otherProducer.begin((tx) =>
+      enqueue(tx, probe('payment-991-captured', 'test.payments')),
+    );
+    // The same role (services sharing the producer role), another source: fresh as well.
+    const shared = await producer.begin((tx) => enqueue(tx, probe('payment-991-captured', 'test.shop')));
+    for (const r of [read, spoofed, shared]) {
+      expect(r).toMatchObject({ aggregateType: 'probe', aggregateId: 'p-1', duplicate: false });
+      expect(r.eventId).not.toBe(real.eventId);
+    }
+    // A key taken first by another producer, even under the victim's source, suppresses nothing.
+    await otherProducer.begin((tx) => enqueue(tx, probe('refund-7', 'test.payments')));
+    const later = await producer.begin((tx) => enqueue(tx, payment('refund-7')));
+    expect(later).toMatchObject({ aggregateType: 'card', aggregateId: '4111-xxxx', duplicate: false });
+    // The key still deduplicates its own producer's repeat.
+    const again = await producer.begin((tx) => enqueue(tx, payment('payment-991-captured')));
+    expect(again).toMatchObject({ eventId: real.eventId, sequence: real.sequence, duplicate: true });
+    const stored = await db.sql<{ n: number }[]>`
+      select count(*)::int as n from outbox where event_id = ${later.eventId}::uuid and event_type = 'PaymentCaptured'`;
+    expect(stored[0]?.n).toBe(1);
+    expect(await plantsRan()).toEqual([]);
   });
 });

@@ -72,7 +72,8 @@ describe('migration 020 on a deployment with one shared consumer role', () => {
     const before = event('o-1', 1);
     expect(await deliver(as(consumerRole), 'billing', before)).toBe('applied');
 
-    await applyMigrationFiles(db.sql, '020', '020');
+    // 020 and the later ones: the monitor's statements below are today's.
+    await applyMigrationFiles(db.sql, '020', '999');
     const [rls] = await db.sql<{ n: number }[]>`
       select count(*)::int as n from pg_class
       where relname in ('inbox_message', 'inbox_aggregate', 'inbox_gap', 'inbox_failed') and relrowsecurity`;
