@@ -30,6 +30,15 @@ import { OutboxConfigError } from '../../shared/platform/errors.ts';
 const workRoot = mkdtempSync(join(tmpdir(), 'outbox-custom-bus-test-'));
 afterAll(() => rmSync(workRoot, { recursive: true, force: true }));
 
+/** The key-policy actions eb-custom-bus-encryption lists for events.amazonaws.com. */
+const CUSTOM_BUS_SERVICE_KEY_ACTIONS = [
+  'kms:Decrypt',
+  'kms:Encrypt',
+  'kms:GenerateDataKeyWithoutPlaintext',
+  'kms:ReEncryptFrom',
+  'kms:ReEncryptTo',
+];
+
 const EXISTING = 'arn:aws:events:eu-west-1:123456789012:event-busv2/orders/abcdefghijklmnopqrstuvwxy';
 
 /** A stack with imported network and proxy and an OutboxRelay on a Custom Event Bus. */
@@ -174,12 +183,31 @@ describe('OutboxRelay on a Custom Event Bus: settings and refusals', () => {
       StorageConfiguration: { RetentionPeriodInDays: 30 },
       EncryptionConfiguration: { KmsKeyIdentifier: { 'Fn::GetAtt': [keyId, 'Arn'] } },
     });
-    const keyPolicy = t.toJSON().Resources[keyId].Properties.KeyPolicy.Statement;
-    expect(keyPolicy).toContainEqual(
+    const keyPolicy = t.toJSON().Resources[keyId].Properties.KeyPolicy.Statement as {
+      Principal?: { Service?: string };
+      Action: string | string[];
+    }[];
+    // eb-custom-bus-encryption: without these five the bus goes CREATE_FAILED.
+    const service = keyPolicy.find((s) => s.Principal?.Service === 'events.amazonaws.com');
+    expect(service?.Action).toEqual(expect.arrayContaining(CUSTOM_BUS_SERVICE_KEY_ACTIONS));
+    // PutEvents on a bus with a customer managed key checks kms:Decrypt with the caller's credentials.
+    expect(relayStatements(t, stack, outbox)).toContainEqual(
       expect.objectContaining({
-        Principal: { Service: 'events.amazonaws.com' },
-        Action: ['kms:Decrypt', 'kms:GenerateDataKey*'],
+        Effect: 'Allow',
+        Action: 'kms:Decrypt',
+        Resource: { 'Fn::GetAtt': [keyId, 'Arn'] },
       }),
+    );
+  });
+
+  it('grants the relay kms:Decrypt on an imported key, whose policy is left to its owner', () => {
+    const arn = 'arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab';
+    const { stack, outbox } = relay((s) => ({
+      customEventBus: { kmsKey: kms.Key.fromKeyArn(s, 'Imported', arn) },
+    }));
+    const t = Template.fromStack(stack);
+    expect(relayStatements(t, stack, outbox)).toContainEqual(
+      expect.objectContaining({ Effect: 'Allow', Action: 'kms:Decrypt', Resource: arn }),
     );
   });
 
