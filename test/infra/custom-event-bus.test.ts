@@ -147,6 +147,27 @@ describe('OutboxRelay on a Custom Event Bus it creates', () => {
     expect(statement.Condition.StringEquals).toBeUndefined();
   });
 
+  it('denies events:PutRawEvents too, unconditioned on source, to every principal but the relay role', () => {
+    const policy = t.toJSON().Resources[idOf(stack, outbox.customEventBusPolicy as never)].Properties;
+    const raw = (policy.PolicyDocument.Statement as { Action: string }[]).filter(
+      (s) => s.Action === 'events:PutRawEvents',
+    );
+    expect(raw).toEqual([
+      {
+        Sid: expect.any(String),
+        Effect: 'Deny',
+        Principal: '*',
+        Action: 'events:PutRawEvents',
+        Resource: { 'Fn::GetAtt': [busId, 'EventBusArn'] },
+        Condition: {
+          ArnNotEquals: {
+            'aws:PrincipalArn': { 'Fn::GetAtt': [idOf(stack, outbox.relayFunction.role as iam.Role), 'Arn'] },
+          },
+        },
+      },
+    ]);
+  });
+
   it("alarms on its subscribers' dead-lettered and dropped events, across the bus, to the alarm topic", () => {
     for (const [alarm, metric] of [
       [outbox.customBusAlarms?.deadLettered, 'OnFailureDestinationDelivered'],
@@ -237,6 +258,14 @@ describe('OutboxRelay on a Custom Event Bus: settings and refusals', () => {
         .Statement;
     expect(statement.Condition.StringEquals).toEqual({ 'events:source': ['shop.orders'] });
     expect(statement.Condition.ArnNotEquals['aws:PrincipalArn']).toHaveLength(2);
+    // A raw event's source is whatever its bytes say: PutRawEvents is denied whatever the source.
+    const raw = t
+      .toJSON()
+      .Resources[idOf(stack, outbox.customEventBusPolicy as never)].Properties.PolicyDocument.Statement.find(
+        (s: { Action: string }) => s.Action === 'events:PutRawEvents',
+      );
+    expect(raw.Condition.StringEquals).toBeUndefined();
+    expect(raw.Condition.ArnNotEquals['aws:PrincipalArn']).toHaveLength(2);
   });
 
   it.each([
