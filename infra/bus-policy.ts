@@ -123,7 +123,8 @@ function outboxSourcesStatement(
 }
 
 /**
- * The same Deny statement on a Custom Event Bus (EventsV2), whose resource policy is one document
+ * The same Deny statement on a Custom Event Bus (EventsV2), with a second one denying
+ * `events:PutRawEvents` whatever the source (a raw event's bytes may be a forged envelope), whose resource policy is one document
  * (`AWS::EventsV2::ResourcePolicy`, the policy named `default`; creating it fails when the bus has
  * one, and an update replaces it whole). The condition key `events:source` is supplied on the
  * Custom Event Bus's PutEvents too (EventBridge User Guide, "Actions, resources, and condition keys
@@ -162,6 +163,34 @@ export function restrictCustomBusPutEvents(
   const statement = outboxSourcesStatement(scope, busArn, props, relayRole);
   return new eventsv2.CfnResourcePolicy(scope, 'CustomBusPolicy', {
     eventBusArn: busArn,
-    policyDocument: { Version: '2012-10-17', Statement: [statement.toStatementJson()] },
+    policyDocument: {
+      Version: '2012-10-17',
+      Statement: [
+        statement.toStatementJson(),
+        rawEventsStatement(props, relayRole, busArn).toStatementJson(),
+      ],
+    },
+  });
+}
+
+/**
+ * Deny `events:PutRawEvents` on the Custom Event Bus to every principal but the relay's role (and
+ * the publishers'), whatever the source: a raw event's bytes may be an envelope that passes a
+ * subscriber's `DATA` filter on source and detail-type, and the `events:source` key of such a
+ * call is what the caller says. The relay never calls PutRawEvents.
+ */
+function rawEventsStatement(
+  props: Pick<OutboxRelayProps, 'publishers'>,
+  relayRole: iam.IRole,
+  busArn: string,
+): iam.PolicyStatement {
+  const exempt = [relayRole.roleArn, ...(props.publishers ?? []).map((r) => r.roleArn)];
+  return new iam.PolicyStatement({
+    sid: 'OutboxNoRawEvents',
+    effect: iam.Effect.DENY,
+    principals: [new iam.StarPrincipal()],
+    actions: ['events:PutRawEvents'],
+    resources: [busArn],
+    conditions: { ArnNotEquals: { 'aws:PrincipalArn': exempt.length === 1 ? exempt[0] : exempt } },
   });
 }

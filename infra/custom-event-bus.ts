@@ -26,6 +26,21 @@ import { DEFAULT_CUSTOM_BUS_RETENTION_DAYS, type OutboxRelayProps } from './prop
 /** The CloudWatch namespace of the Custom Event Bus's metrics. */
 export const EVENTSV2_NAMESPACE = 'AWS/EventsV2';
 
+/**
+ * What `events.amazonaws.com` needs on a Custom Event Bus's customer managed key (User Guide,
+ * eb-custom-bus-encryption: without them the bus goes CREATE_FAILED), with `kms:GenerateDataKey`
+ * and `kms:DescribeKey`, which the classic bus's key page (eb-encryption-key-policy) lists.
+ */
+export const CUSTOM_BUS_SERVICE_KEY_ACTIONS = [
+  'kms:Decrypt',
+  'kms:Encrypt',
+  'kms:GenerateDataKey',
+  'kms:GenerateDataKeyWithoutPlaintext',
+  'kms:ReEncryptFrom',
+  'kms:ReEncryptTo',
+  'kms:DescribeKey',
+] as const;
+
 /** A Custom Event Bus ARN (the EventsV2 API's `EventBusArn`, whose id is 25 characters; not checked here). */
 const CUSTOM_BUS_ARN =
   /^arn:aws[\w-]*:events:[a-z0-9-]+:\d{12}:event-busv2\/[A-Za-z0-9][.\-_A-Za-z0-9]{0,255}\/[^/\s]+$/;
@@ -97,13 +112,14 @@ export function customEventBus(
     ...(custom.kmsKey ? { encryptionConfiguration: { kmsKeyIdentifier: custom.kmsKey.keyArn } } : {}),
   });
   if (custom.kmsKey instanceof kms.Key) {
-    // The service encrypts and decrypts the stored events as events.amazonaws.com ("Permissions by
-    // scenario"). An imported key's policy is not this stack's: documented instead.
+    // The service encrypts and decrypts the stored events as events.amazonaws.com; without the
+    // actions of eb-custom-bus-encryption the bus goes CREATE_FAILED. An imported key's policy is
+    // not this stack's: documented instead.
     custom.kmsKey.addToResourcePolicy(
       new iam.PolicyStatement({
         sid: 'EventBridgeCustomEventBus',
         principals: [new iam.ServicePrincipal('events.amazonaws.com')],
-        actions: ['kms:Decrypt', 'kms:GenerateDataKey*'],
+        actions: [...CUSTOM_BUS_SERVICE_KEY_ACTIONS],
         // In a key policy "*" means this key.
         resources: ['*'],
       }),
@@ -112,9 +128,16 @@ export function customEventBus(
   return { arn: bus.attrEventBusArn, bus };
 }
 
-/** Lets `grantee` put events on the Custom Event Bus: `events:PutEvents` on its ARN, nothing else. */
-export function grantCustomBusPutEvents(grantee: iam.IGrantable, busArn: string): void {
+/**
+ * Lets `grantee` put events on the Custom Event Bus: `events:PutEvents` on its ARN and, when the
+ * bus has a customer managed key, `kms:Decrypt` on that key (PutEvents on such a bus checks
+ * `kms:Decrypt` with the caller's credentials, eb-custom-bus-encryption). Nothing else.
+ */
+export function grantCustomBusPutEvents(grantee: iam.IGrantable, busArn: string, key?: kms.IKey): void {
   iam.Grant.addToPrincipal({ grantee, actions: ['events:PutEvents'], resourceArns: [busArn] });
+  if (key !== undefined) {
+    iam.Grant.addToPrincipal({ grantee, actions: ['kms:Decrypt'], resourceArns: [key.keyArn] });
+  }
 }
 
 /** The relay's alarms on the Custom Event Bus, across every subscriber of the bus. */

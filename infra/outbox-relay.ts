@@ -297,7 +297,7 @@ export class OutboxRelay extends Construct {
       },
       description: 'Outbox relay: claims leased outbox rows and publishes them with PutEvents',
     });
-    if (this.custom) grantCustomBusPutEvents(relay, this.custom.arn);
+    if (this.custom) grantCustomBusPutEvents(relay, this.custom.arn, props.customEventBus?.kmsKey);
     else this.eventBus.grantPutEventsTo(relay);
     return relay;
   }

@@ -74,9 +74,13 @@ export interface OutboxCustomEventBusProps {
    */
   readonly retentionDays?: number;
   /**
-   * A customer managed key the bus encrypts events with; the construct lets
-   * `events.amazonaws.com` use it (`kms:Decrypt`, `kms:GenerateDataKey*`) when the key is in this
-   * stack (else add that to its key policy yourself). Only for a bus the construct creates.
+   * A customer managed key the bus encrypts events with. The construct lets
+   * `events.amazonaws.com` use it (`kms:Decrypt`, `kms:Encrypt`, `kms:GenerateDataKey`,
+   * `kms:GenerateDataKeyWithoutPlaintext`, `kms:ReEncryptFrom`, `kms:ReEncryptTo`,
+   * `kms:DescribeKey`; without the first five minus GenerateDataKey the bus goes CREATE_FAILED)
+   * when the key is in this stack (else add that to its key policy yourself), and grants the
+   * relay's role `kms:Decrypt` on it (PutEvents checks it with the caller's credentials). Only
+   * for a bus the construct creates.
    * @default an AWS owned key (EventBridge's default; no key policy to manage, no KMS charges)
    */
   readonly kmsKey?: kms.IKey;

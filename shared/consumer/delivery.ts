@@ -91,6 +91,25 @@ export function unwrapDelivery(raw: unknown): DeliveryOrigin {
   return { event: unwrapped, deliveryType: type };
 }
 
+/**
+ * The deliveries of one Lambda payload of a Custom Event Bus subscriber: the payload itself when it
+ * is an object, or each element, in order, when it is an array (the .cn mirror and AWS's samples
+ * say a subscriber hands "a JSON array … even when the batch holds one event"; the current page
+ * says one object for MaxBatchSize 1: both shapes are taken).
+ * @returns `undefined` for a payload that is not an array (read it as one event)
+ * @throws {InboxEnvelopeError} (`event`) for an empty array
+ */
+export function deliveriesOf(raw: unknown): readonly unknown[] | undefined {
+  if (!Array.isArray(raw)) return undefined;
+  if (raw.length === 0) {
+    throw new InboxEnvelopeError(
+      'event',
+      'an empty array: expected an EventBridge event, or an array of one or more (a Custom Event Bus batch)',
+    );
+  }
+  return raw;
+}
+
 /** EventBridge's caps: Source 256 characters, DetailType 128 (PutEvents API reference). */
 const MAX_SOURCE = 256;
 const MAX_DETAIL_TYPE = 128;

@@ -30,6 +30,7 @@ import { EnvVar, InboxMetricName } from '../platform/names.ts';
 import type { PayloadSchema } from '../producer/typed-events.ts';
 import {
   type DeliveryOrigin,
+  deliveriesOf,
   type InboxEvent,
   readDelivery,
   unwrapDelivery,
@@ -194,6 +195,9 @@ export interface InboxContext<T = Record<string, unknown>> extends Context {
   };
 }
 
+/** One element of a Custom Event Bus subscriber's array payload: a RAW event or a WITH_METADATA delivery. */
+export type InboxDeliveryElement = EventBridgeEvent<string, unknown> | WithMetadataDelivery;
+
 /** The handler the inbox wraps. */
 export type InboxHandler<T, R> = (
   event: EventBridgeEvent<string, unknown>,
@@ -340,10 +344,10 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
   options: InboxOptions<T>,
   handler: InboxHandler<T, R>,
 ): (
-  event: EventBridgeEvent<string, unknown> | WithMetadataDelivery,
+  event: EventBridgeEvent<string, unknown> | WithMetadataDelivery | readonly InboxDeliveryElement[],
   context: Context,
   wrapper?: { signal?: AbortSignal },
-) => Promise<R | InboxSkip> {
+) => Promise<R | InboxSkip | (R | InboxSkip)[]> {
   const settings = settingsOf(options);
   if (typeof handler !== 'function') {
     throw new InboxOptionsError('handler', 'expected the handler to wrap, a function (event, context)');
@@ -494,7 +498,7 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
     return result;
   };
 
-  return async (raw, context, wrapper) => {
+  const one = async (raw: unknown, context: Context, wrapper?: { signal?: AbortSignal }) => {
     const deadline = lambdaDeadline(context);
     // A Custom Event Bus subscriber's WITH_METADATA delivery: the event is its Data.
     const origin = unwrapDelivery(raw);
@@ -507,5 +511,24 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
       await trace.fail(pool ? pool.sql : (options.sql as Sql), error);
       throw error;
     }
+  };
+  return inEachDelivery(one);
+}
+
+/**
+ * A Lambda handler taking a Custom Event Bus subscriber's payload as an object or as an array
+ * (delivery.ts, {@link deliveriesOf}): each element handled by `one` in turn, in the array's
+ * order, stopping at the first that fails (the invocation fails; those before it stay recorded and
+ * come back as duplicates on the retry). An array's results come back as an array.
+ */
+function inEachDelivery<A extends unknown[], R>(
+  one: (raw: unknown, context: Context, ...rest: A) => Promise<R>,
+): (raw: unknown, context: Context, ...rest: A) => Promise<R | R[]> {
+  return async (raw, context, ...rest) => {
+    const batch = deliveriesOf(raw);
+    if (batch === undefined) return one(raw, context, ...rest);
+    const results: R[] = [];
+    for (const element of batch) results.push(await one(element, context, ...rest));
+    return results;
   };
 }

@@ -30,6 +30,15 @@ import { OutboxConfigError } from '../../shared/platform/errors.ts';
 const workRoot = mkdtempSync(join(tmpdir(), 'outbox-custom-bus-test-'));
 afterAll(() => rmSync(workRoot, { recursive: true, force: true }));
 
+/** The key-policy actions eb-custom-bus-encryption lists for events.amazonaws.com. */
+const CUSTOM_BUS_SERVICE_KEY_ACTIONS = [
+  'kms:Decrypt',
+  'kms:Encrypt',
+  'kms:GenerateDataKeyWithoutPlaintext',
+  'kms:ReEncryptFrom',
+  'kms:ReEncryptTo',
+];
+
 const EXISTING = 'arn:aws:events:eu-west-1:123456789012:event-busv2/orders/abcdefghijklmnopqrstuvwxy';
 
 /** A stack with imported network and proxy and an OutboxRelay on a Custom Event Bus. */
@@ -138,6 +147,27 @@ describe('OutboxRelay on a Custom Event Bus it creates', () => {
     expect(statement.Condition.StringEquals).toBeUndefined();
   });
 
+  it('denies events:PutRawEvents too, unconditioned on source, to every principal but the relay role', () => {
+    const policy = t.toJSON().Resources[idOf(stack, outbox.customEventBusPolicy as never)].Properties;
+    const raw = (policy.PolicyDocument.Statement as { Action: string }[]).filter(
+      (s) => s.Action === 'events:PutRawEvents',
+    );
+    expect(raw).toEqual([
+      {
+        Sid: expect.any(String),
+        Effect: 'Deny',
+        Principal: '*',
+        Action: 'events:PutRawEvents',
+        Resource: { 'Fn::GetAtt': [busId, 'EventBusArn'] },
+        Condition: {
+          ArnNotEquals: {
+            'aws:PrincipalArn': { 'Fn::GetAtt': [idOf(stack, outbox.relayFunction.role as iam.Role), 'Arn'] },
+          },
+        },
+      },
+    ]);
+  });
+
   it("alarms on its subscribers' dead-lettered and dropped events, across the bus, to the alarm topic", () => {
     for (const [alarm, metric] of [
       [outbox.customBusAlarms?.deadLettered, 'OnFailureDestinationDelivered'],
@@ -174,12 +204,31 @@ describe('OutboxRelay on a Custom Event Bus: settings and refusals', () => {
       StorageConfiguration: { RetentionPeriodInDays: 30 },
       EncryptionConfiguration: { KmsKeyIdentifier: { 'Fn::GetAtt': [keyId, 'Arn'] } },
     });
-    const keyPolicy = t.toJSON().Resources[keyId].Properties.KeyPolicy.Statement;
-    expect(keyPolicy).toContainEqual(
+    const keyPolicy = t.toJSON().Resources[keyId].Properties.KeyPolicy.Statement as {
+      Principal?: { Service?: string };
+      Action: string | string[];
+    }[];
+    // eb-custom-bus-encryption: without these five the bus goes CREATE_FAILED.
+    const service = keyPolicy.find((s) => s.Principal?.Service === 'events.amazonaws.com');
+    expect(service?.Action).toEqual(expect.arrayContaining(CUSTOM_BUS_SERVICE_KEY_ACTIONS));
+    // PutEvents on a bus with a customer managed key checks kms:Decrypt with the caller's credentials.
+    expect(relayStatements(t, stack, outbox)).toContainEqual(
       expect.objectContaining({
-        Principal: { Service: 'events.amazonaws.com' },
-        Action: ['kms:Decrypt', 'kms:GenerateDataKey*'],
+        Effect: 'Allow',
+        Action: 'kms:Decrypt',
+        Resource: { 'Fn::GetAtt': [keyId, 'Arn'] },
       }),
+    );
+  });
+
+  it('grants the relay kms:Decrypt on an imported key, whose policy is left to its owner', () => {
+    const arn = 'arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab';
+    const { stack, outbox } = relay((s) => ({
+      customEventBus: { kmsKey: kms.Key.fromKeyArn(s, 'Imported', arn) },
+    }));
+    const t = Template.fromStack(stack);
+    expect(relayStatements(t, stack, outbox)).toContainEqual(
+      expect.objectContaining({ Effect: 'Allow', Action: 'kms:Decrypt', Resource: arn }),
     );
   });
 
@@ -209,6 +258,14 @@ describe('OutboxRelay on a Custom Event Bus: settings and refusals', () => {
         .Statement;
     expect(statement.Condition.StringEquals).toEqual({ 'events:source': ['shop.orders'] });
     expect(statement.Condition.ArnNotEquals['aws:PrincipalArn']).toHaveLength(2);
+    // A raw event's source is whatever its bytes say: PutRawEvents is denied whatever the source.
+    const raw = t
+      .toJSON()
+      .Resources[idOf(stack, outbox.customEventBusPolicy as never)].Properties.PolicyDocument.Statement.find(
+        (s: { Action: string }) => s.Action === 'events:PutRawEvents',
+      );
+    expect(raw.Condition.StringEquals).toBeUndefined();
+    expect(raw.Condition.ArnNotEquals['aws:PrincipalArn']).toHaveLength(2);
   });
 
   it.each([
