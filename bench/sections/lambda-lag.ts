@@ -12,6 +12,8 @@ import { LambdaService } from '../../shared/local/lambda-runtime/lambda-service.
 import type { Sql } from '../../shared/platform/index.ts';
 import { ServiceName } from '../../shared/platform/names.ts';
 import {
+  type BusKind,
+  busEnvironment,
   percentile,
   readDemoStack,
   runSchedule,
@@ -41,6 +43,8 @@ export interface DeployedBenchContext {
 /** Knobs of the lag run. */
 export interface LambdaLagOptions {
   ratePerSecond: number;
+  /** The classic event bus (default) or the Custom Event Bus (100 entries per call). */
+  busKind?: BusKind;
   /** Invocation boundaries the producer runs across (at least 3). */
   boundaries: number;
   busLatencyMs: number;
@@ -55,6 +59,8 @@ export interface LambdaLagOptions {
 
 /** What the lag run measured. */
 export interface LambdaLagFigures {
+  bus: BusKind;
+  ratePerSecond: number;
   schedule: string;
   timeoutSeconds: number;
   offered: number;
@@ -86,6 +92,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
   if (!schedule || !Number.isFinite(schedule.periodSeconds)) {
     throw new Error(`lambda-lag: no rate schedule invokes the relay (${schedule?.expression ?? 'none'})`);
   }
+  const busKind = o.busKind ?? 'classic';
   await ctx.sql`truncate outbox, outbox_aggregate`;
   await ctx.bus.reset();
   await ctx.bus.setFaults({ latencyMs: o.busLatencyMs });
@@ -94,7 +101,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
     serviceOptions(
       relay,
       { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url },
-      { coldStartExtraMs: o.coldStartExtraMs },
+      { coldStartExtraMs: o.coldStartExtraMs, environment: busEnvironment(busKind, ctx.bus.url) },
     ),
   );
   const periodMs = schedule.periodSeconds * 1000;
@@ -102,7 +109,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
   const connections = sampleConnections(ctx.sql, ctx.database, ServiceName.relay);
   const errors: unknown[] = [];
   ctx.log(
-    `lambda-lag: ${schedule.expression}, timeout ${relay.timeoutSeconds} s, ${o.ratePerSecond} events/s across ${o.boundaries} boundaries`,
+    `lambda-lag: ${busKind} bus, ${schedule.expression}, timeout ${relay.timeoutSeconds} s, ${o.ratePerSecond} events/s across ${o.boundaries} boundaries`,
   );
   const scheduler = runSchedule(service, periodMs, schedule.input, delay, (e) => errors.push(e));
   let figures: LambdaLagFigures;
@@ -133,6 +140,8 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
       lags.push(e.receivedAt - c);
     }
     figures = {
+      bus: busKind,
+      ratePerSecond: o.ratePerSecond,
       schedule: schedule.expression,
       timeoutSeconds: relay.timeoutSeconds,
       offered: producer.committedAt.size,
@@ -168,7 +177,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
   }));
   const f = figures;
   ctx.report(
-    `### Commit-to-bus lag as deployed: the relay bundle on its schedule, ${o.ratePerSecond} events/s, ${o.busLatencyMs} ms bus latency, ${o.boundaries} invocation boundaries
+    `### Commit-to-bus lag as deployed: the relay bundle on its schedule, ${busKind === 'classic' ? 'classic event bus' : 'Custom Event Bus (100 entries per call)'}, ${o.ratePerSecond} events/s, ${o.busLatencyMs} ms bus latency, ${o.boundaries} invocation boundaries
 
 | schedule, timeout | offered | delivered | p50 | p90 | p99 | max | over 1 s | peak relay connections | peak invocations at once |
 |---|---|---|---|---|---|---|---|---|---|
