@@ -70,6 +70,23 @@ export interface LambdaLagFigures {
   p99: number;
   max: number;
   overOneSecondShare: number;
+  /**
+   * Where the tail goes: the events committed around an invocation's start (from 1 s before it to
+   * 5 s after, when a new invocation opens its pool and starts claiming, or while no invocation
+   * ran) against the rest, with their lag percentiles, and the share of the events above the run's
+   * p99 that fell around a start.
+   */
+  breakdown: {
+    boundary: { events: number; p50: number; p99: number; max: number };
+    steady: { events: number; p50: number; p99: number; max: number };
+    tailAtBoundaryShare: number;
+    /** The relay's own summaries, summed over the invocations that returned one. */
+    passes: number;
+    claimed: number;
+    eventsPerPass: number;
+    putEventsCalls: number;
+    meanPutEventsMs: number;
+  };
   peakRelayConnections: number;
   peakConcurrentInvocations: number;
   environments: number;
@@ -131,6 +148,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
       await sleep(200);
     }
     const lags: number[] = [];
+    const committed: number[] = [];
     const seen = new Set<string>();
     for (const e of await ctx.bus.events()) {
       const id = (e.detail as { metadata: { eventId: string } }).metadata.eventId;
@@ -138,6 +156,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
       if (c === undefined || seen.has(id)) continue;
       seen.add(id);
       lags.push(e.receivedAt - c);
+      committed.push(c);
     }
     figures = {
       bus: busKind,
@@ -151,6 +170,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
       p99: percentile(lags, 99),
       max: percentile(lags, 100),
       overOneSecondShare: lags.filter((l) => l > 1_000).length / Math.max(1, lags.length),
+      breakdown: lagBreakdown(lags, committed, service.records),
       peakRelayConnections: connections.peak(),
       peakConcurrentInvocations: service.peakConcurrency,
       environments: service.environmentsCreated,
@@ -183,6 +203,8 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
 |---|---|---|---|---|---|---|---|---|---|
 | \`${f.schedule}\`, ${f.timeoutSeconds} s | ${f.offered} | ${f.delivered} | ${f.p50} ms | ${f.p90} ms | ${f.p99} ms | ${f.max} ms | ${(f.overOneSecondShare * 100).toFixed(1)} % | ${f.peakRelayConnections} | ${f.peakConcurrentInvocations} |
 
+Where the lag goes: events committed from 1 s before an invocation's start to 5 s after it (or while none ran): ${f.breakdown.boundary.events}, p50 ${f.breakdown.boundary.p50} ms, p99 ${f.breakdown.boundary.p99} ms, max ${f.breakdown.boundary.max} ms; the rest: ${f.breakdown.steady.events}, p50 ${f.breakdown.steady.p50} ms, p99 ${f.breakdown.steady.p99} ms, max ${f.breakdown.steady.max} ms; of the events above the p99, ${(f.breakdown.tailAtBoundaryShare * 100).toFixed(0)} % were committed around a start. The relay's summaries: ${f.breakdown.passes} passes, ${f.breakdown.eventsPerPass} events per pass, ${f.breakdown.putEventsCalls} PutEvents calls of ${f.breakdown.meanPutEventsMs} ms on average.
+
 Invocations (s from the schedule's start; scheduled every ${periodMs / 1000} s, each 0–${o.schedulerJitterMs / 1000} s late${o.lateInvocation ? `, invocation ${o.lateInvocation.k + 1} a further ${o.lateInvocation.ms / 1000} s` : ''}; a new environment waits ${o.coldStartExtraMs} ms for its sandbox, then really starts and imports the bundle): ${f.invocations
       .map(
         (i) =>
@@ -193,4 +215,51 @@ Invocations (s from the schedule's start; scheduled every ${periodMs / 1000} s, 
       )}. The bundle is the one \`cdk synth\` wrote, with the template's environment, memory and timeout; RDS Proxy and IAM are not here (a direct connection, the pooler settings kept). Connections: \`pg_stat_activity\` rows of the relay's application name, sampled every 100 ms.`,
   );
   return figures;
+}
+
+/** The lag split by where an event was committed (see {@link LambdaLagFigures.breakdown}). */
+function lagBreakdown(
+  lags: readonly number[],
+  committed: readonly number[],
+  records: readonly { startedAt: number; endedAt: number; outcome: { type: string; result?: unknown } }[],
+): LambdaLagFigures['breakdown'] {
+  const starts = records.map((r) => r.startedAt);
+  const aroundStart = (c: number) =>
+    starts.some((t) => c >= t - 1_000 && c <= t + 5_000) ||
+    !records.some((r) => c >= r.startedAt && c <= r.endedAt);
+  const boundary: number[] = [];
+  const steady: number[] = [];
+  const p99 = percentile(lags, 99);
+  let tail = 0;
+  let tailAtBoundary = 0;
+  lags.forEach((lag, i) => {
+    const at = aroundStart(committed[i] as number);
+    (at ? boundary : steady).push(lag);
+    if (lag > p99) {
+      tail++;
+      if (at) tailAtBoundary++;
+    }
+  });
+  const figures = (xs: number[]) => ({
+    events: xs.length,
+    p50: percentile(xs, 50),
+    p99: percentile(xs, 99),
+    max: percentile(xs, 100),
+  });
+  const sum = { passes: 0, claimed: 0, putEventsCalls: 0, putEventsMs: 0 };
+  for (const r of records) {
+    if (r.outcome.type !== 'result') continue;
+    const x = r.outcome.result as Partial<typeof sum> | undefined;
+    for (const k of Object.keys(sum) as (keyof typeof sum)[]) sum[k] += Number(x?.[k] ?? 0);
+  }
+  return {
+    boundary: figures(boundary),
+    steady: figures(steady),
+    tailAtBoundaryShare: tail === 0 ? 0 : tailAtBoundary / tail,
+    passes: sum.passes,
+    claimed: sum.claimed,
+    eventsPerPass: Number((sum.claimed / Math.max(1, sum.passes)).toFixed(1)),
+    putEventsCalls: sum.putEventsCalls,
+    meanPutEventsMs: Math.round(sum.putEventsMs / Math.max(1, sum.putEventsCalls)),
+  };
 }
