@@ -88,7 +88,10 @@ const SECTIONS: Section[] = [
     names: ['lambda-lag'],
     bundle: true,
     run: async (bench) => {
-      bench.results.lambdaLag = await lambdaLag(bench.deployedContext(), bench.params.lambdaLag);
+      const runs = [];
+      for (const run of bench.params.lambdaLagRuns)
+        runs.push(await lambdaLag(bench.deployedContext(), { ...bench.params.lambdaLag, ...run }));
+      bench.results.lambdaLag = runs;
     },
   },
   {

@@ -12,6 +12,8 @@ import { LambdaService } from '../../shared/local/lambda-runtime/lambda-service.
 import type { Sql } from '../../shared/platform/index.ts';
 import { ServiceName } from '../../shared/platform/names.ts';
 import {
+  type BusKind,
+  busEnvironment,
   percentile,
   readDemoStack,
   runSchedule,
@@ -41,6 +43,8 @@ export interface DeployedBenchContext {
 /** Knobs of the lag run. */
 export interface LambdaLagOptions {
   ratePerSecond: number;
+  /** The classic event bus (default) or the Custom Event Bus (100 entries per call). */
+  busKind?: BusKind;
   /** Invocation boundaries the producer runs across (at least 3). */
   boundaries: number;
   busLatencyMs: number;
@@ -55,6 +59,8 @@ export interface LambdaLagOptions {
 
 /** What the lag run measured. */
 export interface LambdaLagFigures {
+  bus: BusKind;
+  ratePerSecond: number;
   schedule: string;
   timeoutSeconds: number;
   offered: number;
@@ -64,6 +70,23 @@ export interface LambdaLagFigures {
   p99: number;
   max: number;
   overOneSecondShare: number;
+  /**
+   * Where the tail goes: the events committed around an invocation's start (from 1 s before it to
+   * 5 s after, when a new invocation opens its pool and starts claiming, or while no invocation
+   * ran) against the rest, with their lag percentiles, and the share of the events above the run's
+   * p99 that fell around a start.
+   */
+  breakdown: {
+    boundary: { events: number; p50: number; p99: number; max: number };
+    steady: { events: number; p50: number; p99: number; max: number };
+    tailAtBoundaryShare: number;
+    /** The relay's own summaries, summed over the invocations that returned one. */
+    passes: number;
+    claimed: number;
+    eventsPerPass: number;
+    putEventsCalls: number;
+    meanPutEventsMs: number;
+  };
   peakRelayConnections: number;
   peakConcurrentInvocations: number;
   environments: number;
@@ -86,6 +109,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
   if (!schedule || !Number.isFinite(schedule.periodSeconds)) {
     throw new Error(`lambda-lag: no rate schedule invokes the relay (${schedule?.expression ?? 'none'})`);
   }
+  const busKind = o.busKind ?? 'classic';
   await ctx.sql`truncate outbox, outbox_aggregate`;
   await ctx.bus.reset();
   await ctx.bus.setFaults({ latencyMs: o.busLatencyMs });
@@ -94,7 +118,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
     serviceOptions(
       relay,
       { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url },
-      { coldStartExtraMs: o.coldStartExtraMs },
+      { coldStartExtraMs: o.coldStartExtraMs, environment: busEnvironment(busKind, ctx.bus.url) },
     ),
   );
   const periodMs = schedule.periodSeconds * 1000;
@@ -102,7 +126,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
   const connections = sampleConnections(ctx.sql, ctx.database, ServiceName.relay);
   const errors: unknown[] = [];
   ctx.log(
-    `lambda-lag: ${schedule.expression}, timeout ${relay.timeoutSeconds} s, ${o.ratePerSecond} events/s across ${o.boundaries} boundaries`,
+    `lambda-lag: ${busKind} bus, ${schedule.expression}, timeout ${relay.timeoutSeconds} s, ${o.ratePerSecond} events/s across ${o.boundaries} boundaries`,
   );
   const scheduler = runSchedule(service, periodMs, schedule.input, delay, (e) => errors.push(e));
   let figures: LambdaLagFigures;
@@ -124,6 +148,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
       await sleep(200);
     }
     const lags: number[] = [];
+    const committed: number[] = [];
     const seen = new Set<string>();
     for (const e of await ctx.bus.events()) {
       const id = (e.detail as { metadata: { eventId: string } }).metadata.eventId;
@@ -131,8 +156,11 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
       if (c === undefined || seen.has(id)) continue;
       seen.add(id);
       lags.push(e.receivedAt - c);
+      committed.push(c);
     }
     figures = {
+      bus: busKind,
+      ratePerSecond: o.ratePerSecond,
       schedule: schedule.expression,
       timeoutSeconds: relay.timeoutSeconds,
       offered: producer.committedAt.size,
@@ -142,6 +170,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
       p99: percentile(lags, 99),
       max: percentile(lags, 100),
       overOneSecondShare: lags.filter((l) => l > 1_000).length / Math.max(1, lags.length),
+      breakdown: lagBreakdown(lags, committed, service.records),
       peakRelayConnections: connections.peak(),
       peakConcurrentInvocations: service.peakConcurrency,
       environments: service.environmentsCreated,
@@ -168,11 +197,13 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
   }));
   const f = figures;
   ctx.report(
-    `### Commit-to-bus lag as deployed: the relay bundle on its schedule, ${o.ratePerSecond} events/s, ${o.busLatencyMs} ms bus latency, ${o.boundaries} invocation boundaries
+    `### Commit-to-bus lag as deployed: the relay bundle on its schedule, ${busKind === 'classic' ? 'classic event bus' : 'Custom Event Bus (100 entries per call)'}, ${o.ratePerSecond} events/s, ${o.busLatencyMs} ms bus latency, ${o.boundaries} invocation boundaries
 
 | schedule, timeout | offered | delivered | p50 | p90 | p99 | max | over 1 s | peak relay connections | peak invocations at once |
 |---|---|---|---|---|---|---|---|---|---|
 | \`${f.schedule}\`, ${f.timeoutSeconds} s | ${f.offered} | ${f.delivered} | ${f.p50} ms | ${f.p90} ms | ${f.p99} ms | ${f.max} ms | ${(f.overOneSecondShare * 100).toFixed(1)} % | ${f.peakRelayConnections} | ${f.peakConcurrentInvocations} |
+
+Where the lag goes: events committed from 1 s before an invocation's start to 5 s after it (or while none ran): ${f.breakdown.boundary.events}, p50 ${f.breakdown.boundary.p50} ms, p99 ${f.breakdown.boundary.p99} ms, max ${f.breakdown.boundary.max} ms; the rest: ${f.breakdown.steady.events}, p50 ${f.breakdown.steady.p50} ms, p99 ${f.breakdown.steady.p99} ms, max ${f.breakdown.steady.max} ms; of the events above the p99, ${(f.breakdown.tailAtBoundaryShare * 100).toFixed(0)} % were committed around a start. The relay's summaries: ${f.breakdown.passes} passes, ${f.breakdown.eventsPerPass} events per pass, ${f.breakdown.putEventsCalls} PutEvents calls of ${f.breakdown.meanPutEventsMs} ms on average.
 
 Invocations (s from the schedule's start; scheduled every ${periodMs / 1000} s, each 0–${o.schedulerJitterMs / 1000} s late${o.lateInvocation ? `, invocation ${o.lateInvocation.k + 1} a further ${o.lateInvocation.ms / 1000} s` : ''}; a new environment waits ${o.coldStartExtraMs} ms for its sandbox, then really starts and imports the bundle): ${f.invocations
       .map(
@@ -184,4 +215,51 @@ Invocations (s from the schedule's start; scheduled every ${periodMs / 1000} s, 
       )}. The bundle is the one \`cdk synth\` wrote, with the template's environment, memory and timeout; RDS Proxy and IAM are not here (a direct connection, the pooler settings kept). Connections: \`pg_stat_activity\` rows of the relay's application name, sampled every 100 ms.`,
   );
   return figures;
+}
+
+/** The lag split by where an event was committed (see {@link LambdaLagFigures.breakdown}). */
+function lagBreakdown(
+  lags: readonly number[],
+  committed: readonly number[],
+  records: readonly { startedAt: number; endedAt: number; outcome: { type: string; result?: unknown } }[],
+): LambdaLagFigures['breakdown'] {
+  const starts = records.map((r) => r.startedAt);
+  const aroundStart = (c: number) =>
+    starts.some((t) => c >= t - 1_000 && c <= t + 5_000) ||
+    !records.some((r) => c >= r.startedAt && c <= r.endedAt);
+  const boundary: number[] = [];
+  const steady: number[] = [];
+  const p99 = percentile(lags, 99);
+  let tail = 0;
+  let tailAtBoundary = 0;
+  lags.forEach((lag, i) => {
+    const at = aroundStart(committed[i] as number);
+    (at ? boundary : steady).push(lag);
+    if (lag > p99) {
+      tail++;
+      if (at) tailAtBoundary++;
+    }
+  });
+  const figures = (xs: number[]) => ({
+    events: xs.length,
+    p50: percentile(xs, 50),
+    p99: percentile(xs, 99),
+    max: percentile(xs, 100),
+  });
+  const sum = { passes: 0, claimed: 0, putEventsCalls: 0, putEventsMs: 0 };
+  for (const r of records) {
+    if (r.outcome.type !== 'result') continue;
+    const x = r.outcome.result as Partial<typeof sum> | undefined;
+    for (const k of Object.keys(sum) as (keyof typeof sum)[]) sum[k] += Number(x?.[k] ?? 0);
+  }
+  return {
+    boundary: figures(boundary),
+    steady: figures(steady),
+    tailAtBoundaryShare: tail === 0 ? 0 : tailAtBoundary / tail,
+    passes: sum.passes,
+    claimed: sum.claimed,
+    eventsPerPass: Number((sum.claimed / Math.max(1, sum.passes)).toFixed(1)),
+    putEventsCalls: sum.putEventsCalls,
+    meanPutEventsMs: Math.round(sum.putEventsMs / Math.max(1, sum.putEventsCalls)),
+  };
 }

@@ -14,6 +14,8 @@ import { startLocalLambda } from '../../shared/local/lambda.ts';
 import { LambdaService } from '../../shared/local/lambda-runtime/lambda-service.ts';
 import { ServiceName } from '../../shared/platform/names.ts';
 import {
+  type BusKind,
+  busEnvironment,
   readDemoStack,
   runSchedule,
   sampleConnections,
@@ -26,6 +28,8 @@ import type { DeployedBenchContext } from './lambda-lag.ts';
 export interface LambdaScaleOptions {
   rows: number;
   relays: number[];
+  /** The buses drained to, each with every relay count: the classic bus and the Custom Event Bus. */
+  busKinds: BusKind[];
   busLatencyMs: number;
   /** Sandbox creation before a new environment's init, ms. */
   coldStartExtraMs: number;
@@ -35,6 +39,7 @@ export interface LambdaScaleOptions {
 
 /** One drain. */
 export interface LambdaScaleRow {
+  bus: BusKind;
   relays: number;
   drainSeconds: number;
   eventsPerSecond: number;
@@ -66,100 +71,106 @@ export async function lambdaScale(
   const monitorPeriodMs = scheduleOf(monitor.logicalId).periodSeconds * 1000;
   const monitorInput = scheduleOf(monitor.logicalId).input;
   const rows: LambdaScaleRow[] = [];
-  for (const k of o.relays) {
-    await ctx.sql`truncate outbox, outbox_aggregate`;
-    await ctx.sql`
+  for (const busKind of o.busKinds)
+    for (const k of o.relays) {
+      await ctx.sql`truncate outbox, outbox_aggregate`;
+      await ctx.sql`
       insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload)
       select 'order', g::text, 1, 'OrderPlaced', 'bench.orders', jsonb_build_object('orderId', g, 'total', g * 3)
       from generate_series(1, ${o.rows}) g`;
-    await ctx.sql`vacuum analyze outbox`;
-    await ctx.bus.reset();
-    await ctx.bus.setFaults({ latencyMs: o.busLatencyMs });
+      await ctx.sql`vacuum analyze outbox`;
+      await ctx.bus.reset();
+      await ctx.bus.setFaults({ latencyMs: o.busLatencyMs });
 
-    const relays = new LambdaService(
-      serviceOptions(
-        relay,
-        { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url },
-        { coldStartExtraMs: o.coldStartExtraMs },
-      ),
-    );
-    const errors: unknown[] = [];
-    const lambda = await startLocalLambda({
-      onInvoke: (i) => {
-        if (i.functionName !== relayName) errors.push(new Error(`invoked ${i.functionName}`));
-        else relays.invoke(i.payload).catch((e: unknown) => errors.push(e));
-      },
-    });
-    const monitors = new LambdaService(
-      serviceOptions(
-        monitor,
-        { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url, lambdaUrl: lambda.url },
-        {
-          coldStartExtraMs: o.coldStartExtraMs,
-          environment: { OUTBOX_MAX_RELAYS: String(k), OUTBOX_BACKLOG_PER_RELAY: '1' },
-        },
-      ),
-    );
-    const connections = sampleConnections(ctx.sql, ctx.database, ServiceName.relay);
-    ctx.log(`lambda-scale: ${o.rows} events, up to ${k} relay(s), ${o.busLatencyMs} ms bus`);
-    const started = Date.now();
-    let drainedAt: number | undefined;
-    // Both schedules fire at the same moments, on time (Scheduler invokes asynchronously); the
-    // drain may outlast a period, and then the next invocations join as they would deployed.
-    const onError = (e: unknown) => errors.push(e);
-    const relaySchedule = runSchedule(relays, relayPeriodMs, relayInput, () => 0, onError);
-    const monitorSchedule = runSchedule(monitors, monitorPeriodMs, monitorInput, () => 0, onError);
-    try {
-      while (Date.now() - started < o.drainTimeoutMs) {
-        if (errors.length > 0) throw errors[0];
-        if ((await ctx.bus.stats()).accepted >= o.rows) {
-          drainedAt = Date.now();
-          break;
-        }
-        await sleep(100);
-      }
-      if (drainedAt === undefined) throw new Error(`lambda-scale: not drained within ${o.drainTimeoutMs} ms`);
-      relaySchedule.stop();
-      monitorSchedule.stop();
-      // The monitor's invocations take seconds; their summaries say how many extras they started.
-      while (monitors.running > 0) await sleep(100);
-      const failed = monitors.records.find((r) => r.outcome.type !== 'result');
-      if (failed) throw new Error(`lambda-scale: a monitor invocation failed: ${failed.outcome.error}`);
-      const extras = monitors.records.reduce(
-        (n, r) =>
-          n + ((r.outcome.result as { scaleOut?: { started: number } } | undefined)?.scaleOut?.started ?? 0),
-        0,
+      const relays = new LambdaService(
+        serviceOptions(
+          relay,
+          { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url },
+          { coldStartExtraMs: o.coldStartExtraMs, environment: busEnvironment(busKind, ctx.bus.url) },
+        ),
       );
-      const seconds = (drainedAt - started) / 1000;
-      rows.push({
-        relays: k,
-        drainSeconds: Number(seconds.toFixed(1)),
-        eventsPerSecond: Math.round(o.rows / seconds),
-        relayInvocations: relays.records.length + relays.running,
-        peakRelaysAtOnce: relays.peakConcurrency,
-        extraRelaysStarted: extras,
-        peakConnections: connections.peak(),
-        coldStarts: relays.environmentsCreated,
+      const errors: unknown[] = [];
+      const lambda = await startLocalLambda({
+        onInvoke: (i) => {
+          if (i.functionName !== relayName) errors.push(new Error(`invoked ${i.functionName}`));
+          else relays.invoke(i.payload).catch((e: unknown) => errors.push(e));
+        },
       });
-    } finally {
-      relaySchedule.stop();
-      monitorSchedule.stop();
-      await connections.stop();
-      await relays.stop({ wait: false });
-      await monitors.stop({ wait: false });
-      await lambda.close();
+      const monitors = new LambdaService(
+        serviceOptions(
+          monitor,
+          { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url, lambdaUrl: lambda.url },
+          {
+            coldStartExtraMs: o.coldStartExtraMs,
+            environment: { OUTBOX_MAX_RELAYS: String(k), OUTBOX_BACKLOG_PER_RELAY: '1' },
+          },
+        ),
+      );
+      const connections = sampleConnections(ctx.sql, ctx.database, ServiceName.relay);
+      ctx.log(
+        `lambda-scale: ${busKind} bus, ${o.rows} events, up to ${k} relay(s), ${o.busLatencyMs} ms bus`,
+      );
+      const started = Date.now();
+      let drainedAt: number | undefined;
+      // Both schedules fire at the same moments, on time (Scheduler invokes asynchronously); the
+      // drain may outlast a period, and then the next invocations join as they would deployed.
+      const onError = (e: unknown) => errors.push(e);
+      const relaySchedule = runSchedule(relays, relayPeriodMs, relayInput, () => 0, onError);
+      const monitorSchedule = runSchedule(monitors, monitorPeriodMs, monitorInput, () => 0, onError);
+      try {
+        while (Date.now() - started < o.drainTimeoutMs) {
+          if (errors.length > 0) throw errors[0];
+          if ((await ctx.bus.stats()).accepted >= o.rows) {
+            drainedAt = Date.now();
+            break;
+          }
+          await sleep(100);
+        }
+        if (drainedAt === undefined)
+          throw new Error(`lambda-scale: not drained within ${o.drainTimeoutMs} ms`);
+        relaySchedule.stop();
+        monitorSchedule.stop();
+        // The monitor's invocations take seconds; their summaries say how many extras they started.
+        while (monitors.running > 0) await sleep(100);
+        const failed = monitors.records.find((r) => r.outcome.type !== 'result');
+        if (failed) throw new Error(`lambda-scale: a monitor invocation failed: ${failed.outcome.error}`);
+        const extras = monitors.records.reduce(
+          (n, r) =>
+            n +
+            ((r.outcome.result as { scaleOut?: { started: number } } | undefined)?.scaleOut?.started ?? 0),
+          0,
+        );
+        const seconds = (drainedAt - started) / 1000;
+        rows.push({
+          bus: busKind,
+          relays: k,
+          drainSeconds: Number(seconds.toFixed(1)),
+          eventsPerSecond: Math.round(o.rows / seconds),
+          relayInvocations: relays.records.length + relays.running,
+          peakRelaysAtOnce: relays.peakConcurrency,
+          extraRelaysStarted: extras,
+          peakConnections: connections.peak(),
+          coldStarts: relays.environmentsCreated,
+        });
+      } finally {
+        relaySchedule.stop();
+        monitorSchedule.stop();
+        await connections.stop();
+        await relays.stop({ wait: false });
+        await monitors.stop({ wait: false });
+        await lambda.close();
+      }
     }
-  }
-  const single = rows[0]?.eventsPerSecond ?? 1;
+  const single = (bus: BusKind) => rows.find((r) => r.bus === bus)?.eventsPerSecond ?? 1;
   ctx.report(
     `### Draining a ${o.rows.toLocaleString('en')}-event backlog as deployed, ${o.busLatencyMs} ms bus latency: the scheduled relay and the extra relays the monitor starts
 
-| relays (maxRelays) | drained in | events/s | speed-up | relays at once (peak) | extra relays the monitor started | relay connections (peak) |
-|---|---|---|---|---|---|---|
+| bus | relays (maxRelays) | drained in | events/s | speed-up | relays at once (peak) | extra relays the monitor started | relay connections (peak) |
+|---|---|---|---|---|---|---|---|
 ${rows
   .map(
     (r) =>
-      `| ${r.relays} | ${r.drainSeconds} s | ${r.eventsPerSecond} | ${(r.eventsPerSecond / single).toFixed(2)}× | ${r.peakRelaysAtOnce} | ${r.extraRelaysStarted} | ${r.peakConnections} |`,
+      `| ${r.bus === 'classic' ? 'classic' : 'Custom Event Bus'} | ${r.relays} | ${r.drainSeconds} s | ${r.eventsPerSecond} | ${(r.eventsPerSecond / single(r.bus)).toFixed(2)}× | ${r.peakRelaysAtOnce} | ${r.extraRelaysStarted} | ${r.peakConnections} |`,
   )
   .join('\n')}
 

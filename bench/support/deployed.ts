@@ -87,6 +87,23 @@ export function serviceOptions(
   };
 }
 
+/** The bus a deployed bench's relay publishes to: the classic event bus, or the Custom Event Bus (EventsV2). */
+export type BusKind = 'classic' | 'custom';
+
+/** A Custom Event Bus ARN of the local bus's form, in the benches' region. */
+export const BENCH_BUS_ARN = 'arn:aws:events:us-east-1:123456789012:event-busv2/bench/0123456789abcdef';
+
+/**
+ * The environment that points the relay bundle at `kind` on the local bus: nothing for the
+ * classic bus (the template's EVENT_BUS_NAME), else OUTBOX_EVENT_BUS_ARN and the EventsV2
+ * endpoint, EVENT_BUS_NAME unset (the relay publishes to one bus; 100 entries per call).
+ */
+export function busEnvironment(kind: BusKind, busUrl: string): Record<string, string> {
+  return kind === 'classic'
+    ? {}
+    : { EVENT_BUS_NAME: '', OUTBOX_EVENT_BUS_ARN: BENCH_BUS_ARN, AWS_ENDPOINT_URL_EVENTBRIDGEV2: busUrl };
+}
+
 /** When a schedule's k-th invocation (0, 1, 2…) reaches the function, ms after the schedule's time. */
 export type SchedulerDelay = (k: number) => number;
 

@@ -38,6 +38,13 @@ export function benchParameters(full: boolean, schedulerDelay: string) {
     initRepeats: full ? 9 : 5,
     scaleRows: 100_000,
     scaleRelays: [1, 2, 4],
+    /** The lambda-lag section's runs: each rate on each bus (issue 48: p99 at 1,000 events/s). */
+    lambdaLagRuns: [
+      { ratePerSecond: 100, busKind: 'classic' },
+      { ratePerSecond: 1_000, busKind: 'classic' },
+      { ratePerSecond: 100, busKind: 'custom' },
+      { ratePerSecond: 1_000, busKind: 'custom' },
+    ] as const,
     lambdaLag: {
       ratePerSecond: 100,
       boundaries: full ? 5 : 3,
@@ -59,6 +66,7 @@ export function benchParameters(full: boolean, schedulerDelay: string) {
     lambdaScale: {
       rows: 100_000,
       relays: [1, 2, 4],
+      busKinds: ['classic', 'custom'] as ('classic' | 'custom')[],
       busLatencyMs: 20,
       coldStartExtraMs: 1_000,
       drainTimeoutMs: 300_000,

@@ -17,7 +17,10 @@ export interface AnswerTimeoutOptions {
   initialMs?: number;
   /** Never below this. @default 1000 */
   floorMs?: number;
-  /** Never above this (a pass caps it lower, to its budget). @default 10000 */
+  /**
+   * Never above this (a pass caps it lower, to its budget). @default 10000; the relay's is
+   * `maxCallMs(leaseSeconds)` (pass-deadlines.ts): 10 s up to a 13 s lease, the lease less 3 s above
+   */
   ceilingMs?: number;
 }
 
@@ -71,6 +74,15 @@ export class AnswerTimeout {
     const target = this.#clamp(LATENCY_MULTIPLE * Math.max(...this.#recent));
     // Up at once when answers come close to the timeout; down slowly.
     this.#ms = target >= this.#ms ? target : this.#ms - (this.#ms - target) * SHRINK_SHARE;
+  }
+
+  /**
+   * Whether an attempt given `attemptMs` waited as long as any attempt may: a bus that did not
+   * answer in that time answers slower than the lease allows, and no later attempt would wait
+   * longer (the pass then counts the timeout against the entries' attempts, see pass.ts).
+   */
+  isCeiling(attemptMs: number): boolean {
+    return attemptMs >= this.ceilingMs;
   }
 
   /**

@@ -13,10 +13,9 @@ import {
   type Sql,
   withDeadline,
 } from '../platform/index.ts';
-import { AnswerTimeout } from './answer-timeout.ts';
 import { addCounts, emptyCounts, type RelayCounts } from './counts.ts';
 import { Lease, type LeaseLeftover } from './lease.ts';
-import { relayPass } from './pass.ts';
+import { relayAnswerTimeout, relayPass } from './pass.ts';
 import { STATEMENT_DEADLINE_MS } from './pass-deadlines.ts';
 import type { PassOptions, RelayDeps } from './pass-options.ts';
 import { Semaphore } from './semaphore.ts';
@@ -171,7 +170,7 @@ export async function runRelay(options: RunRelayOptions): Promise<RelayRunResult
   const publishSlots = options.publishSlots ?? new Semaphore(options.settings.publishConcurrency);
   const unreturned = options.unreturned ?? new UnreturnedLeases();
   // One learned answer timeout for all lanes: they talk to the same bus.
-  const answerTimeout = options.answerTimeout ?? new AnswerTimeout();
+  const answerTimeout = options.answerTimeout ?? relayAnswerTimeout(options.settings);
   const results = await Promise.all(
     Array.from({ length: lanes }, () => runLane({ ...options, publishSlots, unreturned, answerTimeout })),
   );

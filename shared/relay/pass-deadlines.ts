@@ -19,8 +19,24 @@ export const LEASE_SAFETY_MS = 1_500;
 export const MARK_RESERVE_MS = 1_500;
 /** No round starts with a PutEvents budget shorter than this, ms. */
 export const MIN_CALL_MS = 1_000;
-/** Longest PutEvents call, SDK retries and their backoff included, ms. */
+/**
+ * Longest PutEvents call at a lease of 13 s or less, SDK retries and their backoff included, ms;
+ * a longer lease raises it (see {@link maxCallMs}).
+ */
 export const MAX_CALL_MS = 10_000;
+
+/**
+ * The longest a PutEvents call (and so one attempt's wait for the answer) may take under a lease
+ * of `leaseSeconds`, ms: what a freshly renewed lease leaves after the watchdog's margin and the
+ * time kept for marking, and never less than {@link MAX_CALL_MS}. The lease is renewed while the
+ * call is out, so a call may outlast one lease; the lease is the operator's word on how long the
+ * relay may wait, and a bus slower than 10 s is given time by a longer `OUTBOX_LEASE_SECONDS`
+ * (30 s → 27 s). An invocation's remaining time caps each call lower.
+ * @param leaseSeconds the configured lease (`OUTBOX_LEASE_SECONDS`), seconds
+ */
+export function maxCallMs(leaseSeconds: number): number {
+  return Math.max(MAX_CALL_MS, leaseSeconds * 1000 - LEASE_SAFETY_MS - MARK_RESERVE_MS);
+}
 /** A pass renews its lease before a round once this share of the lease has gone by. */
 export const RENEW_AFTER_SHARE = 0.25;
 

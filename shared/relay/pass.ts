@@ -9,7 +9,8 @@
  * Deadlines. Nothing in a pass outlives its lease. A watchdog aborts the pass a little before the
  * lease it last secured runs out (or the caller's `endBy`, a Lambda's deadline, arrives); every
  * statement is bounded by the watchdog and by {@link STATEMENT_DEADLINE_MS}; every PutEvents call,
- * SDK retries included, is aborted at a budget (at most 10 s) that leaves the invocation time to
+ * SDK retries included, is aborted at a budget (at most `maxCallMs`: 10 s, or the lease less 3 s
+ * when longer) that leaves the invocation time to
  * mark its outcome, and waiting for a call's slot ends when the watchdog fires. A pass renews its
  * lease once a quarter of it has gone by, before a round and while the round's calls are
  * outstanding, so a live pass keeps its rows through a call longer than its lease, while a dead
@@ -37,8 +38,8 @@ import type { Lease } from './lease.ts';
 import {
   LEASE_SAFETY_MS,
   MARK_RESERVE_MS,
-  MAX_CALL_MS,
   MIN_CALL_MS,
+  maxCallMs,
   RENEW_AFTER_SHARE,
   Watchdog,
 } from './pass-deadlines.ts';
@@ -136,7 +137,7 @@ class Pass {
     this.#endBy = options.endBy ?? Number.POSITIVE_INFINITY;
     this.#watchdog = new Watchdog(lease, this.#endBy);
     this.#random = deps.random ?? Math.random;
-    this.#answerTimeout = deps.answerTimeout ?? new AnswerTimeout();
+    this.#answerTimeout = deps.answerTimeout ?? relayAnswerTimeout(deps.settings);
     this.#publisher = deps.publisher ?? classicPublisher(deps);
   }
 
@@ -458,15 +459,21 @@ class Pass {
   }
 
   /**
-   * One PutEvents call, SDK retries included, bounded by 10 s and by what the invocation leaves
-   * for marking its outcome; the lease is renewed meanwhile (see {@link #keepLease}), and the
-   * watchdog aborts the call if the lease cannot be.
+   * One PutEvents call, SDK retries included, bounded by `maxCallMs` (the lease's) and by what the
+   * invocation leaves for marking its outcome; the lease is renewed meanwhile (see
+   * {@link #keepLease}), and the watchdog aborts the call if the lease cannot be. An attempt that
+   * waited the answer timeout's ceiling and got no answer is not back-pressure: the bus answers
+   * slower than the lease allows, so the entries spend their attempt and dead-letter after
+   * `maxAttempts` rather than re-sending forever.
    */
   async #send(request: PublishRequest): Promise<EntryOutcome[]> {
     const watchdog = this.#watchdog;
     if (watchdog.signal.aborted) return request.events.map(() => notSent());
     // Measured when the call starts (after waiting for a slot).
-    const budget = Math.min(MAX_CALL_MS, this.#endBy - performance.now() - MARK_RESERVE_MS);
+    const budget = Math.min(
+      maxCallMs(this.#settings.leaseSeconds),
+      this.#endBy - performance.now() - MARK_RESERVE_MS,
+    );
     const call = watchdog.callSignal(Math.max(0, Math.floor(budget)));
     // Each attempt waits what the bus's recent answers ask for, within the call's budget.
     const attemptMs = this.#answerTimeout.forCall(budget);
@@ -474,6 +481,9 @@ class Pass {
     let results: EntryOutcome[] | undefined;
     try {
       results = await this.#publisher.put(request, call.signal, attemptMs);
+      const first = results[0];
+      if (first && isNoAnswer(first) && !watchdog.signal.aborted && this.#answerTimeout.isCeiling(attemptMs))
+        return results.map(() => slowerThanLease(attemptMs));
       return results;
     } finally {
       call.release();
@@ -611,6 +621,27 @@ function classicPublisher(deps: RelayDeps): Publisher {
   if (!deps.client)
     throw new TypeError('the relay needs a publisher or an EventBridge client (RelayDeps.client)');
   return eventBridgePublisher(deps.client, deps.settings);
+}
+
+/**
+ * The outcome of an entry whose attempt waited the longest the lease allows and got no answer: the
+ * entry's own failure (it spends its attempt), so that a bus no lease can wait for ends in dead
+ * letters after `maxAttempts`, not in an endless loop of re-sends.
+ */
+function slowerThanLease(waitedMs: number): EntryOutcome {
+  return {
+    ok: false,
+    code: 'PutEventsTimeoutError',
+    message: `no answer from the bus within ${waitedMs} ms, the longest an attempt may wait under OUTBOX_LEASE_SECONDS (the lease less 3 s, at least 10 s): raise the lease for a bus this slow`,
+    permanent: false,
+    throttled: false,
+    backPressure: false,
+  };
+}
+
+/** The relay's answer timeout: its ceiling is the longest call the lease allows ({@link maxCallMs}). */
+export function relayAnswerTimeout(settings: Pick<RelaySettings, 'leaseSeconds'>): AnswerTimeout {
+  return new AnswerTimeout({ ceilingMs: maxCallMs(settings.leaseSeconds) });
 }
 
 function notSent(): EntryOutcome {

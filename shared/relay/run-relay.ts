@@ -16,8 +16,8 @@ import {
   type RelaySettings,
   relayPoolSize,
   type Sql,
+  withDeadline,
 } from '../platform/index.ts';
-import { AnswerTimeout } from './answer-timeout.ts';
 import {
   createEventBridgeClient,
   createEventsV2Client,
@@ -28,6 +28,8 @@ import {
 } from './buses/index.ts';
 import type { RelayCounts } from './counts.ts';
 import { type RelayRunResult, type RunRelayOptions, relayOnce, runRelay, UnreturnedLeases } from './loop.ts';
+import { relayAnswerTimeout } from './pass.ts';
+import { STATEMENT_DEADLINE_MS } from './pass-deadlines.ts';
 import type { RelayFailure } from './pass-options.ts';
 import { mayDeleteOutboxRows } from './sql/index.ts';
 
@@ -150,17 +152,22 @@ export function createRelay(options: CreateRelayOptions = {}): Relay {
   const chosen = publisher;
   const unreturned = new UnreturnedLeases();
   // Kept across runs (a Lambda's warm invocations): a slow bus is learned once, not every minute.
-  const answerTimeout = new AnswerTimeout();
+  const answerTimeout = relayAnswerTimeout(settings);
   let checked: Promise<void> | undefined;
-  // Remembered once it passed: a database that did not answer is asked again by the next run.
-  let historyChecked = keepsPublishedHistory(settings);
+  // Without published history, asked before every run (one round trip per invocation), not once:
+  // a warm relay whose DELETE was revoked meanwhile (a manual `outbox migrate --roles` without
+  // OUTBOX_PUBLISHED_RETENTION_DAYS=0) would otherwise send a batch each invocation and fail its
+  // mark with 42501, sending it again the next time (issue 48).
   const check = async () => {
     checked ??= chosen.check();
     await checked;
-    if (historyChecked) return;
-    const { user, mayDelete } = await mayDeleteOutboxRows(currentSql(sql));
+    if (keepsPublishedHistory(settings)) return;
+    const { user, mayDelete } = await withDeadline(
+      mayDeleteOutboxRows(currentSql(sql)),
+      'DELETE privilege check',
+      STATEMENT_DEADLINE_MS,
+    );
     if (!mayDelete) throw noDeletePrivilege(user);
-    historyChecked = true;
   };
   return {
     settings,

@@ -233,7 +233,14 @@ export interface SlowBusOptions {
   busLatencyMs: number;
   /** The relay is stopped this long after it was started, ms, whatever it has done by then. */
   runForMs: number;
+  /** `OUTBOX_LEASE_SECONDS`; default: unset (the default lease). */
+  leaseSeconds?: number;
+  /** The classic event bus (default) or the Custom Event Bus (EventsV2) of the local bus. */
+  busKind?: 'classic' | 'custom';
 }
+
+/** A Custom Event Bus ARN of the local bus's form, in cliEnv's region. */
+const SLOW_BUS_ARN = 'arn:aws:events:us-east-1:123456789012:event-busv2/slow/0123456789abcdef';
 
 /** What {@link runSlowBus} found. */
 export interface SlowBusReport {
@@ -242,8 +249,10 @@ export interface SlowBusReport {
   published: number;
   /** ms from starting `outbox relay` until every row was marked published (undefined: not all were). */
   allMarkedAfterMs: number | undefined;
-  /** Entries the bus accepted, duplicates included. */
+  /** Entries the bus accepted, duplicates included (the Custom Event Bus's deduplicated ones excluded). */
   deliveries: number;
+  /** Rows dead-lettered when the relay was stopped. */
+  deadLettered: number;
   /** Most deliveries of one event. */
   maxDeliveriesPerEvent: number;
   /** The relay's own summary line. */
@@ -272,10 +281,24 @@ export async function runSlowBus(o: SlowBusOptions): Promise<SlowBusReport> {
     ),
   );
   o.bus.setFaults({ latencyMs: o.busLatencyMs });
-  // The defaults: no OUTBOX_* setting but the bus's name (cliEnv's short poll interval unset).
+  // The defaults: no OUTBOX_* setting but the bus's name and the lease asked for (cliEnv's short
+  // poll interval unset).
   const started = performance.now();
   const child = startCli(['relay', '--quiet'], {
-    env: cliEnv({ db: { url: o.databaseUrl }, bus: o.bus }, { OUTBOX_POLL_INTERVAL_MS: '' }),
+    env: cliEnv(
+      { db: { url: o.databaseUrl }, bus: o.bus },
+      {
+        OUTBOX_POLL_INTERVAL_MS: '',
+        ...(o.leaseSeconds === undefined ? {} : { OUTBOX_LEASE_SECONDS: String(o.leaseSeconds) }),
+        ...(o.busKind === 'custom'
+          ? {
+              EVENT_BUS_NAME: '',
+              OUTBOX_EVENT_BUS_ARN: SLOW_BUS_ARN,
+              AWS_ENDPOINT_URL_EVENTBRIDGEV2: o.bus.url,
+            }
+          : {}),
+      },
+    ),
   });
   const relay = collect(child);
   let allMarkedAfterMs: number | undefined;
@@ -306,11 +329,14 @@ export async function runSlowBus(o: SlowBusOptions): Promise<SlowBusReport> {
     const id = (e.detail as unknown as { metadata: EnvelopeMetadata }).metadata.eventId;
     perEvent.set(id, (perEvent.get(id) ?? 0) + 1);
   }
+  const [dead] = await o.sql<{ n: number }[]>`
+    select count(*)::int as n from outbox where dead_lettered_at is not null and event_type = ${SLOW_BUS_EVENT}`;
   return {
     events: o.events,
     published,
     allMarkedAfterMs,
     deliveries: ours.length,
+    deadLettered: dead?.n ?? 0,
     maxDeliveriesPerEvent: Math.max(0, ...perEvent.values()),
     relaySummary: result.stdout.trim(),
     relayExit: `${result.code ?? result.signal}${result.stderr ? `: ${result.stderr.trim().slice(-300)}` : ''}`,

@@ -162,4 +162,38 @@ describe('no published history (OUTBOX_PUBLISHED_RETENTION_DAYS=0)', () => {
       await withDelete.drop();
     }
   });
+
+  it('finds a DELETE revoked from a warm relay before its next run publishes anything (issue 48)', async () => {
+    // A manual `outbox migrate --roles` without OUTBOX_PUBLISHED_RETENTION_DAYS=0 revokes the
+    // relay role's DELETE. The check was cached for the relay's life: each warm invocation would
+    // send a batch, fail its mark with 42501, and send it again the next time.
+    const roles = await createTestRoles(h.db, { relayDeletesPublished: true });
+    const warm = createRelay({
+      sql: roles.connectAs(roles.roles.relay),
+      client: testClient(h.bus.url),
+      settings: noHistory(),
+    });
+    try {
+      await h.db.sql.begin((tx) => enqueueMany(tx, [order('1'), order('2')]));
+      expect((await warm.run({ untilEmpty: true })).published).toBe(2);
+      expect(h.bus.events).toHaveLength(2);
+      await h.db.sql`revoke delete on outbox from ${h.db.sql(roles.roles.relay)}`;
+      await h.db.sql.begin((tx) => enqueueMany(tx, [order('3'), order('4')]));
+      for (const next of [() => warm.run({ untilEmpty: true }), () => warm.once()]) {
+        const error = await next().catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(OutboxConfigError);
+        expect((error as OutboxConfigError).variable).toBe('OUTBOX_PUBLISHED_RETENTION_DAYS');
+      }
+      expect(h.bus.events).toHaveLength(2);
+      const rows = await h.db.sql<{ attempts: number; leased: boolean }[]>`
+        select attempts, lease_token is not null as leased from outbox order by id`;
+      expect(rows).toEqual([
+        { attempts: 0, leased: false },
+        { attempts: 0, leased: false },
+      ]);
+    } finally {
+      await warm.close();
+      await roles.drop();
+    }
+  });
 });

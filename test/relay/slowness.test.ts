@@ -61,3 +61,37 @@ describe('slowness (a slow bus that works)', () => {
     150_000,
   );
 });
+
+describe('slowness (a bus slower than 10 s, a lease that allows it)', () => {
+  // Issue 48 item 1: the call and the answer timeout were capped at 10 s whatever the lease, and a
+  // timeout was back-pressure: a bus answering in 12 s with a 30 s lease got 0 of 20 marked and
+  // 70 deliveries in 66 s, still climbing (the Custom Event Bus: 0 marked, its dedup window only
+  // postponing the duplicates). The call may now wait what the lease allows (30 s less its margins).
+  it.each([
+    { busKind: 'classic', busLatencyMs: 12_000, runForMs: 75_000 },
+    { busKind: 'classic', busLatencyMs: 20_000, runForMs: 90_000 },
+    { busKind: 'custom', busLatencyMs: 12_000, runForMs: 75_000 },
+    { busKind: 'custom', busLatencyMs: 20_000, runForMs: 90_000 },
+  ] as const)(
+    'marks every event on a $busKind bus answering after $busLatencyMs ms with a 30 s lease, with at most 2 deliveries per event',
+    async ({ busKind, busLatencyMs, runForMs }) => {
+      const report = await runSlowBus({
+        databaseUrl: h.db.url,
+        sql: h.db.sql,
+        bus: h.bus,
+        events: 20,
+        busLatencyMs,
+        runForMs,
+        leaseSeconds: 30,
+        busKind,
+      });
+      console.log(JSON.stringify({ busKind, busLatencyMs, ...report }));
+      expect(report.published).toBe(20);
+      expect(report.deadLettered).toBe(0);
+      expect(report.deliveries).toBeGreaterThanOrEqual(20);
+      expect(report.deliveries).toBeLessThanOrEqual(40);
+      expect(report.maxDeliveriesPerEvent).toBeLessThanOrEqual(2);
+    },
+    150_000,
+  );
+});

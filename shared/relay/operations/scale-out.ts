@@ -74,12 +74,19 @@ export function readRelayEvent(event: unknown): RelayInvocationRequest {
   return { scaleOutForMs: forSeconds * 1000 };
 }
 
-/** Relays wanted for `claimable` events: `ceil(claimable / backlogPerRelay)`, from 1 to `maxRelays`. */
+/**
+ * Relays wanted for the claimable work: `ceil(claimable / backlogPerRelay)`, from 1 to `maxRelays`,
+ * and under per-aggregate ordering no more than the aggregates whose head is claimable (`heads`):
+ * one relay at a time holds an aggregate's head, so 100,000 rows of one aggregate are work for one
+ * relay, and extras would claim nothing.
+ */
 export function relaysWanted(
-  claimable: number,
+  work: Pick<ClaimableWork, 'claimable' | 'heads'>,
   s: Pick<ScaleOutSettings, 'maxRelays' | 'backlogPerRelay'>,
 ): number {
-  return Math.min(s.maxRelays, Math.max(1, Math.ceil(claimable / s.backlogPerRelay)));
+  const byRows = Math.ceil(work.claimable / s.backlogPerRelay);
+  const byHeads = work.heads ?? Number.POSITIVE_INFINITY;
+  return Math.min(s.maxRelays, Math.max(1, Math.min(byRows, byHeads)));
 }
 
 /** The work extra relays could share, as the monitor measures it. */
@@ -90,6 +97,12 @@ export interface ClaimableWork {
    * every relay allowed, no further.
    */
   claimable: number;
+  /**
+   * Under `OUTBOX_ORDERING=aggregate`: the aggregates of those rows whose head a claim could take
+   * now (the lowest row holding the aggregate back is claimable), counted up to `maxRelays`; absent
+   * under `none`, where every row is claimable on its own.
+   */
+  heads?: number;
   /** The bus is throttling the relays: a pending row waits out a backoff after a throttling error. */
   throttled: boolean;
 }
@@ -97,7 +110,8 @@ export interface ClaimableWork {
 /**
  * Measures {@link ClaimableWork} in one statement. Its cost is bounded by what `maxRelays` needs:
  * at most `(maxRelays − 1) × backlogPerRelay + 1` rows of the pending index and their heap rows,
- * plus 1,000 for the throttling test, whatever the backlog.
+ * plus 1,000 for the throttling test, whatever the backlog; under per-aggregate ordering, one head
+ * probe per distinct aggregate of those rows until `maxRelays` claimable heads are found.
  */
 export async function measureClaimable(
   sql: Queryable,
@@ -106,8 +120,15 @@ export async function measureClaimable(
   const row = await countClaimable(sql, {
     limit: (s.maxRelays - 1) * s.backlogPerRelay + 1,
     block: s.ordering === 'aggregate' && s.deadLetterPolicy === 'block',
+    ...(s.ordering === 'aggregate' ? { maxHeads: s.maxRelays } : {}),
   });
-  return { claimable: countFromDatabase(row?.claimable, 'claimable'), throttled: row?.throttled ?? false };
+  return {
+    claimable: countFromDatabase(row?.claimable, 'claimable'),
+    ...(row?.heads === null || row?.heads === undefined
+      ? {}
+      : { heads: countFromDatabase(row.heads, 'claimable heads') }),
+    throttled: row?.throttled ?? false,
+  };
 }
 
 /**
@@ -168,7 +189,7 @@ export async function startExtraRelays(
   endsAt: number,
   signal?: AbortSignal,
 ): Promise<ScaleOutResult> {
-  const wanted = work.throttled ? 1 : relaysWanted(work.claimable, settings);
+  const wanted = work.throttled ? 1 : relaysWanted(work, settings);
   const secondsLeft = () => Math.floor((endsAt - performance.now()) / 1000);
   const result: ScaleOutResult = { ...work, wanted, started: 0, forSeconds: secondsLeft(), errors: [] };
   if (wanted <= 1 || result.forSeconds < MIN_SCALE_OUT_SECONDS) return result;

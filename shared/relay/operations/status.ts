@@ -104,6 +104,8 @@ export interface BacklogDetail {
     backlogPerRelay: number;
     /** Rows a claim could take now, counted up to `(maxRelays − 1) × backlogPerRelay + 1`. */
     claimable: number;
+    /** Under per-aggregate ordering, the aggregates of those rows whose head is claimable, up to `maxRelays`. */
+    heads?: number;
     /** The bus is throttling the relays: the monitor then starts none. */
     throttled: boolean;
   };
@@ -145,7 +147,7 @@ export async function getBacklogDetail(
     retrying: countFromDatabase(errors[0]?.total ?? '0', 'retrying'),
     lastErrors: errors.map((e) => ({ error: e.error, count: countFromDatabase(e.n, 'last errors') })),
     scaleOut: {
-      relays: work.throttled ? 1 : relaysWanted(work.claimable, settings),
+      relays: work.throttled ? 1 : relaysWanted(work, settings),
       maxRelays: settings.maxRelays,
       backlogPerRelay: settings.backlogPerRelay,
       ...work,

@@ -14,6 +14,7 @@ import {
   OutboxValidationError,
 } from '../../../shared/platform/index.ts';
 import { enqueueMany } from '../../../shared/producer/index.ts';
+import { getBacklogDetail } from '../../../shared/relay/operations/index.ts';
 import { SCALE_OUT_STAGGER_MS, type ScaleOutSettings } from '../../../shared/relay/operations/scale-out.ts';
 import { createRelay } from '../../../shared/relay/run-relay.ts';
 import { useHarness } from '../../support/harness.ts';
@@ -217,7 +218,8 @@ describe('the monitor scales out on claimable work only (issue 31)', () => {
   });
 
   it('counts the rows behind a dead letter under continue, where the claim takes them', async () => {
-    await behindDeadLetter(300);
+    // Three aggregates: one aggregate's rows are work for one relay (issue 48).
+    for (const id of ['held-1', 'held-2', 'held-3']) await behindDeadLetter(100, id);
     const summary = await monitor({ deadLetterPolicy: 'continue' })({}, lambdaContext());
     expect(summary.scaleOut).toMatchObject({ claimable: 300, wanted: 3, started: 2 });
   });
@@ -340,5 +342,65 @@ describe('an extra relay', () => {
       select count(*)::int as leased from outbox where lease_token is not null or attempts > 0`;
     expect(row?.leased).toBe(0);
     expect(h.bus.events).toHaveLength(0);
+  });
+});
+
+describe('scale-out counts the aggregate heads extra relays could claim (issue 48)', () => {
+  const settings = {
+    maxRelays: 4,
+    backlogPerRelay: 100,
+    ordering: 'aggregate' as const,
+    deadLetterPolicy: 'continue' as const,
+  };
+  /** `aggregates` hot aggregates of `perAggregate` events each. */
+  const hot = (aggregates: number, perAggregate: number) =>
+    h.db.sql.begin((tx) =>
+      enqueueMany(
+        tx,
+        Array.from({ length: aggregates * perAggregate }, (_, i) => ({
+          type: 'OrderPlaced',
+          source: 'shop.orders',
+          aggregateType: 'order',
+          aggregateId: `hot-${i % aggregates}`,
+          payload: { i },
+        })),
+      ),
+    );
+
+  it('wants one relay for a backlog of one aggregate, which only one relay at a time can claim', async () => {
+    // Issue 48: 100,000 events of one aggregate scaled to 4 relays (the rows counted), and the
+    // extras published 0 of them. Here 2,000 rows, 100 per relay.
+    await hot(1, 2_000);
+    const detail = await getBacklogDetail(h.db.sql, settings);
+    expect(detail.scaleOut).toMatchObject({ claimable: 301, heads: 1, relays: 1 });
+    const handler = createMonitorHandler({
+      sql: h.db.sql,
+      settings: monitorSettings({ relayFunctionName: 'outbox-relay', forSeconds: 50, ...settings }),
+      lambda: lambdaClient(),
+    });
+    expect((await handler({}, lambdaContext())).scaleOut).toMatchObject({ wanted: 1, started: 0 });
+    expect(lambda.invocations).toHaveLength(0);
+  });
+
+  it('wants at most one relay per hot aggregate, and none for an aggregate whose head is leased', async () => {
+    await hot(2, 1_000);
+    expect((await getBacklogDetail(h.db.sql, settings)).scaleOut).toMatchObject({ heads: 2, relays: 2 });
+    await hot(2, 1_000);
+    expect((await getBacklogDetail(h.db.sql, settings)).scaleOut).toMatchObject({ heads: 2, relays: 2 });
+    await h.db.sql`truncate outbox, outbox_aggregate`;
+    await hot(4, 1_000);
+    expect((await getBacklogDetail(h.db.sql, settings)).scaleOut).toMatchObject({ heads: 4, relays: 4 });
+    // A relay holds hot-0's head (and a few of its successors): the rest of hot-0 is no one else's.
+    await h.db.sql`
+      update outbox set lease_token = gen_random_uuid(), lease_expires_at = now() + interval '30 seconds'
+      where aggregate_id = 'hot-0' and sequence <= 5`;
+    expect((await getBacklogDetail(h.db.sql, settings)).scaleOut).toMatchObject({ heads: 3, relays: 3 });
+  });
+
+  it('counts rows, not aggregates, under OUTBOX_ORDERING=none', async () => {
+    await hot(1, 2_000);
+    const detail = await getBacklogDetail(h.db.sql, { ...settings, ordering: 'none' });
+    expect(detail.scaleOut).toMatchObject({ claimable: 301, relays: 4 });
+    expect(detail.scaleOut.heads).toBeUndefined();
   });
 });

@@ -9,6 +9,8 @@ import { deadLetterRow } from './conditions.ts';
 /** The figures (int8 as a string). */
 export interface DbClaimable {
   claimable: string;
+  /** Aggregates among those rows whose head a claim could take now, up to `maxHeads` (null when not asked). */
+  heads: string | null;
   throttled: boolean;
 }
 
@@ -32,8 +34,26 @@ export const THROTTLE_SCAN_ROWS = 1_000;
  */
 export async function countClaimable(
   sql: Queryable,
-  o: { limit: number; block: boolean },
+  o: { limit: number; block: boolean; maxHeads?: number },
 ): Promise<DbClaimable | undefined> {
+  // Per-aggregate ordering: only the relay that holds an aggregate's head can send any of its rows,
+  // so the rows count for as many relays as they have distinct aggregates whose head (the lowest
+  // row that holds the aggregate back) is claimable now, up to maxHeads: one probe of
+  // outbox_unfinished_by_aggregate_idx per aggregate until enough are found.
+  const heads =
+    o.maxHeads === undefined
+      ? sql`null::int8`
+      : sql`(select count(*) from (
+          select from (select distinct c.aggregate_type, c.aggregate_id from c) a
+          where (
+            select coalesce(dead_lettered_at, published_at) is null and ${claimableNow(sql)}
+            from outbox p
+            where p.aggregate_type = a.aggregate_type and p.aggregate_id = a.aggregate_id
+              and ${holdsBackAggregate(sql, sql.unsafe(o.block ? 'true' : 'false'))}
+            order by p.sequence
+            limit 1)
+          limit ${o.maxHeads}
+        ) h)`;
   const notHeldBack = o.block
     ? sql`and (o.aggregate_type, o.aggregate_id) not in (
         select d.aggregate_type, d.aggregate_id from outbox d
@@ -46,12 +66,14 @@ export async function countClaimable(
             limit 1))`
     : sql``;
   const [row] = await sql<DbClaimable[]>`
+    with c as materialized (
+      select o.aggregate_type, o.aggregate_id from outbox o
+      where ${pendingRow(sql)} and ${claimableNow(sql)} ${notHeldBack}
+      limit ${o.limit}
+    )
     select
-      (select count(*) from (
-        select from outbox o
-        where ${pendingRow(sql)} and ${claimableNow(sql)} ${notHeldBack}
-        limit ${o.limit}
-      ) c) as claimable,
+      (select count(*) from c) as claimable,
+      ${heads} as heads,
       exists (
         select from (
           select t.last_error from outbox t
