@@ -458,7 +458,7 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
     if ('skip' in decision) {
       invocation.settled();
       if (decision.skip === 'stale') metric(InboxMetricName.Stale);
-      if (decision.skip === 'parked') metric(InboxMetricName.Parked);
+      if (decision.skip === 'parked' && !decision.again) metric(InboxMetricName.Parked);
       replayed(decision.skip);
       return replay
         ? { inbox: decision.skip, eventId: metadata.eventId, replay: true }

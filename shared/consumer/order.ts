@@ -58,7 +58,8 @@ export interface InboxSkip {
    *   business `key` the same fact from another route);
    * - `stale`: ignore-stale, superseded by a later event of its chain (recorded, counted);
    * - `parked`: wait-for-gap with `onGapTimeout: 'park'`, set aside after its wait (recorded
-   *   whole, counted, alarmed on; `outbox inbox parked replay` re-applies it).
+   *   whole, counted, alarmed on; `outbox inbox parked replay` re-applies it); a redelivery or a
+   *   bus replay of a parked event is answered `parked` too, and it stays parked.
    */
   inbox: 'duplicate' | 'stale' | 'parked';
   eventId: string;
@@ -81,8 +82,11 @@ export interface OrderSettings {
   onGapTimeout: 'process' | 'park';
 }
 
-/** What the invocation does with the event. */
-export type Decision = { apply: InboxArrival } | { skip: InboxSkip['inbox'] };
+/**
+ * What the invocation does with the event. `again`: the event was parked by an earlier delivery
+ * (not counted as parked a second time).
+ */
+export type Decision = { apply: InboxArrival } | { skip: InboxSkip['inbox']; again?: true };
 
 /**
  * Records the event and decides. Runs inside the invocation's transaction.
@@ -127,6 +131,9 @@ export async function decide<T>(
       await markReplayed(tx, consumer, key);
       return { apply: 'replayed' };
     }
+    // A parked event was never applied: a redelivery or a bus replay of it leaves it parked for
+    // the operator (`outbox inbox parked replay` applies it), and says so (issue 45, item 4).
+    if (same && existing?.outcome === 'parked') return { skip: 'parked', again: true };
     if (same || s.order === 'none') return { skip: 'duplicate' };
     // The same business key from another event (the same fact by another route): its effect is
     // applied, but it still takes its place in its own chain, or that chain's next event would

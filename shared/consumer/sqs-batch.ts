@@ -17,6 +17,7 @@ import type { Context, EventBridgeEvent, SQSBatchResponse, SQSEvent, SQSRecord }
 export type EventBridgeHandler<R> = (
   event: EventBridgeEvent<string, unknown>,
   context: Context,
+  wrapper?: { signal?: AbortSignal },
 ) => Promise<R>;
 
 /** What {@link sqsBatch} calls when a message fails; by default nothing (the inbox logs and traces its own failures). */
@@ -36,13 +37,23 @@ export type SqsBatchFailureListener = (record: SQSRecord, error: unknown) => voi
  *
  * The Lambda deadline is shared: each message's inbox reads the time left when it starts, and one
  * that starts too late fails with `InboxAbortedError` and is retried like any failure.
+ *
+ * Under middy, the third argument middy gives its handler (`{ signal }`, the AbortSignal its
+ * `timeoutEarlyInMillis` aborts) is passed to `handler` for every message, so the inbox writes each
+ * message's trace before its transaction begins and rolls back at once on the abort (issue 45,
+ * item 3). A `timeoutEarlyResponse` answers for the whole batch: return `{ batchItemFailures }`
+ * naming every message, or the event source mapping deletes them all as processed.
  */
 export function sqsBatch<R>(
   handler: EventBridgeHandler<R>,
   onFailure: SqsBatchFailureListener = () => {},
-): (event: SQSEvent | EventBridgeEvent<string, unknown>, context: Context) => Promise<SQSBatchResponse | R> {
-  return async (event, context) => {
-    if (!isSqsEvent(event)) return handler(event, context);
+): (
+  event: SQSEvent | EventBridgeEvent<string, unknown>,
+  context: Context,
+  wrapper?: { signal?: AbortSignal },
+) => Promise<SQSBatchResponse | R> {
+  return async (event, context, wrapper) => {
+    if (!isSqsEvent(event)) return handler(event, context, wrapper);
     const failures: SQSBatchResponse['batchItemFailures'] = [];
     const parsed: {
       record: SQSRecord;
@@ -73,7 +84,7 @@ export function sqsBatch<R>(
     );
     for (const { record, event: one } of parsed) {
       try {
-        await handler(one, context);
+        await handler(one, context, wrapper);
       } catch (error) {
         onFailure(record, error);
         failures.push({ itemIdentifier: record.messageId });

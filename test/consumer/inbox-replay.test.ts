@@ -128,6 +128,32 @@ describe('a Custom Event Bus WITH_METADATA delivery', () => {
     expect(await db.sql`select * from inbox_gap`).toHaveLength(0);
   });
 
+  it('REPLAY of a parked event (never applied): stays parked, answered parked, never duplicate (issue 45, item 4)', async () => {
+    const c = consumer({ onGapTimeout: 'park', gapWaitSeconds: 0 });
+    const first = outboxEvent(1);
+    const parkedEvent = outboxEvent(3);
+    const events = [first, parkedEvent];
+    for (const e of events) await c.deliver(e);
+    const third = (parkedEvent.detail as { metadata: { eventId: string } }).metadata.eventId;
+    const [parked] = await db.sql<
+      { outcome: string }[]
+    >`select outcome from inbox_message where event_id = ${third}`;
+    expect(parked?.outcome).toBe('parked');
+    const again = [await c.deliver(withMetadata(parkedEvent, 'REPLAY', '2')), await c.deliver(parkedEvent)];
+    expect(again).toEqual([
+      { inbox: 'parked', eventId: third, replay: true },
+      { inbox: 'parked', eventId: third },
+    ]);
+    expect((await applied()).map((r) => r.sequence)).toEqual([1]);
+    const [still] = await db.sql<{ outcome: string; event: unknown }[]>`
+      select outcome, event from inbox_message where event_id = ${third}`;
+    expect(still?.outcome).toBe('parked');
+    expect(still?.event).toEqual(parkedEvent);
+    expect(c.replays().map((m) => m.outcome)).toEqual(['parked']);
+    // Counted once, when it was parked: a redelivery is no new parking.
+    expect(c.metrics.filter((m) => 'InboxParked' in m)).toHaveLength(1);
+  });
+
   it('a RAW delivery (no SystemMetadata) reads as before: not a replay', async () => {
     const c = consumer({ order: 'none' });
     expect(await c.deliver(outboxEvent(1))).toMatchObject({ replay: false });

@@ -3,7 +3,9 @@
  * real database: each message in its own inbox transaction, only the failed ones reported.
  */
 import { randomUUID } from 'node:crypto';
-import type { EventBridgeEvent, SQSEvent, SQSRecord } from 'aws-lambda';
+import middy from '@middy/core';
+import type { Context, EventBridgeEvent, SQSEvent, SQSRecord } from 'aws-lambda';
+import postgres from 'postgres';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { delivery } from '../../dev/delivery.ts';
 import { inbox, sqsBatch } from '../../shared/consumer/index.ts';
@@ -115,5 +117,46 @@ describe('sqsBatch', () => {
       lambdaContext(10_000),
     );
     expect(seen).toEqual(['9007199254740992', '9007199254740993', '9007199254740995']);
+  });
+
+  it("passes middy's AbortSignal to the inbox: the trace is there when middy answers early, and no transaction is left open", async () => {
+    // Issue 45, item 3: the shape examples/billing/handler.ts exports, a handler that outlives
+    // middy's early timeout. Read from another connection, as an operator or the monitor would.
+    const admin = postgres(db.url, { max: 2, onnotice: () => {} });
+    try {
+      const reader = await admin.reserve();
+      let readAtAnswer: Promise<{ event_id: string }[]> | undefined;
+      const event = eventFor(1, 'o-slow');
+      const eventId = (event.detail as { metadata: { eventId: string } }).metadata.eventId;
+      const handler = middy(
+        sqsBatch(
+          inbox({ sql: db.sql, consumer: 'billing', metrics: false }, async (_e, { inbox: { tx } }) => {
+            await tx`select pg_sleep(6)`;
+          }),
+        ),
+        {
+          timeoutEarlyInMillis: 2_000,
+          timeoutEarlyResponse: () => {
+            readAtAnswer = reader<{ event_id: string }[]>`
+              select event_id from inbox_failed where consumer = 'billing' and event_id = ${eventId}`.execute();
+            return { ok: true };
+          },
+        },
+      ) as unknown as (e: SQSEvent, c: Context) => Promise<unknown>;
+      const answer = await handler(batch(message(event)), lambdaContext(4_000));
+      expect(answer).toEqual({ ok: true });
+      expect(await readAtAnswer).toEqual([{ event_id: eventId }]);
+      reader.release();
+      const open = () => admin`
+        select 1 from pg_stat_activity
+        where datname = current_database() and pid <> pg_backend_pid()
+          and (state like 'idle in transaction%' or (state = 'active' and query like '%pg_sleep%'))`;
+      const end = Date.now() + 500;
+      while ((await open()).length > 0 && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+      expect(await open()).toHaveLength(0);
+      expect(await applied()).toEqual([]);
+    } finally {
+      await admin.end({ timeout: 5 });
+    }
   });
 });
