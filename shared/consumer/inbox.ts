@@ -166,6 +166,11 @@ export interface InboxOptions<T> {
    * `consumer`), as CloudWatch EMF lines on stdout. Default: on, namespace `Outbox`. `false`: off.
    */
   metrics?: InboxMetricsOptions | false;
+  /**
+   * Runs each invocation in a span: `inboxTracing` of `@outbox-relay-aws/consumer/otel`, the
+   * OpenTelemetry span in the producer's trace (docs/observe.md#the-trace). Default: no span.
+   */
+  tracing?: (consumer: string) => <R>(event: unknown, run: () => Promise<R>) => Promise<R>;
 }
 
 /** What the inbox adds to the Lambda context the handler receives. */
@@ -353,6 +358,7 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
     throw new InboxOptionsError('handler', 'expected the handler to wrap, a function (event, context)');
   }
   const metric = inboxMetrics(settings.consumer, options.metrics);
+  const span = options.tracing?.(settings.consumer);
   const pool = options.sql instanceof ConnectionPool ? options.sql : undefined;
 
   const invoke = async (
@@ -505,7 +511,8 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
     const event = origin.event;
     const trace = new FailureTrace(settings.consumer, event, deadline);
     try {
-      return await invoke(event, context, deadline, abortSignalOf(wrapper), trace, origin);
+      const run = () => invoke(event, context, deadline, abortSignalOf(wrapper), trace, origin);
+      return await (span ? span(event, run) : run());
     } catch (error) {
       // Before the error leaves: a wrapper may turn it into a success (see trace.ts).
       await trace.fail(pool ? pool.sql : (options.sql as Sql), error);

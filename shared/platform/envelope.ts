@@ -27,6 +27,12 @@ export interface EnvelopeMetadata {
   typeSequence?: number;
   /** ISO-8601 UTC time the event was enqueued. */
   occurredAt: string;
+  /**
+   * The producer's trace context, a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), when the
+   * event was enqueued with one and the entry has room for it (docs/observe.md#the-trace). Absent
+   * otherwise, and on events relayed by releases before it.
+   */
+  traceparent?: string;
 }
 
 /** The metadata as the relay writes it: the sequences as the decimal text the database returned. */
@@ -101,5 +107,7 @@ export function detailJson(metadata: DetailMetadata, payloadJson: string): strin
     throw new OutboxError(`typeSequence: ${JSON.stringify(typeSequence)} is not an int8 in decimal`);
   }
   const ofType = typeSequence === undefined ? '' : `,"typeSequence":${typeSequence}`;
-  return `{"metadata":{"eventId":${JSON.stringify(metadata.eventId)},"aggregateType":${JSON.stringify(metadata.aggregateType)},"aggregateId":${JSON.stringify(metadata.aggregateId)},"sequence":${metadata.sequence}${ofType},"occurredAt":${JSON.stringify(metadata.occurredAt)}},"data":${payloadJson}}`;
+  const traced =
+    metadata.traceparent === undefined ? '' : `,"traceparent":${JSON.stringify(metadata.traceparent)}`;
+  return `{"metadata":{"eventId":${JSON.stringify(metadata.eventId)},"aggregateType":${JSON.stringify(metadata.aggregateType)},"aggregateId":${JSON.stringify(metadata.aggregateId)},"sequence":${metadata.sequence}${ofType},"occurredAt":${JSON.stringify(metadata.occurredAt)}${traced}},"data":${payloadJson}}`;
 }

@@ -12,3 +12,4 @@ export * from './exact-json.ts';
 export * from './migrate.ts';
 export * from './names.ts';
 export { oneStatementPerConnection } from './pooler.ts';
+export * from './trace-context.ts';

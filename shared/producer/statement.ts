@@ -179,6 +179,14 @@ export interface Producer<C> {
   enqueueMany(client: C, events: readonly OutboxEvent[], options?: EnqueueOptions): Promise<EnqueueResult[]>;
 }
 
+/** Set by `traceEnqueues` of `outbox-relay-aws/otel` (otel.ts): the trace header of events enqueued without one. */
+export const enqueueHooks: { traceHeader?: (() => string | undefined) | undefined } = {};
+
+function traceUntraced(valid: ValidEvent[]): void {
+  const header = enqueueHooks.traceHeader?.();
+  if (header !== undefined) for (const v of valid) v.traceHeader ??= header;
+}
+
 /**
  * Builds `enqueue` and `enqueueMany` for a driver: every event is validated before anything is
  * sent, all of them go in one statement (`outbox_enqueue` for one event without a key, else
@@ -192,6 +200,7 @@ export function producerFor<C>(statements: EnqueueStatements<C>): Producer<C> {
       validateEvent(event, options, events.length > 1 ? index : undefined),
     );
     if (valid.length === 0) return [];
+    traceUntraced(valid);
     const maxEntryBytes = options.maxEntryBytes ?? DEFAULT_MAX_REQUEST_BYTES;
     const one = enqueueOneParameters(valid, maxEntryBytes);
     let rows: readonly EnqueuedRow[];

@@ -32,6 +32,7 @@ import {
   isNoAnswer,
   type Publisher,
   type PublishRequest,
+  tracedPublisher,
 } from './buses/index.ts';
 import { emptyCounts, type RelayCounts } from './counts.ts';
 import type { Lease } from './lease.ts';
@@ -138,7 +139,7 @@ class Pass {
     this.#watchdog = new Watchdog(lease, this.#endBy);
     this.#random = deps.random ?? Math.random;
     this.#answerTimeout = deps.answerTimeout ?? relayAnswerTimeout(deps.settings);
-    this.#publisher = deps.publisher ?? classicPublisher(deps);
+    this.#publisher = tracedPublisher(deps.publisher ?? classicPublisher(deps));
   }
 
   #sql(): Sql {

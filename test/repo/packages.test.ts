@@ -63,13 +63,24 @@ async function packagesImported(role: string): Promise<string[]> {
 }
 
 describe('packages by role', () => {
-  it('the producer imports no package but the ORM its adapter is for', async () => {
+  it('the producer imports no package but the ORM its adapter is for, and OpenTelemetry from /otel only', async () => {
     // `outbox-relay-aws` itself imports nothing: postgres, pg and zod reach it only as types.
-    expect(await packagesImported('producer')).toEqual(['drizzle-orm', 'kysely']);
+    expect(await packagesImported('producer')).toEqual(['@opentelemetry/api', 'drizzle-orm', 'kysely']);
+    expect((await importGraph(['shared/producer/index.ts'])).packages).toEqual([]);
   });
 
-  it('the consumer imports postgres, zod and the RDS signer, and nothing of the relay or the migrations', async () => {
-    expect(await packagesImported('consumer')).toEqual(['@aws-sdk/rds-signer', 'postgres', 'zod']);
+  it('the consumer imports postgres, zod and the RDS signer, and nothing of the relay or the migrations; OpenTelemetry from /otel only', async () => {
+    expect(await packagesImported('consumer')).toEqual([
+      '@aws-sdk/rds-signer',
+      '@opentelemetry/api',
+      'postgres',
+      'zod',
+    ]);
+    expect((await importGraph(['shared/consumer/index.ts'])).packages).toEqual([
+      '@aws-sdk/rds-signer',
+      'postgres',
+      'zod',
+    ]);
   });
 
   it("the consumer's command (outbox-inbox) imports commander, the Lambda and SQS clients and what the inbox imports; nothing of the relay, the migration tool or EventBridge", async () => {

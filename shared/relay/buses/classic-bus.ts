@@ -9,7 +9,14 @@ import {
   PutEventsCommand,
   type PutEventsRequestEntry,
 } from '@aws-sdk/client-eventbridge';
-import { detailJson, entrySize, MAX_ENTRIES_PER_REQUEST, type RelaySettings } from '../../platform/index.ts';
+import {
+  detailJson,
+  entrySize,
+  idsOfTraceHeader,
+  MAX_ENTRIES_PER_REQUEST,
+  type RelaySettings,
+  traceparentOf,
+} from '../../platform/index.ts';
 import type { ClaimedEvent } from '../types.ts';
 import {
   addNoRetryAfterTimeout,
@@ -41,25 +48,38 @@ export function createEventBridgeClient(config: EventBridgeClientConfig = {}): E
 /** The name `@aws-sdk/middleware-user-agent` registers its middleware under (in the build step). */
 export const USER_AGENT_MIDDLEWARE = 'getUserAgentMiddleware';
 
-/** The PutEvents entry for an event: the envelope described in docs/producing.md#the-event-on-the-bus. */
-export function toEntry(event: ClaimedEvent, eventBusName: string): PutEventsRequestEntry {
+/**
+ * The PutEvents entry for an event: the envelope described in docs/producing.md#the-event-on-the-bus.
+ * With `maxEntryBytes`, the producer's trace context goes into the metadata as `traceparent` when
+ * its trace header maps to one and the entry stays within that size (the enqueue's size check did
+ * not count it); without, or when it does not fit, the metadata has none.
+ */
+export function toEntry(
+  event: ClaimedEvent,
+  eventBusName: string,
+  maxEntryBytes?: number,
+): PutEventsRequestEntry {
+  const metadata = {
+    eventId: event.eventId,
+    aggregateType: event.aggregateType,
+    aggregateId: event.aggregateId,
+    sequence: event.sequence,
+    ...(event.typeSequence === undefined ? {} : { typeSequence: event.typeSequence }),
+    occurredAt: event.createdAt.toISOString(),
+  };
   const entry: PutEventsRequestEntry = {
     EventBusName: eventBusName,
     Source: event.source,
     DetailType: event.type,
     Time: event.createdAt,
-    Detail: detailJson(
-      {
-        eventId: event.eventId,
-        aggregateType: event.aggregateType,
-        aggregateId: event.aggregateId,
-        sequence: event.sequence,
-        ...(event.typeSequence === undefined ? {} : { typeSequence: event.typeSequence }),
-        occurredAt: event.createdAt.toISOString(),
-      },
-      event.payloadJson,
-    ),
+    Detail: detailJson(metadata, event.payloadJson),
   };
+  const traceparent =
+    maxEntryBytes === undefined ? undefined : traceparentOf(idsOfTraceHeader(event.traceHeader));
+  if (traceparent !== undefined) {
+    const traced = { ...entry, Detail: detailJson({ ...metadata, traceparent }, event.payloadJson) };
+    if (entrySize(traced) <= (maxEntryBytes as number)) entry.Detail = traced.Detail;
+  }
   if (event.traceHeader) entry.TraceHeader = event.traceHeader;
   return entry;
 }
@@ -135,7 +155,10 @@ export function eventBridgePublisher(client: EventBridgeClient, settings: RelayS
   return {
     kind: 'event-bus',
     pack(events) {
-      const items = events.map((event) => ({ event, entry: toEntry(event, settings.eventBusName) }));
+      const items = events.map((event) => ({
+        event,
+        entry: toEntry(event, settings.eventBusName, settings.maxRequestBytes),
+      }));
       return packRequests(items, settings.maxRequestBytes).map(
         (request): ClassicRequest => ({
           events: request.map((i) => i.event),

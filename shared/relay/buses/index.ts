@@ -38,3 +38,4 @@ export {
   PutEventsTimeoutError,
   requestFailure,
 } from './publisher.ts';
+export { PublishSpanAttribute, tracedPublisher } from './traced-publisher.ts';
