@@ -51,8 +51,14 @@ const MINUTES = 60_000;
 const ROLES = ['producer', 'consumer', 'relay', 'cdk'] as const;
 /** Each role's package name and its entry points. */
 const PACKAGES = {
-  producer: { name: 'outbox-relay-aws', exports: ['.', './drizzle', './kysely', './package.json', './pg'] },
-  consumer: { name: '@outbox-relay-aws/consumer', exports: ['.', './operations', './package.json'] },
+  producer: {
+    name: 'outbox-relay-aws',
+    exports: ['.', './drizzle', './kysely', './otel', './package.json', './pg'],
+  },
+  consumer: {
+    name: '@outbox-relay-aws/consumer',
+    exports: ['.', './operations', './otel', './package.json'],
+  },
   relay: { name: '@outbox-relay-aws/relay', exports: ['.', './operations', './package.json'] },
   cdk: { name: '@outbox-relay-aws/cdk', exports: ['.', './package.json'] },
 } as const;
