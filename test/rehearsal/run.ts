@@ -541,7 +541,7 @@ async function rehearse(): Promise<void> {
         drained.length === started &&
         backlog.every((c) => seenNow.has(c.eventId)),
       'the monitor starts extra relays for a backlog, and they relay it and return',
-      `${started} started for ${claimable} claimable (max ${maxRelays} relays); ${drained.length} returned: ${ran
+      `${started} started for ${claimable} claimable (max ${maxRelays} relays; ${JSON.stringify((scaled.result as { scaleOut?: unknown } | undefined)?.scaleOut)}); ${drained.length} returned: ${ran
         .map((r) => describe(r.outcome))
         .join(' | ')
         .slice(0, 600)}`,

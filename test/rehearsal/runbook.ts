@@ -280,6 +280,7 @@ export async function rehearseRunbook(c: RunbookContext): Promise<void> {
     [
       ...['pending', 'in flight', 'in backoff', 'retrying'].map((label) => `"${line(stuckText, label)}"`),
       `"${errorLine.slice(0, 90)}…"`,
+      JSON.stringify({ stuck, baseline }).slice(0, 1500),
       ...['dead-lettered', 'held back'].map((label) => `"${line(stuckText, label)}"`),
     ].join(', '),
   );
@@ -304,7 +305,7 @@ export async function rehearseRunbook(c: RunbookContext): Promise<void> {
       backlog.heldBack === baseline.heldBack &&
       line(backlogText, 'monitor scales to').includes(`${wanted} relays of ${maxRelays}`),
     'runbook: a backlog: outbox status shows it pending and the relays the monitor would scale to',
-    `${size} committed; "${line(backlogText, 'pending')}", "${line(backlogText, 'monitor scales to')}"`,
+    `${size} committed; "${line(backlogText, 'pending')}", "${line(backlogText, 'monitor scales to')}"; ${JSON.stringify({ backlog, baseline }).slice(0, 1500)}`,
   );
   const extras = new LambdaService({
     spec: {

@@ -109,9 +109,10 @@ export interface ClaimableWork {
 
 /**
  * Measures {@link ClaimableWork} in one statement. Its cost is bounded by what `maxRelays` needs:
- * at most `(maxRelays − 1) × backlogPerRelay + 1` rows of the pending index and their heap rows,
- * plus 1,000 for the throttling test, whatever the backlog; under per-aggregate ordering, one head
- * probe per distinct aggregate of those rows until `maxRelays` claimable heads are found.
+ * at most `(maxRelays − 1) × backlogPerRelay + 1` rows of the pending index and their heap rows
+ * (under per-aggregate ordering at least HEADS_SCAN_ROWS, 10,000), plus 1,000 for the throttling
+ * test, whatever the backlog; under per-aggregate ordering, one head probe per distinct aggregate
+ * of those rows until `maxRelays` claimable heads are found.
  */
 export async function measureClaimable(
   sql: Queryable,

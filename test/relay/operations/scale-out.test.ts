@@ -397,6 +397,16 @@ describe('scale-out counts the aggregate heads extra relays could claim (issue 4
     expect((await getBacklogDetail(h.db.sql, settings)).scaleOut).toMatchObject({ heads: 3, relays: 3 });
   });
 
+  it('counts the heads behind the first rows too, when the row count stops early', async () => {
+    // The rehearsal's backlog (OUTBOX_BACKLOG_PER_RELAY=1, so the row count stops at 4): the first
+    // 4 pending rows were one aggregate's, 7 more aggregates behind them, and the heads of those 4
+    // rows alone wanted 1 relay. The heads are counted over the first HEADS_SCAN_ROWS rows.
+    await hot(1, 10);
+    await hot(8, 2);
+    const detail = await getBacklogDetail(h.db.sql, { ...settings, backlogPerRelay: 1 });
+    expect(detail.scaleOut).toMatchObject({ claimable: 4, heads: 4, relays: 4 });
+  });
+
   it('counts rows, not aggregates, under OUTBOX_ORDERING=none', async () => {
     await hot(1, 2_000);
     const detail = await getBacklogDetail(h.db.sql, { ...settings, ordering: 'none' });

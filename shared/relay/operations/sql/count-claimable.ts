@@ -9,7 +9,10 @@ import { deadLetterRow } from './conditions.ts';
 /** The figures (int8 as a string). */
 export interface DbClaimable {
   claimable: string;
-  /** Aggregates among those rows whose head a claim could take now, up to `maxHeads` (null when not asked). */
+  /**
+   * Aggregates of the claimable rows (the first {@link HEADS_SCAN_ROWS}, or `limit` when more)
+   * whose head a claim could take now, up to `maxHeads` (null when not asked).
+   */
   heads: string | null;
   throttled: boolean;
 }
@@ -20,6 +23,15 @@ export interface DbClaimable {
  * OUTBOX_BACKOFF_MAX_MS), so they sit at that end; rows parked by the claim sit a lease length out.
  */
 export const THROTTLE_SCAN_ROWS = 1_000;
+
+/**
+ * Claimable rows the head count reads, at least (more when the row count's own bound is higher).
+ * The row count stops at `limit`, which is small when `backlogPerRelay` is (4 rows for 4 relays of
+ * 1): those first rows of outbox_pending_idx may all be one aggregate's while others wait behind
+ * them, and a head count of those rows alone wanted 1 relay for 8 aggregates. 10,000 index entries
+ * cost a few milliseconds.
+ */
+export const HEADS_SCAN_ROWS = 10_000;
 
 /**
  * Counts, up to `limit`, the rows a claim could take now: pending, out of backoff, not leased, and,
@@ -44,7 +56,7 @@ export async function countClaimable(
     o.maxHeads === undefined
       ? sql`null::int8`
       : sql`(select count(*) from (
-          select from (select distinct c.aggregate_type, c.aggregate_id from c) a
+          select from (select distinct s.aggregate_type, s.aggregate_id from s) a
           where (
             select coalesce(dead_lettered_at, published_at) is null and ${claimableNow(sql)}
             from outbox p
@@ -65,14 +77,17 @@ export async function countClaimable(
             order by p.sequence
             limit 1))`
     : sql``;
+  // One read of the claimable rows serves both counts: the rows up to `limit`, the heads among up to
+  // HEADS_SCAN_ROWS (or `limit`, when higher).
+  const scan = o.maxHeads === undefined ? o.limit : Math.max(o.limit, HEADS_SCAN_ROWS);
   const [row] = await sql<DbClaimable[]>`
-    with c as materialized (
+    with s as materialized (
       select o.aggregate_type, o.aggregate_id from outbox o
       where ${pendingRow(sql)} and ${claimableNow(sql)} ${notHeldBack}
-      limit ${o.limit}
+      limit ${scan}
     )
     select
-      (select count(*) from c) as claimable,
+      (select count(*) from (select from s limit ${o.limit}) c) as claimable,
       ${heads} as heads,
       exists (
         select from (
