@@ -38,6 +38,8 @@ interface Peer {
   /** The lowest version of each package, the floor of its range in the packages' manifests. */
   lowest: string[];
   files: string[];
+  /** Packages the peer imports itself (drizzle's drivers import pg and postgres): installed beside it at the root's versions. */
+  companions?: string[];
 }
 
 /**
@@ -49,7 +51,12 @@ interface Peer {
 export const PEERS: Record<string, Peer> = {
   postgres: { packages: ['postgres'], lowest: ['3.4.9'], files: POSTGRES_SUITES },
   pg: { packages: ['pg'], lowest: ['8.11.0'], files: ADAPTER_SUITE },
-  'drizzle-orm': { packages: ['drizzle-orm'], lowest: ['0.40.0'], files: ADAPTER_SUITE },
+  'drizzle-orm': {
+    packages: ['drizzle-orm'],
+    lowest: ['0.40.0'],
+    files: ADAPTER_SUITE,
+    companions: ['pg', 'postgres'],
+  },
   kysely: { packages: ['kysely'], lowest: ['0.28.0'], files: ADAPTER_SUITE },
   'aws-cdk-lib': {
     packages: ['aws-cdk-lib', 'constructs'],
@@ -99,6 +106,10 @@ async function runCell(peer: string, end: End): Promise<Cell> {
   const dir = await mkdtemp(join(tmpdir(), `outbox-peers-${peer}-${end}-`));
   try {
     const wanted = spec.packages.map((name, i) => `${name}@${end === 'lowest' ? spec.lowest[i] : 'latest'}`);
+    for (const name of spec.companions ?? []) {
+      const manifest = JSON.parse(await readFile(join(repo, 'node_modules', name, 'package.json'), 'utf8'));
+      wanted.push(`${name}@${manifest.version}`);
+    }
     const install = await run('npm', [
       'install',
       '--prefix',
