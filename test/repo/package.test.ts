@@ -388,6 +388,55 @@ describe('the packed package, installed in a fresh project', () => {
         { cwd: latest },
       );
       expect(probe.stdout.trim()).toBe('function function');
+      // And its types take the latest postgres's transaction and pool (the declarations name
+      // `postgres.Sql` and `postgres.TransactionSql`, which resolve to the service's postgres).
+      await exec(
+        'npm',
+        [
+          'install',
+          '--prefer-offline',
+          '--no-audit',
+          '--no-fund',
+          ...(await Promise.all(['typescript', '@types/node'].map(installedVersion))),
+        ],
+        { cwd: latest, timeout: 10 * MINUTES, maxBuffer: 16 * 1024 * 1024 },
+      );
+      await writeFile(
+        join(latest, 'service.ts'),
+        [
+          "import postgres from 'postgres';",
+          "import { enqueue, enqueueMany } from 'outbox-relay-aws';",
+          "const event = { type: 'T', source: 's', aggregateType: 'a', aggregateId: '1', payload: {} };",
+          'export async function produce(sql: postgres.Sql): Promise<void> {',
+          '  await sql.begin(async (tx) => {',
+          '    await enqueue(tx, event);',
+          '    await enqueueMany(tx, [event]);',
+          '  });',
+          '  await enqueue(sql, event);',
+          '}',
+          '',
+        ].join('\n'),
+      );
+      await writeFile(
+        join(latest, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: {
+            target: 'es2023',
+            module: 'nodenext',
+            moduleResolution: 'nodenext',
+            strict: true,
+            noEmit: true,
+            skipLibCheck: true,
+            types: ['node'],
+          },
+          files: ['service.ts'],
+        }),
+      );
+      const typed = await exec(join(latest, 'node_modules', '.bin', 'tsc'), ['-p', 'tsconfig.json'], {
+        cwd: latest,
+        timeout: 5 * MINUTES,
+      }).catch((error: { stdout?: string }) => error);
+      expect((typed as { stdout?: string }).stdout ?? '').toBe('');
     },
     10 * MINUTES,
   );
