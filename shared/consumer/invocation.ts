@@ -73,7 +73,12 @@ export class InboxCommitError extends OutboxError {
 /** A context without a Lambda clock (tests, `npm start`) gets this long, ms. */
 export const FALLBACK_INVOCATION_MS = 60_000;
 
-/** The part of porsager's `Query` the guard relies on: `handler` sends it when it is executed. */
+/**
+ * The part of porsager's `Query` the guard relies on: `handler` sends it when it is executed. The
+ * handler carries the driver's settings (`debug`; from postgres 4 on also `options`, which building
+ * the query reads, and `cancel`, which `query.cancel()` calls), so a wrapper copies them all
+ * (`Object.assign(wrapper, send)`): with `debug` alone, postgres 4 failed every statement.
+ */
 interface SendableQuery {
   handler: ((query: SendableQuery) => unknown) & { debug?: unknown };
   reject(error: unknown): void;
@@ -364,14 +369,11 @@ export class InvocationTransaction {
   outside<T>(query: Promise<T>): Promise<T> {
     if (isSendable(query)) {
       const send = query.handler;
-      query.handler = Object.assign(
-        (q: SendableQuery) => {
-          const result = send(q);
-          this.sent(query);
-          return result;
-        },
-        { debug: send.debug },
-      );
+      query.handler = Object.assign((q: SendableQuery) => {
+        const result = send(q);
+        this.sent(query);
+        return result;
+      }, send);
     }
     return this.bounded(query);
   }
@@ -402,16 +404,13 @@ function guard(tx: Tx, run: InvocationTransaction): Tx {
   const check = <Q>(query: Q): Q => {
     if (!isSendable(query)) return query;
     const send = query.handler;
-    const checked = Object.assign(
-      (q: SendableQuery) => {
-        const refused = run.ended;
-        if (refused) return q.reject(refused);
-        const result = send(q);
-        run.sent(query);
-        return result;
-      },
-      { debug: send.debug },
-    );
+    const checked = Object.assign((q: SendableQuery) => {
+      const refused = run.ended;
+      if (refused) return q.reject(refused);
+      const result = send(q);
+      run.sent(query);
+      return result;
+    }, send);
     query.handler = checked;
     return query;
   };
@@ -454,14 +453,11 @@ function tracked(tx: Tx, run: InvocationTransaction): Tx {
       const query = Reflect.apply(target, thisArg, args);
       if (!isSendable(query)) return query;
       const send = query.handler;
-      query.handler = Object.assign(
-        (q: SendableQuery) => {
-          const result = send(q);
-          run.sent(query);
-          return result;
-        },
-        { debug: send.debug },
-      );
+      query.handler = Object.assign((q: SendableQuery) => {
+        const result = send(q);
+        run.sent(query);
+        return result;
+      }, send);
       return query;
     },
   });

@@ -31,16 +31,37 @@ class Gate {
     this.free = slots;
   }
   acquire(): Promise<void> {
+    return new Promise((resolve) => this.enter(resolve));
+  }
+  /**
+   * Calls `granted` with a slot, at once or when one is released; returns a withdrawal that takes
+   * a waiter out of the line (true) or does nothing once it was granted (false).
+   */
+  enter(granted: () => void): () => boolean {
     if (this.free > 0) {
       this.free--;
-      return Promise.resolve();
+      granted();
+      return () => false;
     }
-    return new Promise((resolve) => this.waiting.push(resolve));
+    this.waiting.push(granted);
+    return () => {
+      const at = this.waiting.indexOf(granted);
+      if (at === -1) return false;
+      this.waiting.splice(at, 1);
+      return true;
+    };
   }
+  /**
+   * Hands the slot on a microtask later, so that the continuation of the statement that just
+   * settled runs before the next one is written; the next waiter is taken out of the line only
+   * then, so a withdrawal until that moment still finds it there.
+   */
   release(): void {
-    const next = this.waiting.shift();
-    if (next) next();
-    else this.free++;
+    queueMicrotask(() => {
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.free++;
+    });
   }
   /** A release that does nothing after its first call. */
   releaser(): () => void {
@@ -53,9 +74,15 @@ class Gate {
   }
 }
 
-/** The parts of a porsager Query that the gate touches (instance fields set by its constructor). */
+/**
+ * The parts of a porsager Query that the gate touches (instance fields set by its constructor).
+ * `handler` is the driver's function that sends the query; it carries the driver's settings and,
+ * from postgres 4 on, the `cancel` that `query.cancel()` and an AbortSignal call, so its
+ * replacement keeps them. `resolve` and `reject` are prototype methods from postgres 4 on (they
+ * read `this`), instance functions in 3: both are called as methods of the query.
+ */
 interface GatedQuery {
-  handler: (query: GatedQuery) => void;
+  handler: ((query: GatedQuery) => void) & { cancel?: (query: GatedQuery) => Promise<unknown> };
   resolve: (value: unknown) => void;
   reject: (error: unknown) => void;
   cancelled: unknown;
@@ -65,6 +92,11 @@ function isQuery(value: unknown): value is GatedQuery {
   return value instanceof Promise && typeof (value as Partial<GatedQuery>).handler === 'function';
 }
 
+/** The driver's error for a cancelled statement, as postgres 3 gives it: SQLSTATE 57014. */
+function cancelledWhileWaiting(): Error {
+  return Object.assign(new Error('canceling statement due to user request'), { code: '57014' });
+}
+
 /**
  * Returns `sql` with at most `connections` statements or transactions in flight, one per
  * connection, so that nothing is ever pipelined through a transaction pooler.
@@ -72,13 +104,18 @@ function isQuery(value: unknown): value is GatedQuery {
  */
 export function oneStatementPerConnection(sql: Sql, connections: number): Sql {
   const gate = new Gate(connections);
+  /** The statements waiting in the gate, each with its withdrawal. */
+  const waiting = new WeakMap<GatedQuery, () => boolean>();
   const gated = (query: GatedQuery): GatedQuery => {
     const write = query.handler;
-    query.handler = (q) => {
-      void gate.acquire().then(() => {
+    const handler = (q: GatedQuery) => {
+      const withdraw = gate.enter(() => {
+        waiting.delete(q);
         const release = gate.releaser();
-        if (q.cancelled) return release(); // cancelled while it waited: it was never sent
-        const { resolve, reject } = q;
+        // Cancelled while it waited: it was never sent (postgres 3 rejected it when cancelled).
+        if (q.cancelled) return release();
+        const resolve = q.resolve.bind(q);
+        const reject = q.reject.bind(q);
         // Settle first, then free the slot: the caller's continuation runs before the next
         // statement is written (both happen after the server's ReadyForQuery was read).
         q.resolve = (value) => {
@@ -91,7 +128,20 @@ export function oneStatementPerConnection(sql: Sql, connections: number): Sql {
         };
         write(q);
       });
+      waiting.set(q, withdraw);
     };
+    // postgres 4 cancels through the handler: a statement still in the gate is taken out of the
+    // line and rejected here (the driver never saw it); one written is the driver's to cancel.
+    const cancel = (q: GatedQuery): Promise<unknown> => {
+      if (waiting.get(q)?.()) {
+        waiting.delete(q);
+        q.cancelled = true;
+        q.reject(cancelledWhileWaiting());
+        return Promise.resolve();
+      }
+      return write.cancel ? write.cancel(q) : Promise.resolve();
+    };
+    query.handler = Object.assign(handler, write, { cancel });
     return query;
   };
   const wrapQueries = <F extends (...args: never[]) => unknown>(fn: F): F =>

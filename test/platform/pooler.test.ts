@@ -49,6 +49,38 @@ describe('one statement per connection (transaction pooler mode)', () => {
     expect(events.filter((e) => e.startsWith('answered'))).toHaveLength(3);
   });
 
+  it('rejects a statement cancelled while it waits in the gate with 57014, never sends it, and frees its turn', async () => {
+    const sent: string[] = [];
+    const raw = postgres(db.url, {
+      max: 1,
+      prepare: false,
+      onnotice: () => {},
+      debug: (_connection, query) => {
+        sent.push(query);
+      },
+    });
+    const sql = oneStatementPerConnection(raw, 1);
+    try {
+      const sleeping = sql`select pg_sleep(0.3) as slept`.then(() => 'slept');
+      const waiting = sql`select 'in the gate' as waited`;
+      const outcome = waiting.then(
+        () => 'answered',
+        (error: { code?: string }) => error.code,
+      );
+      // Let both be handed to the gate: the sleep holds the one slot, the other waits.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      await waiting.cancel();
+      expect(await outcome).toBe('57014');
+      expect(await sleeping).toBe('slept');
+      const [after] = await sql<{ n: number }[]>`select ${7}::int as n`;
+      expect(after?.n).toBe(7);
+      expect(sent.filter((q) => q.includes('in the gate'))).toEqual([]);
+      expect(sent.some((q) => q.includes('pg_sleep'))).toBe(true);
+    } finally {
+      await raw.end();
+    }
+  });
+
   it('runs concurrent statements, a transaction and a failing statement on a one-connection pool, each with its own answer', async () => {
     const sql = connect({ url: db.url, max: 1, env: { OUTBOX_DB_POOLER: 'transaction' } });
     try {

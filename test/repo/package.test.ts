@@ -3,6 +3,8 @@
  * dist/packages/ (scripts/build.ts), `npm pack` packs each, then
  * - a producer-only service installs the producer beside `postgres`: at most 3 packages and 1.5 MB
  *   more, and importing it loads no module of another package (issue 21's bound);
+ * - a fresh project installs all four tarballs beside the registry's latest postgres, aws-cdk-lib
+ *   and constructs (the README's install line) without ERESOLVE;
  * - a fresh project installs all four tarballs from the npm cache and
  * - type-checks a file that uses every entry point (test/package/check.ts);
  * - on Node 22 and 24: runs `npx outbox migrate`, then imports every entry point, enqueues through
@@ -346,6 +348,97 @@ describe('the packed package, installed in a fresh project', () => {
       // The service did not get esbuild: synthesis below must not need it.
       expect(existsSync(join(app, 'node_modules', 'esbuild'))).toBe(false);
     },
+  );
+
+  it(
+    "installs the four tarballs beside the registry's latest postgres, aws-cdk-lib and constructs without ERESOLVE (the README's install line)",
+    async () => {
+      // Issue 47: the producer's peer range once stopped `npm install outbox-relay-aws postgres`
+      // when the registry's postgres moved to 4. This install asks the registry, as a new project
+      // does, for each package's latest, and must resolve every peer range against it.
+      const latest = join(work, 'latest');
+      await mkdir(latest);
+      await writeFile(
+        join(latest, 'package.json'),
+        JSON.stringify({ name: 'latest', private: true, type: 'module' }),
+      );
+      const peers = ['postgres', 'aws-cdk-lib', 'constructs'];
+      const result = await exec(
+        'npm',
+        ['install', '--prefer-online', '--no-audit', '--no-fund', ...Object.values(tarballs), ...peers],
+        { cwd: latest, timeout: 10 * MINUTES, maxBuffer: 16 * 1024 * 1024 },
+      ).catch((error: { stderr?: string; code?: unknown }) => error);
+      expect((result as { stderr?: string }).stderr ?? '').not.toMatch(/ERESOLVE/);
+      expect((result as { code?: unknown }).code).toBeUndefined();
+      for (const name of peers) {
+        const { stdout } = await exec('npm', ['view', name, 'dist-tags.latest'], { cwd: latest });
+        const installed = JSON.parse(
+          await readFile(join(latest, 'node_modules', name, 'package.json'), 'utf8'),
+        );
+        expect({ name, version: installed.version }).toEqual({ name, version: stdout.trim() });
+      }
+      // The producer runs on what was installed: it imports beside the latest postgres.
+      const probe = await exec(
+        node24,
+        [
+          '--input-type=module',
+          '-e',
+          "const { default: postgres } = await import('postgres'); const { enqueue } = await import('outbox-relay-aws'); console.log(typeof postgres, typeof enqueue)",
+        ],
+        { cwd: latest },
+      );
+      expect(probe.stdout.trim()).toBe('function function');
+      // And its types take the latest postgres's transaction and pool (the declarations name
+      // `postgres.Sql` and `postgres.TransactionSql`, which resolve to the service's postgres).
+      await exec(
+        'npm',
+        [
+          'install',
+          '--prefer-offline',
+          '--no-audit',
+          '--no-fund',
+          ...(await Promise.all(['typescript', '@types/node'].map(installedVersion))),
+        ],
+        { cwd: latest, timeout: 10 * MINUTES, maxBuffer: 16 * 1024 * 1024 },
+      );
+      await writeFile(
+        join(latest, 'service.ts'),
+        [
+          "import postgres from 'postgres';",
+          "import { enqueue, enqueueMany } from 'outbox-relay-aws';",
+          "const event = { type: 'T', source: 's', aggregateType: 'a', aggregateId: '1', payload: {} };",
+          'export async function produce(sql: postgres.Sql): Promise<void> {',
+          '  await sql.begin(async (tx) => {',
+          '    await enqueue(tx, event);',
+          '    await enqueueMany(tx, [event]);',
+          '  });',
+          '  await enqueue(sql, event);',
+          '}',
+          '',
+        ].join('\n'),
+      );
+      await writeFile(
+        join(latest, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: {
+            target: 'es2023',
+            module: 'nodenext',
+            moduleResolution: 'nodenext',
+            strict: true,
+            noEmit: true,
+            skipLibCheck: true,
+            types: ['node'],
+          },
+          files: ['service.ts'],
+        }),
+      );
+      const typed = await exec(join(latest, 'node_modules', '.bin', 'tsc'), ['-p', 'tsconfig.json'], {
+        cwd: latest,
+        timeout: 5 * MINUTES,
+      }).catch((error: { stdout?: string }) => error);
+      expect((typed as { stdout?: string }).stdout ?? '').toBe('');
+    },
+    10 * MINUTES,
   );
 
   it(

@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
 import { describe, expect, it } from 'vitest';
 import { bundleSize, CONSUMER_EXAMPLES } from '../../scripts/measure.ts';
+import { PEERS } from '../../scripts/peer-matrix.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -112,6 +113,30 @@ describe('packages by role', () => {
 
   it("the construct imports aws-cdk-lib, constructs and zod (settings checked at synth with the functions' own schemas): its Lambda code is in pre-built bundles", async () => {
     expect(await packagesImported('cdk')).toEqual(['aws-cdk-lib', 'constructs', 'zod']);
+  });
+});
+
+describe('the peer matrix (npm run test:peers)', () => {
+  it("tests each peer's lowest version at the floor of the range the packages declare, and postgres 3 and 4", async () => {
+    const manifest = async (folder: string) =>
+      JSON.parse(
+        await readFile(fileURLToPath(new URL(`../../${folder}/package.json`, import.meta.url)), 'utf8'),
+      );
+    const producer = await manifest('shared/producer');
+    const relay = await manifest('shared/relay');
+    const cdk = await manifest('infra');
+    const floor = (range: string) => range.match(/\d+\.\d+\.\d+/)?.[0];
+    const declared = {
+      postgres: [floor(producer.peerDependencies.postgres)],
+      pg: [floor(relay.dependencies.pg)],
+      'drizzle-orm': [floor(producer.peerDependencies['drizzle-orm'])],
+      kysely: [floor(producer.peerDependencies.kysely)],
+      'aws-cdk-lib': [floor(cdk.peerDependencies['aws-cdk-lib']), floor(cdk.peerDependencies.constructs)],
+    };
+    expect(Object.fromEntries(Object.entries(PEERS).map(([name, peer]) => [name, peer.lowest]))).toEqual(
+      declared,
+    );
+    expect(producer.peerDependencies.postgres).toBe('^3.4.9 || ^4.0.0');
   });
 });
 
