@@ -29,8 +29,9 @@
  *   target"): `transformer: 'RAW'` (default, and what the `OutboxConsumer` construct deploys) the
  *   published data unchanged, for PutEvents the EventBridge event `{ version, id, detail-type,
  *   source, account, time, region, resources, detail }` ({@link rawEvent}); `'WITH_METADATA'`
- *   `{ Data: <that event>, SystemMetadata: { 'aws:EventId', 'aws:IngestionTime',
- *   'aws:SequenceNumber', 'aws:DeliveryType', EventGroupId?, DeduplicationId? } }`, every value a
+ *   `{ Data: <that event>, SystemMetadata: { ContentType, 'aws:EventId', 'aws:IngestionTime',
+ *   'aws:SequenceNumber', 'aws:DeliveryType', 'aws:Source', 'aws:DetailType', EventGroupId?,
+ *   DeduplicationId? } }`, every value a
  *   string, a field without a value omitted ({@link withMetadata}).
  * - Starting position: `'LATEST'` (default) the events accepted from now on; `{ pointInTime }`
  *   (ms since the epoch, `StartingPosition: POINT_IN_TIME`) also the events the bus accepted since
@@ -204,6 +205,9 @@ export function withMetadata(e: AcceptedEvent, deliveryType: DeliveryType): With
     'aws:EventId': e.id,
     'aws:IngestionTime': new Date(e.receivedAt).toISOString(),
     'aws:DeliveryType': deliveryType,
+    // The event's Source and DetailType, so a function can route without parsing Data.
+    'aws:Source': e.source,
+    'aws:DetailType': e.detailType,
   };
   if (e.sequenceNumber !== undefined) system['aws:SequenceNumber'] = e.sequenceNumber;
   if (e.eventGroupId !== undefined) system.EventGroupId = e.eventGroupId;
