@@ -138,6 +138,14 @@ interface Model {
   handlerFailures: Map<string, number>;
 }
 
+/** parkAfterAttempts: the outcome of the event's record before an attempt (undefined: none, or off). */
+async function outcomeOf(m: Model, e: ModelEvent): Promise<string | undefined> {
+  if (m.config.parkAfterAttempts === undefined) return undefined;
+  const [row] = await db.sql<{ outcome: string }[]>`
+    select outcome from inbox_message where consumer = 'model' and event_id = ${e.eventId}`;
+  return row?.outcome;
+}
+
 /** The handler's own failure, as the model injects it (not the inbox's, e.g. InboxGapError). */
 const isHandlerFailure = (outcome: string) => outcome.startsWith('error:Error: the handler failed');
 
@@ -147,17 +155,26 @@ const isHandlerFailure = (outcome: string) => outcome.startsWith('error:Error: t
  * Checks that a parked-for-failures event's handler failed `parkAfterAttempts` times first: a
  * retry for a gap (InboxGapError) is no handler failure and must not count.
  */
-async function heldPark(m: Model, e: ModelEvent, outcome: string, failingNow: boolean): Promise<boolean> {
+async function heldPark(
+  m: Model,
+  e: ModelEvent,
+  outcome: string,
+  failingNow: boolean,
+  before: string | undefined,
+): Promise<boolean> {
   if (m.config.parkAfterAttempts === undefined) return false;
   if (isHandlerFailure(outcome)) {
     m.handlerFailures.set(e.eventId, (m.handlerFailures.get(e.eventId) ?? 0) + 1);
     return false;
   }
   if (outcome !== 'parked') return false;
-  const [row] = await db.sql<{ holds_chain: boolean | null; reason: string | null }[]>`
-    select holds_chain, reason from inbox_message where consumer = 'model' and event_id = ${e.eventId}`;
+  const [row] = await db.sql<{ holds_chain: boolean | null; reason: string | null; outcome: string }[]>`
+    select holds_chain, reason, outcome from inbox_message where consumer = 'model' and event_id = ${e.eventId}`;
   if (row?.holds_chain !== true) return false;
-  if (row.reason?.startsWith('handler failed')) {
+  // Parked by this attempt (not a delivery of an event parked before, nor a replay that stays
+  // marked behind a lower held event): its handler must have failed parkAfterAttempts times.
+  const parkedNow = row.outcome === 'parked' && before !== 'parked';
+  if (parkedNow && row.reason?.startsWith('handler failed')) {
     const failures = (m.handlerFailures.get(e.eventId) ?? 0) + (failingNow ? 1 : 0);
     expect(
       failures,
@@ -205,6 +222,7 @@ async function attempt(
 ): Promise<string> {
   const e = inv.event;
   const waitedBefore = waited(m, e);
+  const before = await outcomeOf(m, e);
   r.failNext(fails);
   const answered = await r.handler(inv.event.delivery, concurrent);
   r.failNext(false);
@@ -212,7 +230,7 @@ async function attempt(
   const swallowed = answered.startsWith('swallowed ');
   const outcome = swallowed ? answered.slice('swallowed '.length) : answered;
   // Parked for its handler's failures, or behind such an event: held, not taken by its chain.
-  const held = await heldPark(m, e, outcome, fails || r.poisoned.has(e.eventId));
+  const held = await heldPark(m, e, outcome, fails || r.poisoned.has(e.eventId), before);
   // A taken event never holds its chain back: once the event before it in its chain is taken
   // (applied or parked), an event neither waits for a gap nor is parked.
   // (Of two attempts at once, either may have been decided first: that is left to the order check.)
@@ -611,7 +629,7 @@ async function replayParked(m: Model, r: Real): Promise<void> {
     const outcome = await r.handler(p.event);
     m.log.push(`replay of parked ${p.eventId} → ${outcome}`);
     const e = m.events.find((x) => x.eventId === p.eventId);
-    if (e) await heldPark(m, e, outcome, r.poisoned.has(e.eventId));
+    if (e) await heldPark(m, e, outcome, r.poisoned.has(e.eventId), 'replaying');
     // Taken by its chain now (a held event's chain stood below it until this replay).
     if (outcome === 'replayed') m.taken.push(p.eventId);
   }
@@ -739,7 +757,7 @@ const configs = fc.record({
 
 describe('inbox model', () => {
   it("each event delivered is applied exactly once, or recorded with its reason, through duplicates, reordering, Lambda's retries and replays", {
-    timeout: Math.max(60_000, RUNS * 2_000),
+    timeout: Math.max(60_000, RUNS * 3_000),
   }, async () => {
     let failing = false;
     await fc.assert(
