@@ -26,6 +26,7 @@ create table inbox_failed (
   attempts integer not null default 1,
   first_failed_at timestamp with time zone not null default now(),
   last_failed_at timestamp with time zone not null default now(),
+  handler_failures integer not null default 0,
   constraint inbox_failed_pkey PRIMARY KEY (consumer, event_id)
 );
 CREATE INDEX inbox_failed_last_failed_at_idx ON public.inbox_failed USING btree (last_failed_at);
@@ -60,8 +61,10 @@ create table inbox_message (
   event_type text,
   reason text,
   event jsonb,
+  holds_chain boolean,
   constraint inbox_message_pkey PRIMARY KEY (consumer, message_key)
 );
+CREATE INDEX inbox_message_held_idx ON public.inbox_message USING btree (consumer, aggregate_type, aggregate_id, sequence) WHERE holds_chain;
 CREATE INDEX inbox_message_parked_idx ON public.inbox_message USING btree (consumer, processed_at) WHERE (outcome = ANY (ARRAY['parked'::text, 'replaying'::text]));
 CREATE INDEX inbox_message_processed_at_idx ON public.inbox_message USING btree (processed_at);
 alter table inbox_message enable row level security;

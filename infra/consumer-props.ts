@@ -122,6 +122,17 @@ export interface OutboxConsumerProps extends OutboxDatabaseTarget {
    */
   readonly customEventBusArn?: string;
   /**
+   * Custom Event Bus only: the inbox's `parkAfterAttempts` (`OUTBOX_INBOX_PARK_AFTER_ATTEMPTS`): after
+   * this many failed handler calls the event is parked, acknowledged, and its aggregate's later
+   * events parked behind it, in order, for `outbox inbox parked replay`. A FIFO subscriber's failed
+   * call holds up every group of the subscriber, retried up to `deliveryRetryAttempts` times: this
+   * bounds how long one poison event delays the other aggregates. `false`: never park (the event
+   * is retried, then dead-lettered, and its aggregate moves on past it).
+   * (docs/buses.md#a-failing-event-on-a-custom-event-bus)
+   * @default 3
+   */
+  readonly parkAfterAttempts?: number | false;
+  /**
    * The event types to subscribe to, e.g. `[OrderPlaced]` from `defineEvent`. The rule matches
    * `source` ∈ their sources and `detail-type` ∈ their types; with several sources that is every
    * combination of the two lists, so declare the inbox's `types` to refuse a type it does not expect.

@@ -155,6 +155,11 @@ export class OutboxConsumer extends Construct {
       [EnvVar.inboxConsumer]: props.consumer,
       [EnvVar.inboxRetryWindowSeconds]: String(this.inboxSettings.retryWindowSeconds),
       [EnvVar.inboxMaxEventAgeSeconds]: String(this.inboxSettings.maxEventAgeSeconds),
+      // A Custom Event Bus FIFO subscriber's failed call holds up every group of the subscriber:
+      // the inbox parks a poison event (and holds its aggregate) after a few failed calls instead.
+      ...(customBusArn && props.parkAfterAttempts !== false
+        ? { [EnvVar.inboxParkAfterAttempts]: String(parkAfterAttemptsOf(props.parkAfterAttempts)) }
+        : {}),
     };
 
     this.deadLetterQueue = props.existingDeadLetterQueue ?? this.endOfLineQueue('DeadLetterQueue');
@@ -257,4 +262,16 @@ export class OutboxConsumer extends Construct {
     });
     return queue;
   }
+}
+
+/** The consumer's `parkAfterAttempts`, 3 by default. @throws {OutboxConfigError} unless a whole number from 1 */
+function parkAfterAttemptsOf(value: number | undefined): number {
+  const n = value ?? 3;
+  if (!Number.isInteger(n) || n < 1) {
+    throw new OutboxConfigError(
+      'parkAfterAttempts',
+      `expected a whole number from 1, or false; got ${String(value)}`,
+    );
+  }
+  return n;
 }

@@ -42,6 +42,7 @@ import { type InboxMetricsOptions, inboxMetrics } from './metrics.ts';
 import {
   type Decision,
   decide,
+  handlerFailureReason,
   type InboxArrival,
   type InboxOrder,
   type InboxSkip,
@@ -50,6 +51,7 @@ import {
   WaitingForLowerEvent,
   waitForChain,
 } from './order.ts';
+import { markHeld, readHandlerFailures, recordMessage } from './sql/index.ts';
 import { abortSignalOf, FailureTrace } from './trace.ts';
 
 /**
@@ -131,6 +133,21 @@ export interface InboxOptions<T> {
    * re-apply (`outbox inbox parked replay`) or discard. Either way its chain goes on.
    */
   onGapTimeout?: 'process' | 'park';
+  /**
+   * Park an event after this many failed handler calls, acknowledge it, and hold its aggregate: the
+   * aggregate's later events are parked behind it, in order (recorded whole, counted `InboxParked`,
+   * alarmed on by the monitor's `InboxParkedCount`), until an operator replays them in order
+   * (`outbox inbox parked replay`, which applies them one by one and stops at the first that fails
+   * again) or discards them. Only the handler's failures count (its error, or its running past the
+   * deadline): an InboxGapError retry (wait-for-gap, the event waits for a missing earlier one), a
+   * lost connection and an invalid envelope do not. For a Custom Event Bus FIFO subscriber, where a
+   * failed call holds up every group of the subscriber and some failures are retried without limit
+   * (docs/buses.md#a-failing-event-on-a-custom-event-bus): the delay it causes the other aggregates
+   * is bounded by this many attempts. An integer from 1. Default:
+   * `OUTBOX_INBOX_PARK_AFTER_ATTEMPTS` when set (the OutboxConsumer construct sets 3 on a Custom
+   * Event Bus subscriber), else off (a failing handler fails its invocation every time).
+   */
+  parkAfterAttempts?: number;
   /**
    * When the invoker's last retry of a failed invocation comes, seconds after the first attempt;
    * bounds `gapWaitSeconds`. Default: `OUTBOX_INBOX_RETRY_WINDOW_SECONDS` when set (the
@@ -300,7 +317,9 @@ function settingsOf<T>(options: InboxOptions<T>): Settings {
     );
   }
   const deadlineMarginMs = number('deadlineMarginMs', options.deadlineMarginMs, 500, 0);
+  const parkAfterAttempts = parkAfterAttemptsOf(options.parkAfterAttempts);
   return {
+    parkAfterAttempts,
     consumer: options.consumer,
     order,
     types,
@@ -310,6 +329,33 @@ function settingsOf<T>(options: InboxOptions<T>): Settings {
     onGapTimeout,
     deadlineMarginMs,
   };
+}
+
+/**
+ * `parkAfterAttempts` from the option, else from `OUTBOX_INBOX_PARK_AFTER_ATTEMPTS` (unset or empty:
+ * off). @throws InboxOptionsError naming the option (and the variable) when it is not an integer ≥ 1
+ */
+function parkAfterAttemptsOf(option: unknown): number | undefined {
+  const raw = process.env[EnvVar.inboxParkAfterAttempts]?.trim();
+  const value = option ?? (raw === undefined || raw === '' ? undefined : Number(raw));
+  if (value === undefined) return undefined;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) {
+    const from = option === undefined ? ` (${EnvVar.inboxParkAfterAttempts}="${raw}")` : '';
+    throw new InboxOptionsError(
+      'parkAfterAttempts',
+      `expected a whole number of failed handler calls, at least 1, got ${String(option ?? raw)}${from}`,
+    );
+  }
+  return value;
+}
+
+/**
+ * Whether a failure of the handler's call counts towards `parkAfterAttempts`: the handler's error or
+ * its running out of time, not a lost connection (the event is not at fault).
+ */
+function isHandlerFault(error: unknown): boolean {
+  if (error instanceof InboxAbortedError) return error.reason !== 'connection';
+  return !isConnectionFailure(error);
 }
 
 /** The longest business key: the same bound as the outbox's idempotency keys. */
@@ -471,6 +517,44 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
         : { inbox: decision.skip, eventId: metadata.eventId };
     }
 
+    /**
+     * After the handler's failure number `parkAfterAttempts`: parks the event holding its aggregate,
+     * in a transaction of its own (the handler's rolled back). False when it is not that failure
+     * yet, or when parking could not be done in time (the invocation then fails with the handler's
+     * error, and its next delivery parks the event before running the handler: order.ts).
+     */
+    const parkAfterFailure = async (error: unknown, limit: number): Promise<boolean> => {
+      try {
+        const failures = 1 + (await readHandlerFailures(sql, settings.consumer, metadata.eventId));
+        if (failures < limit) return false;
+        const e = error as { name?: unknown; message?: unknown };
+        const last = `${String(e?.name ?? typeof error)}: ${String(e?.message ?? error)}`;
+        const parking = new InvocationTransaction(deadline, settings.deadlineMarginMs, signal);
+        await parking.open(
+          sql,
+          async (tx) => {
+            await recordMessage(tx, {
+              consumer: settings.consumer,
+              key,
+              eventId: metadata.eventId,
+              source,
+              type,
+              aggregateType: metadata.aggregateType,
+              aggregateId: metadata.aggregateId,
+              sequence: delivery.sequence,
+            });
+            await markHeld(tx, settings.consumer, key, event, handlerFailureReason(failures, limit, last));
+            return true;
+          },
+          () => false,
+        );
+        parking.settled();
+        return true;
+      } catch {
+        return false;
+      }
+    };
+
     const inboxContext = Object.assign(Object.create(context) as Context, context, {
       inbox: {
         tx: invocation.handle as Tx,
@@ -490,6 +574,17 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
     } catch (error) {
       await invocation.abandon(error);
       recover(error);
+      if (settings.parkAfterAttempts !== undefined && isHandlerFault(error)) {
+        trace.handlerFailed = true;
+        const parked = await parkAfterFailure(error, settings.parkAfterAttempts);
+        if (parked) {
+          metric(InboxMetricName.Parked, { eventId: metadata.eventId, reason: 'parkAfterAttempts' });
+          replayed('parked');
+          return replay
+            ? { inbox: 'parked', eventId: metadata.eventId, replay: true }
+            : { inbox: 'parked', eventId: metadata.eventId };
+        }
+      }
       throw error;
     }
     try {

@@ -26,11 +26,15 @@ import {
   type GapPlace,
   lockChain as lockChainRound,
   lockMessage,
+  markHeld,
   markParked,
   markReplayed,
   markStale,
   readChainPosition,
   readGap,
+  readHandlerFailures,
+  readHolder,
+  readHoldsChain,
   recordMessage,
   rememberGap as rememberGapRow,
 } from './sql/index.ts';
@@ -80,6 +84,11 @@ export interface OrderSettings {
    */
   maxEventAgeSeconds: number;
   onGapTimeout: 'process' | 'park';
+  /**
+   * Park an event after this many failed handler calls, and hold its aggregate: its later events
+   * park behind it (see inbox.ts). Undefined: off.
+   */
+  parkAfterAttempts: number | undefined;
 }
 
 /**
@@ -110,6 +119,9 @@ export async function decide<T>(
   const { consumer } = s;
   const { eventId, aggregateType, aggregateId } = d.metadata;
 
+  // parkAfterAttempts: the handler's failures so far, read before recordMessage deletes the trace.
+  const failures = s.parkAfterAttempts === undefined ? 0 : await readHandlerFailures(tx, consumer, eventId);
+
   // 1. The record. A concurrent delivery of the same event waits here on the first one's
   // uncommitted row, then sees it: only one of them goes on.
   const inserted = await recordMessage(tx, {
@@ -127,8 +139,15 @@ export async function decide<T>(
     const existing = await lockMessage(tx, consumer, key);
     const same = !existing || existing.event_id === null || existing.event_id === eventId;
     if (same && existing?.outcome === 'replaying') {
+      const held = s.parkAfterAttempts !== undefined && (await readHoldsChain(tx, consumer, key));
+      // A held event is applied only after every held event of its aggregate below it: a replay
+      // (or a redelivery) out of order leaves it marked for replay.
+      if (held && (await readHolder(tx, consumer, aggregateType, aggregateId, d.sequence))) {
+        return { skip: 'parked', again: true };
+      }
       // An operator asked for this parked event to be applied: this delivery does it.
       await markReplayed(tx, consumer, key);
+      if (held) await releaseChain(tx, s, d);
       return { apply: 'replayed' };
     }
     // A parked event was never applied: a redelivery or a bus replay of it leaves it parked for
@@ -139,6 +158,27 @@ export async function decide<T>(
     // applied, but it still takes its place in its own chain, or that chain's next event would
     // wait for it forever.
     otherRoute = true;
+  }
+  if (s.parkAfterAttempts !== undefined && !otherRoute) {
+    // An earlier event of the aggregate was parked after its handler kept failing: this one parks
+    // behind it, in order, until an operator replays them (the chain is held, not skipped).
+    const holder = await readHolder(tx, consumer, aggregateType, aggregateId, d.sequence);
+    if (holder) {
+      await markHeld(
+        tx,
+        consumer,
+        key,
+        event,
+        `held behind event ${holder.event_id} (#${holder.sequence} of ${aggregateType}/${aggregateId}), parked after its handler failed; replay them in order`,
+      );
+      return { skip: 'parked' };
+    }
+    // Its handler failed that many times already, and the failing attempts could not park it
+    // themselves (they ran out of time): parked now, without running the handler again.
+    if (failures >= s.parkAfterAttempts) {
+      await markHeld(tx, consumer, key, event, handlerFailureReason(failures, s.parkAfterAttempts));
+      return { skip: 'parked' };
+    }
   }
   if (s.order === 'none') return { apply: 'unordered' };
 
@@ -208,6 +248,26 @@ export async function decide<T>(
     return { skip: 'parked' };
   }
   return { apply: 'ahead' };
+}
+
+/** The reason of an event parked for its handler's failures (`outbox inbox parked list`). */
+export function handlerFailureReason(failures: number, parkAfterAttempts: number, last?: string): string {
+  const text = `handler failed ${failures} time(s) (parkAfterAttempts ${parkAfterAttempts}); its aggregate's later events park behind it: replay them in order${last ? `; last error: ${last}` : ''}`;
+  return text.slice(0, 2000);
+}
+
+/**
+ * A held event was replayed: its chain's position moves up to it (it was held, not skipped, so the
+ * chain stood below it), so that the aggregate's next new event is `next`, not behind a gap.
+ */
+async function releaseChain<T>(tx: Tx, s: OrderSettings, d: Delivery<T>): Promise<void> {
+  if (s.order === 'none') return;
+  const chain = s.types ? d.type : '';
+  const position = s.types ? d.typeSequence : d.sequence;
+  if (position === undefined) return;
+  const key = chainOf(s.consumer, d, chain);
+  const last = await lockChain(tx, key, d);
+  if (position > last) await advanceChain(tx, key, position);
 }
 
 /**

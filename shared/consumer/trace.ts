@@ -34,6 +34,8 @@ export function abortSignalOf(wrapper: unknown): AbortSignal | undefined {
 export class FailureTrace {
   /** The deduplication key, set once the inbox computed it. */
   key: string | undefined;
+  /** Set when the failure is the handler's (counted towards `parkAfterAttempts`). */
+  handlerFailed = false;
   readonly #consumer: string;
   readonly #event: EventBridgeEvent<string, unknown>;
   /**
@@ -59,7 +61,7 @@ export class FailureTrace {
 
   #write(sql: Sql, errorName: string, errorMessage: string, counted: boolean) {
     const r = { consumer: this.#consumer, eventId: this.#eventId, key: this.key, event: this.#event };
-    return recordFailure(sql, { ...r, errorName, errorMessage }, counted);
+    return recordFailure(sql, { ...r, errorName, errorMessage, handlerFailure: this.handlerFailed }, counted);
   }
 
   /**

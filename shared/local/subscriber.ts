@@ -7,8 +7,9 @@
  * - `type: 'FIFO'`: per `EventGroupId` (SystemMetadata, the relay's aggregate), in the bus's
  *   sequence-number order, one call in flight per group; a failed call is retried per the retry
  *   policy and holds up only its own group (User Guide, "Ordering and deduplicating events"; the
- *   brief of issue 35; one English page of the User Guide says a failed call holds up every group
- *   of the subscriber, which this does not model). An event without a group is a group of its own.
+ *   brief of issue 35). The User Guide's retry page says a failed call holds up every group of the
+ *   subscriber: `holdUp: 'all'` models that reading (no other group's call starts while a failed
+ *   one waits for its retry). An event without a group is a group of its own.
  * - `type: 'UNORDERED'`: up to `concurrency` calls at once, the next pending event drawn at random
  *   (seeded) among those due (`jitterMs`: each one due after a random delay), and a failed one
  *   retried after its delay while the others go on: a classic bus's order, or rather its absence.
@@ -29,8 +30,9 @@
  *   target"): `transformer: 'RAW'` (default, and what the `OutboxConsumer` construct deploys) the
  *   published data unchanged, for PutEvents the EventBridge event `{ version, id, detail-type,
  *   source, account, time, region, resources, detail }` ({@link rawEvent}); `'WITH_METADATA'`
- *   `{ Data: <that event>, SystemMetadata: { 'aws:EventId', 'aws:IngestionTime',
- *   'aws:SequenceNumber', 'aws:DeliveryType', EventGroupId?, DeduplicationId? } }`, every value a
+ *   `{ Data: <that event>, SystemMetadata: { ContentType, 'aws:EventId', 'aws:IngestionTime',
+ *   'aws:SequenceNumber', 'aws:DeliveryType', 'aws:Source', 'aws:DetailType', EventGroupId?,
+ *   DeduplicationId? } }`, every value a
  *   string, a field without a value omitted ({@link withMetadata}).
  * - Starting position: `'LATEST'` (default) the events accepted from now on; `{ pointInTime }`
  *   (ms since the epoch, `StartingPosition: POINT_IN_TIME`) also the events the bus accepted since
@@ -156,6 +158,13 @@ export interface SubscriberOptions {
   seed?: number;
   /** The subscriber's name, in its ARN and the dead-letter record. Default `local`. */
   name?: string;
+  /**
+   * FIFO: what a failed call holds up until its event is delivered or dead-lettered. `'group'`
+   * (default): only its own group. `'all'`: every group of the subscriber — no other group's call
+   * starts while it waits for its retry — the worst reading of the User Guide's retry page ("holds
+   * up the later events of every event group … delaying all of the subscriber's events").
+   */
+  holdUp?: 'group' | 'all';
 }
 
 /** A running subscriber. */
@@ -204,6 +213,9 @@ export function withMetadata(e: AcceptedEvent, deliveryType: DeliveryType): With
     'aws:EventId': e.id,
     'aws:IngestionTime': new Date(e.receivedAt).toISOString(),
     'aws:DeliveryType': deliveryType,
+    // The event's Source and DetailType, so a function can route without parsing Data.
+    'aws:Source': e.source,
+    'aws:DetailType': e.detailType,
   };
   if (e.sequenceNumber !== undefined) system['aws:SequenceNumber'] = e.sequenceNumber;
   if (e.eventGroupId !== undefined) system.EventGroupId = e.eventGroupId;
@@ -293,6 +305,11 @@ export function startSubscriber(options: SubscriberOptions): LocalSubscriber {
   const queues = new Map<string, Pending[]>();
   /** FIFO: the groups whose head is being worked on (called, or waiting for its retry). */
   const busy = new Set<string>();
+  /** FIFO with `holdUp: 'all'`: the groups whose head failed and waits for its retry. */
+  const failing = new Set<string>();
+  const holdUpAll = type === 'FIFO' && options.holdUp === 'all';
+  if (options.holdUp !== undefined && options.holdUp !== 'group' && options.holdUp !== 'all')
+    throw new RangeError(`holdUp: 'group' or 'all', got ${String(options.holdUp)}`);
   const timers = new Set<NodeJS.Timeout>();
   const running = new Set<Promise<void>>();
   let idleWaiters: (() => void)[] = [];
@@ -342,6 +359,8 @@ export function startSubscriber(options: SubscriberOptions): LocalSubscriber {
       for (const [key, queue] of queues) {
         const head = queue[0];
         if (!head || busy.has(key) || head.notBefore > now) continue;
+        // A failed call waiting for its retry holds up every other group.
+        if (holdUpAll && failing.size > 0 && !failing.has(key)) continue;
         busy.add(key);
         track(call(key, head));
       }
@@ -423,6 +442,7 @@ export function startSubscriber(options: SubscriberOptions): LocalSubscriber {
     calls.push(record);
 
     const done = () => {
+      failing.delete(key);
       if (type === 'FIFO') {
         queues.get(key)?.shift();
         if (queues.get(key)?.length === 0) queues.delete(key);
@@ -451,6 +471,7 @@ export function startSubscriber(options: SubscriberOptions): LocalSubscriber {
         pool.push(p);
       }
       later(p, Math.max(0, p.notBefore - Date.now()));
+      if (holdUpAll) failing.add(key);
       if (type === 'FIFO') busy.delete(key);
       return;
     }

@@ -246,6 +246,12 @@ export const EnvVar = {
    * construct from the function's `MaximumEventAgeInSeconds`.
    */
   inboxMaxEventAgeSeconds: 'OUTBOX_INBOX_MAX_EVENT_AGE_SECONDS',
+  /**
+   * A consumer's function: the inbox's default `parkAfterAttempts` (failed handler calls before an
+   * event is parked and its aggregate held), set by the OutboxConsumer construct on a Custom Event
+   * Bus subscriber (3), where a failing call holds up every group of the subscriber.
+   */
+  inboxParkAfterAttempts: 'OUTBOX_INBOX_PARK_AFTER_ATTEMPTS',
   /** The monitor: the relay function it invokes to scale out (unset: no scale-out). */
   relayFunctionName: 'OUTBOX_RELAY_FUNCTION_NAME',
   /** The monitor: most relays at once, the scheduled one included. */

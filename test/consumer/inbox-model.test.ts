@@ -12,8 +12,11 @@
  * timestamps.
  *
  * Each run picks an order mode (none, ignore-stale, wait-for-gap processing or parking after the
- * wait), whether the consumer receives every type or declares the one it receives (`types`), and
- * Lambda's retries (2, the default, or 1).
+ * wait), whether the consumer receives every type or declares the one it receives (`types`),
+ * Lambda's retries (2, the default, or 1), and `parkAfterAttempts` (off, 1, 2 or 3: an event whose
+ * handler failed that many times is parked holding its aggregate; it must never be parked before
+ * its handler failed that often, whatever gap retries it had, and its aggregate's held events are
+ * replayed in order at the end).
  *
  * Invariant, after every command: each event is applied at most once; an applied event is recorded
  * `processed`; an event acknowledged without being applied is recorded with a reason (stale,
@@ -85,6 +88,11 @@ interface Config {
    * tells the operator, who replays from it at the end.
    */
   swallowing: boolean;
+  /**
+   * The inbox's `parkAfterAttempts` (issue 46, item 2), or undefined (off): an event whose handler
+   * failed that many times is parked holding its aggregate, whose later events park behind it.
+   */
+  parkAfterAttempts: number | undefined;
 }
 
 interface ModelEvent {
@@ -126,6 +134,55 @@ interface Model {
   swallowed: ModelEvent[];
   /** Per event, when it was first and last seen waiting for its gap (model clock), as the inbox keeps it. */
   waiting: Map<string, { first: number; last: number }>;
+  /** parkAfterAttempts: per event, its handler's failures since it was last parked. */
+  handlerFailures: Map<string, number>;
+}
+
+/** parkAfterAttempts: the outcome of the event's record before an attempt (undefined: none, or off). */
+async function outcomeOf(m: Model, e: ModelEvent): Promise<string | undefined> {
+  if (m.config.parkAfterAttempts === undefined) return undefined;
+  const [row] = await db.sql<{ outcome: string }[]>`
+    select outcome from inbox_message where consumer = 'model' and event_id = ${e.eventId}`;
+  return row?.outcome;
+}
+
+/** The handler's own failure, as the model injects it (not the inbox's, e.g. InboxGapError). */
+const isHandlerFailure = (outcome: string) => outcome.startsWith('error:Error: the handler failed');
+
+/**
+ * parkAfterAttempts: whether an attempt answered `parked` parked the event for its handler's
+ * failures or behind such an event (its record holds the aggregate), rather than after a gap wait.
+ * Checks that a parked-for-failures event's handler failed `parkAfterAttempts` times first: a
+ * retry for a gap (InboxGapError) is no handler failure and must not count.
+ */
+async function heldPark(
+  m: Model,
+  e: ModelEvent,
+  outcome: string,
+  failingNow: boolean,
+  before: string | undefined,
+): Promise<boolean> {
+  if (m.config.parkAfterAttempts === undefined) return false;
+  if (isHandlerFailure(outcome)) {
+    m.handlerFailures.set(e.eventId, (m.handlerFailures.get(e.eventId) ?? 0) + 1);
+    return false;
+  }
+  if (outcome !== 'parked') return false;
+  const [row] = await db.sql<{ holds_chain: boolean | null; reason: string | null; outcome: string }[]>`
+    select holds_chain, reason, outcome from inbox_message where consumer = 'model' and event_id = ${e.eventId}`;
+  if (row?.holds_chain !== true) return false;
+  // Parked by this attempt (not a delivery of an event parked before, nor a replay that stays
+  // marked behind a lower held event): its handler must have failed parkAfterAttempts times.
+  const parkedNow = row.outcome === 'parked' && before !== 'parked';
+  if (parkedNow && row.reason?.startsWith('handler failed')) {
+    const failures = (m.handlerFailures.get(e.eventId) ?? 0) + (failingNow ? 1 : 0);
+    expect(
+      failures,
+      `${e.source}/${e.aggregateId}#${e.sequence} parked for its handler's failures after ${failures} of them (parkAfterAttempts ${m.config.parkAfterAttempts})`,
+    ).toBeGreaterThanOrEqual(m.config.parkAfterAttempts);
+    m.handlerFailures.delete(e.eventId);
+  }
+  return true;
 }
 
 interface Real {
@@ -165,16 +222,19 @@ async function attempt(
 ): Promise<string> {
   const e = inv.event;
   const waitedBefore = waited(m, e);
+  const before = await outcomeOf(m, e);
   r.failNext(fails);
   const answered = await r.handler(inv.event.delivery, concurrent);
   r.failNext(false);
   // Under a swallowing middleware Lambda sees success; the inbox's own outcome was the error.
   const swallowed = answered.startsWith('swallowed ');
   const outcome = swallowed ? answered.slice('swallowed '.length) : answered;
+  // Parked for its handler's failures, or behind such an event: held, not taken by its chain.
+  const held = await heldPark(m, e, outcome, fails || r.poisoned.has(e.eventId), before);
   // A taken event never holds its chain back: once the event before it in its chain is taken
   // (applied or parked), an event neither waits for a gap nor is parked.
   // (Of two attempts at once, either may have been decided first: that is left to the order check.)
-  if (!concurrent && (outcome === 'parked' || outcome.startsWith('error:InboxGapError'))) {
+  if (!concurrent && !held && (outcome === 'parked' || outcome.startsWith('error:InboxGapError'))) {
     const before = m.events.find(
       (p) => chainKey(m, p) === chainKey(m, e) && position(m, p) === position(m, e) - 1,
     );
@@ -195,7 +255,7 @@ async function attempt(
       if (w === undefined || m.clock - w.last > MAX_EVENT_AGE)
         m.waiting.set(e.eventId, { first: m.clock, last: m.clock });
       else w.last = m.clock;
-    } else if (outcome === 'ahead' || outcome === 'parked') {
+    } else if (outcome === 'ahead' || (outcome === 'parked' && !held)) {
       // 20 s of slack: the database's clock also moved on by the run's real time.
       expect(
         waitedBefore + 20,
@@ -208,7 +268,7 @@ async function attempt(
   m.log.push(
     `#${inv.id} ${inv.event.source}/${inv.event.aggregateId}#${inv.event.sequence}${inv.event.type} → ${outcome}`,
   );
-  settle(m, inv, swallowed ? 'swallowed' : outcome);
+  settle(m, inv, swallowed ? 'swallowed' : held ? 'held' : outcome);
   return outcome;
 }
 
@@ -568,6 +628,10 @@ async function replayParked(m: Model, r: Real): Promise<void> {
   for (const p of parked) {
     const outcome = await r.handler(p.event);
     m.log.push(`replay of parked ${p.eventId} → ${outcome}`);
+    const e = m.events.find((x) => x.eventId === p.eventId);
+    if (e) await heldPark(m, e, outcome, r.poisoned.has(e.eventId), 'replaying');
+    // Taken by its chain now (a held event's chain stood below it until this replay).
+    if (outcome === 'replayed') m.taken.push(p.eventId);
   }
 }
 
@@ -688,11 +752,12 @@ const configs = fc.record({
   newestFirst: fc.boolean(),
   retries: fc.constantFrom<1 | 2>(2, 1),
   swallowing: fc.boolean(),
+  parkAfterAttempts: fc.constantFrom<number | undefined>(undefined, undefined, 1, 2, 3),
 });
 
 describe('inbox model', () => {
   it("each event delivered is applied exactly once, or recorded with its reason, through duplicates, reordering, Lambda's retries and replays", {
-    timeout: Math.max(60_000, RUNS * 2_000),
+    timeout: Math.max(60_000, RUNS * 3_000),
   }, async () => {
     let failing = false;
     await fc.assert(
@@ -710,6 +775,7 @@ describe('inbox model', () => {
           metrics: new Map(),
           swallowed: [],
           waiting: new Map(),
+          handlerFailures: new Map(),
         };
         const options: InboxOptions<Record<string, unknown>> = {
           sql: db.sql,
@@ -718,6 +784,7 @@ describe('inbox model', () => {
             ? { order: config.mode }
             : { order: 'wait-for-gap', onGapTimeout: config.mode, ...WINDOWS[config.retries] }),
           ...(config.subset ? { types: ['A'] } : {}),
+          parkAfterAttempts: config.parkAfterAttempts,
           metrics: {
             write: (line) => {
               const name = Object.keys(JSON.parse(line)).find((k) => k.startsWith('Inbox')) as string;

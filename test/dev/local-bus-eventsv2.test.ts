@@ -104,6 +104,29 @@ describe('the Custom Event Bus on the local bus', () => {
     expect(DEDUP_WINDOW_MS).toBe(300_000);
   });
 
+  it('scopes deduplication to account + EventGroupId + DeduplicationId, not to the bus', async () => {
+    const OTHER_BUS = 'arn:aws:events:eu-west-1:123456789012:event-busv2/audit/def456';
+    const OTHER_ACCOUNT = 'arn:aws:events:eu-west-1:210987654321:event-busv2/orders/abc123';
+    const put = (EventBusArn: string, e: EventsV2PutEventsRequestEntry) =>
+      client.send(new EventsV2PutEventsCommand({ EventBusArn, Entries: [e] }));
+    const codes = [
+      (await put(ARN, entry('a', 1, 'same'))).Entries?.[0]?.SuccessCode,
+      // The same id in another group of the same account is another event.
+      (await put(ARN, entry('b', 1, 'same'))).Entries?.[0]?.SuccessCode,
+      // The same group and id on another bus of the same account is the same event.
+      (await put(OTHER_BUS, entry('a', 2, 'same'))).Entries?.[0]?.SuccessCode,
+      // In another account, it is another event.
+      (await put(OTHER_ACCOUNT, entry('a', 3, 'same'))).Entries?.[0]?.SuccessCode,
+    ];
+    expect(codes).toEqual(['PUBLISHED', 'PUBLISHED', 'DEDUPLICATED', 'PUBLISHED']);
+    expect(bus.events.map((e) => [e.eventBusName, e.eventGroupId])).toEqual([
+      [ARN, 'a'],
+      [ARN, 'b'],
+      [OTHER_ACCOUNT, 'a'],
+    ]);
+    expect(bus.stats.deduplicated).toBe(1);
+  });
+
   it('takes up to 100 entries and refuses 101 as a whole (InvalidInputException, HTTP 400)', async () => {
     const hundred = Array.from({ length: 100 }, (_, i) => entry('big', i + 1));
     const out = await client.send(new EventsV2PutEventsCommand({ EventBusArn: ARN, Entries: hundred }));

@@ -274,6 +274,8 @@ describe('the payload and the delivery type', () => {
           'aws:IngestionTime': expect.any(String),
           'aws:SequenceNumber': '1',
           'aws:DeliveryType': 'LIVE',
+          'aws:Source': 'test.orders',
+          'aws:DetailType': 'order.changed',
           EventGroupId: 'a',
           DeduplicationId: 'a-1',
         },

@@ -26,6 +26,7 @@ import { OutboxConsumer } from '../../infra/outbox-consumer.ts';
 import { OutboxRelay } from '../../infra/outbox-relay.ts';
 import type { OutboxRelayProps } from '../../infra/props.ts';
 import { OutboxConfigError } from '../../shared/platform/errors.ts';
+import { EnvVar } from '../../shared/platform/names.ts';
 
 const workRoot = mkdtempSync(join(tmpdir(), 'outbox-custom-bus-test-'));
 afterAll(() => rmSync(workRoot, { recursive: true, force: true }));
@@ -418,6 +419,22 @@ describe('OutboxConsumer on a Custom Event Bus', () => {
     const p = Template.fromStack(s2).toJSON().Resources[idOf(s2, c2.subscriber as never)].Properties;
     expect(p.RetryPolicy).toEqual({ MaxRetryAttempts: 10, MaxEventAgeInSeconds: 1200 });
     expect(c2.inboxSettings.retryWindowSeconds).toBe(1200);
+  });
+
+  it("sets the inbox's parkAfterAttempts (3 by default; a number; false for off) in the function's environment", () => {
+    const env = (props: Partial<OutboxConsumerProps>) =>
+      (consumer(props).consumer.environment as Record<string, string>)[EnvVar.inboxParkAfterAttempts];
+    expect(env({})).toBe('3');
+    expect(env({ parkAfterAttempts: 5 })).toBe('5');
+    expect(env({ parkAfterAttempts: false })).toBeUndefined();
+    let error: unknown;
+    try {
+      consumer({ parkAfterAttempts: 0 });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(OutboxConfigError);
+    expect((error as OutboxConfigError).variable).toBe('parkAfterAttempts');
   });
 
   it.each([

@@ -119,9 +119,22 @@ export async function markParkedForReplay(
   selection: ParkedSelection,
 ): Promise<ParkedEvent[]> {
   const rows = await markReplaying(sql, selection.consumer, selection.eventIds ?? null);
-  return rows
-    .map(toParked)
-    .sort((a, b) => a.parkedAt.getTime() - b.parkedAt.getTime() || a.sequence - b.sequence);
+  return inAggregateOrder(
+    rows.map(toParked).sort((a, b) => a.parkedAt.getTime() - b.parkedAt.getTime() || a.sequence - b.sequence),
+  );
+}
+
+/**
+ * Keeps each aggregate's events in sequence order, in the places its events take in `events`: an
+ * aggregate held by `parkAfterAttempts` parks its later events behind the first in whatever order
+ * they arrived (a classic bus may deliver #5 before #4), and its replay must apply them in order.
+ */
+function inAggregateOrder(events: ParkedEvent[]): ParkedEvent[] {
+  const byAggregate = new Map<string, ParkedEvent[]>();
+  const keyOf = (e: ParkedEvent) => `${e.aggregateType}\u0000${e.aggregateId}`;
+  for (const e of events) byAggregate.set(keyOf(e), [...(byAggregate.get(keyOf(e)) ?? []), e]);
+  for (const list of byAggregate.values()) list.sort((a, b) => a.sequence - b.sequence);
+  return events.map((e) => byAggregate.get(keyOf(e))?.shift() as ParkedEvent);
 }
 
 /**

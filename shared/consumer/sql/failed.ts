@@ -19,6 +19,8 @@ export interface FailureRecord {
   event: EventBridgeEvent<string, unknown>;
   errorName: string;
   errorMessage: string;
+  /** The handler failed (not the inbox's own wait or checks): counted in `handler_failures`. */
+  handlerFailure?: boolean;
 }
 
 /**
@@ -35,6 +37,7 @@ export const UNFINISHED_ATTEMPT = 'InboxAttemptUnfinished';
  * committed), the trace is deleted instead, and an attempt row is not written: nothing is missing.
  */
 export function recordFailure(sql: Sql, r: FailureRecord, counted: boolean) {
+  const h = r.handlerFailure ? 1 : 0;
   // Compact: a consumer's Lambda bundle carries this text (test/repo/packages.test.ts bounds it).
   return sql`
 with recorded as (
@@ -44,11 +47,12 @@ with recorded as (
   delete from inbox_failed where consumer = ${r.consumer} and event_id = ${r.eventId}
   and exists (select from recorded)
 )
-insert into inbox_failed as f (consumer, event_id, message_key, event, error_name, error_message)
-select ${r.consumer}, ${r.eventId}, ${r.key ?? null}, ${sql.json(r.event as never)}, ${r.errorName}, ${r.errorMessage}
+insert into inbox_failed as f (consumer, event_id, message_key, event, error_name, error_message, handler_failures)
+select ${r.consumer}, ${r.eventId}, ${r.key ?? null}, ${sql.json(r.event as never)}, ${r.errorName}, ${r.errorMessage}, ${h}
 where not exists (select from recorded)
 on conflict (consumer, event_id) do update set
 message_key = coalesce(excluded.message_key, f.message_key), event = excluded.event,
 error_name = excluded.error_name, error_message = excluded.error_message,
-attempts = f.attempts + case when ${counted}::boolean then 0 else 1 end, last_failed_at = now()`;
+attempts = f.attempts + case when ${counted}::boolean then 0 else 1 end, last_failed_at = now(),
+handler_failures = f.handler_failures + ${h}`;
 }

@@ -6,6 +6,13 @@ export { advanceChain } from './advance-chain.ts';
 export { type ChainKey, chainRow } from './chain.ts';
 export { type FailureRecord, recordFailure, UNFINISHED_ATTEMPT } from './failed.ts';
 export { clearGap, type DbGapWait, type GapPlace, readGap, rememberGap } from './gap.ts';
+export {
+  type DbHeldEvent,
+  markHeld,
+  readHandlerFailures,
+  readHolder,
+  readHoldsChain,
+} from './hold.ts';
 export { type DbChainState, lockChain, readChainPosition } from './lock-chain.ts';
 export { type DbMessageOutcome, lockMessage } from './lock-message.ts';
 export { markParked } from './mark-parked.ts';

@@ -5,7 +5,7 @@ import type { Tx } from '../../platform/db.ts';
 export async function markReplayed(tx: Tx, consumer: string, key: string): Promise<void> {
   await tx`
         update inbox_message
-        set outcome = 'processed', processed_at = now(), event = null,
+        set outcome = 'processed', processed_at = now(), event = null, holds_chain = null,
             reason = 'parked, then replayed by an operator: ' || coalesce(reason, '')
         where consumer = ${consumer} and message_key = ${key}`;
 }

@@ -12,7 +12,9 @@
  *   per-entry codes are the classic bus's: the model types ErrorCode as a plain string);
  * - deduplication: an entry whose `DeduplicationId` the bus accepted within the last
  *   {@link DEDUP_WINDOW_MS} is answered `SuccessCode: DEDUPLICATED` with the first one's EventId and
- *   SequenceNumber, and is not delivered again;
+ *   SequenceNumber, and is not delivered again. The scope is the account (of the bus ARN), the
+ *   `EventGroupId` and the `DeduplicationId`, as the API reference states it: the same id in two
+ *   groups is two events, and the same id and group on two buses of one account is one;
  * - order: accepted entries get the bus's next `SequenceNumber` (per bus ARN) in request order, and
  *   are recorded in that order: a FIFO subscriber of a group reads the recorded events of its
  *   `EventGroupId` in that order ({@link fifoDeliveries});
@@ -31,10 +33,7 @@ import type { AcceptedEvent, BusStats, Faults } from './types.ts';
 export const EVENTSV2_MAX_ENTRIES = 100;
 /** Characters of a `DeduplicationId` (the API reference). */
 export const MAX_DEDUPLICATION_ID_LENGTH = 128;
-/**
- * Characters of an `EventGroupId`. Not stated in the model: 128, as for `DeduplicationId` and an SQS
- * FIFO MessageGroupId (an assumption, the same number the relay keeps group ids under).
- */
+/** Characters of an `EventGroupId`: 1–128 (the API reference); the relay hashes longer keys. */
 export const MAX_EVENT_GROUP_ID_LENGTH = 128;
 /** How long a DeduplicationId is remembered, ms: 5 minutes. */
 export const DEDUP_WINDOW_MS = 5 * 60_000;
@@ -66,23 +65,36 @@ export class EventsV2State {
     return next.toString();
   }
 
-  /** The accepted entry with this id on this bus within the window, if any. */
-  duplicate(busArn: string, dedupId: string, now: number) {
-    const key = `${busArn}\u0000${dedupId}`;
+  /** The accepted entry with this id in this account and group within the window, if any. */
+  duplicate(busArn: string, groupId: string | undefined, dedupId: string, now: number) {
+    const key = dedupKey(busArn, groupId, dedupId);
     const seen = this.#seen.get(key);
     if (seen && now - seen.at < DEDUP_WINDOW_MS) return seen;
     if (seen) this.#seen.delete(key);
     return undefined;
   }
 
-  remember(busArn: string, dedupId: string, at: number, eventId: string, sequenceNumber: string): void {
-    this.#seen.set(`${busArn}\u0000${dedupId}`, { at, eventId, sequenceNumber });
+  remember(
+    busArn: string,
+    groupId: string | undefined,
+    dedupId: string,
+    at: number,
+    eventId: string,
+    sequenceNumber: string,
+  ): void {
+    this.#seen.set(dedupKey(busArn, groupId, dedupId), { at, eventId, sequenceNumber });
   }
 
   reset(): void {
     this.#seen.clear();
     this.#sequences.clear();
   }
+}
+
+/** Deduplication's scope: the bus ARN's account, the EventGroupId (none is its own scope) and the id. */
+function dedupKey(busArn: string, groupId: string | undefined, dedupId: string): string {
+  const account = busArn.split(':')[4] ?? '';
+  return [account, groupId === undefined ? '\u0001' : `g${groupId}`, dedupId].join('\u0000');
 }
 
 /** Whether a request is for the Custom Event Bus's API (RPC v2 CBOR) rather than the classic one. */
@@ -192,7 +204,7 @@ export async function handleEventsV2(
     }
     const meta = (entry.SystemMetadata ?? {}) as { EventGroupId?: string; DeduplicationId?: string };
     if (meta.DeduplicationId !== undefined) {
-      const seen = state.duplicate(busArn, meta.DeduplicationId, now);
+      const seen = state.duplicate(busArn, meta.EventGroupId, meta.DeduplicationId, now);
       if (seen) {
         stats.deduplicated++;
         return { EventId: seen.eventId, SequenceNumber: seen.sequenceNumber, SuccessCode: 'DEDUPLICATED' };
@@ -216,7 +228,7 @@ export async function handleEventsV2(
       sequenceNumber,
     };
     if (meta.DeduplicationId !== undefined) {
-      state.remember(busArn, meta.DeduplicationId, now, accepted.id, sequenceNumber);
+      state.remember(busArn, meta.EventGroupId, meta.DeduplicationId, now, accepted.id, sequenceNumber);
     }
     ctx.record(accepted);
     return { EventId: accepted.id, SequenceNumber: sequenceNumber, SuccessCode: 'PUBLISHED' };

@@ -189,16 +189,22 @@ syntheticRegistry.registerError(
   EventsV2ServiceException,
 );
 const errorRegistry = TypeRegistry.for(n0);
-// The errors PutEvents can answer with as a whole (the model's error shapes and their HTTP status).
+// The errors PutEvents can answer with as a whole: exactly the operation's `@throws` list in the
+// generated client (aws/aws-sdk-js-v3 clients/client-eventbridgev2/src/commands/PutEventsCommand.ts:
+// InternalException, InvalidStateException, ResourceNotFoundException, AccessDeniedException,
+// InvalidInputException, ThrottlingException), each with its schema's HTTP status
+// (src/schemas/schemas_0.ts). LimitExceededException is a shape of the model but not an error of
+// PutEvents (only of the create operations), so it is not registered. InvalidStateException (409)
+// is a bus still being created: publisher.ts's requestFailure treats it as back-pressure.
 // The SDK's retry strategy reads the name (ThrottlingException is a throttling error) and the status
 // (500 is transient); an error not listed here still arrives, as EventsV2ServiceException.
 for (const [name, status, fault] of [
   ['ThrottlingException', 429, 'client'],
   ['InternalException', 500, 'server'],
   ['InvalidInputException', 400, 'client'],
+  ['InvalidStateException', 409, 'client'],
   ['AccessDeniedException', 403, 'client'],
   ['ResourceNotFoundException', 404, 'client'],
-  ['LimitExceededException', 400, 'client'],
 ] as const) {
   const ctor = class extends EventsV2ServiceException {
     constructor(options: object) {
@@ -405,3 +411,22 @@ export class EventsV2Client extends (Client as unknown as new (
     return super.send(command, options) as Promise<EventsV2PutEventsOutput>;
   }
 }
+
+/** The official client's input and output type names. */
+export type {
+  EventsV2ClientConfig as EventBridgeV2ClientConfig,
+  EventsV2PutEventsInput as PutEventsCommandInput,
+  EventsV2PutEventsOutput as PutEventsCommandOutput,
+  EventsV2PutEventsRequestEntry as PutEventsRequestEntry,
+  EventsV2PutEventsResultEntry as PutEventsResultEntry,
+};
+/**
+ * The names `@aws-sdk/client-eventbridgev2` exports: code written against these switches to the
+ * official client by changing its import line alone.
+ */
+/** The official client's base exception name. */
+export {
+  EventsV2Client as EventBridgeV2Client,
+  EventsV2PutEventsCommand as PutEventsCommand,
+  EventsV2ServiceException as EventBridgeV2ServiceException,
+};

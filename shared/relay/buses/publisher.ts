@@ -109,6 +109,9 @@ export function requestFailure(error: unknown): EntryOutcome {
     const code = err.name ?? 'Error';
     const status = err.$metadata?.httpStatusCode;
     const throttled = code === 'ThrottlingException' || status === 429;
+    // A Custom Event Bus still being created (EventsV2 InvalidStateException, HTTP 409) will take
+    // events in a moment: waited out as back-pressure, never counted towards a dead letter.
+    const notReady = code === 'InvalidStateException';
     return {
       ok: false as const,
       code,
@@ -121,7 +124,7 @@ export function requestFailure(error: unknown): EntryOutcome {
       // No HTTP status: the request never got an answer (network, timeout, aborted). 5xx: the
       // service failed. Neither says anything about the entries, so their attempt is given back.
       // Other 4xx still count, so that a refusal that never heals ends in a visible dead letter.
-      backPressure: throttled || status === undefined || status >= 500,
+      backPressure: throttled || notReady || status === undefined || status >= 500,
     };
   }
 }
