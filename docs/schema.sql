@@ -67,6 +67,7 @@ create table inbox_message (
 CREATE INDEX inbox_message_held_idx ON public.inbox_message USING btree (consumer, aggregate_type, aggregate_id, sequence) WHERE holds_chain;
 CREATE INDEX inbox_message_parked_idx ON public.inbox_message USING btree (consumer, processed_at) WHERE (outcome = ANY (ARRAY['parked'::text, 'replaying'::text]));
 CREATE INDEX inbox_message_processed_at_idx ON public.inbox_message USING btree (processed_at);
+CREATE TRIGGER inbox_message_clears_trace AFTER INSERT ON public.inbox_message FOR EACH ROW EXECUTE FUNCTION inbox_message_clears_trace();
 alter table inbox_message enable row level security;
 
 create table outbox (
@@ -120,6 +121,20 @@ create table outbox_idempotency_key (
   constraint outbox_idempotency_key_pkey PRIMARY KEY (idempotency_key, producer, source)
 );
 CREATE INDEX outbox_idempotency_key_created_at_idx ON public.outbox_idempotency_key USING btree (created_at);
+
+CREATE OR REPLACE FUNCTION public.inbox_message_clears_trace()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  execute format('delete from %I.inbox_failed where consumer = $1 and (event_id = $2 or message_key = $3)',
+                 TG_TABLE_SCHEMA)
+    using new.consumer, new.event_id, new.message_key;
+  return null;
+end
+$function$;
+-- privileges: default (PUBLIC may execute)
 
 CREATE OR REPLACE FUNCTION public.outbox_aggregate_refuse_stale_bump()
  RETURNS trigger

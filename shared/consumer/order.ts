@@ -208,7 +208,7 @@ export async function decide<T>(
     return { apply: 'late' };
   }
 
-  const advance = () => advanceChain(tx, chainKey, position);
+  const advance = () => advanceChain(tx, chainKey, position, d.source);
   if (position === last + 1n || s.order === 'ignore-stale') {
     await advance();
     await clearGap();

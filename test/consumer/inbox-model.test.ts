@@ -136,6 +136,14 @@ interface Model {
   waiting: Map<string, { first: number; last: number }>;
   /** parkAfterAttempts: per event, its handler's failures since it was last parked. */
   handlerFailures: Map<string, number>;
+  /**
+   * Events parked by a delivery and not re-applied by the operator since: a later delivery of one
+   * (a redelivery, a replay) is answered `parked` again without waiting or being counted (issue 45,
+   * item 4), so it is no new park.
+   */
+  parked: Set<string>;
+  /** Parks the model saw (first ones only), for the InboxParked count. */
+  parks: number;
 }
 
 /** parkAfterAttempts: the outcome of the event's record before an attempt (undefined: none, or off). */
@@ -231,10 +239,16 @@ async function attempt(
   const outcome = swallowed ? answered.slice('swallowed '.length) : answered;
   // Parked for its handler's failures, or behind such an event: held, not taken by its chain.
   const held = await heldPark(m, e, outcome, fails || r.poisoned.has(e.eventId), before);
+  // A parked event delivered again stays parked: neither waited for nor taken anew.
+  const again = outcome === 'parked' && m.parked.has(e.eventId);
+  if (outcome === 'parked' && !again) {
+    m.parked.add(e.eventId);
+    m.parks++;
+  }
   // A taken event never holds its chain back: once the event before it in its chain is taken
   // (applied or parked), an event neither waits for a gap nor is parked.
   // (Of two attempts at once, either may have been decided first: that is left to the order check.)
-  if (!concurrent && !held && (outcome === 'parked' || outcome.startsWith('error:InboxGapError'))) {
+  if (!concurrent && !held && !again && (outcome === 'parked' || outcome.startsWith('error:InboxGapError'))) {
     const before = m.events.find(
       (p) => chainKey(m, p) === chainKey(m, e) && position(m, p) === position(m, e) - 1,
     );
@@ -255,7 +269,7 @@ async function attempt(
       if (w === undefined || m.clock - w.last > MAX_EVENT_AGE)
         m.waiting.set(e.eventId, { first: m.clock, last: m.clock });
       else w.last = m.clock;
-    } else if (outcome === 'ahead' || (outcome === 'parked' && !held)) {
+    } else if (outcome === 'ahead' || (outcome === 'parked' && !held && !again)) {
       // 20 s of slack: the database's clock also moved on by the run's real time.
       expect(
         waitedBefore + 20,
@@ -268,7 +282,7 @@ async function attempt(
   m.log.push(
     `#${inv.id} ${inv.event.source}/${inv.event.aggregateId}#${inv.event.sequence}${inv.event.type} → ${outcome}`,
   );
-  settle(m, inv, swallowed ? 'swallowed' : held ? 'held' : outcome);
+  settle(m, inv, swallowed ? 'swallowed' : held ? 'held' : again ? 'parked again' : outcome);
   return outcome;
 }
 
@@ -626,6 +640,7 @@ async function replayParked(m: Model, r: Real): Promise<void> {
   // What `outbox inbox parked replay --function-name` does: mark, then invoke with each event.
   const parked = await markParkedForReplay(db.sql, { consumer: 'model' });
   for (const p of parked) {
+    m.parked.delete(p.eventId);
     const outcome = await r.handler(p.event);
     m.log.push(`replay of parked ${p.eventId} → ${outcome}`);
     const e = m.events.find((x) => x.eventId === p.eventId);
@@ -713,6 +728,7 @@ async function finalCheck(m: Model): Promise<void> {
     ).toBe(1);
   }
   expect(m.metrics.get('InboxStale') ?? 0, 'every stale event counted').toBe(stale);
+  expect(m.metrics.get('InboxParked') ?? 0, 'every park counted once').toBe(m.parks);
   expect(m.failed).toEqual([]);
 }
 
@@ -776,6 +792,8 @@ describe('inbox model', () => {
           swallowed: [],
           waiting: new Map(),
           handlerFailures: new Map(),
+          parked: new Set(),
+          parks: 0,
         };
         const options: InboxOptions<Record<string, unknown>> = {
           sql: db.sql,

@@ -45,12 +45,14 @@ export async function lockChain(tx: Tx, k: ChainKey): Promise<bigint | undefined
 
 /**
  * The chain's position now, without a lock and outside any transaction: what an event waiting in
- * its invocation for a lower one of its chain polls (order.ts). Undefined when the chain has no row.
+ * its invocation for a lower one of its chain polls (order.ts). The highest of the aggregate's rows
+ * for the chain: a consumer of the previous release beside this one moves only its per-source row.
+ * Undefined when the chain has no row.
  */
 export async function readChainPosition(sql: Sql, k: ChainKey): Promise<bigint | undefined> {
-  const [row] = await sql<DbChainState[]>`
-      select last_sequence from inbox_aggregate
+  const [row] = await sql<{ last_sequence: string | null }[]>`
+      select max(last_sequence) as last_sequence from inbox_aggregate
       where consumer = ${k.consumer} and aggregate_type = ${k.aggregateType}
-        and aggregate_id = ${k.aggregateId} and source = '' and chain = ${k.chain}`;
-  return row ? BigInt(row.last_sequence) : undefined;
+        and aggregate_id = ${k.aggregateId} and chain = ${k.chain}`;
+  return row?.last_sequence == null ? undefined : BigInt(row.last_sequence);
 }
