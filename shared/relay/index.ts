@@ -44,6 +44,8 @@ export {
 export type { RelayCounts } from './counts.ts';
 export { type FailureReason, FailureReasons } from './failure-reasons.ts';
 export {
+  IDLE_POLL_FLOOR_MS,
+  idlePollMs,
   type PassReport,
   type RelayRunResult,
   type RunRelayOptions,

@@ -150,11 +150,27 @@ export type RelayRunResult = RelayCounts & { passes: number; stopReason: StopRea
 const MIN_LEASE_SECONDS = RELAY_INVOCATION_END.minLeaseSeconds;
 /** Time kept back at the end of an invocation for the final marks and the summary, ms. */
 const DEADLINE_MARGIN_MS = RELAY_INVOCATION_END.marginMs;
+/**
+ * First wait after an empty claim, ms. It doubles after every further empty claim up to
+ * `pollIntervalMs`: an event committed just after a burst drained waits ~10 ms, not a whole poll
+ * interval, while a relay that stays quiet claims no more often than before.
+ */
+export const IDLE_POLL_FLOOR_MS = 10;
+
+/**
+ * The wait after the `emptyClaims`-th empty claim in a row (1 for the first): 10, 20, 40 … ms,
+ * capped at `pollIntervalMs` (never below it when the setting itself is lower than the floor).
+ */
+export function idlePollMs(emptyClaims: number, pollIntervalMs: number): number {
+  const floor = Math.min(IDLE_POLL_FLOOR_MS, pollIntervalMs);
+  return Math.min(pollIntervalMs, floor * 2 ** Math.min(Math.max(0, emptyClaims - 1), 20));
+}
 
 /**
  * Relays until stopped: by `signal`, after one pass (`once`), when the outbox is drained
- * (`untilEmpty`), or when `remainingMs` can no longer cover a lease. Polls every
- * `settings.pollIntervalMs` while idle. Under back-pressure (throttling, a request that failed as a
+ * (`untilEmpty`), or when `remainingMs` can no longer cover a lease. After an empty claim it waits
+ * 10 ms, doubling after every further empty claim up to `settings.pollIntervalMs` (see
+ * {@link idlePollMs}), and starts from 10 ms again after a claim that found rows. Under back-pressure (throttling, a request that failed as a
  * whole) the whole loop pauses (doubling up to 2 s) rather than sending more into it. A pass that
  * failed on the database is retried after a backoff; its rows are handed back once the database
  * answers, and, given a {@link ConnectionPool}, its connections are replaced first.
@@ -190,6 +206,7 @@ async function runLane(options: RunRelayOptions & { unreturned: UnreturnedLeases
   let backPressureStreak = 0;
   let consecutiveErrors = 0;
   let lastClaimAt = performance.now();
+  let emptyClaims = 0;
   const stop = (stopReason: StopReason) => ({ ...totals, passes, stopReason });
 
   for (;;) {
@@ -237,8 +254,10 @@ async function runLane(options: RunRelayOptions & { unreturned: UnreturnedLeases
     pressurePauseMs = Math.floor(pressurePauseMs / 2);
     if (counts.claimed > 0) {
       lastClaimAt = performance.now();
+      emptyClaims = 0;
       continue;
     }
+    emptyClaims++;
     // Economy: a quiet relay returns rather than bill its invocation's remaining time for polls
     // that find nothing; the lag of an event that arrives after it is up to one schedule period.
     if (options.idleReturnMs !== undefined && performance.now() - lastClaimAt >= options.idleReturnMs)
@@ -254,7 +273,9 @@ async function runLane(options: RunRelayOptions & { unreturned: UnreturnedLeases
       });
       if (!pending) return stop('empty');
     }
-    await pause(settings.pollIntervalMs, options);
+    // Back off from 10 ms: right after a burst the next event is likely close (lanes that found
+    // nothing while another lane drained), while a quiet relay settles at the poll interval.
+    await pause(idlePollMs(emptyClaims, settings.pollIntervalMs), options);
   }
 }
 
