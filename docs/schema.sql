@@ -563,6 +563,71 @@ end
 $function$;
 -- privileges: owner=X/owner
 
+CREATE OR REPLACE FUNCTION public.outbox_inbox_check_consumer(table_name regclass, consumer text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if pg_catalog.pg_has_role(session_user,
+       (select c.relowner from pg_catalog.pg_class c where c.oid = table_name), 'MEMBER')
+     or (select r.rolbypassrls from pg_catalog.pg_roles r where r.rolname = session_user)
+     or exists (
+       select from pg_catalog.pg_policy p
+       where p.polrelid = table_name and p.polcmd in ('*', 'd')
+         and (0::oid = any (p.polroles)
+              or exists (select from pg_catalog.unnest(p.polroles) as g(role_oid)
+                         where pg_catalog.pg_has_role(session_user, g.role_oid, 'MEMBER')))
+         and pg_catalog.pg_get_expr(p.polqual, p.polrelid)
+             in ('true', pg_catalog.format('(consumer = %L::text)', consumer))) then
+    return;
+  end if;
+  raise exception 'permission denied: role % may not touch the % rows of consumer %',
+    session_user, table_name, consumer using errcode = '42501';
+end
+$function$;
+-- privileges: owner=X/owner
+
+CREATE OR REPLACE FUNCTION public.outbox_inbox_forget_failed(consumer text, event_id text, message_key text)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  deleted integer;
+begin
+  perform public.outbox_inbox_check_consumer('public.inbox_failed'::regclass, consumer);
+  delete from public.inbox_failed f
+  where f.consumer = outbox_inbox_forget_failed.consumer
+    and (f.event_id = outbox_inbox_forget_failed.event_id
+         or f.message_key = outbox_inbox_forget_failed.message_key);
+  get diagnostics deleted = row_count;
+  return deleted;
+end
+$function$;
+-- privileges: owner=X/owner
+
+CREATE OR REPLACE FUNCTION public.outbox_inbox_forget_gap(consumer text, message_key text)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  deleted integer;
+begin
+  perform public.outbox_inbox_check_consumer('public.inbox_gap'::regclass, consumer);
+  delete from public.inbox_gap g
+  where g.consumer = outbox_inbox_forget_gap.consumer
+    and g.message_key = outbox_inbox_forget_gap.message_key;
+  get diagnostics deleted = row_count;
+  return deleted;
+end
+$function$;
+-- privileges: owner=X/owner
+
 CREATE OR REPLACE FUNCTION public.outbox_inbox_policy(table_name regclass, role_name text, consumer text)
  RETURNS void
  LANGUAGE plpgsql
