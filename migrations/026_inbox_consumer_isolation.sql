@@ -29,18 +29,34 @@ begin
   execute replace($sql$
 create function @extschema@.outbox_inbox_check_consumer(table_name regclass, consumer text)
 returns void language plpgsql stable set search_path = pg_catalog, pg_temp as $fn$
+declare
+  p record;
 begin
+  -- The common case first, one index probe: the session logged in as a role whose own policy
+  -- (named after it by outbox_inbox_policy) is this consumer's or every consumer's.
+  select q.polqual, q.polrelid into p from pg_catalog.pg_policy q
+  where q.polrelid = table_name and q.polname = session_user and q.polcmd in ('*', 'd')
+    and pg_catalog.to_regrole(pg_catalog.quote_ident(session_user)) = any (q.polroles);
+  if found and pg_catalog.pg_get_expr(p.polqual, p.polrelid)
+               in ('true', pg_catalog.format('(consumer = %L::text)', consumer)) then
+    return;
+  end if;
+  -- Else the policies of every role the session's user is a member of, or PUBLIC's.
+  for p in
+    select q.polqual, q.polrelid from pg_catalog.pg_policy q
+    where q.polrelid = table_name and q.polcmd in ('*', 'd')
+      and (0::oid = any (q.polroles)
+           or exists (select from pg_catalog.unnest(q.polroles) as g(role_oid)
+                      where pg_catalog.pg_has_role(session_user, g.role_oid, 'MEMBER')))
+  loop
+    if pg_catalog.pg_get_expr(p.polqual, p.polrelid)
+       in ('true', pg_catalog.format('(consumer = %L::text)', consumer)) then
+      return;
+    end if;
+  end loop;
   if pg_catalog.pg_has_role(session_user,
        (select c.relowner from pg_catalog.pg_class c where c.oid = table_name), 'MEMBER')
-     or (select r.rolbypassrls from pg_catalog.pg_roles r where r.rolname = session_user)
-     or exists (
-       select from pg_catalog.pg_policy p
-       where p.polrelid = table_name and p.polcmd in ('*', 'd')
-         and (0::oid = any (p.polroles)
-              or exists (select from pg_catalog.unnest(p.polroles) as g(role_oid)
-                         where pg_catalog.pg_has_role(session_user, g.role_oid, 'MEMBER')))
-         and pg_catalog.pg_get_expr(p.polqual, p.polrelid)
-             in ('true', pg_catalog.format('(consumer = %L::text)', consumer))) then
+     or (select r.rolbypassrls from pg_catalog.pg_roles r where r.rolname = session_user) then
     return;
   end if;
   raise exception 'permission denied: role % may not touch the % rows of consumer %',

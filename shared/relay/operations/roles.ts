@@ -19,7 +19,10 @@
  *   020); a consumer's own role (`<consumer role>_<consumer>`, {@link consumerRoleName}, made for
  *   each name in `options.consumers`) has the same grants but touches only its consumer's rows:
  *   the inbox tables have row-level security, with a policy per role (migration 020): `consumer =
- *   '<consumer>'` for a consumer's own role, every row for the monitor and the shared role.
+ *   '<consumer>'` for a consumer's own role, every row for the monitor and the shared role. No
+ *   inbox role holds a table-level UPDATE or DELETE, with which it could lock the tables against
+ *   every other consumer (migration 026); its idle transactions end after
+ *   `CONSUMER_IDLE_IN_TRANSACTION_TIMEOUT_MS`.
  * Each logs in through RDS Proxy with IAM (`rds_iam`, granted where it exists, i.e. on RDS), and
  * gets its statement timeout as a role default, so clients need no `SET` (which would pin).
  * Grants are revoked first where older versions gave more, so a redeploy takes them away.
