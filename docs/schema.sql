@@ -581,6 +581,87 @@ end
 $function$;
 -- privileges: owner=X/owner
 
+CREATE OR REPLACE FUNCTION public.outbox_inbox_check_consumer(table_name regclass, consumer text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  p record;
+begin
+  -- The common case first, one index probe: the session logged in as a role whose own policy
+  -- (named after it by outbox_inbox_policy) is this consumer's or every consumer's.
+  select q.polqual, q.polrelid into p from pg_catalog.pg_policy q
+  where q.polrelid = table_name and q.polname = session_user and q.polcmd in ('*', 'd')
+    and pg_catalog.to_regrole(pg_catalog.quote_ident(session_user)) = any (q.polroles);
+  if found and pg_catalog.pg_get_expr(p.polqual, p.polrelid)
+               in ('true', pg_catalog.format('(consumer = %L::text)', consumer)) then
+    return;
+  end if;
+  -- Else the policies of every role the session's user is a member of, or PUBLIC's.
+  for p in
+    select q.polqual, q.polrelid from pg_catalog.pg_policy q
+    where q.polrelid = table_name and q.polcmd in ('*', 'd')
+      and (0::oid = any (q.polroles)
+           or exists (select from pg_catalog.unnest(q.polroles) as g(role_oid)
+                      where pg_catalog.pg_has_role(session_user, g.role_oid, 'MEMBER')))
+  loop
+    if pg_catalog.pg_get_expr(p.polqual, p.polrelid)
+       in ('true', pg_catalog.format('(consumer = %L::text)', consumer)) then
+      return;
+    end if;
+  end loop;
+  if pg_catalog.pg_has_role(session_user,
+       (select c.relowner from pg_catalog.pg_class c where c.oid = table_name), 'MEMBER')
+     or (select r.rolbypassrls from pg_catalog.pg_roles r where r.rolname = session_user) then
+    return;
+  end if;
+  raise exception 'permission denied: role % may not touch the % rows of consumer %',
+    session_user, table_name, consumer using errcode = '42501';
+end
+$function$;
+-- privileges: owner=X/owner
+
+CREATE OR REPLACE FUNCTION public.outbox_inbox_forget_failed(consumer text, event_id text, message_key text)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  deleted integer;
+begin
+  perform public.outbox_inbox_check_consumer('public.inbox_failed'::regclass, consumer);
+  delete from public.inbox_failed f
+  where f.consumer = outbox_inbox_forget_failed.consumer
+    and (f.event_id = outbox_inbox_forget_failed.event_id
+         or f.message_key = outbox_inbox_forget_failed.message_key);
+  get diagnostics deleted = row_count;
+  return deleted;
+end
+$function$;
+-- privileges: owner=X/owner
+
+CREATE OR REPLACE FUNCTION public.outbox_inbox_forget_gap(consumer text, message_key text)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  deleted integer;
+begin
+  perform public.outbox_inbox_check_consumer('public.inbox_gap'::regclass, consumer);
+  delete from public.inbox_gap g
+  where g.consumer = outbox_inbox_forget_gap.consumer
+    and g.message_key = outbox_inbox_forget_gap.message_key;
+  get diagnostics deleted = row_count;
+  return deleted;
+end
+$function$;
+-- privileges: owner=X/owner
+
 CREATE OR REPLACE FUNCTION public.outbox_inbox_policy(table_name regclass, role_name text, consumer text)
  RETURNS void
  LANGUAGE plpgsql

@@ -37,6 +37,14 @@ export const RELAY_INVOCATION_END = { minLeaseSeconds: 5, marginMs: 3_000 } as c
  */
 export const RELAY_IDLE_IN_TRANSACTION_TIMEOUT_MS = 8_000;
 
+/**
+ * The inbox roles' `idle_in_transaction_session_timeout`, ms: Lambda's longest timeout. An
+ * invocation's transaction stays open while its handler runs, and ends before the invocation does
+ * (shared/consumer/invocation.ts), so no legitimate one idles longer; a session that holds one
+ * open past it (a frozen container, or a role holding its locks on purpose) is ended by the server.
+ */
+export const CONSUMER_IDLE_IN_TRANSACTION_TIMEOUT_MS = 900_000;
+
 /** ms before its timeout at which a relay invocation stops polling (see {@link RELAY_INVOCATION_END}). */
 export const RELAY_STOPS_POLLING_BEFORE_TIMEOUT_MS =
   RELAY_INVOCATION_END.minLeaseSeconds * 1000 + RELAY_INVOCATION_END.marginMs;

@@ -35,21 +35,22 @@ export const UNFINISHED_ATTEMPT = 'InboxAttemptUnfinished';
  * error's name and message. When the event's record shows it applied, parked or acknowledged (a
  * COMMIT that went through although the invocation reported a failure, a concurrent delivery that
  * committed), the trace is deleted instead, and an attempt row is not written: nothing is missing.
+ * The delete is `outbox_inbox_forget_failed`'s (migration 026: a consumer's role has no DELETE),
+ * called in a materialized CTE the insert reads, so that it runs whichever way the check goes.
  */
 export function recordFailure(sql: Sql, r: FailureRecord, counted: boolean) {
   const h = r.handlerFailure ? 1 : 0;
   // Compact: a consumer's Lambda bundle carries this text (test/repo/packages.test.ts bounds it).
   return sql`
-with recorded as (
-  select from inbox_message where consumer = ${r.consumer} and message_key = ${r.key ?? null}
-  and event_id = ${r.eventId} and outcome <> 'replaying'
-), cleared as (
-  delete from inbox_failed where consumer = ${r.consumer} and event_id = ${r.eventId}
-  and exists (select from recorded)
+with recorded as materialized (
+  select exists (select from inbox_message where consumer = ${r.consumer} and message_key = ${r.key ?? null}
+  and event_id = ${r.eventId} and outcome <> 'replaying') as done
+), cleared as materialized (
+  select done, outbox_inbox_forget_failed(${r.consumer}, case when done then ${r.eventId}::text end, null) from recorded
 )
 insert into inbox_failed as f (consumer, event_id, message_key, event, error_name, error_message, handler_failures)
 select ${r.consumer}, ${r.eventId}, ${r.key ?? null}, ${sql.json(r.event as never)}, ${r.errorName}, ${r.errorMessage}, ${h}
-where not exists (select from recorded)
+from cleared where not done
 on conflict (consumer, event_id) do update set
 message_key = coalesce(excluded.message_key, f.message_key), event = excluded.event,
 error_name = excluded.error_name, error_message = excluded.error_message,

@@ -19,13 +19,17 @@
  *   020); a consumer's own role (`<consumer role>_<consumer>`, {@link consumerRoleName}, made for
  *   each name in `options.consumers`) has the same grants but touches only its consumer's rows:
  *   the inbox tables have row-level security, with a policy per role (migration 020): `consumer =
- *   '<consumer>'` for a consumer's own role, every row for the monitor and the shared role.
+ *   '<consumer>'` for a consumer's own role, every row for the monitor and the shared role. No
+ *   inbox role holds a table-level UPDATE or DELETE, with which it could lock the tables against
+ *   every other consumer (migration 026); its idle transactions end after
+ *   `CONSUMER_IDLE_IN_TRANSACTION_TIMEOUT_MS`.
  * Each logs in through RDS Proxy with IAM (`rds_iam`, granted where it exists, i.e. on RDS), and
  * gets its statement timeout as a role default, so clients need no `SET` (which would pin).
  * Grants are revoked first where older versions gave more, so a redeploy takes them away.
  */
 import type { Queryable } from '../../platform/index.ts';
 import {
+  CONSUMER_IDLE_IN_TRANSACTION_TIMEOUT_MS,
   connect,
   DEFAULT_ROLES,
   databasePasswords,
@@ -119,16 +123,32 @@ export const MONITOR_READS = [
 /**
  * The grants of a role that runs inboxes: the shared consumer role's and each consumer's own.
  * Which consumers' rows it touches is its row-level security policy's business.
+ *
+ * No table-level UPDATE or DELETE: LOCK TABLE checks table-level privileges, and either one lets a
+ * role take any lock on the table, ACCESS EXCLUSIVE included, and hold it in a transaction it leaves
+ * open: every other consumer's inbox would wait. With column-level UPDATE, and the deletes through
+ * functions that check whose rows they are (migration 026), the strongest table lock an inbox role
+ * can take is ROW EXCLUSIVE (its INSERT), which none of the inbox's statements waits for.
  */
 const INBOX_GRANTS = [
+  // What older versions granted, taken away (a redeploy narrows an existing role).
+  'revoke update, delete, truncate on inbox_message, inbox_aggregate, inbox_gap, inbox_failed from %I',
   // The inbox, and the operator's `outbox inbox parked list|replay|discard` (an update of the
   // record's outcome): nothing here deletes a record, which only the monitor prunes.
-  'grant select, insert, update on inbox_message to %I',
-  'grant select, insert, update on inbox_aggregate to %I',
-  'grant select, insert, update, delete on inbox_gap to %I',
+  'grant select, insert on inbox_message to %I',
+  'grant update (outcome, event, reason, processed_at) on inbox_message to %I',
+  'grant select, insert on inbox_aggregate to %I',
+  'grant update (last_sequence, updated_at) on inbox_aggregate to %I',
+  'grant select, insert on inbox_gap to %I',
+  'grant update (first_seen_at, last_seen_at, aggregate_type, aggregate_id, chain, position) on inbox_gap to %I',
   // the failure trace: written outside the invocation's transaction, deleted by the one that
   // applies the event; read by `outbox inbox failed list`
-  'grant select, insert, update, delete on inbox_failed to %I',
+  'grant select, insert on inbox_failed to %I',
+  'grant update (message_key, event, error_name, error_message, attempts, last_failed_at) on inbox_failed to %I',
+  'grant execute on function outbox_inbox_forget_failed(text, text, text), outbox_inbox_forget_gap(text, text) to %I',
+  // An invocation's transaction ends before the invocation does; one idle longer is cut off, its
+  // locks with it. Lock waits end on their own too, whatever statement_timeout the session sets.
+  `alter role %I set idle_in_transaction_session_timeout = '${CONSUMER_IDLE_IN_TRANSACTION_TIMEOUT_MS}ms'`,
 ];
 
 /**
@@ -146,6 +166,9 @@ export async function ensureRoles(
     consumer,
     role: consumerRoleName(consumer, roles),
   }));
+  // A lock wait ends by the statement timeout even in a session that raised its own
+  // statement_timeout: no relay or inbox session waits on a lock for longer.
+  const lockTimeout = `alter role %I set lock_timeout = '${statementTimeoutMs}ms'`;
   const grants: [string, string[]][] = [
     [
       roles.relay,
@@ -166,6 +189,7 @@ export async function ensureRoles(
         // The claim's transaction never idles past a round trip; a relay frozen inside it is cut
         // off after a lease (RELAY_IDLE_IN_TRANSACTION_TIMEOUT_MS), with no SET (which would pin).
         `alter role %I set idle_in_transaction_session_timeout = '${RELAY_IDLE_IN_TRANSACTION_TIMEOUT_MS}ms'`,
+        lockTimeout,
       ],
     ],
     [
@@ -200,8 +224,8 @@ export async function ensureRoles(
           'outbox_enqueue_many(text[], text[], text[], text[], jsonb[], text[], text[], integer) to %I',
       ],
     ],
-    [roles.consumer, INBOX_GRANTS],
-    ...consumers.map(({ role }): [string, string[]] => [role, INBOX_GRANTS]),
+    [roles.consumer, [...INBOX_GRANTS, lockTimeout]],
+    ...consumers.map(({ role }): [string, string[]] => [role, [...INBOX_GRANTS, lockTimeout]]),
   ];
   for (const [role, statements] of grants) {
     // DDL takes no bind parameters: outbox_ensure_role (migrations 004, 017) quotes names with

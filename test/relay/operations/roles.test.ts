@@ -473,6 +473,7 @@ describe('database roles, each doing its real work as itself', () => {
       'jit=off',
       'plan_cache_mode=force_custom_plan',
       'idle_in_transaction_session_timeout=8000ms',
+      'lock_timeout=7000ms',
     ]);
     // A client that sends no startup parameter (as behind RDS Proxy) gets the role's defaults.
     const plain = postgres(testRoles.urlOf(roles.relay), { max: 1, onnotice: () => {} });
