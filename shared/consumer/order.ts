@@ -267,7 +267,7 @@ async function releaseChain<T>(tx: Tx, s: OrderSettings, d: Delivery<T>): Promis
   if (position === undefined) return;
   const key = chainOf(s.consumer, d, chain);
   const last = await lockChain(tx, key, d);
-  if (position > last) await advanceChain(tx, key, position);
+  if (position > last) await advanceChain(tx, key, position, d.source);
 }
 
 /**

@@ -136,7 +136,7 @@ const INBOX_GRANTS = [
   // The inbox, and the operator's `outbox inbox parked list|replay|discard` (an update of the
   // record's outcome): nothing here deletes a record, which only the monitor prunes.
   'grant select, insert on inbox_message to %I',
-  'grant update (outcome, event, reason, processed_at) on inbox_message to %I',
+  'grant update (outcome, event, reason, processed_at, holds_chain) on inbox_message to %I',
   'grant select, insert on inbox_aggregate to %I',
   'grant update (last_sequence, updated_at) on inbox_aggregate to %I',
   'grant select, insert on inbox_gap to %I',
@@ -144,7 +144,7 @@ const INBOX_GRANTS = [
   // the failure trace: written outside the invocation's transaction, deleted by the one that
   // applies the event; read by `outbox inbox failed list`
   'grant select, insert on inbox_failed to %I',
-  'grant update (message_key, event, error_name, error_message, attempts, last_failed_at) on inbox_failed to %I',
+  'grant update (message_key, event, error_name, error_message, attempts, last_failed_at, handler_failures) on inbox_failed to %I',
   'grant execute on function outbox_inbox_forget_failed(text, text, text), outbox_inbox_forget_gap(text, text) to %I',
   // An invocation's transaction ends before the invocation does; one idle longer is cut off, its
   // locks with it. Lock waits end on their own too, whatever statement_timeout the session sets.
