@@ -643,6 +643,17 @@ async function replayParked(m: Model, r: Real): Promise<void> {
     m.parked.delete(p.eventId);
     const outcome = await r.handler(p.event);
     m.log.push(`replay of parked ${p.eventId} → ${outcome}`);
+    // Failed again and parked again (parkAfterAttempts): a new park, counted again. One left
+    // marked for replay behind a lower event that parked again is answered `parked` too, but its
+    // record stays `replaying`: no new park.
+    if (outcome === 'parked') {
+      const [row] = await db.sql<{ outcome: string }[]>`
+        select outcome from inbox_message where consumer = 'model' and event_id = ${p.eventId}`;
+      if (row?.outcome === 'parked') {
+        m.parked.add(p.eventId);
+        m.parks++;
+      }
+    }
     const e = m.events.find((x) => x.eventId === p.eventId);
     if (e) await heldPark(m, e, outcome, r.poisoned.has(e.eventId), 'replaying');
     // Taken by its chain now (a held event's chain stood below it until this replay).
