@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connect, type Sql } from '../../shared/platform/index.ts';
+import { connect, OUTBOX_SEARCH_PATH, type Sql } from '../../shared/platform/index.ts';
 import { enqueue, type OutboxEvent } from '../../shared/producer/index.ts';
 import { recordFailures, releaseUnsent } from '../../shared/relay/sql/index.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
@@ -20,7 +20,7 @@ let relay: Sql;
 let otherProducer: Sql;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
+  db = await createTestDatabase({ searchPath: OUTBOX_SEARCH_PATH });
   testRoles = await createTestRoles(db);
   const role = testRoles.roles.producer;
   // The threat model: a producer whose own tables live in a schema the privileged sessions search.

@@ -38,13 +38,13 @@ export function recordFailure(sql: Sql, r: FailureRecord, counted: boolean) {
   // Compact: a consumer's Lambda bundle carries this text (test/repo/packages.test.ts bounds it).
   return sql`
 with recorded as (
-  select from inbox_message where consumer = ${r.consumer} and message_key = ${r.key ?? null}
+  select from outbox.inbox_message where consumer = ${r.consumer} and message_key = ${r.key ?? null}
   and event_id = ${r.eventId} and outcome <> 'replaying'
 ), cleared as (
-  delete from inbox_failed where consumer = ${r.consumer} and event_id = ${r.eventId}
+  delete from outbox.inbox_failed where consumer = ${r.consumer} and event_id = ${r.eventId}
   and exists (select from recorded)
 )
-insert into inbox_failed as f (consumer, event_id, message_key, event, error_name, error_message)
+insert into outbox.inbox_failed as f (consumer, event_id, message_key, event, error_name, error_message)
 select ${r.consumer}, ${r.eventId}, ${r.key ?? null}, ${sql.json(r.event as never)}, ${r.errorName}, ${r.errorMessage}
 where not exists (select from recorded)
 on conflict (consumer, event_id) do update set

@@ -39,11 +39,11 @@ export async function readGap(tx: Tx, place: GapPlace, last: bigint): Promise<Db
   const { chain: k, eventId, position, forgetAfterSeconds } = place;
   const [row] = await tx<DbGapWait[]>`
     select
-      (select extract(epoch from now() - first_seen_at)::float8 from inbox_gap
+      (select extract(epoch from now() - first_seen_at)::float8 from outbox.inbox_gap
         where consumer = ${k.consumer} and message_key = ${eventId}) as waited,
-      (select extract(epoch from now() - last_seen_at)::float8 from inbox_gap
+      (select extract(epoch from now() - last_seen_at)::float8 from outbox.inbox_gap
         where consumer = ${k.consumer} and message_key = ${eventId}) as idle,
-      (select min(position)::text from inbox_gap
+      (select min(position)::text from outbox.inbox_gap
         where consumer = ${k.consumer} and aggregate_type = ${k.aggregateType}
           and aggregate_id = ${k.aggregateId} and chain = ${k.chain}
           and position > ${String(last)} and position < ${String(position)}
@@ -54,7 +54,7 @@ export async function readGap(tx: Tx, place: GapPlace, last: bigint): Promise<Db
 
 /** Forgets the event's wait (it was applied, or its chain moved on). */
 export async function clearGap(tx: Tx, consumer: string, eventId: string): Promise<void> {
-  await tx`delete from inbox_gap where consumer = ${consumer} and message_key = ${eventId}`;
+  await tx`delete from outbox.inbox_gap where consumer = ${consumer} and message_key = ${eventId}`;
 }
 
 /**
@@ -65,7 +65,7 @@ export async function clearGap(tx: Tx, consumer: string, eventId: string): Promi
 export function rememberGap(sql: Sql, place: GapPlace) {
   const { chain: k, eventId, position, forgetAfterSeconds } = place;
   return sql`
-    insert into inbox_gap as g (consumer, message_key, first_seen_at, last_seen_at,
+    insert into outbox.inbox_gap as g (consumer, message_key, first_seen_at, last_seen_at,
                                 aggregate_type, aggregate_id, chain, position)
     values (${k.consumer}, ${eventId}, now(), now(), ${k.aggregateType}, ${k.aggregateId}, ${k.chain},
             ${String(position)})

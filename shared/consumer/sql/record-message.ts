@@ -31,10 +31,10 @@ export interface MessageRecord {
 export async function recordMessage(tx: Tx, r: MessageRecord): Promise<boolean> {
   const inserted = await tx`
     with traced as (
-      delete from inbox_failed
+      delete from outbox.inbox_failed
       where consumer = ${r.consumer} and (event_id = ${r.eventId} or message_key = ${r.key})
     )
-    insert into inbox_message (consumer, message_key, event_id, source, event_type, aggregate_type, aggregate_id, sequence)
+    insert into outbox.inbox_message (consumer, message_key, event_id, source, event_type, aggregate_type, aggregate_id, sequence)
     values (${r.consumer}, ${r.key}, ${r.eventId}, ${r.source}, ${r.type}, ${r.aggregateType}, ${r.aggregateId}, ${String(r.sequence)})
     on conflict do nothing
     returning 1`;
