@@ -13,7 +13,7 @@ create table inbox_aggregate (
   constraint inbox_aggregate_pkey PRIMARY KEY (consumer, aggregate_type, aggregate_id, source, chain)
 );
 comment on column inbox_aggregate.source is '''''  for the chain of an aggregate across sources (from migration 018, and before migration 010); a source for the per-source chains of migrations 010 to 017, read only to adopt their position';
-CREATE INDEX inbox_aggregate_updated_at_idx ON public.inbox_aggregate USING btree (updated_at);
+CREATE INDEX inbox_aggregate_updated_at_idx ON outbox.inbox_aggregate USING btree (updated_at);
 alter table inbox_aggregate enable row level security;
 
 create table inbox_failed (
@@ -29,8 +29,8 @@ create table inbox_failed (
   handler_failures integer not null default 0,
   constraint inbox_failed_pkey PRIMARY KEY (consumer, event_id)
 );
-CREATE INDEX inbox_failed_last_failed_at_idx ON public.inbox_failed USING btree (last_failed_at);
-CREATE INDEX inbox_failed_message_key_idx ON public.inbox_failed USING btree (consumer, message_key);
+CREATE INDEX inbox_failed_last_failed_at_idx ON outbox.inbox_failed USING btree (last_failed_at);
+CREATE INDEX inbox_failed_message_key_idx ON outbox.inbox_failed USING btree (consumer, message_key);
 alter table inbox_failed enable row level security;
 
 create table inbox_gap (
@@ -44,8 +44,8 @@ create table inbox_gap (
   "position" bigint,
   constraint inbox_gap_pkey PRIMARY KEY (consumer, message_key)
 );
-CREATE INDEX inbox_gap_chain_idx ON public.inbox_gap USING btree (consumer, aggregate_type, aggregate_id, chain, "position") WHERE ("position" IS NOT NULL);
-CREATE INDEX inbox_gap_last_seen_at_idx ON public.inbox_gap USING btree (last_seen_at);
+CREATE INDEX inbox_gap_chain_idx ON outbox.inbox_gap USING btree (consumer, aggregate_type, aggregate_id, chain, "position") WHERE ("position" IS NOT NULL);
+CREATE INDEX inbox_gap_last_seen_at_idx ON outbox.inbox_gap USING btree (last_seen_at);
 alter table inbox_gap enable row level security;
 
 create table inbox_message (
@@ -64,10 +64,10 @@ create table inbox_message (
   holds_chain boolean,
   constraint inbox_message_pkey PRIMARY KEY (consumer, message_key)
 );
-CREATE INDEX inbox_message_held_idx ON public.inbox_message USING btree (consumer, aggregate_type, aggregate_id, sequence) WHERE holds_chain;
-CREATE INDEX inbox_message_parked_idx ON public.inbox_message USING btree (consumer, processed_at) WHERE (outcome = ANY (ARRAY['parked'::text, 'replaying'::text]));
-CREATE INDEX inbox_message_processed_at_idx ON public.inbox_message USING btree (processed_at);
-CREATE TRIGGER inbox_message_clears_trace AFTER INSERT ON public.inbox_message FOR EACH ROW EXECUTE FUNCTION inbox_message_clears_trace();
+CREATE INDEX inbox_message_held_idx ON outbox.inbox_message USING btree (consumer, aggregate_type, aggregate_id, sequence) WHERE holds_chain;
+CREATE INDEX inbox_message_parked_idx ON outbox.inbox_message USING btree (consumer, processed_at) WHERE (outcome = ANY (ARRAY['parked'::text, 'replaying'::text]));
+CREATE INDEX inbox_message_processed_at_idx ON outbox.inbox_message USING btree (processed_at);
+CREATE TRIGGER inbox_message_clears_trace AFTER INSERT ON outbox.inbox_message FOR EACH ROW EXECUTE FUNCTION inbox_message_clears_trace();
 alter table inbox_message enable row level security;
 
 create table outbox (
@@ -93,9 +93,9 @@ create table outbox (
   type_sequence bigint,
   constraint outbox_pkey PRIMARY KEY (id)
 ) with (fillfactor=50);
-CREATE INDEX outbox_dead_lettered_idx ON public.outbox USING btree (dead_lettered_at, id) WHERE (dead_lettered_at IS NOT NULL);
-CREATE INDEX outbox_pending_idx ON public.outbox USING btree (available_at, id) WHERE ((published_at IS NULL) AND (dead_lettered_at IS NULL));
-CREATE UNIQUE INDEX outbox_unfinished_by_aggregate_idx ON public.outbox USING btree (aggregate_type, aggregate_id, sequence) WHERE (published_at IS NULL);
+CREATE INDEX outbox_dead_lettered_idx ON outbox.outbox USING btree (dead_lettered_at, id) WHERE (dead_lettered_at IS NOT NULL);
+CREATE INDEX outbox_pending_idx ON outbox.outbox USING btree (available_at, id) WHERE ((published_at IS NULL) AND (dead_lettered_at IS NULL));
+CREATE UNIQUE INDEX outbox_unfinished_by_aggregate_idx ON outbox.outbox USING btree (aggregate_type, aggregate_id, sequence) WHERE (published_at IS NULL);
 
 create table outbox_aggregate (
   aggregate_type text not null,
@@ -106,7 +106,7 @@ create table outbox_aggregate (
   constraint outbox_aggregate_pkey PRIMARY KEY (aggregate_type, aggregate_id)
 ) with (fillfactor=80);
 comment on column outbox_aggregate.sequence_offset is 'Sequences handed out since last_sequence was written: the aggregate''s last sequence is last_sequence + sequence_offset (migration 014).';
-CREATE TRIGGER outbox_aggregate_refuse_stale_bump AFTER UPDATE OF last_sequence ON public.outbox_aggregate FOR EACH ROW WHEN ((old.sequence_offset <> 0)) EXECUTE FUNCTION outbox_aggregate_refuse_stale_bump();
+CREATE TRIGGER outbox_aggregate_refuse_stale_bump AFTER UPDATE OF last_sequence ON outbox.outbox_aggregate FOR EACH ROW WHEN ((old.sequence_offset <> 0)) EXECUTE FUNCTION outbox_aggregate_refuse_stale_bump();
 
 create table outbox_idempotency_key (
   idempotency_key text not null,
@@ -120,9 +120,9 @@ create table outbox_idempotency_key (
   source text not null,
   constraint outbox_idempotency_key_pkey PRIMARY KEY (idempotency_key, producer, source)
 );
-CREATE INDEX outbox_idempotency_key_created_at_idx ON public.outbox_idempotency_key USING btree (created_at);
+CREATE INDEX outbox_idempotency_key_created_at_idx ON outbox.outbox_idempotency_key USING btree (created_at);
 
-CREATE OR REPLACE FUNCTION public.inbox_message_clears_trace()
+CREATE OR REPLACE FUNCTION outbox.inbox_message_clears_trace()
  RETURNS trigger
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -137,7 +137,7 @@ end
 $function$;
 -- privileges: default (PUBLIC may execute)
 
-CREATE OR REPLACE FUNCTION public.outbox_aggregate_refuse_stale_bump()
+CREATE OR REPLACE FUNCTION outbox.outbox_aggregate_refuse_stale_bump()
  RETURNS trigger
  LANGUAGE plpgsql
 AS $function$
@@ -150,7 +150,7 @@ end
 $function$;
 -- privileges: owner=X/owner
 
-CREATE OR REPLACE FUNCTION public.outbox_enqueue(event_type text, source text, aggregate_type text, aggregate_id text, payload jsonb, idempotency_key text DEFAULT NULL::text, trace_header text DEFAULT NULL::text, max_entry_bytes integer DEFAULT 1048576)
+CREATE OR REPLACE FUNCTION outbox.outbox_enqueue(event_type text, source text, aggregate_type text, aggregate_id text, payload jsonb, idempotency_key text DEFAULT NULL::text, trace_header text DEFAULT NULL::text, max_entry_bytes integer DEFAULT 1048576)
  RETURNS TABLE(event_id uuid, sequence bigint, duplicate boolean)
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -193,7 +193,7 @@ begin
     if outbox_enqueue.idempotency_key is not null then
       -- Keys take the advisory lock and the duplicate lookup of the many-events path.
       return query select m.event_id, m.sequence, m.duplicate
-        from public.outbox_enqueue_many(
+        from outbox.outbox_enqueue_many(
           array[outbox_enqueue.event_type], array[outbox_enqueue.source],
           array[outbox_enqueue.aggregate_type], array[outbox_enqueue.aggregate_id],
           array[outbox_enqueue.payload], array[outbox_enqueue.idempotency_key],
@@ -202,12 +202,12 @@ begin
     end if;
     if outbox_enqueue.max_entry_bytes is null or outbox_enqueue.max_entry_bytes < 1
        or outbox_enqueue.max_entry_bytes > 1048576 then
-      perform public.outbox_enqueue_reject('max_entry_bytes'::text,
+      perform outbox.outbox_enqueue_reject('max_entry_bytes'::text,
         'must be a number of bytes from 1 to 1048576 (the largest entry EventBridge accepts)'::text, null::integer);
     end if;
     -- The checker decides (migration 014 first tried its cheap conditions with the entry's sum,
     -- for a max_entry_bytes below 8793; such a call now always takes the checker).
-    perform public.outbox_enqueue_check(outbox_enqueue.event_type, outbox_enqueue.source,
+    perform outbox.outbox_enqueue_check(outbox_enqueue.event_type, outbox_enqueue.source,
       outbox_enqueue.aggregate_type, outbox_enqueue.aggregate_id, outbox_enqueue.payload, null::text,
       outbox_enqueue.trace_header, outbox_enqueue.max_entry_bytes, null::integer);
   end if;
@@ -216,7 +216,7 @@ begin
   -- sequences follow commit order. typeSequence as migration 010 numbers it. An UPDATE first: for
   -- an aggregate seen before (most enqueues), INSERT … ON CONFLICT would first try the insert, then
   -- lock the row (a WAL record of its own), then update it.
-  update public.outbox_aggregate as a
+  update outbox.outbox_aggregate as a
   set type_counts = coalesce(a.type_counts, '{}'::jsonb) || jsonb_build_object(
         outbox_enqueue.event_type, coalesce((a.type_counts ->> outbox_enqueue.event_type)::bigint, 0) + 1),
       sequence_offset = a.sequence_offset + 1
@@ -224,7 +224,7 @@ begin
   returning a.last_sequence + a.sequence_offset, (a.type_counts ->> outbox_enqueue.event_type)::bigint
   into new_sequence, new_type_sequence;
   if not found then
-  insert into public.outbox_aggregate as a (aggregate_type, aggregate_id, last_sequence, type_counts)
+  insert into outbox.outbox_aggregate as a (aggregate_type, aggregate_id, last_sequence, type_counts)
   values (outbox_enqueue.aggregate_type, outbox_enqueue.aggregate_id, 1,
           jsonb_build_object(outbox_enqueue.event_type, 1))
   on conflict on constraint outbox_aggregate_pkey do update
@@ -237,7 +237,7 @@ begin
 
   new_id := gen_random_uuid();
   -- created_at: read now that this aggregate's counter row is ours (item 2 of the header).
-  insert into public.outbox as o (event_id, aggregate_type, aggregate_id, sequence, type_sequence, event_type,
+  insert into outbox.outbox as o (event_id, aggregate_type, aggregate_id, sequence, type_sequence, event_type,
                                        source, payload, trace_header, created_at)
   values (new_id, outbox_enqueue.aggregate_type, outbox_enqueue.aggregate_id, new_sequence,
           new_type_sequence, outbox_enqueue.event_type, outbox_enqueue.source, outbox_enqueue.payload,
@@ -251,7 +251,7 @@ end
 $function$;
 -- privileges: owner=X/owner
 
-CREATE OR REPLACE FUNCTION public.outbox_enqueue_check(event_type text, source text, aggregate_type text, aggregate_id text, payload jsonb, idempotency_key text, trace_header text, max_entry_bytes integer, event_index integer)
+CREATE OR REPLACE FUNCTION outbox.outbox_enqueue_check(event_type text, source text, aggregate_type text, aggregate_id text, payload jsonb, idempotency_key text, trace_header text, max_entry_bytes integer, event_index integer)
  RETURNS void
  LANGUAGE plpgsql
  STABLE
@@ -273,43 +273,43 @@ begin
   loop
     if f.value is null then
       if f.required then
-        perform public.outbox_enqueue_reject(f.name, 'is required'::text, event_index);
+        perform outbox.outbox_enqueue_reject(f.name, 'is required'::text, event_index);
       end if;
     elsif f.value ~ '^[[:space:]]*$' then
-      perform public.outbox_enqueue_reject(f.name, 'must not be empty'::text, event_index);
-    elsif public.outbox_utf16_length(f.value) > f.max_length then
-      perform public.outbox_enqueue_reject(f.name,
-        format('must be at most %s characters (got %s)', f.max_length, public.outbox_utf16_length(f.value)),
+      perform outbox.outbox_enqueue_reject(f.name, 'must not be empty'::text, event_index);
+    elsif outbox.outbox_utf16_length(f.value) > f.max_length then
+      perform outbox.outbox_enqueue_reject(f.name,
+        format('must be at most %s characters (got %s)', f.max_length, outbox.outbox_utf16_length(f.value)),
         event_index);
     end if;
   end loop;
   if lower(source) like 'aws.%' then
-    perform public.outbox_enqueue_reject('source'::text,
+    perform outbox.outbox_enqueue_reject('source'::text,
       'must not start with "aws." (reserved for AWS services)'::text, event_index);
   end if;
   if payload is null then
-    perform public.outbox_enqueue_reject('payload'::text, 'is required'::text, event_index);
+    perform outbox.outbox_enqueue_reject('payload'::text, 'is required'::text, event_index);
   elsif jsonb_typeof(payload) <> 'object' then
-    perform public.outbox_enqueue_reject('payload'::text, format(
+    perform outbox.outbox_enqueue_reject('payload'::text, format(
       'must be a JSON object (got %s; EventBridge requires Detail to be an object)', jsonb_typeof(payload)),
       event_index);
   end if;
   if jsonb_path_exists(payload,
        'strict $.** ? (@.type() == "number" && (@ >= 9223372036854775808 || @ < -9223372036854775808))') then
-    perform public.outbox_enqueue_reject('payload'::text,
+    perform outbox.outbox_enqueue_reject('payload'::text,
       'holds a number outside the int64 range EventBridge accepts; send it as a string'::text, event_index);
   end if;
   if jsonb_path_exists(payload, 'strict $.**{1001}') then
-    perform public.outbox_enqueue_reject('payload'::text, 'nests deeper than 1000 levels'::text, event_index);
+    perform outbox.outbox_enqueue_reject('payload'::text, 'nests deeper than 1000 levels'::text, event_index);
   end if;
   metadata_bytes := octet_length(format(
     '{"metadata":{"eventId":"00000000-0000-0000-0000-000000000000","aggregateType":%s,"aggregateId":%s,"sequence":9223372036854775807,"typeSequence":9223372036854775807,"occurredAt":"2000-01-01T00:00:00.000Z"},"data":}',
     to_json(aggregate_type)::text, to_json(aggregate_id)::text));
   upper_bound := 14 + octet_length(source) + octet_length(event_type) + metadata_bytes + octet_length(payload::text);
   if upper_bound > max_entry_bytes then
-    upper_bound := upper_bound - octet_length(payload::text) + public.outbox_json_bytes(payload);
+    upper_bound := upper_bound - octet_length(payload::text) + outbox.outbox_json_bytes(payload);
     if upper_bound > max_entry_bytes then
-      perform public.outbox_enqueue_reject('payload'::text, format(
+      perform outbox.outbox_enqueue_reject('payload'::text, format(
         'makes the EventBridge entry %s bytes, over the %s-byte limit', upper_bound, max_entry_bytes), event_index);
     end if;
   end if;
@@ -317,7 +317,7 @@ end
 $function$;
 -- privileges: owner=X/owner
 
-CREATE OR REPLACE FUNCTION public.outbox_enqueue_check_array(name text, dims integer, lower_bound integer)
+CREATE OR REPLACE FUNCTION outbox.outbox_enqueue_check_array(name text, dims integer, lower_bound integer)
  RETURNS void
  LANGUAGE plpgsql
  IMMUTABLE
@@ -325,14 +325,14 @@ AS $function$
 begin
   -- An empty array has no dimensions (dims is null): it passes, as a null array does.
   if dims is not null and (dims <> 1 or lower_bound <> 1) then
-    perform public.outbox_enqueue_reject(name,
+    perform outbox.outbox_enqueue_reject(name,
       'must be a one-dimensional array starting at index 1'::text, null::integer);
   end if;
 end
 $function$;
 -- privileges: owner=X/owner
 
-CREATE OR REPLACE FUNCTION public.outbox_enqueue_insert(event_types text[], sources text[], aggregate_types text[], aggregate_ids text[], payloads jsonb[], idempotency_keys text[], trace_headers text[], n integer)
+CREATE OR REPLACE FUNCTION outbox.outbox_enqueue_insert(event_types text[], sources text[], aggregate_types text[], aggregate_ids text[], payloads jsonb[], idempotency_keys text[], trace_headers text[], n integer)
  RETURNS TABLE(ord integer, event_id uuid, aggregate_type text, aggregate_id text, sequence bigint, duplicate boolean)
  LANGUAGE sql
 AS $function$
@@ -354,7 +354,7 @@ AS $function$
     from input i
     -- A key answers for its own producer role and source only; a key written before migration 023
     -- (producer and source '') for any, until it expires.
-    left join public.outbox_idempotency_key k
+    left join outbox.outbox_idempotency_key k
       on k.idempotency_key = i.idempotency_key
      and (k.producer = session_user::text or k.producer = ''::text)
      and (k.source = i.source or k.source = ''::text)
@@ -367,7 +367,7 @@ AS $function$
     from fresh f group by f.aggregate_type, f.aggregate_id, f.event_type
   ),
   bumped as (
-    insert into public.outbox_aggregate as a (aggregate_type, aggregate_id, last_sequence, type_counts)
+    insert into outbox.outbox_aggregate as a (aggregate_type, aggregate_id, last_sequence, type_counts)
     select p.aggregate_type, p.aggregate_id, sum(p.n)::bigint, jsonb_object_agg(p.event_type, p.n)
     from per_type p
     group by p.aggregate_type, p.aggregate_id
@@ -416,7 +416,7 @@ AS $function$
     where s.kind = 1
   ),
   inserted as (
-    insert into public.outbox (event_id, aggregate_type, aggregate_id, sequence, type_sequence, event_type, source,
+    insert into outbox.outbox (event_id, aggregate_type, aggregate_id, sequence, type_sequence, event_type, source,
                                     payload, trace_header, idempotency_key, created_at)
     select event_id, aggregate_type, aggregate_id, sequence, type_sequence, event_type, source, payload, trace_header,
            idempotency_key, occurred_at
@@ -425,7 +425,7 @@ AS $function$
     returning id, event_id, aggregate_type, aggregate_id, sequence, idempotency_key, source
   ),
   remembered as (
-    insert into public.outbox_idempotency_key (idempotency_key, producer, source, event_id, aggregate_type,
+    insert into outbox.outbox_idempotency_key (idempotency_key, producer, source, event_id, aggregate_type,
                                                     aggregate_id, sequence, outbox_id)
     select r.idempotency_key, session_user::text, r.source, r.event_id, r.aggregate_type, r.aggregate_id, r.sequence, r.id
     from inserted r where r.idempotency_key is not null
@@ -453,7 +453,7 @@ AS $function$
 $function$;
 -- privileges: owner=X/owner
 
-CREATE OR REPLACE FUNCTION public.outbox_enqueue_many(event_types text[], sources text[], aggregate_types text[], aggregate_ids text[], payloads jsonb[], idempotency_keys text[] DEFAULT NULL::text[], trace_headers text[] DEFAULT NULL::text[], max_entry_bytes integer DEFAULT 1048576)
+CREATE OR REPLACE FUNCTION outbox.outbox_enqueue_many(event_types text[], sources text[], aggregate_types text[], aggregate_ids text[], payloads jsonb[], idempotency_keys text[] DEFAULT NULL::text[], trace_headers text[] DEFAULT NULL::text[], max_entry_bytes integer DEFAULT 1048576)
  RETURNS TABLE(ord integer, event_id uuid, aggregate_type text, aggregate_id text, sequence bigint, duplicate boolean)
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -478,35 +478,35 @@ begin
                                         and cardinality(trace_headers) = 1)),
          false) then
       return query select 1, e.event_id, aggregate_types[1], aggregate_ids[1], e.sequence, e.duplicate
-        from public.outbox_enqueue(event_types[1], sources[1], aggregate_types[1], aggregate_ids[1], payloads[1],
+        from outbox.outbox_enqueue(event_types[1], sources[1], aggregate_types[1], aggregate_ids[1], payloads[1],
                                         null::text, trace_headers[1], max_entry_bytes) as e;
       return;
     end if;
   end if;
   if max_entry_bytes is null or max_entry_bytes < 1 or max_entry_bytes > 1048576 then
-    perform public.outbox_enqueue_reject('max_entry_bytes'::text,
+    perform outbox.outbox_enqueue_reject('max_entry_bytes'::text,
       'must be a number of bytes from 1 to 1048576 (the largest entry EventBridge accepts)'::text, null::integer);
   end if;
-  perform public.outbox_enqueue_check_array('event_types'::text, array_ndims(event_types), array_lower(event_types, 1));
-  perform public.outbox_enqueue_check_array('sources'::text, array_ndims(sources), array_lower(sources, 1));
-  perform public.outbox_enqueue_check_array('aggregate_types'::text, array_ndims(aggregate_types),
+  perform outbox.outbox_enqueue_check_array('event_types'::text, array_ndims(event_types), array_lower(event_types, 1));
+  perform outbox.outbox_enqueue_check_array('sources'::text, array_ndims(sources), array_lower(sources, 1));
+  perform outbox.outbox_enqueue_check_array('aggregate_types'::text, array_ndims(aggregate_types),
     array_lower(aggregate_types, 1));
-  perform public.outbox_enqueue_check_array('aggregate_ids'::text, array_ndims(aggregate_ids),
+  perform outbox.outbox_enqueue_check_array('aggregate_ids'::text, array_ndims(aggregate_ids),
     array_lower(aggregate_ids, 1));
-  perform public.outbox_enqueue_check_array('payloads'::text, array_ndims(payloads), array_lower(payloads, 1));
-  perform public.outbox_enqueue_check_array('idempotency_keys'::text, array_ndims(idempotency_keys),
+  perform outbox.outbox_enqueue_check_array('payloads'::text, array_ndims(payloads), array_lower(payloads, 1));
+  perform outbox.outbox_enqueue_check_array('idempotency_keys'::text, array_ndims(idempotency_keys),
     array_lower(idempotency_keys, 1));
-  perform public.outbox_enqueue_check_array('trace_headers'::text, array_ndims(trace_headers),
+  perform outbox.outbox_enqueue_check_array('trace_headers'::text, array_ndims(trace_headers),
     array_lower(trace_headers, 1));
   if coalesce(cardinality(sources), 0) <> n or coalesce(cardinality(aggregate_types), 0) <> n
      or coalesce(cardinality(aggregate_ids), 0) <> n or coalesce(cardinality(payloads), 0) <> n
      or (idempotency_keys is not null and cardinality(idempotency_keys) <> n)
      or (trace_headers is not null and cardinality(trace_headers) <> n) then
-    perform public.outbox_enqueue_reject('events'::text,
+    perform outbox.outbox_enqueue_reject('events'::text,
       'the arrays must all have one element per event'::text, null::integer);
   end if;
   for idx in 1 .. n loop
-    perform public.outbox_enqueue_check(event_types[idx], sources[idx], aggregate_types[idx], aggregate_ids[idx],
+    perform outbox.outbox_enqueue_check(event_types[idx], sources[idx], aggregate_types[idx], aggregate_ids[idx],
       payloads[idx], idempotency_keys[idx], trace_headers[idx], max_entry_bytes,
       (case when n > 1 then idx - 1 end)::integer);
   end loop;
@@ -514,7 +514,7 @@ begin
 
   if idempotency_keys is null or not exists (select from unnest(idempotency_keys) as k where k is not null) then
     -- Lock 2 only (the aggregates' counter rows, in `bumped`).
-    return query select * from public.outbox_enqueue_insert(
+    return query select * from outbox.outbox_enqueue_insert(
       event_types, sources, aggregate_types, aggregate_ids, payloads, null::text[], trace_headers, n);
     return;
   end if;
@@ -525,7 +525,7 @@ begin
   perform pg_advisory_xact_lock(hashtextextended(k, 7301))
   from (select k from unnest(idempotency_keys) as k where k is not null group by k order by k collate "C") as keys;
   begin
-    return query select * from public.outbox_enqueue_insert(
+    return query select * from outbox.outbox_enqueue_insert(
       event_types, sources, aggregate_types, aggregate_ids, payloads, idempotency_keys, trace_headers, n);
   exception when unique_violation then
     get stacked diagnostics violated = constraint_name;
@@ -540,7 +540,7 @@ end
 $function$;
 -- privileges: owner=X/owner
 
-CREATE OR REPLACE FUNCTION public.outbox_enqueue_reject(field text, problem text, event_index integer)
+CREATE OR REPLACE FUNCTION outbox.outbox_enqueue_reject(field text, problem text, event_index integer)
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
@@ -556,10 +556,10 @@ end
 $function$;
 -- privileges: owner=X/owner
 
-CREATE OR REPLACE FUNCTION public.outbox_ensure_role(role_name text, timeout_ms integer, grant_templates text[])
+CREATE OR REPLACE FUNCTION outbox.outbox_ensure_role(role_name text, timeout_ms integer, grant_templates text[])
  RETURNS void
  LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+ SET search_path TO 'pg_catalog', 'outbox', 'pg_temp'
 AS $function$
 declare t text;
 begin
@@ -582,7 +582,7 @@ end
 $function$;
 -- privileges: owner=X/owner
 
-CREATE OR REPLACE FUNCTION public.outbox_inbox_check_consumer(table_name regclass, consumer text)
+CREATE OR REPLACE FUNCTION outbox.outbox_inbox_check_consumer(table_name regclass, consumer text)
  RETURNS void
  LANGUAGE plpgsql
  STABLE
@@ -624,7 +624,7 @@ end
 $function$;
 -- privileges: owner=X/owner
 
-CREATE OR REPLACE FUNCTION public.outbox_inbox_forget_failed(consumer text, event_id text, message_key text)
+CREATE OR REPLACE FUNCTION outbox.outbox_inbox_forget_failed(consumer text, event_id text, message_key text)
  RETURNS integer
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -633,8 +633,8 @@ AS $function$
 declare
   deleted integer;
 begin
-  perform public.outbox_inbox_check_consumer('public.inbox_failed'::regclass, consumer);
-  delete from public.inbox_failed f
+  perform outbox.outbox_inbox_check_consumer('outbox.inbox_failed'::regclass, consumer);
+  delete from outbox.inbox_failed f
   where f.consumer = outbox_inbox_forget_failed.consumer
     and (f.event_id = outbox_inbox_forget_failed.event_id
          or f.message_key = outbox_inbox_forget_failed.message_key);
@@ -644,7 +644,7 @@ end
 $function$;
 -- privileges: owner=X/owner
 
-CREATE OR REPLACE FUNCTION public.outbox_inbox_forget_gap(consumer text, message_key text)
+CREATE OR REPLACE FUNCTION outbox.outbox_inbox_forget_gap(consumer text, message_key text)
  RETURNS integer
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -653,8 +653,8 @@ AS $function$
 declare
   deleted integer;
 begin
-  perform public.outbox_inbox_check_consumer('public.inbox_gap'::regclass, consumer);
-  delete from public.inbox_gap g
+  perform outbox.outbox_inbox_check_consumer('outbox.inbox_gap'::regclass, consumer);
+  delete from outbox.inbox_gap g
   where g.consumer = outbox_inbox_forget_gap.consumer
     and g.message_key = outbox_inbox_forget_gap.message_key;
   get diagnostics deleted = row_count;
@@ -663,7 +663,7 @@ end
 $function$;
 -- privileges: owner=X/owner
 
-CREATE OR REPLACE FUNCTION public.outbox_inbox_policy(table_name regclass, role_name text, consumer text)
+CREATE OR REPLACE FUNCTION outbox.outbox_inbox_policy(table_name regclass, role_name text, consumer text)
  RETURNS void
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -675,8 +675,8 @@ declare
                                 else pg_catalog.quote_ident(role_name)::regrole::oid end];
   existing record;
 begin
-  if table_name not in ('public.inbox_message'::regclass, 'public.inbox_aggregate'::regclass,
-                        'public.inbox_gap'::regclass, 'public.inbox_failed'::regclass) then
+  if table_name not in ('outbox.inbox_message'::regclass, 'outbox.inbox_aggregate'::regclass,
+                        'outbox.inbox_gap'::regclass, 'outbox.inbox_failed'::regclass) then
     raise exception 'outbox_inbox_policy: % is not an inbox table', table_name using errcode = '22023';
   end if;
   select pg_catalog.pg_get_expr(p.polqual, p.polrelid) as using_expr, p.polroles as to_roles,
@@ -697,7 +697,7 @@ end
 $function$;
 -- privileges: owner=X/owner
 
-CREATE OR REPLACE FUNCTION public.outbox_json_bytes(value jsonb)
+CREATE OR REPLACE FUNCTION outbox.outbox_json_bytes(value jsonb)
  RETURNS integer
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE STRICT
@@ -709,7 +709,7 @@ AS $function$
 $function$;
 -- privileges: owner=X/owner
 
-CREATE OR REPLACE FUNCTION public.outbox_utf16_length(value text)
+CREATE OR REPLACE FUNCTION outbox.outbox_utf16_length(value text)
  RETURNS integer
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE STRICT

@@ -10,6 +10,7 @@ import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import postgres from 'postgres';
 import { startEmbeddedPostgres } from '../dev/embedded-postgres.ts';
+import { OUTBOX_SCHEMA } from '../shared/platform/db.ts';
 import { MIGRATIONS_TABLE, migrate } from '../shared/platform/migrate.ts';
 
 /** Where the snapshot is kept, repository-relative. */
@@ -107,7 +108,12 @@ export async function freshSchema(serverUrl: string): Promise<string> {
   url.pathname = `/${name}`;
   try {
     await migrate(url.toString());
-    const sql = postgres(url.toString(), { max: 1, onnotice: () => {} });
+    // current_schema() is the outbox's schema (describeSchema reads that one).
+    const sql = postgres(url.toString(), {
+      max: 1,
+      onnotice: () => {},
+      connection: { search_path: OUTBOX_SCHEMA },
+    });
     try {
       return await describeSchema(sql);
     } finally {

@@ -43,8 +43,31 @@ export interface ConnectOptions {
    * locked until the server ends the session. Default: the role's or server's.
    */
   idleInTransactionTimeoutMs?: number;
+  /**
+   * The sessions' `search_path`, a startup parameter on a connection straight to Postgres (behind
+   * a pooler it is the role's default: `ensureRoles` gives the relay and monitor roles
+   * {@link OUTBOX_SEARCH_PATH}). Every privileged session (relay, monitor, CLI) passes
+   * {@link OUTBOX_SEARCH_PATH}: set at connect, no statement the session runs ever resolves a name
+   * through a schema another role can write (issue 43). Default: the role's or server's, for a
+   * consumer's pool, which also reaches the service's own tables (the inbox's statements name the
+   * outbox schema themselves).
+   */
+  searchPath?: string;
   env?: NodeJS.ProcessEnv;
 }
+
+/** The schema holding the outbox's and the inbox's tables and functions, owned by the admin. */
+export const OUTBOX_SCHEMA = 'outbox';
+
+/**
+ * The search_path of every privileged session, set when it connects (never with SET, which would
+ * pin RDS Proxy sessions): pg_catalog first, so a built-in is never shadowed, then the outbox's
+ * schema, in which no role but its owner may create objects; temporary objects last (functions and
+ * operators are never looked up there). No schema another role can write is on it: a function,
+ * operator or cast a producer planted in `public` or in a schema named after a role is never
+ * resolved (test/trust/planting.test.ts).
+ */
+export const OUTBOX_SEARCH_PATH = `pg_catalog, ${OUTBOX_SCHEMA}, pg_temp`;
 
 /**
  * How long an unused connection stays open, seconds. Longer than the relay's one-minute schedule
@@ -95,6 +118,7 @@ export function connect(options: ConnectOptions = {}): Sql {
       : {
           application_name: options.applicationName ?? 'outbox',
           statement_timeout: env[EnvVar.dbStatementTimeoutMs],
+          ...(options.searchPath ? { search_path: options.searchPath } : {}),
           ...(options.planCacheMode ? { plan_cache_mode: options.planCacheMode } : {}),
           ...(options.idleInTransactionTimeoutMs
             ? { idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs }

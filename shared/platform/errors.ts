@@ -115,7 +115,8 @@ export class OutboxDeadlineError extends OutboxError {
 /**
  * The database has no outbox schema, or an older one than this code: a statement named a
  * function, table or column that does not exist there (SQLSTATE 42883 undefined_function, 42P01
- * undefined_table or 42703 undefined_column). Raised by the producer's enqueue (nothing was
+ * undefined_table, 42703 undefined_column, or 3F000 invalid_schema_name: no schema `outbox`, whose
+ * objects the statements name since migration 024). Raised by the producer's enqueue (nothing was
  * written) and by the consumer's inbox (`part: 'inbox'`: the handler did not run, nothing was
  * recorded, and the invocation fails so that Lambda retries it). What to do: apply the
  * migrations to that database — `DATABASE_URL=… npx outbox migrate` (or the construct's deploy-time
@@ -125,19 +126,19 @@ export class OutboxDeadlineError extends OutboxError {
 export class OutboxSchemaError extends OutboxError {
   override name = 'OutboxSchemaError';
   /** The SQLSTATE Postgres raised. */
-  readonly sqlState: '42883' | '42P01' | '42703';
+  readonly sqlState: '42883' | '42P01' | '42703' | '3F000';
   /**
    * @param detail Postgres's message, naming the missing object
    * @param options.part which side found the schema missing: `outbox` (enqueue, the default) or `inbox` (a consumer)
    */
   constructor(
-    sqlState: '42883' | '42P01' | '42703',
+    sqlState: '42883' | '42P01' | '42703' | '3F000',
     detail: string,
     options?: { cause?: unknown; part?: 'outbox' | 'inbox' },
   ) {
     const part = options?.part ?? 'outbox';
     const what =
-      sqlState === '42P01'
+      sqlState === '42P01' || sqlState === '3F000'
         ? `the ${part} tables are missing from this database`
         : `the ${part} schema is missing from this database, or older than this version of outbox-relay-aws`;
     const outcome =
@@ -147,7 +148,7 @@ export class OutboxSchemaError extends OutboxError {
     super(
       `${what} (${detail}, SQLSTATE ${sqlState}): run \`npx outbox migrate\` against it with the same ` +
         'connection settings (DATABASE_URL or PG*), or let the deploy-time migration do it; if the schema ' +
-        `was migrated into another schema, put that one on the connection's search_path. ${outcome}`,
+        `was migrated before migration 024 (schema \`outbox\`), migrate it again with this version. ${outcome}`,
       { cause: options?.cause },
     );
     this.sqlState = sqlState;
@@ -159,7 +160,7 @@ export class OutboxSchemaError extends OutboxError {
  * `outbox_enqueue` before `outbox migrate`; Postgres's message names the one called),
  * undefined_table (42P01), undefined_column (42703).
  */
-const SCHEMA_SQLSTATES: ReadonlySet<string> = new Set(['42883', '42P01', '42703']);
+const SCHEMA_SQLSTATES: ReadonlySet<string> = new Set(['42883', '42P01', '42703', '3F000']);
 
 /**
  * An {@link OutboxSchemaError} for a database error with a schema SQLSTATE (42883, 42P01 or
@@ -178,7 +179,7 @@ export function schemaErrorFrom(
   if (typeof code !== 'string' || !SCHEMA_SQLSTATES.has(code)) return undefined;
   const message = databaseError?.message;
   return new OutboxSchemaError(
-    code as '42883' | '42P01' | '42703',
+    code as '42883' | '42P01' | '42703' | '3F000',
     typeof message === 'string' ? message : 'undefined object',
     { cause: error, part },
   );

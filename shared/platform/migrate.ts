@@ -7,6 +7,7 @@ import { readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { runner } from 'node-pg-migrate';
 import { checkDatabaseUrl, databasePasswords, redactError, redactPasswords } from './connection-url.ts';
+import { connect, OUTBOX_SCHEMA } from './db.ts';
 import { EnvVar } from './names.ts';
 
 /**
@@ -18,6 +19,63 @@ export const MIGRATIONS_DIR =
 
 /** History table, named so it cannot collide with the host application's own migration table. */
 export const MIGRATIONS_TABLE = 'outbox_migrations';
+
+/**
+ * The search_path the migrating session starts with (a startup parameter, for node-pg-migrate's
+ * own queries too): the outbox's schema, where the migrations create their objects, then pg_temp.
+ * pg_catalog, not named, is searched first. node-pg-migrate's `information_schema.tables` lookup
+ * compares `sql_identifier` with an untyped literal, for which pg_catalog has no exact operator: on
+ * the admin's default path (`"$user", public`) a producer's planted
+ * `public.=(sql_identifier, sql_identifier)` ran as the admin at every migrate (issue 43, item 1).
+ */
+export const MIGRATE_SEARCH_PATH = `${OUTBOX_SCHEMA}, pg_temp`;
+
+/** node-pg-migrate's advisory lock: the schema's preparation waits for a running migrator too. */
+const MIGRATE_LOCK_ID = 7241865325823964n;
+
+/**
+ * Prepares the outbox's schema before node-pg-migrate looks at it, in one transaction under the
+ * migrator's lock: creates it (owned by the migrating admin) and moves the history table of a
+ * release before migration 024 from `public` into it. Refuses a schema of that name owned by a
+ * role other than the admin or a superuser, or one another role may create objects in: its
+ * objects would be the privileged sessions' (issue 43, item 6).
+ */
+async function prepareSchema(databaseUrl: string | undefined): Promise<void> {
+  const sql = connect({
+    ...(databaseUrl ? { url: databaseUrl } : {}),
+    max: 1,
+    env: databaseUrl ? {} : process.env,
+    searchPath: MIGRATE_SEARCH_PATH,
+  });
+  try {
+    await sql.begin(async (tx) => {
+      await tx`select pg_catalog.pg_advisory_xact_lock(${MIGRATE_LOCK_ID.toString()}::bigint)`;
+      await tx.unsafe(`create schema if not exists ${OUTBOX_SCHEMA}`);
+      const [schema] = await tx<{ owner: string; trusted: boolean; writers: string[] }[]>`
+        select n.nspowner::regrole::text as owner,
+               (n.nspowner = (select oid from pg_catalog.pg_roles where rolname = current_user)
+                or (select r.rolsuper from pg_catalog.pg_roles r where r.oid = n.nspowner)) as trusted,
+               array(select case when a.grantee = 0 then 'PUBLIC' else a.grantee::regrole::text end
+                     from pg_catalog.aclexplode(n.nspacl) a
+                     where a.privilege_type = 'CREATE' and a.grantee <> n.nspowner) as writers
+        from pg_catalog.pg_namespace n where n.nspname = ${OUTBOX_SCHEMA}::name`;
+      if (!schema?.trusted || schema.writers.length > 0) {
+        throw new Error(
+          `schema ${OUTBOX_SCHEMA} is owned by ${schema?.owner} or writable by ${schema?.writers.join(', ')}: ` +
+            'the outbox needs a schema only the admin (or a superuser) owns and may create objects in; ' +
+            'drop or rename that schema, or revoke CREATE on it',
+        );
+      }
+      const [history] = await tx<{ legacy: boolean }[]>`
+        select pg_catalog.to_regclass(${`${OUTBOX_SCHEMA}.${MIGRATIONS_TABLE}`}::text) is null
+           and pg_catalog.to_regclass(${`public.${MIGRATIONS_TABLE}`}::text) is not null as legacy`;
+      if (history?.legacy)
+        await tx.unsafe(`alter table public.${MIGRATIONS_TABLE} set schema ${OUTBOX_SCHEMA}`);
+    });
+  } finally {
+    await sql.end({ timeout: 5 });
+  }
+}
 
 /**
  * Applies every pending migration, in one transaction, waiting for a concurrent migrator.
@@ -39,11 +97,15 @@ export async function migrate(
   if (databaseUrl !== undefined) checkDatabaseUrl(databaseUrl);
   const log = options.log ?? (() => {});
   let applied: Awaited<ReturnType<typeof runner>>;
+  // node-pg-migrate's client, with the search_path as a startup parameter (options), not a SET.
+  const startup = `-c search_path=${MIGRATE_SEARCH_PATH.replaceAll(' ', '')}`;
   try {
+    await prepareSchema(databaseUrl);
     applied = await runner({
-      databaseUrl: databaseUrl ?? {},
+      databaseUrl: databaseUrl ? { connectionString: databaseUrl, options: startup } : { options: startup },
       dir: MIGRATIONS_DIR,
       migrationsTable: MIGRATIONS_TABLE,
+      migrationsSchema: OUTBOX_SCHEMA,
       direction: 'up',
       singleTransaction: true,
       checkOrder: true,

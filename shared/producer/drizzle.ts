@@ -46,7 +46,7 @@ const producer = producerFor<DrizzleExecutor>({
   one: async (tx, p) =>
     rowsOf(
       await tx.execute(sql`select event_id, sequence::text as sequence, duplicate
-      from outbox_enqueue(event_type => ${p.eventType}::text, source => ${p.source}::text,
+      from outbox.outbox_enqueue(event_type => ${p.eventType}::text, source => ${p.source}::text,
         aggregate_type => ${p.aggregateType}::text, aggregate_id => ${p.aggregateId}::text,
         payload => ${p.payload}::text::jsonb, trace_header => ${p.traceHeader}::text,
         max_entry_bytes => ${p.maxEntryBytes}::integer)`),
@@ -55,7 +55,7 @@ const producer = producerFor<DrizzleExecutor>({
   many: async (tx, p) =>
     rowsOf(
       await tx.execute(sql`select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
-      from outbox_enqueue_many(
+      from outbox.outbox_enqueue_many(
         ${sql.param(p.eventTypes)}::text[], ${sql.param(p.sources)}::text[],
         ${sql.param(p.aggregateTypes)}::text[], ${sql.param(p.aggregateIds)}::text[],
         ${sql.param(p.payloads)}::text[]::jsonb[], ${sql.param(p.idempotencyKeys)}::text[],

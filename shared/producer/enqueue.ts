@@ -49,7 +49,7 @@ function one(tx: Queryable, p: EnqueueOneParameters): Promise<readonly EnqueuedO
     tx,
     (q) => q<EnqueuedOneRow[]>`
       select event_id, sequence::text as sequence, duplicate
-      from outbox_enqueue(
+      from outbox.outbox_enqueue(
         event_type => ${p.eventType}::text, source => ${p.source}::text,
         aggregate_type => ${p.aggregateType}::text, aggregate_id => ${p.aggregateId}::text,
         payload => ${p.payload}::text::jsonb, trace_header => ${p.traceHeader}::text,
@@ -63,7 +63,7 @@ function many(tx: Queryable, p: EnqueueParameters): Promise<readonly EnqueuedRow
     tx,
     (q) => q<EnqueuedRow[]>`
       select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
-      from outbox_enqueue_many(
+      from outbox.outbox_enqueue_many(
         ${p.eventTypes}::text[], ${p.sources}::text[], ${p.aggregateTypes}::text[], ${p.aggregateIds}::text[],
         ${p.payloads}::text[]::jsonb[], ${p.idempotencyKeys}::text[], ${p.traceHeaders}::text[],
         ${p.maxEntryBytes}::integer

@@ -43,7 +43,7 @@ const producer = producerFor<KyselyExecutor>({
   one: async (db, p) =>
     (
       await sql<EnqueuedOneRow>`select event_id, sequence::text as sequence, duplicate
-      from outbox_enqueue(event_type => ${p.eventType}::text, source => ${p.source}::text,
+      from outbox.outbox_enqueue(event_type => ${p.eventType}::text, source => ${p.source}::text,
         aggregate_type => ${p.aggregateType}::text, aggregate_id => ${p.aggregateId}::text,
         payload => ${p.payload}::text::jsonb, trace_header => ${p.traceHeader}::text,
         max_entry_bytes => ${p.maxEntryBytes}::integer)`.execute(db)
@@ -51,7 +51,7 @@ const producer = producerFor<KyselyExecutor>({
   many: async (db, p) =>
     (
       await sql<EnqueuedRow>`select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
-      from outbox_enqueue_many(
+      from outbox.outbox_enqueue_many(
         ${p.eventTypes}::text[], ${p.sources}::text[], ${p.aggregateTypes}::text[], ${p.aggregateIds}::text[],
         ${p.payloads}::text[]::jsonb[], ${p.idempotencyKeys}::text[], ${p.traceHeaders}::text[],
         ${p.maxEntryBytes}::integer)`.execute(db)

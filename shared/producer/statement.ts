@@ -131,7 +131,7 @@ export function positionalOne(p: EnqueueOneParameters): unknown[] {
 
 /** `outbox_enqueue` with `$1`…`$7` placeholders (node-postgres and other positional drivers). */
 export const ENQUEUE_ONE_SQL = `select event_id, sequence::text as sequence, duplicate
-from outbox_enqueue(event_type => $1::text, source => $2::text, aggregate_type => $3::text, aggregate_id => $4::text,
+from outbox.outbox_enqueue(event_type => $1::text, source => $2::text, aggregate_type => $3::text, aggregate_id => $4::text,
   payload => $5::text::jsonb, trace_header => $6::text, max_entry_bytes => $7::integer)`;
 
 /** The parameters as a positional list, for {@link ENQUEUE_MANY_SQL}. */
@@ -150,7 +150,7 @@ export function positional(p: EnqueueParameters): unknown[] {
 
 /** The statement with `$1`…`$8` placeholders (node-postgres and other positional drivers). */
 export const ENQUEUE_MANY_SQL = `select ord, event_id, aggregate_type, aggregate_id, sequence::text as sequence, duplicate
-from outbox_enqueue_many($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]::jsonb[], $6::text[], $7::text[], $8::integer)`;
+from outbox.outbox_enqueue_many($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]::jsonb[], $6::text[], $7::text[], $8::integer)`;
 
 /** Maps the rows (in any order) to results in input order. */
 export function toResults(rows: readonly EnqueuedRow[]): EnqueueResult[] {

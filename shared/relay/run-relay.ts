@@ -10,6 +10,7 @@ import {
   EnvVar,
   keepsPublishedHistory,
   loadRelaySettings,
+  OUTBOX_SEARCH_PATH,
   OutboxConfigError,
   openPool,
   poolSize,
@@ -138,6 +139,7 @@ export function createRelay(options: CreateRelayOptions = {}): Relay {
       env,
       applicationName: options.applicationName ?? 'outbox-relay',
       planCacheMode: RELAY_PLAN_CACHE_MODE,
+      searchPath: OUTBOX_SEARCH_PATH,
       idleInTransactionTimeoutMs: settings.leaseSeconds * 1000,
       max: poolSize(relayPoolSize(settings.publishConcurrency), env),
     });

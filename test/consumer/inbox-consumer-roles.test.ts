@@ -35,7 +35,11 @@ beforeAll(async () => {
     testRoles.consumerRole('shipping'),
     testRoles.roles.consumer,
   ]) {
-    await db.sql.unsafe(`grant select, insert on effect to "${role}"`);
+    // The service's own schema and table: its grants, not the outbox's (ensureRoles grants USAGE
+    // on schema outbox only, since migration 024).
+    await db.sql.unsafe(
+      `grant usage on schema public to "${role}"; grant select, insert on effect to "${role}"`,
+    );
   }
   billing = testRoles.connectAs(testRoles.consumerRole('billing'));
   shipping = testRoles.connectAs(testRoles.consumerRole('shipping'));

@@ -335,7 +335,7 @@ describe('inbox on a database without the inbox schema', () => {
       expect(error).toMatchObject({ name: 'OutboxSchemaError', sqlState: '42P01' });
       expect((error as Error).message).toContain('inbox');
       expect((error as Error).message).toContain('npx outbox migrate');
-      expect((error as Error).message).toContain('relation "inbox_');
+      expect((error as Error).message).toContain('relation "outbox.inbox_');
       expect(calls).toBe(0);
       // Still no inbox tables: nothing was created or recorded on the way.
       expect(await empty.sql`select 1 from pg_tables where tablename like 'inbox%'`).toHaveLength(0);

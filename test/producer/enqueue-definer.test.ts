@@ -180,7 +180,7 @@ describe('SECURITY DEFINER enqueue functions with planted overloads beside them'
   it('pins every SECURITY DEFINER function to a search_path without a schema others can write', async () => {
     const definers = await db.sql<{ name: string; config: string[] | null }[]>`
       select p.oid::regprocedure::text as name, p.proconfig as config
-      from pg_proc p where p.prosecdef and p.pronamespace = 'public'::regnamespace order by 1`;
+      from pg_proc p where p.prosecdef and p.pronamespace = 'outbox'::regnamespace order by 1`;
     expect(definers.map((d) => d.name.replace(/\(.*/, ''))).toEqual([
       'outbox_enqueue',
       'outbox_enqueue_many',

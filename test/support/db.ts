@@ -4,7 +4,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import postgres from 'postgres';
 import { inject } from 'vitest';
-import { connect, type Sql } from '../../shared/platform/db.ts';
+import { connect, OUTBOX_SCHEMA, type Sql } from '../../shared/platform/db.ts';
 import { MIGRATIONS_DIR, migrate } from '../../shared/platform/migrate.ts';
 
 /** A migrated database for one test file. */
@@ -22,12 +22,21 @@ export function withDatabase(serverUrl: string, database: string): string {
   return url.toString();
 }
 
-/** A database of the test server, with a drop that closes nothing but what it opened. */
-async function newDatabase(): Promise<{ url: string; dropDatabase(): Promise<void> }> {
+/**
+ * A database of the test server, with a drop that closes nothing but what it opened. Its default
+ * search_path is {@link TEST_ADMIN_SEARCH_PATH} (a test's own sessions find its tables and the
+ * outbox's unqualified) unless `searchPath` is false: the trust tests leave the server's
+ * (`"$user", public`), as a production database has. The relay's and the monitor's role defaults
+ * and the privileged sessions' startup search_path take precedence over it either way.
+ */
+async function newDatabase(
+  searchPath: string | false = TEST_ADMIN_SEARCH_PATH,
+): Promise<{ url: string; dropDatabase(): Promise<void> }> {
   const serverUrl = inject('databaseUrl');
   const name = `outbox_test_${randomBytes(6).toString('hex')}`;
   const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
   await admin.unsafe(`create database ${name}`);
+  if (searchPath) await admin.unsafe(`alter database ${name} set search_path = ${searchPath}`);
   await admin.end();
   return {
     url: withDatabase(serverUrl, name),
@@ -39,11 +48,28 @@ async function newDatabase(): Promise<{ url: string; dropDatabase(): Promise<voi
   };
 }
 
-/** Creates and migrates a fresh database on the test server. */
-export async function createTestDatabase(options: { max?: number } = {}): Promise<TestDatabase> {
-  const { url, dropDatabase } = await newDatabase();
+/**
+ * The search_path of a test's admin pool: `public` first, where a test creates its service's own
+ * tables (orders), then the outbox's schema. Not a privileged session's: the trust tests pass
+ * OUTBOX_SEARCH_PATH (`pg_catalog, outbox, pg_temp`), as the relay, monitor and CLI do.
+ */
+export const TEST_ADMIN_SEARCH_PATH = `public, ${OUTBOX_SCHEMA}`;
+
+/**
+ * Creates and migrates a fresh database on the test server.
+ * @param options.searchPath the admin pool's search_path (default {@link TEST_ADMIN_SEARCH_PATH})
+ */
+export async function createTestDatabase(
+  options: { max?: number; searchPath?: string } = {},
+): Promise<TestDatabase> {
+  const { url, dropDatabase } = await newDatabase(options.searchPath === undefined && TEST_ADMIN_SEARCH_PATH);
   await migrate(url);
-  const sql = connect({ url, max: options.max ?? 8, env: {} });
+  const sql = connect({
+    url,
+    max: options.max ?? 8,
+    env: {},
+    searchPath: options.searchPath ?? TEST_ADMIN_SEARCH_PATH,
+  });
   return {
     url,
     sql,
@@ -63,10 +89,17 @@ export interface EmptyDatabase {
   drop(): Promise<void>;
 }
 
-/** Creates an empty database on the test server. */
-export async function createEmptyDatabase(): Promise<EmptyDatabase> {
-  const { url, dropDatabase } = await newDatabase();
+/**
+ * Creates an empty database on the test server. By default the files {@link applyMigrationFiles}
+ * applies create the outbox in schema `outbox` (created here, first on the database's search_path),
+ * so that this version's code, which names that schema, runs against an older schema version (a
+ * test of a data migration). `legacyPublic`: the outbox goes into `public`, as releases before
+ * migration 024 put it, for a test of the move itself.
+ */
+export async function createEmptyDatabase(options: { legacyPublic?: boolean } = {}): Promise<EmptyDatabase> {
+  const { url, dropDatabase } = await newDatabase(options.legacyPublic ? false : `${OUTBOX_SCHEMA}, public`);
   const sql = postgres(url, { max: 2, onnotice: () => {} });
+  if (!options.legacyPublic) await sql.unsafe(`create schema ${OUTBOX_SCHEMA}`);
   return {
     url,
     sql,

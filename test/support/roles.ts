@@ -56,6 +56,9 @@ export async function createTestRoles(
     consumerRole: (consumer) => consumerRoleName(consumer, roles),
     urlOf,
     connectAs(role) {
+      // No search_path sent: each role's own default, as in AWS behind RDS Proxy (the relay's and
+      // the monitor's is OUTBOX_SEARCH_PATH, from ensureRoles; a producer's or a consumer's is the
+      // server's, and their statements name the outbox's schema).
       const pool = connect({ url: urlOf(role), max: 2, env: {} });
       pools.push(pool);
       return pool;

@@ -13,11 +13,11 @@ import type { ChainKey } from './chain.ts';
 export async function advanceChain(tx: Tx, k: ChainKey, position: bigint, source: string): Promise<void> {
   const p = String(position);
   await tx`
-    update inbox_aggregate set last_sequence = greatest(last_sequence, ${p}), updated_at = now()
+    update outbox.inbox_aggregate set last_sequence = greatest(last_sequence, ${p}), updated_at = now()
     where consumer = ${k.consumer} and aggregate_type = ${k.aggregateType}
       and aggregate_id = ${k.aggregateId} and chain = ${k.chain}`;
   await tx`
-    insert into inbox_aggregate as a (consumer, aggregate_type, aggregate_id, source, chain, last_sequence)
+    insert into outbox.inbox_aggregate as a (consumer, aggregate_type, aggregate_id, source, chain, last_sequence)
     values (${k.consumer}, ${k.aggregateType}, ${k.aggregateId}, ${source}, ${k.chain}, ${p})
     on conflict (consumer, aggregate_type, aggregate_id, source, chain) do nothing`;
 }

@@ -43,12 +43,12 @@ export function recordFailure(sql: Sql, r: FailureRecord, counted: boolean) {
   // Compact: a consumer's Lambda bundle carries this text (test/repo/packages.test.ts bounds it).
   return sql`
 with recorded as materialized (
-  select exists (select from inbox_message where consumer = ${r.consumer} and message_key = ${r.key ?? null}
+  select exists (select from outbox.inbox_message where consumer = ${r.consumer} and message_key = ${r.key ?? null}
   and event_id = ${r.eventId} and outcome <> 'replaying') as done
 ), cleared as materialized (
-  select done, outbox_inbox_forget_failed(${r.consumer}, case when done then ${r.eventId}::text end, null) from recorded
+  select done, outbox.outbox_inbox_forget_failed(${r.consumer}, case when done then ${r.eventId}::text end, null) from recorded
 )
-insert into inbox_failed as f (consumer, event_id, message_key, event, error_name, error_message, handler_failures)
+insert into outbox.inbox_failed as f (consumer, event_id, message_key, event, error_name, error_message, handler_failures)
 select ${r.consumer}, ${r.eventId}, ${r.key ?? null}, ${sql.json(r.event as never)}, ${r.errorName}, ${r.errorMessage}, ${h}
 from cleared where not done
 on conflict (consumer, event_id) do update set

@@ -39,11 +39,11 @@ export async function readGap(tx: Tx, place: GapPlace, last: bigint): Promise<Db
   const { chain: k, eventId, position, forgetAfterSeconds } = place;
   const [row] = await tx<DbGapWait[]>`
     select
-      (select extract(epoch from now() - first_seen_at)::float8 from inbox_gap
+      (select extract(epoch from now() - first_seen_at)::float8 from outbox.inbox_gap
         where consumer = ${k.consumer} and message_key = ${eventId}) as waited,
-      (select extract(epoch from now() - last_seen_at)::float8 from inbox_gap
+      (select extract(epoch from now() - last_seen_at)::float8 from outbox.inbox_gap
         where consumer = ${k.consumer} and message_key = ${eventId}) as idle,
-      (select min(position)::text from inbox_gap
+      (select min(position)::text from outbox.inbox_gap
         where consumer = ${k.consumer} and aggregate_type = ${k.aggregateType}
           and aggregate_id = ${k.aggregateId} and chain = ${k.chain}
           and position > ${String(last)} and position < ${String(position)}
@@ -56,8 +56,8 @@ export async function readGap(tx: Tx, place: GapPlace, last: bigint): Promise<Db
 export async function clearGap(tx: Tx, consumer: string, eventId: string): Promise<void> {
   // A function (migration 026): a consumer's role has no DELETE, which would let it lock the
   // table. Called only when there is a row: its check of the caller's policy costs ~70 µs.
-  await tx`select case when exists (select from inbox_gap where consumer = ${consumer} and message_key = ${eventId})
-    then outbox_inbox_forget_gap(${consumer}, ${eventId}) end`;
+  await tx`select case when exists (select from outbox.inbox_gap where consumer = ${consumer} and message_key = ${eventId})
+    then outbox.outbox_inbox_forget_gap(${consumer}, ${eventId}) end`;
 }
 
 /**
@@ -68,7 +68,7 @@ export async function clearGap(tx: Tx, consumer: string, eventId: string): Promi
 export function rememberGap(sql: Sql, place: GapPlace) {
   const { chain: k, eventId, position, forgetAfterSeconds } = place;
   return sql`
-    insert into inbox_gap as g (consumer, message_key, first_seen_at, last_seen_at,
+    insert into outbox.inbox_gap as g (consumer, message_key, first_seen_at, last_seen_at,
                                 aggregate_type, aggregate_id, chain, position)
     values (${k.consumer}, ${eventId}, now(), now(), ${k.aggregateType}, ${k.aggregateId}, ${k.chain},
             ${String(position)})

@@ -24,7 +24,7 @@ export async function readHolder(
   sequence: bigint,
 ): Promise<DbHeldEvent | undefined> {
   const [row] = await tx<DbHeldEvent[]>`
-    select event_id, sequence, outcome from inbox_message
+    select event_id, sequence, outcome from outbox.inbox_message
     where consumer = ${consumer} and aggregate_type = ${aggregateType} and aggregate_id = ${aggregateId}
       and holds_chain and sequence < ${String(sequence)} and outcome in ('parked', 'replaying')
     order by sequence limit 1`;
@@ -34,7 +34,7 @@ export async function readHolder(
 /** Whether the record of `key` holds its aggregate (read under the lock lockMessage took). */
 export async function readHoldsChain(tx: Tx, consumer: string, key: string): Promise<boolean> {
   const [row] = await tx<{ holds_chain: boolean | null }[]>`
-    select holds_chain from inbox_message where consumer = ${consumer} and message_key = ${key}`;
+    select holds_chain from outbox.inbox_message where consumer = ${consumer} and message_key = ${key}`;
   return row?.holds_chain === true;
 }
 
@@ -47,7 +47,7 @@ export async function markHeld(
   reason: string,
 ): Promise<void> {
   await tx`
-    update inbox_message
+    update outbox.inbox_message
     set outcome = 'parked', holds_chain = true, event = ${tx.json(event as never)}, reason = ${reason}
     where consumer = ${consumer} and message_key = ${key}`;
 }
@@ -59,6 +59,6 @@ export async function readHandlerFailures(
   eventId: string,
 ): Promise<number> {
   const [row] = await sql<{ handler_failures: number }[]>`
-    select handler_failures from inbox_failed where consumer = ${consumer} and event_id = ${eventId}`;
+    select handler_failures from outbox.inbox_failed where consumer = ${consumer} and event_id = ${eventId}`;
   return row?.handler_failures ?? 0;
 }

@@ -18,7 +18,7 @@ export interface DbChainState {
  * aggregate's few rows (the primary key's prefix).
  */
 function perSourcePosition(tx: Tx, k: ChainKey) {
-  return tx`(select max(s.last_sequence) from inbox_aggregate s
+  return tx`(select max(s.last_sequence) from outbox.inbox_aggregate s
     where s.consumer = ${k.consumer} and s.aggregate_type = ${k.aggregateType}
       and s.aggregate_id = ${k.aggregateId} and s.chain = ${k.chain} and s.source <> '')`;
 }
@@ -32,10 +32,10 @@ function perSourcePosition(tx: Tx, k: ChainKey) {
 export async function lockChain(tx: Tx, k: ChainKey): Promise<bigint | undefined> {
   const [row] = await tx<DbChainState[]>`
       select greatest(last_sequence, ${perSourcePosition(tx, k)}) as last_sequence
-      from inbox_aggregate where ${chainRow(tx, k)} for update`;
+      from outbox.inbox_aggregate where ${chainRow(tx, k)} for update`;
   if (row) return BigInt(row.last_sequence);
   const [created] = await tx<DbChainState[]>`
-      insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence)
+      insert into outbox.inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence)
       values (${k.consumer}, ${k.aggregateType}, ${k.aggregateId}, '', ${k.chain},
               coalesce(${perSourcePosition(tx, k)}, 0))
       on conflict do nothing
@@ -51,7 +51,7 @@ export async function lockChain(tx: Tx, k: ChainKey): Promise<bigint | undefined
  */
 export async function readChainPosition(sql: Sql, k: ChainKey): Promise<bigint | undefined> {
   const [row] = await sql<{ last_sequence: string | null }[]>`
-      select max(last_sequence) as last_sequence from inbox_aggregate
+      select max(last_sequence) as last_sequence from outbox.inbox_aggregate
       where consumer = ${k.consumer} and aggregate_type = ${k.aggregateType}
         and aggregate_id = ${k.aggregateId} and chain = ${k.chain}`;
   return row?.last_sequence == null ? undefined : BigInt(row.last_sequence);

@@ -15,7 +15,7 @@ export async function lockMessage(
   key: string,
 ): Promise<DbMessageOutcome | undefined> {
   const [existing] = await tx<DbMessageOutcome[]>`
-      select outcome, event_id from inbox_message
+      select outcome, event_id from outbox.inbox_message
       where consumer = ${consumer} and message_key = ${key}
       for update`;
   return existing;

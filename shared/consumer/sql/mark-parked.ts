@@ -11,7 +11,7 @@ export async function markParked(
   reason: string,
 ): Promise<void> {
   await tx`
-      update inbox_message
+      update outbox.inbox_message
       set outcome = 'parked', event = ${tx.json(event as never)},
           reason = ${reason}
       where consumer = ${consumer} and message_key = ${key}`;

@@ -4,7 +4,7 @@ import type { Tx } from '../../platform/db.ts';
 /** Sets the record `processed`, drops the kept event, and says in its reason that it was parked. */
 export async function markReplayed(tx: Tx, consumer: string, key: string): Promise<void> {
   await tx`
-        update inbox_message
+        update outbox.inbox_message
         set outcome = 'processed', processed_at = now(), event = null, holds_chain = null,
             reason = 'parked, then replayed by an operator: ' || coalesce(reason, '')
         where consumer = ${consumer} and message_key = ${key}`;

@@ -4,7 +4,7 @@ import type { Tx } from '../../platform/db.ts';
 /** Sets the record `stale`, with the reason. */
 export async function markStale(tx: Tx, consumer: string, key: string, reason: string): Promise<void> {
   await tx`
-        update inbox_message
+        update outbox.inbox_message
         set outcome = 'stale', reason = ${reason}
         where consumer = ${consumer} and message_key = ${key}`;
 }

@@ -33,11 +33,11 @@ export interface MessageRecord {
  */
 export async function recordMessage(tx: Tx, r: MessageRecord): Promise<boolean> {
   const inserted = await tx`
-    insert into inbox_message (consumer, message_key, event_id, source, event_type, aggregate_type, aggregate_id, sequence)
+    insert into outbox.inbox_message (consumer, message_key, event_id, source, event_type, aggregate_type, aggregate_id, sequence)
     select ${r.consumer}, ${r.key}, ${r.eventId}, ${r.source}, ${r.type}, ${r.aggregateType}, ${r.aggregateId}, ${String(r.sequence)}::bigint
-    from (select case when exists (select from inbox_failed where consumer = ${r.consumer}
+    from (select case when exists (select from outbox.inbox_failed where consumer = ${r.consumer}
       and (event_id = ${r.eventId} or message_key = ${r.key}))
-      then outbox_inbox_forget_failed(${r.consumer}, ${r.eventId}, ${r.key}) end) as traced
+      then outbox.outbox_inbox_forget_failed(${r.consumer}, ${r.eventId}, ${r.key}) end) as traced
     on conflict do nothing
     returning 1`;
   return inserted.length > 0;

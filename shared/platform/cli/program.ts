@@ -15,7 +15,7 @@ import { createInterface } from 'node:readline/promises';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError } from 'commander';
 import { databasePasswords, redactPasswords } from '../connection-url.ts';
-import { connect, type Sql } from '../db.ts';
+import { connect, OUTBOX_SEARCH_PATH, type Sql } from '../db.ts';
 import { EXIT, explainError } from './errors.ts';
 
 /** Where the CLI writes; tests pass their own. */
@@ -117,7 +117,7 @@ export function commandContext(cliIo: CliIo, setExitCode: (code: number) => void
     json: (value) => io.out(JSON.stringify(value)),
     env: io.env,
     withDb: async (fn: (sql: Sql) => Promise<void>) => {
-      const sql = connect({ env: io.env, applicationName: 'outbox-cli' });
+      const sql = connect({ env: io.env, applicationName: 'outbox-cli', searchPath: OUTBOX_SEARCH_PATH });
       try {
         await fn(sql);
       } finally {

@@ -28,12 +28,17 @@
  * Grants are revoked first where older versions gave more, so a redeploy takes them away.
  */
 import type { Queryable } from '../../platform/index.ts';
+
+/** The role-default search_path of the relay and monitor roles (OUTBOX_SEARCH_PATH). */
+const SEARCH_PATH_DEFAULT = `alter role %I set search_path = ${OUTBOX_SEARCH_PATH}`;
+
 import {
   CONSUMER_IDLE_IN_TRANSACTION_TIMEOUT_MS,
   connect,
   DEFAULT_ROLES,
   databasePasswords,
   migrate,
+  OUTBOX_SEARCH_PATH,
   OutboxConfigError,
   type OutboxRoles,
   RELAY_IDLE_IN_TRANSACTION_TIMEOUT_MS,
@@ -145,7 +150,7 @@ const INBOX_GRANTS = [
   // applies the event; read by `outbox inbox failed list`
   'grant select, insert on inbox_failed to %I',
   'grant update (message_key, event, error_name, error_message, attempts, last_failed_at, handler_failures) on inbox_failed to %I',
-  'grant execute on function outbox_inbox_forget_failed(text, text, text), outbox_inbox_forget_gap(text, text) to %I',
+  'grant execute on function outbox.outbox_inbox_forget_failed(text, text, text), outbox.outbox_inbox_forget_gap(text, text) to %I',
   // An invocation's transaction ends before the invocation does; one idle longer is cut off, its
   // locks with it. Lock waits end on their own too, whatever statement_timeout the session sets.
   `alter role %I set idle_in_transaction_session_timeout = '${CONSUMER_IDLE_IN_TRANSACTION_TIMEOUT_MS}ms'`,
@@ -190,6 +195,10 @@ export async function ensureRoles(
         // off after a lease (RELAY_IDLE_IN_TRANSACTION_TIMEOUT_MS), with no SET (which would pin).
         `alter role %I set idle_in_transaction_session_timeout = '${RELAY_IDLE_IN_TRANSACTION_TIMEOUT_MS}ms'`,
         lockTimeout,
+        // Its sessions resolve names only in pg_catalog and the outbox's schema, behind a pooler
+        // too (where no startup search_path is sent): never through a schema a producer can write
+        // (issue 43), and an older relay's unqualified statements find the moved tables (024).
+        SEARCH_PATH_DEFAULT,
       ],
     ],
     [
@@ -210,6 +219,7 @@ export async function ensureRoles(
         'grant select (consumer, event_id, last_failed_at), delete on inbox_failed to %I',
         // as for the relay: its prune and count statements gain nothing from JIT
         'alter role %I set jit = off',
+        SEARCH_PATH_DEFAULT,
       ],
     ],
     [
@@ -272,7 +282,12 @@ export async function migrateWithRoles(
   } = {},
 ): Promise<string[]> {
   const applied = await migrate(url, { log: options.log ?? (() => {}) });
-  const sql = connect({ ...(url ? { url } : {}), max: 1, env: url ? {} : process.env });
+  const sql = connect({
+    ...(url ? { url } : {}),
+    max: 1,
+    env: url ? {} : process.env,
+    searchPath: OUTBOX_SEARCH_PATH,
+  });
   try {
     await ensureRoles(sql, options.roles ?? DEFAULT_ROLES, options.statementTimeoutMs, {
       consumers: options.consumers ?? [],

@@ -76,7 +76,7 @@ const event = (aggregateId: string, n: number) => ({
 
 describe('database roles, each doing its real work as itself', () => {
   it('lets the producer enqueue in its own transaction, and the relay claim, publish and mark', async () => {
-    await db.sql`truncate outbox, outbox_aggregate, outbox_idempotency_key`;
+    await db.sql`truncate outbox.outbox, outbox_aggregate, outbox_idempotency_key`;
     bus.reset();
     const producer = as(roles.producer);
     await producer.begin((tx) => enqueueMany(tx, [event('r-1', 1), event('r-1', 2), event('r-2', 1)]));
@@ -84,7 +84,7 @@ describe('database roles, each doing its real work as itself', () => {
     const viaSql = () =>
       producer.begin(
         (tx) => tx<{ sequence: string; duplicate: boolean }[]>`
-          select * from outbox_enqueue(event_type => 'RoleTested', source => 'test.roles',
+          select * from outbox.outbox_enqueue(event_type => 'RoleTested', source => 'test.roles',
             aggregate_type => 'order', aggregate_id => 'r-2', payload => '{"n": 2}'::jsonb,
             idempotency_key => 'role-key')`,
       );
@@ -104,39 +104,39 @@ describe('database roles, each doing its real work as itself', () => {
     ).toEqual(['r-1', 'r-1', 'r-2', 'r-2']);
     const [row] = await db.sql<
       { n: number }[]
-    >`select count(*)::int as n from outbox where published_at is not null`;
+    >`select count(*)::int as n from outbox.outbox where published_at is not null`;
     expect(row?.n).toBe(4);
   });
 
   it("lets the monitor prune expired outbox rows, inbox records, the inbox's order state and failed events' traces, and idempotency keys, and count the backlog", async () => {
-    await db.sql`truncate outbox, outbox_aggregate, inbox_message, inbox_aggregate, inbox_gap, inbox_failed, outbox_idempotency_key`;
+    await db.sql`truncate outbox.outbox, outbox_aggregate, inbox_message, inbox_aggregate, inbox_gap, inbox_failed, outbox_idempotency_key`;
     await db.sql.begin((tx) =>
       enqueueMany(tx, [{ ...event('p-1', 1), idempotencyKey: 'p-1-key' }, event('p-2', 1), event('p-3', 1)]),
     );
-    await db.sql`update outbox_idempotency_key set created_at = now() - interval '60 days'`;
+    await db.sql`update outbox.outbox_idempotency_key set created_at = now() - interval '60 days'`;
     await db.sql`
-      update outbox set published_at = now() - interval '30 days' where aggregate_id = 'p-1'`;
+      update outbox.outbox set published_at = now() - interval '30 days' where aggregate_id = 'p-1'`;
     await db.sql`
-      update outbox set dead_lettered_at = now() - interval '60 days', discarded_at = now() - interval '59 days'
+      update outbox.outbox set dead_lettered_at = now() - interval '60 days', discarded_at = now() - interval '59 days'
       where aggregate_id = 'p-2'`;
     await db.sql`
-      insert into inbox_message (consumer, message_key, processed_at)
+      insert into outbox.inbox_message (consumer, message_key, processed_at)
       values ('billing', 'old', now() - interval '60 days'), ('billing', 'new', now())`;
     // A parked event waits for an operator however old it is: never pruned.
     await db.sql`
-      insert into inbox_message (consumer, message_key, processed_at, outcome)
+      insert into outbox.inbox_message (consumer, message_key, processed_at, outcome)
       values ('billing', 'parked', now() - interval '60 days', 'parked')`;
     await db.sql`
-      insert into inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence, updated_at)
+      insert into outbox.inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence, updated_at)
       values ('billing', 'order', 'quiet', 's', '', 3, now() - interval '60 days'),
              ('billing', 'order', 'quiet', '', '', 3, now() - interval '60 days'),
              ('billing', 'order', 'busy', 's', '', 9, now())`;
     await db.sql`
-      insert into inbox_gap (consumer, message_key, first_seen_at, last_seen_at)
+      insert into outbox.inbox_gap (consumer, message_key, first_seen_at, last_seen_at)
       values ('billing', 'gone', now() - interval '61 days', now() - interval '60 days'),
              ('billing', 'waiting', now(), now())`;
     await db.sql`
-      insert into inbox_failed (consumer, event_id, event, error_name, error_message, last_failed_at)
+      insert into outbox.inbox_failed (consumer, event_id, event, error_name, error_message, last_failed_at)
       values ('billing', 'forgotten', '{}', 'Error', 'x', now() - interval '60 days'),
              ('billing', 'failed', '{}', 'Error', 'x', now() - interval '1 hour')`;
 
@@ -165,31 +165,31 @@ describe('database roles, each doing its real work as itself', () => {
       deadLetterPolicy: 'block',
     });
     expect(detail).toMatchObject({ heldBack: 0, inBackoff: 0, scaleOut: { relays: 1, claimable: 1 } });
-    const left = await db.sql<{ aggregate_id: string }[]>`select aggregate_id from outbox`;
+    const left = await db.sql<{ aggregate_id: string }[]>`select aggregate_id from outbox.outbox`;
     expect(left.map((r) => r.aggregate_id)).toEqual(['p-3']);
     const keys = await db.sql<
       { message_key: string }[]
-    >`select message_key from inbox_message order by message_key`;
+    >`select message_key from outbox.inbox_message order by message_key`;
     expect(keys.map((r) => r.message_key)).toEqual(['new', 'parked']);
     // A chain's own row (source '') stays however quiet; a per-source row of migrations 010 to
     // 017 goes once the chain's row has taken it over.
     const chains = await db.sql<
       { aggregate_id: string; source: string }[]
-    >`select aggregate_id, source from inbox_aggregate order by aggregate_id`;
+    >`select aggregate_id, source from outbox.inbox_aggregate order by aggregate_id`;
     expect(chains).toEqual([
       { aggregate_id: 'busy', source: 's' },
       { aggregate_id: 'quiet', source: '' },
     ]);
-    const gaps = await db.sql<{ message_key: string }[]>`select message_key from inbox_gap`;
+    const gaps = await db.sql<{ message_key: string }[]>`select message_key from outbox.inbox_gap`;
     expect(gaps.map((r) => r.message_key)).toEqual(['waiting']);
-    const failed = await db.sql<{ event_id: string }[]>`select event_id from inbox_failed`;
+    const failed = await db.sql<{ event_id: string }[]>`select event_id from outbox.inbox_failed`;
     expect(failed.map((r) => r.event_id)).toEqual(['failed']);
     expect(status.inboxParked).toBe(1);
     expect(status.inboxFailed).toBe(1);
   });
 
   it('lets the consumer run the inbox, in every order mode, and park an event', async () => {
-    await db.sql`truncate inbox_message, inbox_aggregate, inbox_gap`;
+    await db.sql`truncate outbox.inbox_message, inbox_aggregate, inbox_gap`;
     const consumer = as(roles.consumer);
     const outcomes: string[] = [];
     const run = (order: 'none' | 'ignore-stale' | 'wait-for-gap', sequence: number) => {
@@ -251,68 +251,76 @@ describe('database roles, each doing its real work as itself', () => {
     }
     const [gap] = await db.sql<
       { n: number }[]
-    >`select count(*)::int as n from inbox_gap where consumer = 'billing-wait'`;
+    >`select count(*)::int as n from outbox.inbox_gap where consumer = 'billing-wait'`;
     expect(gap?.n).toBe(1);
     // And, as the consumer role, its failure trace: one row, two attempts.
     const [failed] = await db.sql<
       { attempts: number }[]
-    >`select attempts from inbox_failed where consumer = 'billing-wait'`;
+    >`select attempts from outbox.inbox_failed where consumer = 'billing-wait'`;
     expect(failed?.attempts).toBe(2);
   });
 
   it('refuses each role what it does not need', async () => {
-    expect(await attempt(roles.relay, 'delete from outbox where true')).toBe('42501');
-    expect(await attempt(roles.relay, 'select * from outbox_aggregate')).toBe('42501');
-    expect(await attempt(roles.relay, 'select * from inbox_message')).toBe('42501');
-    expect(await attempt(roles.relay, 'select * from inbox_failed')).toBe('42501');
+    expect(await attempt(roles.relay, 'delete from outbox.outbox where true')).toBe('42501');
+    expect(await attempt(roles.relay, 'select * from outbox.outbox_aggregate')).toBe('42501');
+    expect(await attempt(roles.relay, 'select * from outbox.inbox_message')).toBe('42501');
+    expect(await attempt(roles.relay, 'select * from outbox.inbox_failed')).toBe('42501');
     // The monitor counts and prunes failed events; it reads none of them.
-    expect(await attempt(roles.monitor, 'select event from inbox_failed')).toBe('42501');
-    expect(await attempt(roles.monitor, "update outbox set last_error = 'x' where true")).toBe('42501');
+    expect(await attempt(roles.monitor, 'select event from outbox.inbox_failed')).toBe('42501');
+    expect(await attempt(roles.monitor, "update outbox.outbox set last_error = 'x' where true")).toBe(
+      '42501',
+    );
     expect(
-      await attempt(roles.monitor, 'insert into inbox_message (consumer, message_key) values (1, 1)'),
+      await attempt(roles.monitor, 'insert into outbox.inbox_message (consumer, message_key) values (1, 1)'),
     ).toBe('42501');
-    expect(await attempt(roles.producer, 'delete from outbox where true')).toBe('42501');
-    expect(await attempt(roles.producer, 'update outbox set published_at = now() where true')).toBe('42501');
-    expect(await attempt(roles.consumer, 'select * from outbox')).toBe('42501');
-    expect(await attempt(roles.relay, 'select * from outbox_idempotency_key')).toBe('42501');
-    expect(await attempt(roles.producer, 'delete from outbox_idempotency_key where true')).toBe('42501');
-    expect(await attempt(roles.consumer, 'select * from outbox_idempotency_key')).toBe('42501');
+    expect(await attempt(roles.producer, 'delete from outbox.outbox where true')).toBe('42501');
+    expect(await attempt(roles.producer, 'update outbox.outbox set published_at = now() where true')).toBe(
+      '42501',
+    );
+    expect(await attempt(roles.consumer, 'select * from outbox.outbox')).toBe('42501');
+    expect(await attempt(roles.relay, 'select * from outbox.outbox_idempotency_key')).toBe('42501');
+    expect(await attempt(roles.producer, 'delete from outbox.outbox_idempotency_key where true')).toBe(
+      '42501',
+    );
+    expect(await attempt(roles.consumer, 'select * from outbox.outbox_idempotency_key')).toBe('42501');
     // EXECUTE on the enqueue functions (which run with their owner's rights) is the producer's alone.
-    const enqueueCall = `select * from outbox_enqueue(event_type => 'T', source => 's', aggregate_type => 'a', aggregate_id => '1', payload => '{}')`;
+    const enqueueCall = `select * from outbox.outbox_enqueue(event_type => 'T', source => 's', aggregate_type => 'a', aggregate_id => '1', payload => '{}')`;
     for (const role of [roles.consumer, roles.relay, roles.monitor]) {
       expect(await attempt(role, enqueueCall), role).toBe('42501');
     }
     // The producer reads no event, not even its own, and writes only through the functions.
-    expect(await attempt(roles.producer, 'select payload from outbox')).toBe('42501');
-    expect(await attempt(roles.producer, 'select count(*) from outbox')).toBe('42501');
-    expect(await attempt(roles.producer, 'select * from outbox_aggregate')).toBe('42501');
-    expect(await attempt(roles.producer, 'select * from outbox_idempotency_key')).toBe('42501');
+    expect(await attempt(roles.producer, 'select payload from outbox.outbox')).toBe('42501');
+    expect(await attempt(roles.producer, 'select count(*) from outbox.outbox')).toBe('42501');
+    expect(await attempt(roles.producer, 'select * from outbox.outbox_aggregate')).toBe('42501');
+    expect(await attempt(roles.producer, 'select * from outbox.outbox_idempotency_key')).toBe('42501');
     expect(
       await attempt(
         roles.producer,
-        `insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload) values ('a', '1', 1, 'T', 's', '{}')`,
+        `insert into outbox.outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload) values ('a', '1', 1, 'T', 's', '{}')`,
       ),
     ).toBe('42501');
-    expect(await attempt(roles.producer, `update outbox_aggregate set last_sequence = 0 where true`)).toBe(
-      '42501',
-    );
+    expect(
+      await attempt(roles.producer, `update outbox.outbox_aggregate set last_sequence = 0 where true`),
+    ).toBe('42501');
     // The helpers are reachable only through the two entry points (no bypassing validation).
     expect(
       await attempt(
         roles.producer,
-        `select * from outbox_enqueue_insert(array['T'], array['s'], array['a'], array['1'], array['{}'::jsonb], null, null, 1)`,
+        `select * from outbox.outbox_enqueue_insert(array['T'], array['s'], array['a'], array['1'], array['{}'::jsonb], null, null, 1)`,
       ),
     ).toBe('42501');
-    expect(await attempt(roles.producer, `select outbox_json_bytes('{}')`)).toBe('42501');
+    expect(await attempt(roles.producer, `select outbox.outbox_json_bytes('{}')`)).toBe('42501');
     // The relay changes a row's delivery state, never the event; the monitor reads no payload.
-    expect(await attempt(roles.relay, `update outbox set payload = '{}' where true`)).toBe('42501');
-    expect(await attempt(roles.relay, `update outbox set event_type = 'x', source = 'y' where true`)).toBe(
+    expect(await attempt(roles.relay, `update outbox.outbox set payload = '{}' where true`)).toBe('42501');
+    expect(
+      await attempt(roles.relay, `update outbox.outbox set event_type = 'x', source = 'y' where true`),
+    ).toBe('42501');
+    expect(await attempt(roles.relay, `update outbox.outbox set discarded_at = now() where true`)).toBe(
       '42501',
     );
-    expect(await attempt(roles.relay, `update outbox set discarded_at = now() where true`)).toBe('42501');
-    expect(await attempt(roles.monitor, 'select payload from outbox')).toBe('42501');
-    expect(await attempt(roles.monitor, 'select trace_header from outbox')).toBe('42501');
-    expect(await attempt(roles.monitor, 'select * from outbox')).toBe('42501');
+    expect(await attempt(roles.monitor, 'select payload from outbox.outbox')).toBe('42501');
+    expect(await attempt(roles.monitor, 'select trace_header from outbox.outbox')).toBe('42501');
+    expect(await attempt(roles.monitor, 'select * from outbox.outbox')).toBe('42501');
     // A login the deployment did not create gets nothing.
     const stranger = `stranger_${randomUUID().slice(0, 8)}`;
     // With USAGE on the schema, as any role has where PUBLIC's schema privileges were kept.
@@ -333,7 +341,7 @@ describe('database roles, each doing its real work as itself', () => {
   });
 
   it('lets the producer enqueue through every path with no privilege on any table: keys, duplicates, typed errors', async () => {
-    await db.sql`truncate outbox, outbox_aggregate, outbox_idempotency_key`;
+    await db.sql`truncate outbox.outbox, outbox_aggregate, outbox_idempotency_key`;
     const producer = as(roles.producer);
     const [privileges] = await db.sql<{ any: boolean }[]>`
       select bool_or(has_table_privilege(${roles.producer}, t, p)) as any
@@ -369,34 +377,34 @@ describe('database roles, each doing its real work as itself', () => {
     await expect(
       producer.begin(
         (tx) =>
-          tx`select * from outbox_enqueue(event_type => 'T', source => 'aws.nope', aggregate_type => 'a',
+          tx`select * from outbox.outbox_enqueue(event_type => 'T', source => 'aws.nope', aggregate_type => 'a',
              aggregate_id => '1', payload => '{}'::jsonb)`,
       ),
     ).rejects.toMatchObject({ code: '22023', column_name: 'source' });
     const rows = await db.sql<{ aggregate_id: string; sequence: string }[]>`
-      select aggregate_id, sequence from outbox order by aggregate_id, sequence`;
+      select aggregate_id, sequence from outbox.outbox order by aggregate_id, sequence`;
     expect(rows.map((r) => `${r.aggregate_id}#${r.sequence}`)).toEqual(['k-1#1', 'k-1#2', 'k-2#1']);
   });
 
   it('keeps the enqueue functions on their own tables whatever the caller puts on its search_path', async () => {
-    await db.sql`truncate outbox, outbox_aggregate, outbox_idempotency_key`;
+    await db.sql`truncate outbox.outbox, outbox_aggregate, outbox_idempotency_key`;
     const producer = as(roles.producer);
     await producer.begin(async (tx) => {
       // Temporary tables come first on a search_path that does not name pg_temp.
       await tx`create temp table outbox_aggregate (aggregate_type text, aggregate_id text, last_sequence bigint, primary key (aggregate_type, aggregate_id)) on commit drop`;
       await tx`create temp table outbox_idempotency_key (idempotency_key text primary key, event_id uuid, aggregate_type text, aggregate_id text, sequence bigint, created_at timestamptz default now()) on commit drop`;
       await tx`insert into outbox_aggregate values ('order', 'h-1', 41)`;
-      await tx`select * from outbox_enqueue(event_type => 'T', source => 's', aggregate_type => 'order',
+      await tx`select * from outbox.outbox_enqueue(event_type => 'T', source => 's', aggregate_type => 'order',
                  aggregate_id => 'h-1', payload => '{}'::jsonb, idempotency_key => 'hijack')`;
     });
     const [row] = await db.sql<{ sequence: string; keys: number }[]>`
-      select o.sequence, (select count(*)::int from outbox_idempotency_key where idempotency_key = 'hijack') as keys
-      from outbox o where aggregate_id = 'h-1'`;
+      select o.sequence, (select count(*)::int from outbox.outbox_idempotency_key where idempotency_key = 'hijack') as keys
+      from outbox.outbox o where aggregate_id = 'h-1'`;
     expect(row).toEqual({ sequence: '1', keys: 1 });
   });
 
   it('lets the relay run every statement of its work: claim, mark, retry, dead-letter, release, renew, hand back, unpark, pending checks', async () => {
-    await db.sql`truncate outbox, outbox_aggregate, outbox_idempotency_key`;
+    await db.sql`truncate outbox.outbox, outbox_aggregate, outbox_idempotency_key`;
     bus.reset();
     await db.sql.begin((tx) =>
       enqueueMany(tx, [event('s-1', 1), event('s-1', 2), event('s-2', 1), event('s-3', 1)]),
@@ -442,7 +450,7 @@ describe('database roles, each doing its real work as itself', () => {
       aggregates: 0,
     });
     // And whole passes, with a poison event (dead letter) and one that ran out of attempts.
-    await db.sql`update outbox set attempts = 9 where aggregate_id = 's-3'`;
+    await db.sql`update outbox.outbox set attempts = 9 where aggregate_id = 's-3'`;
     bus.setFaults({ poisonMarker: '"n":2', poisonCode: 'InvalidArgument' });
     const result = await runRelay({
       sql: relay,
@@ -456,7 +464,7 @@ describe('database roles, each doing its real work as itself', () => {
     const states = await db.sql<{ aggregate_id: string; state: string }[]>`
       select aggregate_id || '#' || sequence as aggregate_id,
              case when published_at is not null then 'published' when dead_lettered_at is not null then 'dead' else 'pending' end as state
-      from outbox order by aggregate_id, sequence`;
+      from outbox.outbox order by aggregate_id, sequence`;
     expect(states.map((r) => `${r.aggregate_id} ${r.state}`)).toEqual([
       's-1#1 published',
       's-1#2 dead',
@@ -474,6 +482,7 @@ describe('database roles, each doing its real work as itself', () => {
       'plan_cache_mode=force_custom_plan',
       'idle_in_transaction_session_timeout=8000ms',
       'lock_timeout=7000ms',
+      'search_path=pg_catalog, outbox, pg_temp',
     ]);
     // A client that sends no startup parameter (as behind RDS Proxy) gets the role's defaults.
     const plain = postgres(testRoles.urlOf(roles.relay), { max: 1, onnotice: () => {} });

@@ -39,7 +39,7 @@ beforeAll(async () => {
     create role ${consumerRole} login password 'legacy';
     create role ${monitorRole} login password 'legacy';
     create role ${operator} login password 'legacy' in role ${monitorRole};
-    grant usage on schema public to ${consumerRole}, ${monitorRole}, ${operator};
+    grant usage on schema outbox to ${consumerRole}, ${monitorRole}, ${operator};
     grant select, insert, update on inbox_message, inbox_aggregate to ${consumerRole};
     grant select, insert, update, delete on inbox_gap, inbox_failed to ${consumerRole};
     grant select (consumer, message_key, outcome, processed_at), delete on inbox_message to ${monitorRole};

@@ -1,7 +1,9 @@
 /**
- * The outbox in a schema other than `public`: a database whose search_path names `outbox_s` is
- * migrated with its roles (what `outbox migrate --roles` and the deploy-time function run), and
- * each role then does its work logged in as itself, with PUBLIC's privileges on `public` revoked.
+ * The outbox's schema whatever the database's search_path: a database whose search_path names
+ * `outbox_s` is migrated with its roles (what `outbox migrate --roles` and the deploy-time
+ * function run), everything lands in schema `outbox` (migration 024: the migrating session starts
+ * with its own search_path), and each role then does its work logged in as itself, with PUBLIC's
+ * privileges on `public` revoked.
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -33,7 +35,7 @@ const as = (role: string): Sql => {
 };
 
 beforeAll(async () => {
-  db = await createEmptyDatabase();
+  db = await createEmptyDatabase({ legacyPublic: true });
   bus = await startLocalBus();
   const name = new URL(db.url).pathname.slice(1);
   await db.sql.unsafe(`create schema outbox_s; alter database "${name}" set search_path = outbox_s`);
@@ -52,13 +54,14 @@ afterAll(async () => {
 });
 
 describe('the outbox in schema outbox_s', () => {
-  it('was migrated there; only the migration history is in public (node-pg-migrate keeps it there)', async () => {
+  it('was migrated into schema outbox, history included; nothing in outbox_s or public', async () => {
     const [where] = await db.sql<{ schema: string; inPublic: string[] }[]>`
       select (select relnamespace::regnamespace::text from pg_class where relname = 'outbox' and relkind = 'r') as schema,
              array(select relname::text from pg_class where relnamespace = 'public'::regnamespace and relkind = 'r'
                    union all select proname::text from pg_proc where pronamespace = 'public'::regnamespace
-                   and proname like 'outbox%') as "inPublic"`;
-    expect(where).toEqual({ schema: 'outbox_s', inPublic: ['outbox_migrations'] });
+                   and proname like 'outbox%'
+                   union all select relname::text from pg_class where relnamespace = 'outbox_s'::regnamespace) as "inPublic"`;
+    expect(where).toEqual({ schema: 'outbox', inPublic: [] });
   });
 
   it('lets the producer enqueue, the relay publish and the monitor count and prune, each as itself', async () => {
@@ -82,7 +85,7 @@ describe('the outbox in schema outbox_s', () => {
     expect(bus.events.map((e) => (e.detail as { data: { n: number } }).data.n).sort()).toEqual([1, 2, 3]);
     const monitor = as(roles.monitor);
     expect(await getStatus(monitor)).toMatchObject({ pending: 0, deadLettered: 0 });
-    await db.sql`update outbox_s.outbox set published_at = now() - interval '30 days'`;
+    await db.sql`update outbox.outbox set published_at = now() - interval '30 days'`;
     const pruned = await prune(monitor, {
       publishedRetentionSeconds: 7 * 86_400,
       deadLetterRetentionSeconds: 30 * 86_400,
@@ -96,8 +99,8 @@ describe('the outbox in schema outbox_s', () => {
 
   it('lets the consumer write its inbox records', async () => {
     const consumer = as(roles.consumer);
-    await consumer`insert into inbox_message (consumer, message_key) values ('billing', 'k-1')`;
-    const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from outbox_s.inbox_message`;
+    await consumer`insert into outbox.inbox_message (consumer, message_key) values ('billing', 'k-1')`;
+    const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from outbox.inbox_message`;
     expect(row?.n).toBe(1);
   });
 });

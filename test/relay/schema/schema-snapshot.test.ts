@@ -14,7 +14,7 @@ describe('the schema snapshot', () => {
     // It holds what a reader comes for: the table, the entry points and their pinned search_path.
     expect(fresh).toContain('create table outbox (');
     expect(fresh).toMatch(
-      /FUNCTION public\.outbox_enqueue\(.*\n(.*\n){3} SET search_path TO 'pg_catalog', 'pg_temp'/,
+      /FUNCTION outbox\.outbox_enqueue\(.*\n(.*\n){3} SET search_path TO 'pg_catalog', 'pg_temp'/,
     );
   });
 });

@@ -24,13 +24,13 @@ export async function countInboxExpired(
 ): Promise<DbInboxExpired | undefined> {
   const [row] = await sql<DbInboxExpired[]>`
     select
-      (select count(*) from inbox_message
+      (select count(*) from outbox.inbox_message
        where processed_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
          and outcome not in ('parked', 'replaying')) as messages,
-      (select count(*) from inbox_aggregate s where ${supersededChains(sql, retentionSeconds)}) as chains,
-      (select count(*) from inbox_gap
+      (select count(*) from outbox.inbox_aggregate s where ${supersededChains(sql, retentionSeconds)}) as chains,
+      (select count(*) from outbox.inbox_gap
        where last_seen_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})) as gaps,
-      (select count(*) from inbox_failed
+      (select count(*) from outbox.inbox_failed
        where last_failed_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})) as failures`;
   return row;
 }
@@ -48,7 +48,7 @@ export interface DbInboxParked {
 export function countInboxParked(sql: Queryable, consumers: readonly string[]): Promise<DbInboxParked[]> {
   return sql<DbInboxParked[]>`
     select c.consumer,
-           (select count(*) from inbox_message m
+           (select count(*) from outbox.inbox_message m
             where m.consumer = c.consumer and m.outcome in ('parked', 'replaying')) as parked
     from pg_catalog.unnest(${consumers}::text[]) with ordinality as c(consumer, ord)
     order by c.ord`;

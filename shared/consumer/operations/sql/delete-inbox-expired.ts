@@ -13,9 +13,9 @@ import type { Queryable } from '../../../platform/db.ts';
  */
 export async function deleteExpiredMessages(sql: Queryable, retentionSeconds: number, batchSize: number) {
   const records = await sql`
-    delete from inbox_message m
+    delete from outbox.inbox_message m
     using (
-      select consumer, message_key from inbox_message
+      select consumer, message_key from outbox.inbox_message
       where processed_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
         and outcome not in ('parked', 'replaying')
       order by processed_at
@@ -36,7 +36,7 @@ export async function deleteExpiredMessages(sql: Queryable, retentionSeconds: nu
 export function supersededChains(sql: Queryable, retentionSeconds: number) {
   return sql`s.source <> ''
     and s.updated_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
-    and exists (select from inbox_aggregate c
+    and exists (select from outbox.inbox_aggregate c
                 where c.consumer = s.consumer and c.aggregate_type = s.aggregate_type
                   and c.aggregate_id = s.aggregate_id and c.source = '' and c.chain = s.chain
                   and c.last_sequence >= s.last_sequence)`;
@@ -48,9 +48,9 @@ export function supersededChains(sql: Queryable, retentionSeconds: number) {
  */
 export async function deleteExpiredChains(sql: Queryable, retentionSeconds: number, batchSize: number) {
   const chains = await sql`
-    delete from inbox_aggregate a
+    delete from outbox.inbox_aggregate a
     using (
-      select s.consumer, s.aggregate_type, s.aggregate_id, s.source, s.chain from inbox_aggregate s
+      select s.consumer, s.aggregate_type, s.aggregate_id, s.source, s.chain from outbox.inbox_aggregate s
       where ${supersededChains(sql, retentionSeconds)}
       order by s.updated_at
       limit ${batchSize}
@@ -68,9 +68,9 @@ export async function deleteExpiredChains(sql: Queryable, retentionSeconds: numb
  */
 export async function deleteExpiredGaps(sql: Queryable, retentionSeconds: number, batchSize: number) {
   const gaps = await sql`
-    delete from inbox_gap g
+    delete from outbox.inbox_gap g
     using (
-      select consumer, message_key from inbox_gap
+      select consumer, message_key from outbox.inbox_gap
       where last_seen_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
       order by last_seen_at
       limit ${batchSize}
@@ -88,9 +88,9 @@ export async function deleteExpiredGaps(sql: Queryable, retentionSeconds: number
  */
 export async function deleteExpiredFailures(sql: Queryable, retentionSeconds: number, batchSize: number) {
   const failures = await sql`
-    delete from inbox_failed f
+    delete from outbox.inbox_failed f
     using (
-      select consumer, event_id from inbox_failed
+      select consumer, event_id from outbox.inbox_failed
       where last_failed_at < now() - pg_catalog.make_interval(secs => ${retentionSeconds})
       order by last_failed_at
       limit ${batchSize}

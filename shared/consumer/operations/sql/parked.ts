@@ -36,7 +36,7 @@ export function selectParked(
   return sql<DbParkedEvent[]>`
     select consumer, event_id, source, event_type, aggregate_type, aggregate_id, sequence, outcome,
            reason, processed_at, event
-    from inbox_message
+    from outbox.inbox_message
     where ${parkedRow(sql, consumer, eventIds)}
     order by processed_at, event_id
     limit ${limit}`;
@@ -49,7 +49,7 @@ export function markReplaying(
   eventIds: readonly string[] | null,
 ): Promise<DbParkedEvent[]> {
   return sql<DbParkedEvent[]>`
-    update inbox_message
+    update outbox.inbox_message
     set outcome = 'replaying'
     where ${parkedRow(sql, consumer, eventIds)}
     returning consumer, event_id, source, event_type, aggregate_type, aggregate_id, sequence, outcome,
@@ -68,7 +68,7 @@ export async function discardParkedRows(
   reason: string,
 ): Promise<number> {
   const r = await sql`
-    update inbox_message
+    update outbox.inbox_message
     set outcome = 'discarded', event = null,
         reason = ${`discarded by an operator: ${reason}`} || coalesce('; parked: ' || reason, '')
     where ${parkedRow(sql, consumer, eventIds)}`;
@@ -85,6 +85,6 @@ export async function selectInboxOutcome(
   eventId: string,
 ): Promise<string | undefined> {
   const [record] = await sql<{ outcome: string }[]>`
-    select outcome from inbox_message where consumer = ${consumer} and event_id = ${eventId}`;
+    select outcome from outbox.inbox_message where consumer = ${consumer} and event_id = ${eventId}`;
   return record?.outcome;
 }

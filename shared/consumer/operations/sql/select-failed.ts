@@ -23,7 +23,7 @@ export function selectFailed(sql: Queryable, consumer: string, limit: number): P
   return sql<DbFailedEvent[]>`
     select consumer, event_id, message_key, event, error_name, error_message, attempts,
            first_failed_at, last_failed_at
-    from inbox_failed
+    from outbox.inbox_failed
     where consumer = ${consumer}
     order by first_failed_at, event_id
     limit ${limit}`;
@@ -44,7 +44,7 @@ export function selectFailedForReplay(
   return sql<DbFailedEvent[]>`
     select consumer, event_id, message_key, event, error_name, error_message, attempts,
            first_failed_at, last_failed_at
-    from inbox_failed
+    from outbox.inbox_failed
     where consumer = ${consumer}
       and last_failed_at < now() - pg_catalog.make_interval(secs => ${settledSeconds})
       and (${eventIds === undefined}::boolean or event_id = any(${eventIds ?? []}::text[]))
@@ -57,6 +57,7 @@ export function selectFailedForReplay(
 
 /** Whether the consumer still has a failure trace for the event (a replay that applied it has none). */
 export async function hasFailureTrace(sql: Queryable, consumer: string, eventId: string): Promise<boolean> {
-  const rows = await sql`select 1 from inbox_failed where consumer = ${consumer} and event_id = ${eventId}`;
+  const rows =
+    await sql`select 1 from outbox.inbox_failed where consumer = ${consumer} and event_id = ${eventId}`;
   return rows.length > 0;
 }

@@ -31,11 +31,11 @@ export async function countOutbox(
   const [row] = await sql<DbOutboxCounts[]>`
     select p.pending, p.oldest, p.in_flight,
       -- the partial index on parked records (migration 010): a few rows at most
-      (select count(*) from inbox_message where outcome in ('parked', 'replaying')) as inbox_parked,
+      (select count(*) from outbox.inbox_message where outcome in ('parked', 'replaying')) as inbox_parked,
       -- failed inbox events no retry applied (their last_failed_at index; a few rows at most)
-      (select count(*) from inbox_failed
+      (select count(*) from outbox.inbox_failed
        where last_failed_at < now() - pg_catalog.make_interval(secs => ${failedSettleSeconds})) as inbox_failed,
-      (select count(*) from inbox_failed
+      (select count(*) from outbox.inbox_failed
        where last_failed_at >= now() - pg_catalog.make_interval(secs => ${failedSettleSeconds})) as inbox_failed_retrying,
       (select count(*) from outbox
        where ${deadLetterRow(sql)} and discarded_at is null) as dead,
