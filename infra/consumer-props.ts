@@ -114,9 +114,13 @@ export interface OutboxConsumerProps extends OutboxDatabaseTarget {
    * (`REQUEST_RESPONSE`), one event per invocation, each aggregate's events in order, waiting for
    * each result; a failed handler is retried by the subscriber (`deliveryRetryAttempts`,
    * `deliveryMaxEventAge`, default 185 and 1 hour) and then recorded in `deadLetterQueue` (the
-   * record carries no payload). Refused with it: `topology: 'queue'` (a standard queue would lose
-   * the order), `retryAttempts` and `maxEventAge` (Lambda's asynchronous retries, unused),
-   * `existingFailedEventsQueue`, a function timeout over 30 s, `deliveryMaxEventAge` over 6 hours.
+   * record carries no payload). With `topology: 'queue'` the subscriber sends instead to an SQS
+   * FIFO queue (`MessageGroupId` the aggregate, `MessageDeduplicationId` the event id) that the
+   * function reads with `sqsBatch(inbox(…))`, redriving to a FIFO `failedEventsQueue`: a bursty
+   * consumer keeps its buffer beside the direct FIFO consumers of the same bus. Refused with it:
+   * `retryAttempts` and `maxEventAge` (Lambda's asynchronous retries, unused),
+   * `existingFailedEventsQueue`, a direct-topology function timeout over 30 s,
+   * `deliveryMaxEventAge` over 6 hours.
    * (docs/consumer-deploying.md#on-a-custom-event-bus-eventsv2)
    * @default none
    */

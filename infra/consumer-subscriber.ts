@@ -28,7 +28,12 @@ export function subscriberFilterPattern(sources: string[], types: string[]): str
 export function createSubscriber(
   scope: Construct,
   props: OutboxConsumerProps,
-  target: { readonly function: lambda.IFunction; readonly deadLetterQueue: sqs.IQueue },
+  target: {
+    readonly function: lambda.IFunction;
+    readonly deadLetterQueue: sqs.IQueue;
+    /** Queue topology: the SQS FIFO queue the subscriber sends to, which the function reads. */
+    readonly queue?: sqs.IQueue;
+  },
   busArn: string,
   sources: string[],
   types: string[],
@@ -38,13 +43,23 @@ export function createSubscriber(
     assumedBy: new iam.ServicePrincipal('events.amazonaws.com'),
     description: `Custom Event Bus subscriber of the inbox consumer ${props.consumer}: invoke its function, record failures`,
   });
+  const queue = target.queue;
   // The function itself, unqualified: the subscriber names no version or alias.
+  if (!queue) {
+    role.addToPrincipalPolicy(
+      new iam.PolicyStatement({
+        actions: ['lambda:InvokeFunction'],
+        resources: [target.function.functionArn],
+      }),
+    );
+  }
   role.addToPrincipalPolicy(
-    new iam.PolicyStatement({ actions: ['lambda:InvokeFunction'], resources: [target.function.functionArn] }),
+    new iam.PolicyStatement({
+      actions: ['sqs:SendMessage'],
+      resources: [target.deadLetterQueue.queueArn, ...(queue ? [queue.queueArn] : [])],
+    }),
   );
-  role.addToPrincipalPolicy(
-    new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [target.deadLetterQueue.queueArn] }),
-  );
+  queue?.encryptionMasterKey?.grant(role, 'kms:GenerateDataKey*', 'kms:Decrypt');
   target.deadLetterQueue.encryptionMasterKey?.grant(role, 'kms:GenerateDataKey*', 'kms:Decrypt');
   const subscriber = new eventsv2.CfnSubscriber(scope, 'Subscriber', {
     name: Names.uniqueResourceName(scope, { maxLength: 64, separator: '-' }),
@@ -55,15 +70,27 @@ export function createSubscriber(
     filterConfiguration: {
       filters: [{ scope: 'DATA', pattern: subscriberFilterPattern(sources, types) }],
     },
-    invokeConfiguration: {
-      targetArn: target.function.functionArn,
-      roleArn: role.roleArn,
-      lambdaParameters: {
-        invocationType: 'REQUEST_RESPONSE',
-        invocationTimeoutSeconds: String(CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS),
-      },
-    },
-    batchConfiguration: { maxBatchSize: 1 },
+    invokeConfiguration: queue
+      ? {
+          // Queue topology ("Amazon SQS queue target"): each aggregate a message group of the FIFO
+          // queue, so the queue keeps the subscriber's order per aggregate; deduplicated by the
+          // outbox event id (the relay's DeduplicationId), stable across the subscriber's retries.
+          targetArn: queue.queueArn,
+          roleArn: role.roleArn,
+          sqsParameters: {
+            messageGroupId: '{% $events.SystemMetadata.EventGroupId %}',
+            messageDeduplicationId: '{% $events.SystemMetadata.DeduplicationId %}',
+          },
+        }
+      : {
+          targetArn: target.function.functionArn,
+          roleArn: role.roleArn,
+          lambdaParameters: {
+            invocationType: 'REQUEST_RESPONSE',
+            invocationTimeoutSeconds: String(CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS),
+          },
+        },
+    ...(queue ? {} : { batchConfiguration: { maxBatchSize: 1 } }),
     retryPolicy: {
       maxRetryAttempts: props.deliveryRetryAttempts ?? 185,
       maxEventAgeInSeconds: maxEventAgeSeconds,

@@ -108,15 +108,14 @@ export function validateConsumerProps(props: OutboxConsumerProps): { sources: st
 
 /**
  * The combinations a Custom Event Bus subscriber refuses.
- * - `topology: 'queue'`: the FIFO subscriber would hand each event to a standard queue, which
- *   accepts at once, and the event source mapping reads batches concurrently: the order is lost
- *   at the queue (an SQS FIFO queue would keep it, but the queue topology's handler and failure
- *   handling are built for a standard queue).
  * - `retryAttempts`, `maxEventAge`, `existingFailedEventsQueue`: Lambda's asynchronous retries and
- *   on-failure destination, which a synchronous invocation does not use; the subscriber's retries
- *   are `deliveryRetryAttempts` and `deliveryMaxEventAge`.
- * - a function timeout over {@link CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS}: the subscriber would give
- *   up on a slow invocation and send the event again while it still runs.
+ *   on-failure destination, which neither topology uses here: the direct one invokes synchronously
+ *   and the subscriber retries (`deliveryRetryAttempts`, `deliveryMaxEventAge`); the queue one
+ *   reads an SQS FIFO queue, which redrives to a FIFO failed-events queue of its own.
+ * - direct topology, a function timeout over {@link CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS}: the
+ *   subscriber would give up on a slow invocation and send the event again while it still runs.
+ *   (The queue topology's subscriber sends to the queue, and the function's timeout is the queue's
+ *   business: its visibility timeout.)
  * - `deliveryMaxEventAge` over 6 h: it is the inbox's `maxEventAgeSeconds`, at most 21,600.
  * - `events` whose filter pattern is over {@link CUSTOM_BUS_FILTER_PATTERN_MAX_LENGTH} characters.
  */
@@ -124,12 +123,6 @@ function validateCustomBusConsumer(
   props: OutboxConsumerProps,
   fail: (field: string, message: string) => never,
 ): void {
-  if ((props.topology ?? 'direct') !== 'direct') {
-    fail(
-      'topology',
-      "a Custom Event Bus subscriber delivers each aggregate's events in order to the function itself; through the queue topology's standard queue that order would be lost: use the direct topology",
-    );
-  }
   for (const field of ['retryAttempts', 'maxEventAge', 'existingFailedEventsQueue'] as const) {
     if (props[field] !== undefined) {
       fail(
@@ -143,7 +136,8 @@ function validateCustomBusConsumer(
     : props.existingFunction instanceof lambda.Function
       ? (props.existingFunction.timeout ?? Duration.seconds(3)).toSeconds()
       : undefined;
-  if (timeout !== undefined && timeout > CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS) {
+  const direct = (props.topology ?? 'direct') === 'direct';
+  if (direct && timeout !== undefined && timeout > CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS) {
     fail(
       props.entry ? 'functionProps.timeout' : 'existingFunction',
       `the function's timeout is ${timeout} s: a Custom Event Bus subscriber waits at most ${CUSTOM_BUS_INVOCATION_TIMEOUT_SECONDS} s for an invocation and would send the event again while it still runs`,

@@ -126,18 +126,19 @@ export class OutboxConsumer extends Construct {
     const customMaxEventAge = (
       props.deliveryMaxEventAge ?? Duration.seconds(CUSTOM_BUS_DEFAULT_MAX_EVENT_AGE_SECONDS)
     ).toSeconds();
-    this.inboxSettings = customBusArn
-      ? // The subscriber waits for each invocation and retries a failed one until the event's age.
-        { retryWindowSeconds: customMaxEventAge, maxEventAgeSeconds: customMaxEventAge }
-      : this.topology === 'direct'
-        ? {
-            retryWindowSeconds: RETRY_WINDOW_SECONDS_BY_ATTEMPTS[retryAttempts],
-            maxEventAgeSeconds: maxEventAge.toSeconds(),
-          }
-        : {
-            retryWindowSeconds: (maxReceiveCount - 1) * visibilityTimeout.toSeconds(),
-            maxEventAgeSeconds: 21_600,
-          };
+    this.inboxSettings =
+      customBusArn && this.topology === 'direct'
+        ? // The subscriber waits for each invocation and retries a failed one until the event's age.
+          { retryWindowSeconds: customMaxEventAge, maxEventAgeSeconds: customMaxEventAge }
+        : this.topology === 'direct'
+          ? {
+              retryWindowSeconds: RETRY_WINDOW_SECONDS_BY_ATTEMPTS[retryAttempts],
+              maxEventAgeSeconds: maxEventAge.toSeconds(),
+            }
+          : {
+              retryWindowSeconds: (maxReceiveCount - 1) * visibilityTimeout.toSeconds(),
+              maxEventAgeSeconds: 21_600,
+            };
     this.databaseUser = props.databaseUser ?? `${DEFAULT_ROLES.consumer}_${props.consumer}`;
     const database = outboxDatabaseConnection(props);
     warnOnUnwatchedInbox(
@@ -157,14 +158,17 @@ export class OutboxConsumer extends Construct {
       [EnvVar.inboxMaxEventAgeSeconds]: String(this.inboxSettings.maxEventAgeSeconds),
       // A Custom Event Bus FIFO subscriber's failed call holds up every group of the subscriber:
       // the inbox parks a poison event (and holds its aggregate) after a few failed calls instead.
-      ...(customBusArn && props.parkAfterAttempts !== false
+      ...(customBusArn && this.topology === 'direct' && props.parkAfterAttempts !== false
         ? { [EnvVar.inboxParkAfterAttempts]: String(parkAfterAttemptsOf(props.parkAfterAttempts)) }
         : {}),
     };
 
     this.deadLetterQueue = props.existingDeadLetterQueue ?? this.endOfLineQueue('DeadLetterQueue');
     this.failedEventsQueue = customBusArn
-      ? this.deadLetterQueue
+      ? this.topology === 'queue'
+        ? // An SQS FIFO queue redrives only to a FIFO queue.
+          this.endOfLineQueue('FailedEventsQueue', true)
+        : this.deadLetterQueue
       : (props.existingFailedEventsQueue ?? this.endOfLineQueue('FailedEventsQueue'));
 
     this.function = props.entry
@@ -175,13 +179,16 @@ export class OutboxConsumer extends Construct {
     }
     database.grantConnect(this.function, this.databaseUser);
     if (customBusArn) {
-      // Invoked synchronously by the subscriber: Lambda's asynchronous retries do not apply.
-      this.queue = undefined;
+      // Direct: invoked synchronously by the subscriber, Lambda's asynchronous retries do not apply.
+      // Queue: the subscriber sends to an SQS FIFO queue (a group per aggregate) that the function
+      // reads, so a bursty consumer keeps its buffer beside the FIFO consumers of the same bus.
+      this.queue =
+        this.topology === 'queue' ? this.fifoQueue(props, visibilityTimeout, maxReceiveCount) : undefined;
       this.classicRule = undefined;
       const { subscriber, role } = createSubscriber(
         this,
         props,
-        this,
+        { function: this.function, deadLetterQueue: this.deadLetterQueue, queue: this.queue },
         customBusArn,
         sources,
         types,
@@ -248,9 +255,39 @@ export class OutboxConsumer extends Construct {
     props.dashboard?.addWidgets(...this.widgets);
   }
 
+  /**
+   * Queue topology on a Custom Event Bus: the SQS FIFO queue the subscriber sends to (deduplicated
+   * by the MessageDeduplicationId the subscriber sets), read by the function with partial batch
+   * responses; `sqsBatch` reports a failed message's later group members failed too, so each group
+   * stays in order.
+   */
+  private fifoQueue(
+    props: OutboxConsumerProps,
+    visibilityTimeout: Duration,
+    maxReceiveCount: number,
+  ): sqs.Queue {
+    const queue = new sqs.Queue(this, 'Queue', {
+      fifo: true,
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      retentionPeriod: Duration.days(7),
+      visibilityTimeout,
+      deadLetterQueue: { queue: this.failedEventsQueue, maxReceiveCount },
+    });
+    this.function.addEventSource(
+      new eventSources.SqsEventSource(queue, {
+        batchSize: props.batchSize ?? 10,
+        reportBatchItemFailures: true,
+        maxConcurrency: props.maxConcurrency,
+      }),
+    );
+    return queue;
+  }
+
   /** A queue that is the end of the line: encrypted, TLS only, kept 14 days (SQS's longest). */
-  private endOfLineQueue(id: string): sqs.Queue {
+  private endOfLineQueue(id: string, fifo = false): sqs.Queue {
     const queue = new sqs.Queue(this, id, {
+      ...(fifo ? { fifo: true } : {}),
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
       retentionPeriod: Duration.days(14),

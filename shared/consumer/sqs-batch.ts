@@ -82,12 +82,23 @@ export function sqsBatch<R>(
               ? -1
               : 1,
     );
+    // An SQS FIFO queue (a Custom Event Bus subscriber's queue topology): once a message of a group
+    // failed, the later messages of that group are reported failed without running, so that they
+    // come back after it, in order ("Handling errors for an SQS event source": for FIFO queues,
+    // return the failed message and every later one of its group).
+    const stopped = new Set<string>();
     for (const { record, event: one } of parsed) {
+      const group = record.attributes?.MessageGroupId;
+      if (group !== undefined && stopped.has(group)) {
+        failures.push({ itemIdentifier: record.messageId });
+        continue;
+      }
       try {
         await handler(one, context, wrapper);
       } catch (error) {
         onFailure(record, error);
         failures.push({ itemIdentifier: record.messageId });
+        if (group !== undefined) stopped.add(group);
       }
     }
     return { batchItemFailures: failures };

@@ -95,6 +95,32 @@ describe('sqsBatch', () => {
     expect(Date.now() - started).toBeLessThan(4_000);
   });
 
+  it('an SQS FIFO queue: after a failed message, the later ones of its group are reported failed unrun; other groups go on', async () => {
+    const fifo = (body: unknown, group: string): SQSRecord => {
+      const m = message(body);
+      return { ...m, attributes: { ...m.attributes, MessageGroupId: group } } as SQSRecord;
+    };
+    const a1 = fifo(eventFor(1, 'o-a', { fail: true }), 'order/o-a');
+    const a2 = fifo(eventFor(2, 'o-a'), 'order/o-a');
+    const b1 = fifo(eventFor(1, 'o-b'), 'order/o-b');
+    const b2 = fifo(eventFor(2, 'o-b'), 'order/o-b');
+    const answer = await batchHandler()(batch(a1, b1, a2, b2), lambdaContext(10_000));
+    expect(answer).toEqual({
+      batchItemFailures: [{ itemIdentifier: a1.messageId }, { itemIdentifier: a2.messageId }],
+    });
+    // o-a's #2 never ran (it comes back after #1); o-b's events were applied in order.
+    expect(await applied()).toEqual([
+      { aggregate_id: 'o-b', sequence: 1 },
+      { aggregate_id: 'o-b', sequence: 2 },
+    ]);
+    // A standard queue's messages carry no group: a failure stops nothing else.
+    const c1 = message(eventFor(1, 'o-c', { fail: true }));
+    const c2 = message(eventFor(2, 'o-c'));
+    expect(await batchHandler()(batch(c1, c2), lambdaContext(10_000))).toEqual({
+      batchItemFailures: [{ itemIdentifier: c1.messageId }],
+    });
+  });
+
   it('passes a single EventBridge event through, as a replay invokes the function', async () => {
     const event = eventFor(1, 'o-5') as EventBridgeEvent<string, unknown>;
     expect(await batchHandler()(event, lambdaContext(10_000))).toBe('applied');

@@ -102,6 +102,39 @@ describe('a FIFO subscriber', () => {
     expect(s.calls.filter((c) => !c.ok).map((c) => c.attempt)).toEqual([1, 2, 3]);
   });
 
+  it("holdUp: 'all': a failed call holds up every group until it is delivered (the retry page's reading)", async () => {
+    const seen: string[] = [];
+    let a2Failures = 0;
+    const s = subscribe({
+      type: 'FIFO',
+      holdUp: 'all',
+      retryDelayMs: () => 30,
+      target: async (e) => {
+        if (label(e) === 'a2' && a2Failures < 3) {
+          a2Failures++;
+          throw new Error('handler failed');
+        }
+        seen.push(label(e));
+      },
+    });
+    await put(entry('a', 1), entry('a', 2));
+    // b's events arrive once a2 has failed (waiting for its retry), at most 5 s from now.
+    const until = Date.now() + 5_000;
+    while (a2Failures === 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 2));
+    expect(a2Failures).toBeGreaterThan(0);
+    await put(entry('b', 1), entry('b', 2));
+    await s.idle();
+    expect(seen.filter((l) => l.startsWith('a'))).toEqual(['a1', 'a2']);
+    // b waited for a2's three failures and retries: nothing of b before a2 was delivered.
+    expect(seen.indexOf('b1')).toBeGreaterThan(seen.indexOf('a2'));
+    const a2Delivered = s.calls.find((c) => c.ok && c.eventGroupId === 'a' && c.attempt === 4);
+    const b1 = s.calls.find((c) => c.eventGroupId === 'b');
+    expect(b1?.startedAt).toBeGreaterThanOrEqual(a2Delivered?.endedAt ?? Number.POSITIVE_INFINITY);
+    expect(() => subscribe({ type: 'FIFO', holdUp: 'some' as never, target: async () => {} })).toThrow(
+      /holdUp/,
+    );
+  });
+
   it('after the retries, writes a record without the payload to the dead-letter queue and moves its group on', async () => {
     const queueUrl = sqs.createQueue('subscriber-dlq');
     const seen: string[] = [];

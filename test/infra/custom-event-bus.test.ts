@@ -5,7 +5,7 @@
  * subscribers; OutboxConsumer subscribes with a FIFO `AWS::EventsV2::Subscriber` that invokes its
  * function synchronously. Synthesised, not deployed: what is checked is the template.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { App, Duration, Stack } from 'aws-cdk-lib';
@@ -321,7 +321,7 @@ function consumer(props: Partial<OutboxConsumerProps> = {}, fnTimeout = Duration
     databaseName: 'orders',
     ...props,
   });
-  return { stack, outbox, fn, consumer: c };
+  return { stack, outbox, fn, consumer: c, vpc, sg, proxy };
 }
 
 describe('OutboxConsumer on a Custom Event Bus', () => {
@@ -421,6 +421,98 @@ describe('OutboxConsumer on a Custom Event Bus', () => {
     expect(c2.inboxSettings.retryWindowSeconds).toBe(1200);
   });
 
+  it('queue topology: the subscriber sends to an SQS FIFO queue (a group per aggregate, deduplicated by event id) that the function reads', () => {
+    const { stack: s2, consumer: q, fn: qfn } = consumer({ topology: 'queue' }, Duration.seconds(60));
+    const t2 = Template.fromStack(s2);
+    const json = t2.toJSON();
+    const p = json.Resources[idOf(s2, q.subscriber as never)].Properties;
+    const queueId = idOf(s2, q.queue as never);
+    expect(p.Type).toBe('FIFO');
+    expect(p.InvokeConfiguration).toEqual({
+      TargetArn: { 'Fn::GetAtt': [queueId, 'Arn'] },
+      RoleArn: expect.anything(),
+      SqsParameters: {
+        MessageGroupId: '{% $events.SystemMetadata.EventGroupId %}',
+        MessageDeduplicationId: '{% $events.SystemMetadata.DeduplicationId %}',
+      },
+    });
+    expect(p.BatchConfiguration).toBeUndefined();
+    // The registry schema takes these parameters (test/infra/cfn-schemas).
+    const schema = JSON.parse(
+      readFileSync(new URL('./cfn-schemas/aws-eventsv2-subscriber.json', import.meta.url), 'utf8'),
+    );
+    const sqsSchema = schema.definitions.SqsParameters.properties;
+    for (const key of Object.keys(p.InvokeConfiguration.SqsParameters)) {
+      expect(sqsSchema[key]?.type, key).toBe('string');
+    }
+    // The queue is FIFO, redriving to a FIFO failed-events queue; the function reads it with
+    // partial batch responses; the subscriber's role may send to it and invokes nothing.
+    const queue = json.Resources[queueId].Properties;
+    expect(queue.FifoQueue).toBe(true);
+    // At least the function's timeout (60 s), as on the classic bus's queue topology.
+    expect(queue.VisibilityTimeout).toBeGreaterThanOrEqual(60);
+    const failedId = idOf(s2, q.failedEventsQueue as never);
+    expect(json.Resources[failedId].Properties.FifoQueue).toBe(true);
+    expect(queue.RedrivePolicy.deadLetterTargetArn).toEqual({ 'Fn::GetAtt': [failedId, 'Arn'] });
+    t2.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+      EventSourceArn: { 'Fn::GetAtt': [queueId, 'Arn'] },
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+    });
+    const statements = Object.values(json.Resources as Record<string, { Type: string; Properties: never }>)
+      .filter((r) => r.Type === 'AWS::IAM::Policy')
+      .flatMap(
+        (r) =>
+          (r.Properties as { PolicyDocument: { Statement: { Action: unknown; Resource: unknown }[] } })
+            .PolicyDocument.Statement,
+      )
+      .filter((st) => JSON.stringify(st.Resource).includes(queueId) && st.Action === 'sqs:SendMessage');
+    expect(statements).toHaveLength(1);
+    const invokes = JSON.stringify(
+      json.Resources[idOf(s2, (q.subscriberRole as iam.Role).node.tryFindChild('DefaultPolicy') as never)]
+        .Properties,
+    );
+    expect(invokes).not.toContain('lambda:InvokeFunction');
+    expect(qfn.timeout?.toSeconds()).toBe(60);
+    // No parkAfterAttempts: a failing message holds up only its group in the queue, not the subscriber.
+    expect((q.environment as Record<string, string>)[EnvVar.inboxParkAfterAttempts]).toBeUndefined();
+    expect(q.inboxSettings.retryWindowSeconds).toBe(4 * queue.VisibilityTimeout);
+  });
+
+  it('a direct (FIFO) consumer and a queue-topology consumer of one outbox deploy side by side on its bus', () => {
+    const { stack: s3, outbox: o3, consumer: direct, vpc, sg, proxy } = consumer();
+    const fn2 = new lambda.Function(s3, 'Shipping', {
+      runtime: lambda.Runtime.NODEJS_24_X,
+      handler: 'index.handler',
+      code: lambda.Code.fromInline('export const handler = async () => {}'),
+      timeout: Duration.seconds(60),
+    });
+    const queued = new OutboxConsumer(s3, 'ShippingConsumer', {
+      consumer: 'shipping',
+      customEventBusArn: o3.customEventBusArn,
+      topology: 'queue',
+      events: [OrderPlaced],
+      existingFunction: fn2,
+      vpc,
+      securityGroups: [sg],
+      proxy,
+      databaseName: 'orders',
+    });
+    const json = Template.fromStack(s3).toJSON();
+    const subs = Object.values(
+      json.Resources as Record<
+        string,
+        { Type: string; Properties: { InvokeConfiguration: { TargetArn: unknown } } }
+      >,
+    ).filter((r) => r.Type === 'AWS::EventsV2::Subscriber');
+    expect(subs).toHaveLength(2);
+    expect(subs.map((r) => JSON.stringify(r.Properties.InvokeConfiguration.TargetArn)).sort()).toEqual(
+      [
+        JSON.stringify({ 'Fn::GetAtt': [idOf(s3, queued.queue as never), 'Arn'] }),
+        JSON.stringify({ 'Fn::GetAtt': [idOf(s3, direct.function as never), 'Arn'] }),
+      ].sort(),
+    );
+  });
+
   it("sets the inbox's parkAfterAttempts (3 by default; a number; false for off) in the function's environment", () => {
     const env = (props: Partial<OutboxConsumerProps>) =>
       (consumer(props).consumer.environment as Record<string, string>)[EnvVar.inboxParkAfterAttempts];
@@ -438,7 +530,6 @@ describe('OutboxConsumer on a Custom Event Bus', () => {
   });
 
   it.each([
-    ['topology', { topology: 'queue' }],
     ['retryAttempts', { retryAttempts: 1 }],
     ['maxEventAge', { maxEventAge: Duration.hours(1) }],
     ['deliveryMaxEventAge', { deliveryMaxEventAge: Duration.hours(7) }],
