@@ -216,6 +216,16 @@ export interface OutboxConsumerProps extends OutboxDatabaseTarget {
    * @default 24 hours (EventBridge's default); 1 hour on a Custom Event Bus ({@link CUSTOM_BUS_DEFAULT_MAX_EVENT_AGE_SECONDS})
    */
   readonly deliveryMaxEventAge?: Duration;
+  /**
+   * How long the inbox keeps its records, days, 2 to 3,650: the inbox's `retentionDays`
+   * (`OUTBOX_INBOX_RETENTION_DAYS` in the function's environment); set the monitor's prune to the
+   * same. An event with no record older than this is answered `stale` (`beyond-retention`), never
+   * applied again. On a Custom Event Bus created by an `OutboxRelay` of this app, synthesis fails
+   * when the bus keeps events longer (`customEventBus.retentionDays`): a replay of them would find
+   * their records pruned.
+   * @default 30 (the prune's default)
+   */
+  readonly inboxRetentionDays?: number;
   /** The rule target's dead-letter queue. @default a new queue, SSE-SQS encrypted, TLS only, 14 days */
   readonly existingDeadLetterQueue?: sqs.IQueue;
   /** The function's on-failure destination. @default a new queue, SSE-SQS encrypted, TLS only, 14 days */

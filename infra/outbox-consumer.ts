@@ -147,6 +147,27 @@ export class OutboxConsumer extends Construct {
       database.host,
       this.node.root.node.findAll().filter((c): c is OutboxRelay => c instanceof OutboxRelay),
     );
+    const inboxRetentionDays = props.inboxRetentionDays ?? 30;
+    if (!Number.isInteger(inboxRetentionDays) || inboxRetentionDays < 2 || inboxRetentionDays > 3_650) {
+      throw new OutboxConfigError(
+        'inboxRetentionDays',
+        `OutboxConsumer ${JSON.stringify(props.consumer)}: expected whole days from 2 to 3650, got ${String(inboxRetentionDays)}`,
+      );
+    }
+    // A bus replay older than the inbox's records finds them pruned: the inbox answers such events
+    // `stale` (beyond-retention), so a bus kept longer promises replays that apply nothing (issue 45).
+    const busRelay = customBusArn
+      ? this.node.root.node
+          .findAll()
+          .find((c): c is OutboxRelay => c instanceof OutboxRelay && c.customEventBusArn === customBusArn)
+      : undefined;
+    const busDays = busRelay?.customEventBusRetentionDays;
+    if (busDays !== undefined && busDays > inboxRetentionDays) {
+      throw new OutboxConfigError(
+        'customEventBus.retentionDays',
+        `OutboxConsumer ${JSON.stringify(props.consumer)}: the Custom Event Bus keeps events ${busDays} days (customEventBus.retentionDays of ${busRelay?.node.path}), longer than this consumer's inbox keeps its records (inboxRetentionDays ${inboxRetentionDays}): a replay of the older events would find their records pruned, and the inbox would answer them stale without applying them. Raise inboxRetentionDays (and the monitor's OUTBOX_INBOX_RETENTION_DAYS) or lower the bus's retention`,
+      );
+    }
     if (props.proxy) warnOnProxyAuth(this, props.proxy);
     if (props.cluster) warnOnClusterAuth(this, props.cluster);
     this.environment = {
@@ -161,6 +182,7 @@ export class OutboxConsumer extends Construct {
       ...(customBusArn && this.topology === 'direct' && props.parkAfterAttempts !== false
         ? { [EnvVar.inboxParkAfterAttempts]: String(parkAfterAttemptsOf(props.parkAfterAttempts)) }
         : {}),
+      [EnvVar.inboxRetentionDays]: String(inboxRetentionDays),
     };
 
     this.deadLetterQueue = props.existingDeadLetterQueue ?? this.endOfLineQueue('DeadLetterQueue');

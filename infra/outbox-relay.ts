@@ -44,7 +44,12 @@ import {
 } from './database.ts';
 import { type FunctionFactory, functionFactory, SCHEDULED_INVOKE } from './functions.ts';
 import { createAlarms, createAlarmTopic, createDashboard, type OutboxAlarms } from './observability.ts';
-import { DEFAULT_BACKLOG_PER_RELAY, DEFAULT_RELAY_MEMORY_MB, type OutboxRelayProps } from './props.ts';
+import {
+  DEFAULT_BACKLOG_PER_RELAY,
+  DEFAULT_CUSTOM_BUS_RETENTION_DAYS,
+  DEFAULT_RELAY_MEMORY_MB,
+  type OutboxRelayProps,
+} from './props.ts';
 import {
   type FunctionSettings,
   functionSettings,
@@ -66,6 +71,12 @@ export class OutboxRelay extends Construct {
   public readonly customEventBusArn: string | undefined;
   /** The Custom Event Bus the construct created; undefined with a classic bus or an existing one. */
   public readonly customEventBus: eventsv2.CfnEventBus | undefined;
+  /**
+   * How long the created Custom Event Bus keeps events for a replay, days
+   * (`customEventBus.retentionDays`); undefined with a classic bus or an existing one. An
+   * `OutboxConsumer` of this bus refuses a retention over its inbox's (`inboxRetentionDays`).
+   */
+  public readonly customEventBusRetentionDays: number | undefined;
   /**
    * The Custom Event Bus's resource policy, with the statement of {@link OutboxRelayProps.sources};
    * undefined with a classic bus, `restrictPutEvents: false`, or an existing Custom Event Bus.
@@ -150,6 +161,10 @@ export class OutboxRelay extends Construct {
     this.custom = props.customEventBus ? customEventBus(this, props.customEventBus) : undefined;
     this.customEventBusArn = this.custom?.arn;
     this.customEventBus = this.custom?.bus;
+    this.customEventBusRetentionDays =
+      this.custom?.bus === undefined
+        ? undefined
+        : (props.customEventBus?.retentionDays ?? DEFAULT_CUSTOM_BUS_RETENTION_DAYS);
     this.classicBus = this.custom ? undefined : (props.eventBus ?? new events.EventBus(this, 'Bus'));
     const fn = functionFactory(this, props);
     const dbEnvironment = (user: string) => ({

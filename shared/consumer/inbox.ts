@@ -167,6 +167,15 @@ export interface InboxOptions<T> {
    */
   maxEventAgeSeconds?: number;
   /**
+   * How long the inbox's records are kept, days, 2 to 3,650: the prune's retention
+   * (`OUTBOX_INBOX_RETENTION_DAYS` of the monitor). An event with no record that is older than
+   * this may have been applied and its record pruned: it is answered `stale` (reason
+   * `beyond-retention`), not applied again (a bus replay of an archive older than the retention).
+   * Default: `OUTBOX_INBOX_RETENTION_DAYS` when set, else 30 (the prune's default). Keep the bus's
+   * archive and replays within it (the OutboxConsumer construct refuses a longer bus retention).
+   */
+  retentionDays?: number;
+  /**
    * How long before the Lambda deadline the invocation gives up, ms: it cancels the statement
    * running (the inbox's or the handler's), rolls back, refuses the handler's further statements
    * and fails. It must leave time for the ROLLBACK. Default 500. A context without
@@ -318,8 +327,23 @@ function settingsOf<T>(options: InboxOptions<T>): Settings {
   }
   const deadlineMarginMs = number('deadlineMarginMs', options.deadlineMarginMs, 500, 0);
   const parkAfterAttempts = parkAfterAttemptsOf(options.parkAfterAttempts);
+  const envRetention = process.env[EnvVar.inboxRetentionDays]?.trim();
+  const retentionDays =
+    options.retentionDays ?? (envRetention ? Number(envRetention) : DEFAULT_INBOX_RETENTION_DAYS);
+  if (
+    typeof retentionDays !== 'number' ||
+    !Number.isFinite(retentionDays) ||
+    retentionDays < 2 ||
+    retentionDays > 3_650
+  ) {
+    throw new InboxOptionsError(
+      'retentionDays',
+      `expected days from 2 to 3650 (the inbox's prune retention${options.retentionDays === undefined ? `, from ${EnvVar.inboxRetentionDays}` : ''}), got ${JSON.stringify(options.retentionDays ?? envRetention)}`,
+    );
+  }
   return {
     parkAfterAttempts,
+    retentionSeconds: retentionDays * 86_400,
     consumer: options.consumer,
     order,
     types,
@@ -357,6 +381,8 @@ function isHandlerFault(error: unknown): boolean {
   if (error instanceof InboxAbortedError) return error.reason !== 'connection';
   return !isConnectionFailure(error);
 }
+/** The prune's default retention of the inbox's records, days (shared/platform/config.ts). */
+const DEFAULT_INBOX_RETENTION_DAYS = 30;
 
 /** The longest business key: the same bound as the outbox's idempotency keys. */
 const MAX_KEY_LENGTH = 512;
@@ -471,7 +497,7 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
       try {
         decision = await invocation.open(
           sql,
-          (tx) => decide(tx, settings, delivery, key, event, mayWait && Date.now() < waitUntil),
+          (tx) => decide(tx, settings, delivery, key, event, mayWait && Date.now() < waitUntil, replay),
           (d) => 'apply' in d,
         );
         break;

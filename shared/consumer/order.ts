@@ -60,7 +60,10 @@ export interface InboxSkip {
   /**
    * - `duplicate`: this consumer has a record under the event's key (the same event, or with a
    *   business `key` the same fact from another route);
-   * - `stale`: ignore-stale, superseded by a later event of its chain (recorded, counted);
+   * - `stale`: ignore-stale, superseded by a later event of its chain; or, in any mode, an event
+   *   with no record that is a replay below its chain's position, or older than the inbox's
+   *   retention (its record may have been pruned: it may have been applied), reason
+   *   `beyond-retention: …` or `replay-behind-chain: …` (recorded, counted);
    * - `parked`: wait-for-gap with `onGapTimeout: 'park'`, set aside after its wait (recorded
    *   whole, counted, alarmed on; `outbox inbox parked replay` re-applies it); a redelivery or a
    *   bus replay of a parked event is answered `parked` too, and it stays parked.
@@ -89,6 +92,11 @@ export interface OrderSettings {
    * park behind it (see inbox.ts). Undefined: off.
    */
   parkAfterAttempts: number | undefined;
+  /**
+   * How long the inbox keeps its records, seconds (`retentionDays`): an event older than this may
+   * have been applied and its record pruned since.
+   */
+  retentionSeconds: number;
 }
 
 /**
@@ -107,6 +115,7 @@ export type Decision = { apply: InboxArrival } | { skip: InboxSkip['inbox']; aga
  * @throws {WaitingForLowerEvent} wait-for-gap, when its wait is over but a lower event of its
  *   chain is waiting behind the same gap: the caller rolls back, waits ({@link waitForChain}) and
  *   decides again
+ * @param replay a Custom Event Bus replay (`aws:DeliveryType` REPLAY)
  */
 export async function decide<T>(
   tx: Tx,
@@ -115,6 +124,7 @@ export async function decide<T>(
   key: string,
   event: EventBridgeEvent<string, unknown>,
   mayWait: boolean,
+  replay = false,
 ): Promise<Decision> {
   const { consumer } = s;
   const { eventId, aggregateType, aggregateId } = d.metadata;
@@ -180,11 +190,30 @@ export async function decide<T>(
       return { skip: 'parked' };
     }
   }
-  if (s.order === 'none') return { apply: 'unordered' };
+  // Replays across time (issue 45): an event older than the retention has no record to tell
+  // whether it was applied (pruned), so it is not applied again: `stale`, with the reason.
+  const age = (Date.now() - Date.parse(d.metadata.occurredAt)) / 1000;
+  const tooOld = age > s.retentionSeconds;
+  const beyondRetention = async (where: string) => {
+    await markStale(
+      tx,
+      consumer,
+      key,
+      `beyond-retention: ${where}, and it is ${(age / 86_400).toFixed(1)} days old, older than the inbox's retention (retentionDays ${s.retentionSeconds / 86_400}): its record may have been pruned, so it is not applied again`,
+    );
+    return { skip: 'stale' } as const;
+  };
+  if (s.order === 'none') {
+    if (tooOld && !otherRoute) return beyondRetention('no record of it');
+    return { apply: 'unordered' };
+  }
 
   const chain = s.types ? d.type : '';
   const position = s.types ? d.typeSequence : d.sequence;
-  if (position === undefined) return otherRoute ? { skip: 'duplicate' } : { apply: 'unordered' };
+  if (position === undefined) {
+    if (otherRoute) return { skip: 'duplicate' };
+    return tooOld ? beyondRetention('no record of it') : { apply: 'unordered' };
+  }
 
   // 2. The chain's state, locked until this transaction ends.
   const chainKey = chainOf(s.consumer, d, chain);
@@ -195,6 +224,19 @@ export async function decide<T>(
 
   if (position <= last) {
     if (otherRoute) return { skip: 'duplicate' };
+    // No record, below its chain's position: applied and pruned, or missed. Only a live retry or a
+    // replay from the on-failure destination within the retention is taken `late`.
+    if (tooOld || replay) {
+      await clearGap();
+      if (tooOld) return beyondRetention(`no record of it below #${last} of ${describeChain(d, chain)}`);
+      await markStale(
+        tx,
+        consumer,
+        key,
+        `replay-behind-chain: a bus replay of #${position} with no record of it below #${last} of ${describeChain(d, chain)}: not applied out of order`,
+      );
+      return { skip: 'stale' };
+    }
     if (s.order === 'ignore-stale') {
       await markStale(
         tx,

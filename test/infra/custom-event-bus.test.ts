@@ -566,3 +566,59 @@ describe('OutboxConsumer on a Custom Event Bus', () => {
     );
   });
 });
+
+/**
+ * Replays across time (issue 45): the inbox answers an event older than its retention `stale`
+ * (beyond-retention), so a bus that keeps events longer than the consumer's inbox keeps records
+ * promises replays that would apply nothing: refused at synthesis, naming the setting.
+ */
+describe('the Custom Event Bus retention against the consumer inbox retention', () => {
+  function consumerOf(busDays: number | undefined, props: Partial<OutboxConsumerProps> = {}) {
+    const { stack, outbox, vpc, sg, proxy } = relay(
+      busDays === undefined ? {} : { customEventBus: { retentionDays: busDays } },
+    );
+    const fn = new lambda.Function(stack, 'Billing', {
+      runtime: lambda.Runtime.NODEJS_24_X,
+      handler: 'index.handler',
+      code: lambda.Code.fromInline('export const handler = async () => {}'),
+      timeout: Duration.seconds(20),
+    });
+    return new OutboxConsumer(stack, 'BillingConsumer', {
+      consumer: 'billing',
+      customEventBusArn: outbox.customEventBusArn,
+      events: [OrderPlaced],
+      existingFunction: fn,
+      vpc,
+      securityGroups: [sg],
+      proxy,
+      databaseName: 'orders',
+      ...props,
+    });
+  }
+
+  it('refuses a bus kept 45 days beside the inbox default of 30, naming customEventBus.retentionDays and inboxRetentionDays', () => {
+    let error: unknown;
+    try {
+      consumerOf(45);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(OutboxConfigError);
+    expect((error as OutboxConfigError).variable).toBe('customEventBus.retentionDays');
+    expect((error as Error).message).toMatch(/45 days.*inboxRetentionDays 30/s);
+  });
+
+  it('takes the default bus (7 days), a bus of 30, and 45 days with inboxRetentionDays 60 (in the environment)', () => {
+    expect(consumerOf(undefined).environment.OUTBOX_INBOX_RETENTION_DAYS).toBe('30');
+    expect(() => consumerOf(30)).not.toThrow();
+    expect(consumerOf(45, { inboxRetentionDays: 60 }).environment.OUTBOX_INBOX_RETENTION_DAYS).toBe('60');
+  });
+
+  it('refuses inboxRetentionDays out of 2–3650, naming it', () => {
+    for (const days of [1, 3651, 2.5]) {
+      expect(() => consumerOf(undefined, { inboxRetentionDays: days })).toThrow(
+        expect.objectContaining({ variable: 'inboxRetentionDays' }),
+      );
+    }
+  });
+});

@@ -67,6 +67,16 @@ export interface ConsumerFailureContext {
   info(line: string): void;
 }
 
+/** The URL of the owner's connection (postgres.js keeps its options). */
+function urlOf(db: Sql): string {
+  const o = (
+    db as unknown as {
+      options: { host: string[]; port: number[]; user: string; pass: string; database: string };
+    }
+  ).options;
+  return `postgres://${encodeURIComponent(o.user)}:${encodeURIComponent(o.pass)}@${o.host[0]}:${o.port[0]}/${o.database}`;
+}
+
 /** Runs the failure path; each step is a check. */
 export async function rehearseConsumerFailures(c: ConsumerFailureContext): Promise<void> {
   const { stack, consumer } = c;
@@ -218,6 +228,8 @@ export async function rehearseConsumerFailures(c: ConsumerFailureContext): Promi
             AWS_EC2_METADATA_DISABLED: 'true',
             AWS_ENDPOINT_URL_SQS: sqsEndpoint.url,
             AWS_ENDPOINT_URL_LAMBDA: lambdaEndpoint.url,
+            // The replay reads the inbox's failure traces to tell what the function took.
+            DATABASE_URL: urlOf(c.db),
           },
           timeout: 120_000,
         },

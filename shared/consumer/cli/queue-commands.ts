@@ -24,6 +24,7 @@ import { EXIT } from '../../platform/cli/errors.ts';
 import { positiveInteger, visibilitySeconds } from '../../platform/cli/parsers.ts';
 import type { OperationsContext } from '../../platform/cli/program.ts';
 import { onInterrupt } from '../../platform/cli/signals.ts';
+import { isStillFailed } from '../operations/index.ts';
 import { deleteMessages, receiveAll, release, withSqs } from './failure-queue-client.ts';
 import {
   type QueuedEvent,
@@ -237,18 +238,23 @@ export function registerQueueCommands(inbox: Command, ctx: OperationsContext): v
               },
               () => process.exit(130),
             );
-            let results: Awaited<ReturnType<typeof invokeInOrder>>;
+            let results: Awaited<ReturnType<typeof invokeInOrder>> = [];
             try {
-              results = await invokeInOrder(
-                ctx,
-                lambda,
-                sqs,
-                order,
-                functionName,
-                o,
-                taken,
-                () => interrupted,
-              );
+              // The inbox's failure traces tell what the function took: a middleware may answer
+              // for a failure with a success (issue 45, item 5).
+              await ctx.withDb(async (sql) => {
+                results = await invokeInOrder(
+                  ctx,
+                  lambda,
+                  sqs,
+                  order,
+                  functionName,
+                  o,
+                  taken,
+                  () => interrupted,
+                  (eventId) => isStillFailed(sql, o.consumer, eventId),
+                );
+              });
             } finally {
               removeInterrupt();
             }
@@ -296,6 +302,7 @@ async function invokeInOrder(
   o: QueueReplayOptions,
   taken: QueuedEvent[],
   interrupted: () => boolean,
+  stillFailed: (eventId: string) => Promise<boolean>,
 ) {
   const failedAggregates = new Set<string>();
   const results: (ReturnType<typeof described> & { outcome: QueueOutcome; result?: string })[] = [];
@@ -316,6 +323,11 @@ async function invokeInOrder(
       if (functionError) {
         outcome = 'failed';
         detail = `the function failed (${functionError}): ${payload.slice(0, 500)}`;
+      } else if (await stillFailed(first.eventId)) {
+        // The inbox traced a failure (inbox_failed) that the function's answer hid: a middleware
+        // answered for it with a success. Nothing was taken; the message stays.
+        outcome = 'failed';
+        detail = `the function answered ${payload.slice(0, 200) || 'nothing'} but the inbox recorded the event as failed (inbox_failed: \`outbox inbox failed list --consumer ${o.consumer}\` shows the error): a middleware answered for the failure`;
       } else {
         outcome = skipOf(payload) ?? 'applied';
         detail = payload.slice(0, 200);

@@ -11,13 +11,17 @@ import type { ChainKey } from './chain.ts';
  * release after no supported release reads them (CONTRIBUTING.md#migrations).
  */
 export async function advanceChain(tx: Tx, k: ChainKey, position: bigint, source: string): Promise<void> {
+  // One statement, one round trip: the rows of the chain raised, the source's row added when missing.
   const p = String(position);
   await tx`
-    update outbox.inbox_aggregate set last_sequence = greatest(last_sequence, ${p}), updated_at = now()
-    where consumer = ${k.consumer} and aggregate_type = ${k.aggregateType}
-      and aggregate_id = ${k.aggregateId} and chain = ${k.chain}`;
-  await tx`
-    insert into outbox.inbox_aggregate as a (consumer, aggregate_type, aggregate_id, source, chain, last_sequence)
-    values (${k.consumer}, ${k.aggregateType}, ${k.aggregateId}, ${source}, ${k.chain}, ${p})
-    on conflict (consumer, aggregate_type, aggregate_id, source, chain) do nothing`;
+    with raised as (
+      update outbox.inbox_aggregate set last_sequence = greatest(last_sequence, ${p}), updated_at = now()
+      where consumer = ${k.consumer} and aggregate_type = ${k.aggregateType}
+        and aggregate_id = ${k.aggregateId} and chain = ${k.chain}
+      returning source
+    )
+    insert into outbox.inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence)
+    select ${k.consumer}, ${k.aggregateType}, ${k.aggregateId}, ${source}, ${k.chain}, ${p}
+    where not exists (select from raised where raised.source = ${source})
+    on conflict do nothing`;
 }

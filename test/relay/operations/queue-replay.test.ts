@@ -8,6 +8,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { type MessageAttributeValue, SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
+import middy from '@middy/core';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { delivery } from '../../../dev/delivery.ts';
@@ -54,8 +55,18 @@ beforeAll(async () => {
       return { invoiced: i.metadata.sequence };
     },
   );
+  // The same consumer behind a middleware that answers for a failure with a success (a middy
+  // `onError` returning a value): Lambda reports no FunctionError, the inbox left its trace.
+  const swallowing = middy<EventBridgeEvent<string, unknown>, unknown>()
+    .use({ onError: async () => ({ ok: false }) })
+    .handler(billing as never);
   lambda = await startLocalLambda({
     onInvoke: async (invocation) => {
+      if (invocation.functionName === 'billing-swallowing-fn')
+        return swallowing(
+          invocation.payload as EventBridgeEvent<string, unknown>,
+          lambdaContext(30_000, 'billing-swallowing-fn'),
+        );
       if (invocation.functionName !== 'billing-fn') throw new Error(`no function ${invocation.functionName}`);
       if (invokeDelayMs > 0) await new Promise((r) => setTimeout(r, invokeDelayMs));
       return billing(
@@ -65,6 +76,7 @@ beforeAll(async () => {
     },
     functions: {
       'billing-fn': { environment: { [EnvVar.inboxConsumer]: 'billing' } },
+      'billing-swallowing-fn': { environment: { [EnvVar.inboxConsumer]: 'billing' } },
       'shipping-fn': { environment: { [EnvVar.inboxConsumer]: 'shipping' } },
     },
   });
@@ -140,6 +152,8 @@ const cliOptions = () => ({
     AWS_ACCESS_KEY_ID: 'local',
     AWS_SECRET_ACCESS_KEY: 'local',
     AWS_EC2_METADATA_DISABLED: 'true',
+    // The replay reads the inbox's failure traces to tell what the function took (as the consumer).
+    DATABASE_URL: testRoles.urlOf(testRoles.roles.consumer),
   },
 });
 const cli = (args: string[]) => runCli(cliArgs(args), cliOptions());
@@ -284,5 +298,31 @@ describe('outbox inbox queue', () => {
     const left = inQueues();
     expect(left.map((m) => JSON.parse(m.body).detail.metadata.eventId)).toEqual([eventIdOf(b), eventIdOf(c)]);
     expect(left.every((m) => m.visible)).toBe(true);
+  });
+
+  it('a failure a middleware answered for with a success is counted failed, not applied, and its message stays (issue 45, item 5)', async () => {
+    const [a, b] = [event('o-5', 1), event('o-5', 2)];
+    for (const e of [a, b]) await send(failedQueue, JSON.stringify(e));
+    priceListMissing = true;
+    const broken = await replay('--function-name', 'billing-swallowing-fn', '--yes', '--json');
+    expect(broken.code, broken.stderr).toBe(1);
+    expect(JSON.parse(broken.stdout)).toMatchObject({
+      replayed: 0,
+      of: 2,
+      events: [
+        { eventId: eventIdOf(a), outcome: 'failed' },
+        { eventId: eventIdOf(b), outcome: 'held' },
+      ],
+    });
+    expect(JSON.parse(broken.stdout).events[0].error).toMatch(/inbox_failed/);
+    expect(await effects()).toEqual([]);
+    expect(inQueues().filter((m) => m.visible)).toHaveLength(2);
+
+    priceListMissing = false;
+    const fixed = await replay('--function-name', 'billing-swallowing-fn', '--yes');
+    expect(fixed.code, fixed.stderr).toBe(0);
+    expect(fixed.stdout).toMatch(/replayed 2 of 2 event\(s\) through billing-swallowing-fn: 2 applied/);
+    expect(await effects()).toEqual(['#1 next', '#2 next']);
+    expect(inQueues()).toEqual([]);
   });
 });
