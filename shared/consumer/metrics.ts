@@ -14,11 +14,22 @@ export interface InboxMetricsOptions {
   write?: (line: string) => void;
 }
 
+/** A value other than a count of 1: seconds (a lag, an age) or a count of several. */
+export interface InboxMetricValue {
+  value: number;
+  unit: 'Count' | 'Seconds';
+}
+
 /**
- * Emits one count for `consumer`; nothing when metrics are off. `properties` go into the EMF line
- * beside the count (searchable in CloudWatch Logs, not dimensions).
+ * Emits one value for `consumer` (a count of 1 unless `measured` says otherwise); nothing when
+ * metrics are off. `properties` go into the EMF line beside the value (searchable in CloudWatch
+ * Logs, not dimensions).
  */
-export type InboxMetricSink = (name: InboxMetricName, properties?: Record<string, string>) => void;
+export type InboxMetricSink = (
+  name: InboxMetricName,
+  properties?: Record<string, string>,
+  measured?: InboxMetricValue,
+) => void;
 
 /** Builds the sink of one consumer. */
 export function inboxMetrics(
@@ -28,7 +39,7 @@ export function inboxMetrics(
   if (options === false) return () => {};
   const namespace = options?.namespace ?? DEFAULT_METRIC_NAMESPACE;
   const write = options?.write ?? ((line: string) => process.stdout.write(`${line}\n`));
-  return (name, properties) =>
+  return (name, properties, measured) =>
     write(
       JSON.stringify({
         ...properties,
@@ -38,12 +49,12 @@ export function inboxMetrics(
             {
               Namespace: namespace,
               Dimensions: [[INBOX_METRIC_DIMENSION]],
-              Metrics: [{ Name: name, Unit: 'Count' }],
+              Metrics: [{ Name: name, Unit: measured?.unit ?? 'Count' }],
             },
           ],
         },
         [INBOX_METRIC_DIMENSION]: consumer,
-        [name]: 1,
+        [name]: measured?.value ?? 1,
       }),
     );
 }

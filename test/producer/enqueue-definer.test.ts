@@ -183,6 +183,7 @@ describe('SECURITY DEFINER enqueue functions with planted overloads beside them'
       from pg_proc p where p.prosecdef and p.pronamespace = 'public'::regnamespace order by 1`;
     expect(definers.map((d) => d.name.replace(/\(.*/, ''))).toEqual([
       'outbox_enqueue',
+      'outbox_enqueue_heartbeat',
       'outbox_enqueue_many',
     ]);
     for (const d of definers) expect(d.config, d.name).toEqual(['search_path=pg_catalog, pg_temp']);

@@ -186,6 +186,8 @@ export async function ensureRoles(
         'grant select (consumer, event_id, last_failed_at), delete on inbox_failed to %I',
         // as for the relay: its prune and count statements gain nothing from JIT
         'alter role %I set jit = off',
+        // the heartbeat (migration 030): one fixed event per interval, and nothing else enqueued
+        'grant execute on function outbox_enqueue_heartbeat(integer) to %I',
       ],
     ],
     [
