@@ -184,6 +184,7 @@ describe('OutboxConsumer, direct topology (bundled from an entry, locally)', () 
       'consumerLag',
       'errors',
       'failed',
+      'heartbeat',
       'parked',
       'queueAge',
       'undelivered',
@@ -359,7 +360,7 @@ describe('OutboxConsumer, queue topology (bundling skipped)', () => {
     const alarms = Object.keys(t.findResources('AWS::CloudWatch::Alarm')).filter((a) =>
       a.startsWith('Billing'),
     );
-    expect(alarms).toHaveLength(6);
+    expect(alarms).toHaveLength(7);
     t.hasResourceProperties('AWS::CloudWatch::Alarm', {
       MetricName: 'ApproximateAgeOfOldestMessage',
       Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [queue, 'QueueName'] } }],
@@ -463,6 +464,7 @@ describe("OutboxConsumer's dashboard widgets (bundling skipped)", () => {
         'Outbox InboxParked consumer billing Sum',
         'Outbox ConsumerLag consumer billing p50',
         'Outbox ConsumerLag consumer billing p99',
+        'Outbox HeartbeatReceived consumer billing Sum',
       ].sort(),
     );
     // The parked graph is the alarm's metric.
@@ -494,7 +496,7 @@ describe("OutboxConsumer's dashboard widgets (bundling skipped)", () => {
       new cloudwatch.Dashboard(Stack.of(consumer), 'Mine', { widgets: [[...consumer.widgets]] });
     });
     expect(metricsOf(dashboardWidgets(t, 'Outbox'), 'billing')).toEqual([]);
-    expect(metricsOf(dashboardWidgets(t, 'Mine'), 'billing')).toHaveLength(9);
+    expect(metricsOf(dashboardWidgets(t, 'Mine'), 'billing')).toHaveLength(10);
   });
 });
 

@@ -5,6 +5,7 @@
  * `outbox_enqueue_heartbeat`, which the monitor role may execute and nothing else of the producer's.
  */
 import { HEARTBEAT_EVENT, type Queryable } from '../../platform/index.ts';
+import { enqueueHeartbeatRow } from './sql/index.ts';
 
 export { HEARTBEAT_EVENT };
 
@@ -22,8 +23,7 @@ export interface HeartbeatResult {
  * @throws the database's error: 42883 when migration 030 is missing, 42501 without EXECUTE
  */
 export async function enqueueHeartbeat(sql: Queryable, intervalSeconds: number): Promise<HeartbeatResult> {
-  const [row] = await sql<{ event_id: string; duplicate: boolean }[]>`
-    select event_id::text, duplicate from outbox_enqueue_heartbeat(${intervalSeconds}::integer)`;
+  const row = await enqueueHeartbeatRow(sql, intervalSeconds);
   if (!row) throw new Error('outbox_enqueue_heartbeat returned no row');
   return { eventId: row.event_id, duplicate: row.duplicate };
 }
