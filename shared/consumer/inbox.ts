@@ -162,7 +162,8 @@ export interface InboxOptions<T> {
    */
   schema?: PayloadSchema<T>;
   /**
-   * The inbox's metrics (`InboxParked`, `InboxStale`, `InboxLate`, `InboxAfterGap`, dimension
+   * The inbox's metrics (`InboxParked`, `InboxStale`, `InboxLate`, `InboxAfterGap`, `ConsumerLag`
+   * per applied event, `HeartbeatReceived` and `HeartbeatAgeSeconds` per heartbeat; dimension
    * `consumer`), as CloudWatch EMF lines on stdout. Default: on, namespace `Outbox`. `false`: off.
    */
   metrics?: InboxMetricsOptions | false;

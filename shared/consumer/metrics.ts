@@ -1,6 +1,7 @@
 /**
- * The inbox's metrics, as CloudWatch Embedded Metric Format: one JSON line on stdout per event that
- * was not simply applied in order, which CloudWatch Logs turns into a metric with no API call and
+ * The inbox's metrics, as CloudWatch Embedded Metric Format: one JSON line on stdout per applied
+ * event (`ConsumerLag`), per heartbeat, and per event that was not simply applied in order, which
+ * CloudWatch Logs turns into a metric with no API call and
  * no dependency in the consumer's bundle ("Specification: Embedded metric format", CloudWatch
  * User Guide). Lambda's runtime forwards stdout to the function's log group as it is.
  */
