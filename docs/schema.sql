@@ -332,6 +332,28 @@ end
 $function$;
 -- privileges: owner=X/owner
 
+CREATE OR REPLACE FUNCTION outbox.outbox_enqueue_heartbeat(interval_seconds integer)
+ RETURNS TABLE(event_id uuid, sequence bigint, duplicate boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  interval_start bigint;
+begin
+  if interval_seconds is null or interval_seconds < 60 or interval_seconds > 86400 then
+    perform outbox.outbox_enqueue_reject('interval_seconds'::text,
+      'must be a number of seconds from 60 to 86400'::text, null::integer);
+  end if;
+  interval_start := (floor(extract(epoch from clock_timestamp()) / interval_seconds) * interval_seconds)::bigint;
+  return query select e.event_id, e.sequence, e.duplicate
+    from outbox.outbox_enqueue('OutboxHeartbeat'::text, 'outbox.heartbeat'::text,
+      'outbox.heartbeat'::text, 'heartbeat'::text, '{}'::jsonb,
+      ('heartbeat:' || interval_start::text)::text, null::text, 1048576::integer) as e;
+end
+$function$;
+-- privileges: owner=X/owner
+
 CREATE OR REPLACE FUNCTION outbox.outbox_enqueue_insert(event_types text[], sources text[], aggregate_types text[], aggregate_ids text[], payloads jsonb[], idempotency_keys text[], trace_headers text[], n integer)
  RETURNS TABLE(ord integer, event_id uuid, aggregate_type text, aggregate_id text, sequence bigint, duplicate boolean)
  LANGUAGE sql

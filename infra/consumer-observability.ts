@@ -42,6 +42,16 @@ export interface OutboxConsumerAlarms {
    * up, or not reading at all); undefined in the direct topology.
    */
   readonly queueAge: cloudwatch.Alarm | undefined;
+  /**
+   * The p99 of `ConsumerLag` (seconds from the outbox's commit to the inbox's, emitted by the
+   * function for every applied event) over `consumerLagAlarmSeconds` in 5 minutes.
+   */
+  readonly consumerLag: cloudwatch.Alarm;
+  /**
+   * No heartbeat reached the consumer for 3 heartbeat intervals (`HeartbeatReceived`, missing data
+   * breaching); undefined without the heartbeat.
+   */
+  readonly heartbeat: cloudwatch.Alarm | undefined;
 }
 
 /** What the alarms and widgets watch: the parts of an `OutboxConsumer` (the construct is one). */
@@ -52,6 +62,22 @@ export interface WatchedConsumer {
   readonly queue: sqs.Queue | undefined;
   readonly topology: 'direct' | 'queue';
   readonly subscriber: eventsv2.CfnSubscriber | undefined;
+  /** The relay monitor's heartbeat interval, minutes; undefined without the heartbeat. */
+  readonly heartbeatMinutes: number | undefined;
+}
+
+/** Heartbeat intervals without a heartbeat before the `heartbeat` alarm fires. */
+export const HEARTBEAT_MISSED_INTERVALS = 3;
+
+/** The heartbeats that reached the consumer, per `minutes` (the metric of the `heartbeat` alarm). */
+export function consumerHeartbeatMetric(props: OutboxConsumerProps, minutes: number): cloudwatch.Metric {
+  return new cloudwatch.Metric({
+    namespace: props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE,
+    metricName: InboxMetricName.HeartbeatReceived,
+    dimensionsMap: { [INBOX_METRIC_DIMENSION]: props.consumer },
+    statistic: 'Sum',
+    period: Duration.minutes(minutes),
+  });
 }
 
 /** The inbox's parked events, as the function emits them: the metric of the `parked` alarm. */
@@ -64,6 +90,23 @@ export function consumerParkedMetric(props: OutboxConsumerProps): cloudwatch.Met
     period: Duration.minutes(5),
   });
 }
+
+/**
+ * Seconds from the outbox's commit to the inbox's, per applied event, as the function emits it
+ * (EMF, one value per event): the metric of the `consumerLag` alarm (p99 per 5 minutes).
+ */
+export function consumerLagMetric(props: OutboxConsumerProps, statistic = 'p99'): cloudwatch.Metric {
+  return new cloudwatch.Metric({
+    namespace: props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE,
+    metricName: InboxMetricName.ConsumerLag,
+    dimensionsMap: { [INBOX_METRIC_DIMENSION]: props.consumer },
+    statistic,
+    period: Duration.minutes(5),
+  });
+}
+
+/** The default of `consumerLagAlarmSeconds`: the relay's own lag alarm's default, 5 minutes. */
+export const DEFAULT_CONSUMER_LAG_ALARM_SECONDS = 300;
 
 /**
  * The function's failed invocations that are not designed retries: its `Errors` (AWS/Lambda, Sum
@@ -105,8 +148,8 @@ export function createConsumerWidgets(
   const period = Duration.minutes(5);
   const visible = (q: sqs.IQueue, label: string) =>
     q.metricApproximateNumberOfMessagesVisible({ period, statistic: 'Maximum', label });
-  // One row of 24 units: three widgets 8 wide, or four 6 wide with the queue's.
-  const size = { width: consumer.queue ? 6 : 8, height: 6 };
+  // One row of 24 units: four widgets 6 wide, or five 4 wide with the queue's.
+  const size = { width: consumer.queue ? 4 : 6, height: 6 };
   const widgets: cloudwatch.IWidget[] = [
     new cloudwatch.GraphWidget({
       ...size,
@@ -136,6 +179,19 @@ export function createConsumerWidgets(
       ],
       right: [consumerParkedMetric(props).with({ label: 'parked events' })],
     }),
+    // The whole way from the outbox's commit, beside the relay's own lag (oldest pending event)
+    // when the row is on the relay's dashboard.
+    new cloudwatch.GraphWidget({
+      ...size,
+      title: `${name}: lag from the outbox's commit (s)${consumer.heartbeatMinutes === undefined ? '' : ', heartbeats'}`,
+      left: [
+        consumerLagMetric(props, 'p50').with({ label: 'ConsumerLag p50' }),
+        consumerLagMetric(props, 'p99').with({ label: 'ConsumerLag p99' }),
+      ],
+      ...(consumer.heartbeatMinutes === undefined
+        ? {}
+        : { right: [consumerHeartbeatMetric(props, 5).with({ label: 'heartbeats received' })] }),
+    }),
   ];
   if (consumer.queue) {
     widgets.push(
@@ -162,7 +218,13 @@ export function createConsumerAlarms(
   props: OutboxConsumerProps,
   consumer: WatchedConsumer,
 ): OutboxConsumerAlarms {
-  const alarm = (name: string, metric: cloudwatch.IMetric, description: string, threshold = 0) => {
+  const alarm = (
+    name: string,
+    metric: cloudwatch.IMetric,
+    description: string,
+    threshold = 0,
+    options: Partial<cloudwatch.AlarmProps> = {},
+  ) => {
     const created = new cloudwatch.Alarm(scope, name, {
       alarmDescription: description,
       metric,
@@ -170,6 +232,7 @@ export function createConsumerAlarms(
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
       evaluationPeriods: 1,
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      ...options,
     });
     if (props.alarmTopic) created.addAlarmAction(new cwActions.SnsAction(props.alarmTopic));
     return created;
@@ -177,6 +240,36 @@ export function createConsumerAlarms(
   const visible = (q: sqs.IQueue) =>
     q.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(5), statistic: 'Maximum' });
   const name = props.consumer;
+  const lagSeconds = props.consumerLagAlarmSeconds ?? DEFAULT_CONSUMER_LAG_ALARM_SECONDS;
+  // Both topologies and both buses: the function emits it for every applied event.
+  const consumerLag = () =>
+    alarm(
+      'ConsumerLagAlarm',
+      consumerLagMetric(props),
+      `The ${name} consumer applies events late: the p99 of ConsumerLag (seconds from the outbox's commit to the inbox's) was over ${lagSeconds} s in 5 minutes. Where it waits: the relay (its LagAlarm, outbox status), the delivery (the function's Throttles and ConcurrentExecutions${consumer.queue ? ", the queue's oldest message age" : ''}), or the handler (its Duration, an order: 'wait-for-gap' chain waiting for a missing event).`,
+      lagSeconds,
+    );
+  const heartbeat = () => {
+    const minutes = consumer.heartbeatMinutes;
+    if (minutes === undefined) return undefined;
+    const after = minutes * HEARTBEAT_MISSED_INTERVALS;
+    const delivery = consumer.subscriber
+      ? `the subscriber: its dead-letter queue, and EventsDropped and the delivery metrics of ${EVENTSV2_NAMESPACE}`
+      : `the rule: its MatchedEvents, FailedInvocations and the dead-letter queue (AWS/Events)${consumer.queue ? "; the queue's oldest message age" : ''}`;
+    return alarm(
+      'HeartbeatAlarm',
+      consumerHeartbeatMetric(props, minutes),
+      `No heartbeat reached the ${name} consumer for ${after} minutes: events from the outbox may not be reaching it either (the relay's monitor enqueues one every ${minutes} min). Where it stopped, in order: 1. the monitor (its log: heartbeat failed); 2. the relay: outbox status (a pending OutboxHeartbeat means the relay is not publishing; its LagAlarm, its log); 3. the bus: the relay's PutEvents failures (its log); 4. ${delivery}; 5. the consumer: the function's Errors and Throttles, its log group. Other consumers' heartbeat alarms tell a shared cause (1-3) from this consumer's own (4-5).`,
+      1,
+      {
+        comparisonOperator: cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+        evaluationPeriods: HEARTBEAT_MISSED_INTERVALS,
+        datapointsToAlarm: HEARTBEAT_MISSED_INTERVALS,
+        // No data is no heartbeat: the function emits nothing when none arrives.
+        treatMissingData: cloudwatch.TreatMissingData.BREACHING,
+      },
+    );
+  };
   if (consumer.subscriber) {
     const subscriberMetric = (metricName: string) =>
       new cloudwatch.Metric({
@@ -214,6 +307,8 @@ export function createConsumerAlarms(
         `The ${name} inbox parked events: an earlier one of the same chain was still missing after the gap wait. Run: outbox inbox parked list --consumer ${name}; then replay or discard each.`,
       ),
       queueAge: undefined,
+      consumerLag: consumerLag(),
+      heartbeat: heartbeat(),
     };
   }
   // The command that lists and replays both failure queues, with their URLs and the function's
@@ -276,6 +371,8 @@ export function createConsumerAlarms(
           3_600,
         )
       : undefined,
+    consumerLag: consumerLag(),
+    heartbeat: heartbeat(),
   };
 }
 
@@ -286,6 +383,33 @@ export interface WatchingRelay {
   readonly customEventBusArn: string | undefined;
   readonly databaseConnection: { readonly host: string };
   readonly databaseName: string;
+}
+
+/** The app's relay that publishes to the consumer's bus, if any. */
+export function relayOfConsumer<R extends Pick<WatchingRelay, 'busKind' | 'eventBus' | 'customEventBusArn'>>(
+  props: OutboxConsumerProps,
+  relays: readonly R[],
+): R | undefined {
+  return relays.find((r) =>
+    props.customEventBusArn !== undefined
+      ? r.customEventBusArn === props.customEventBusArn
+      : r.busKind === 'classic' && r.eventBus.eventBusArn === props.eventBus?.eventBusArn,
+  );
+}
+
+/**
+ * The heartbeat interval the consumer alarms on, minutes (see `OutboxConsumerProps.heartbeat`):
+ * its relay's, 5 without a relay in the app, undefined when off.
+ */
+export function consumerHeartbeatMinutes(
+  props: OutboxConsumerProps,
+  relay: { readonly heartbeatInterval: Duration | undefined } | undefined,
+): number | undefined {
+  if (props.heartbeat === false) return undefined;
+  if (!relay) return 5;
+  const interval = relay.heartbeatInterval;
+  if (interval === undefined) return props.heartbeat === true ? 5 : undefined;
+  return interval.toMinutes();
 }
 
 /**
@@ -302,11 +426,7 @@ export function warnOnUnwatchedInbox(
   host: string,
   relays: readonly WatchingRelay[],
 ): void {
-  const relay = relays.find((r) =>
-    props.customEventBusArn !== undefined
-      ? r.customEventBusArn === props.customEventBusArn
-      : r.busKind === 'classic' && r.eventBus.eventBusArn === props.eventBus?.eventBusArn,
-  );
+  const relay = relayOfConsumer(props, relays);
   const remedy =
     'Prune and count its inbox on a schedule of its own (maintainInbox from @outbox-relay-aws/consumer/operations, or ' +
     '`outbox-inbox prune` and `outbox-inbox metrics`), and alarm on InboxParkedCount with dimension consumer ' +

@@ -240,6 +240,22 @@ export interface OutboxConsumerProps extends OutboxDatabaseTarget {
    * @default 0
    */
   readonly errorsAlarmThreshold?: number;
+  /**
+   * The `consumerLag` alarm fires when the p99 of `ConsumerLag` (seconds from the outbox's commit
+   * to the inbox's commit, one value per applied event, emitted by the inbox) is over this in 5
+   * minutes. A positive number of seconds.
+   * @default 300
+   */
+  readonly consumerLagAlarmSeconds?: number;
+  /**
+   * The heartbeat (docs/observe.md#the-heartbeat): the rule (or subscriber) also matches the
+   * relay monitor's `OutboxHeartbeat` events from `outbox.heartbeat`, which the inbox acknowledges
+   * without calling the handler (counting `HeartbeatReceived`), and the `heartbeat` alarm fires
+   * when none arrived for 3 heartbeat intervals (missing data breaching). `false`: neither.
+   * @default on, at the interval of the app's `OutboxRelay` on the same bus (off when that relay
+   *   sends none); 5 minutes when no relay of the app publishes to the bus
+   */
+  readonly heartbeat?: boolean;
   /** Namespace of the inbox's metrics (the inbox's `metrics.namespace`). @default 'Outbox' */
   readonly metricNamespace?: string;
   /**

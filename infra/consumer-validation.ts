@@ -56,6 +56,13 @@ export function validateConsumerProps(props: OutboxConsumerProps): { sources: st
     fail('entry', 'expected exactly one of entry (a handler file to bundle) and existingFunction');
   }
   if (props.functionProps && !props.entry) fail('functionProps', 'applies only with entry');
+  const lagSeconds = props.consumerLagAlarmSeconds;
+  if (
+    lagSeconds !== undefined &&
+    !(typeof lagSeconds === 'number' && Number.isFinite(lagSeconds) && lagSeconds > 0)
+  ) {
+    fail('consumerLagAlarmSeconds', `expected a positive number of seconds, got ${String(lagSeconds)}`);
+  }
   if ((props.eventBus === undefined) === (props.customEventBusArn === undefined)) {
     fail(
       'eventBus',

@@ -28,12 +28,14 @@ import * as eventSources from 'aws-cdk-lib/aws-lambda-event-sources';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { OutboxConfigError } from '../shared/platform/errors.ts';
-import { DEFAULT_ROLES, EnvVar } from '../shared/platform/names.ts';
+import { DEFAULT_ROLES, EnvVar, HEARTBEAT_EVENT } from '../shared/platform/names.ts';
 import { bundledFunction } from './consumer-function.ts';
 import {
+  consumerHeartbeatMinutes,
   createConsumerAlarms,
   createConsumerWidgets,
   type OutboxConsumerAlarms,
+  relayOfConsumer,
   warnOnUnwatchedInbox,
 } from './consumer-observability.ts';
 import {
@@ -84,6 +86,11 @@ export class OutboxConsumer extends Construct {
   /** Queue topology: the queue between the rule and the function; undefined in the direct topology. */
   public readonly queue: sqs.Queue | undefined;
   public readonly topology: 'direct' | 'queue';
+  /**
+   * The relay monitor's heartbeat interval the consumer receives and alarms on, minutes
+   * ({@link OutboxConsumerProps.heartbeat}); undefined without the heartbeat.
+   */
+  public readonly heartbeatMinutes: number | undefined;
   public readonly alarms: OutboxConsumerAlarms;
   /** The database user the function logs in as. */
   public readonly databaseUser: string;
@@ -141,12 +148,15 @@ export class OutboxConsumer extends Construct {
             };
     this.databaseUser = props.databaseUser ?? `${DEFAULT_ROLES.consumer}_${props.consumer}`;
     const database = outboxDatabaseConnection(props);
-    warnOnUnwatchedInbox(
-      this,
-      props,
-      database.host,
-      this.node.root.node.findAll().filter((c): c is OutboxRelay => c instanceof OutboxRelay),
-    );
+    const relays = this.node.root.node.findAll().filter((c): c is OutboxRelay => c instanceof OutboxRelay);
+    warnOnUnwatchedInbox(this, props, database.host, relays);
+    this.heartbeatMinutes = consumerHeartbeatMinutes(props, relayOfConsumer(props, relays));
+    // The heartbeat's Source and DetailType join the pattern's lists: each list matches one field,
+    // so a business source with the heartbeat's type would match too, which no producer sends
+    // (the inbox takes a heartbeat only with both).
+    const matched = this.heartbeatMinutes
+      ? { sources: [...sources, HEARTBEAT_EVENT.source], types: [...types, HEARTBEAT_EVENT.detailType] }
+      : { sources, types };
     const inboxRetentionDays = props.inboxRetentionDays ?? 30;
     if (!Number.isInteger(inboxRetentionDays) || inboxRetentionDays < 2 || inboxRetentionDays > 3_650) {
       throw new OutboxConfigError(
@@ -212,8 +222,8 @@ export class OutboxConsumer extends Construct {
         props,
         { function: this.function, deadLetterQueue: this.deadLetterQueue, queue: this.queue },
         customBusArn,
-        sources,
-        types,
+        matched.sources,
+        matched.types,
         customMaxEventAge,
       );
       this.subscriber = subscriber;
@@ -256,7 +266,7 @@ export class OutboxConsumer extends Construct {
 
     this.classicRule = new events.Rule(this, 'Rule', {
       eventBus: props.eventBus,
-      eventPattern: { source: sources, detailType: types },
+      eventPattern: { source: matched.sources, detailType: matched.types },
       description: `${types.join(', ')} from ${sources.join(', ')} to the inbox consumer ${props.consumer}`,
     });
     // Delivery into Lambda's queue (direct: EventBridge invokes asynchronously, so this covers

@@ -118,6 +118,11 @@ export class OutboxRelay extends Construct {
    * while it still polls). Within {@link OutboxRelayProps.databaseConnectionBudget}.
    */
   public readonly databaseConnectionsAtPeak: number;
+  /**
+   * How often the monitor enqueues a heartbeat ({@link OutboxRelayProps.heartbeat}); undefined when
+   * it sends none. The app's `OutboxConsumer`s on this relay's bus follow it.
+   */
+  public readonly heartbeatInterval: Duration | undefined;
 
   /**
    * The classic bus events are published to (the one passed as `eventBus`, or the one created).
@@ -151,6 +156,7 @@ export class OutboxRelay extends Construct {
     const timeout = relayTimeoutFor(this, relayScheduleExpression, props.relayTimeout);
     const scale = scaleOutBounds(this, props, settings);
     this.maxRelays = scale.maxRelays;
+    this.heartbeatInterval = heartbeatIntervalOf(props);
     this.databaseConnectionsAtPeak = scale.connectionsAtPeak;
     const namespace = props.metricNamespace ?? DEFAULT_METRIC_NAMESPACE;
     this.databaseUsers = {
@@ -341,6 +347,12 @@ export class OutboxRelay extends Construct {
               [EnvVar.deadLetterPolicy]: readSetting(EnvVar.deadLetterPolicy, settings.relay),
             }
           : {}),
+        ...(this.heartbeatInterval
+          ? {
+              [EnvVar.heartbeat]: 'on',
+              [EnvVar.heartbeatIntervalSeconds]: String(this.heartbeatInterval.toSeconds()),
+            }
+          : {}),
         ...dbEnvironment(this.databaseUsers.monitor),
         [EnvVar.powertoolsServiceName]: ServiceName.monitor,
         NODE_OPTIONS: '--enable-source-maps',
@@ -469,4 +481,21 @@ export class OutboxRelay extends Construct {
       }
     }
   }
+}
+
+/**
+ * The heartbeat's interval from {@link OutboxRelayProps.heartbeat}: 5 minutes by default.
+ * @throws {OutboxConfigError} (`heartbeat.interval`) unless a whole number of minutes from 1 to 60
+ */
+function heartbeatIntervalOf(props: OutboxRelayProps): Duration | undefined {
+  if (props.heartbeat === false) return undefined;
+  const interval = props.heartbeat?.interval ?? Duration.minutes(5);
+  const seconds = interval.toSeconds();
+  if (!Number.isInteger(seconds / 60) || seconds < 60 || seconds > 3_600) {
+    throw new OutboxConfigError(
+      'heartbeat.interval',
+      `expected a whole number of minutes from 1 to 60 (the monitor runs every minute; the consumers alarm after 3 intervals), got ${seconds} s`,
+    );
+  }
+  return interval;
 }

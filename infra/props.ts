@@ -261,6 +261,16 @@ export interface OutboxRelayProps {
    */
   readonly monitorEnvironment?: Readonly<Record<string, string>>;
   /**
+   * The heartbeat (docs/observe.md#the-heartbeat): the monitor enqueues an `OutboxHeartbeat` event
+   * (source `outbox.heartbeat`, no payload) through the outbox once per `interval` (a whole number
+   * of minutes from 1 to 60; the monitor runs every minute), and every `OutboxConsumer` of the
+   * app on its bus receives it and alarms when none arrived for a while. About 8,640 events a month
+   * per consumer at 5 minutes. `false`: no heartbeat (the consumers then set no heartbeat alarm).
+   * Needs migration 030 (applied by the construct's migrate trigger).
+   * @default { interval: Duration.minutes(5) }
+   */
+  readonly heartbeat?: false | { readonly interval?: Duration };
+  /**
    * CloudWatch namespace of the metrics.
    * @default 'Outbox'
    */

@@ -16,7 +16,9 @@ import { ServiceName } from '../../shared/platform/index.ts';
 import {
   addMonitorMetrics,
   createMetrics,
+  enqueueHeartbeat,
   getStatus,
+  type HeartbeatResult,
   measureClaimable,
   type OutboxStatus,
   type PruneResult,
@@ -31,6 +33,8 @@ export interface MonitorSummary {
   prune: PruneResult | { error: string };
   /** The extra relays it started, when it scales the relays out (`settings.scaleOut`). */
   scaleOut?: ScaleOutResult | { error: string };
+  /** This interval's heartbeat, when it sends them (`settings.heartbeatIntervalSeconds`). */
+  heartbeat?: HeartbeatResult | { error: string };
 }
 
 /** Dependencies of the monitor handler, created once per cold start. */
@@ -106,6 +110,17 @@ export function createMonitorHandler(deps: MonitorHandlerDeps) {
           scaleOut = { error: (error as Error).message };
         }
       }
+      // The heartbeat before the status, so that a status that times out does not cost it: a
+      // missing heartbeat pages every consumer (docs/observe.md#the-heartbeat).
+      let heartbeat: HeartbeatResult | { error: string } | undefined;
+      if (s.heartbeatIntervalSeconds !== undefined) {
+        try {
+          heartbeat = await enqueueHeartbeat(deps.sql, s.heartbeatIntervalSeconds);
+        } catch (error) {
+          logger.error('heartbeat failed', { error });
+          heartbeat = { error: (error as Error).message };
+        }
+      }
       let status: OutboxStatus | { error: string };
       try {
         status = await getStatus(deps.sql, { includePublished: false });
@@ -119,11 +134,19 @@ export function createMonitorHandler(deps: MonitorHandlerDeps) {
         'error' in pruned ? undefined : pruned,
         scaleOut && !('error' in scaleOut) ? scaleOut : undefined,
       );
-      const summary: MonitorSummary = { status, prune: pruned, ...(scaleOut ? { scaleOut } : {}) };
+      const summary: MonitorSummary = {
+        status,
+        prune: pruned,
+        ...(scaleOut ? { scaleOut } : {}),
+        ...(heartbeat ? { heartbeat } : {}),
+      };
       logger.info('monitor invocation finished', { summary });
-      const failed = Object.entries({ pruning: pruned, status, 'scale-out': scaleOut ?? {} }).flatMap(
-        ([step, r]) => ('error' in r ? [`${step} failed: ${r.error}`] : []),
-      );
+      const failed = Object.entries({
+        pruning: pruned,
+        status,
+        'scale-out': scaleOut ?? {},
+        heartbeat: heartbeat ?? {},
+      }).flatMap(([step, r]) => ('error' in r ? [`${step} failed: ${r.error}`] : []));
       if (failed.length > 0) throw new Error(failed.join('; '));
       return summary;
     });

@@ -26,7 +26,7 @@ import type { Context, EventBridgeEvent } from 'aws-lambda';
 import { isConnectionFailure } from '../platform/connection-errors.ts';
 import { ConnectionPool, type Sql, type Tx } from '../platform/db.ts';
 import type { EnvelopeMetadata } from '../platform/envelope.ts';
-import { EnvVar, InboxMetricName } from '../platform/names.ts';
+import { EnvVar, HEARTBEAT_EVENT, InboxMetricName } from '../platform/names.ts';
 import type { PayloadSchema } from '../producer/typed-events.ts';
 import {
   type DeliveryOrigin,
@@ -188,7 +188,8 @@ export interface InboxOptions<T> {
    */
   schema?: PayloadSchema<T>;
   /**
-   * The inbox's metrics (`InboxParked`, `InboxStale`, `InboxLate`, `InboxAfterGap`, dimension
+   * The inbox's metrics (`InboxParked`, `InboxStale`, `InboxLate`, `InboxAfterGap`, `ConsumerLag`
+   * per applied event, `HeartbeatReceived` and `HeartbeatAgeSeconds` per heartbeat; dimension
    * `consumer`), as CloudWatch EMF lines on stdout. Default: on, namespace `Outbox`. `false`: off.
    */
   metrics?: InboxMetricsOptions | false;
@@ -621,8 +622,22 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
     }
     const counted = ARRIVAL_METRIC[decision.apply];
     if (counted) metric(counted);
+    // The whole way from the outbox's commit to this one (relay, bus, rule, consumer); the clocks
+    // are the database's (occurredAt) and the function's, both NTP-disciplined.
+    const lag = secondsSince(metadata.occurredAt);
+    if (lag !== undefined)
+      metric(InboxMetricName.ConsumerLag, { eventId: metadata.eventId }, { value: lag, unit: 'Seconds' });
     replayed(decision.apply);
     return result;
+  };
+
+  const acknowledgeHeartbeat = (event: EventBridgeEvent<string, unknown>): InboxSkip => {
+    const metadata = (event.detail as { metadata?: { eventId?: unknown; occurredAt?: unknown } }).metadata;
+    const eventId = typeof metadata?.eventId === 'string' ? metadata.eventId : '';
+    metric(InboxMetricName.HeartbeatReceived, { eventId });
+    const age = typeof metadata?.occurredAt === 'string' ? secondsSince(metadata.occurredAt) : undefined;
+    if (age !== undefined) metric(InboxMetricName.HeartbeatAge, { eventId }, { value: age, unit: 'Seconds' });
+    return { inbox: 'heartbeat', eventId };
   };
 
   const one = async (raw: unknown, context: Context, wrapper?: { signal?: AbortSignal }) => {
@@ -630,6 +645,9 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
     // A Custom Event Bus subscriber's WITH_METADATA delivery: the event is its Data.
     const origin = unwrapDelivery(raw);
     const event = origin.event;
+    // The monitor's heartbeat: it proves the way here (relay, bus, rule) carries events; counted
+    // for the OutboxConsumer's heartbeat alarm, never the handler's, never recorded.
+    if (isHeartbeat(event)) return acknowledgeHeartbeat(event);
     const trace = new FailureTrace(settings.consumer, event, deadline);
     try {
       const run = () => invoke(event, context, deadline, abortSignalOf(wrapper), trace, origin);
@@ -641,6 +659,26 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
     }
   };
   return inEachDelivery(one);
+}
+
+/** The monitor's heartbeat event: its Source and DetailType, an object detail. */
+function isHeartbeat(event: EventBridgeEvent<string, unknown>): boolean {
+  return (
+    event?.source === HEARTBEAT_EVENT.source &&
+    event['detail-type'] === HEARTBEAT_EVENT.detailType &&
+    typeof event.detail === 'object' &&
+    event.detail !== null
+  );
+}
+
+/**
+ * Seconds from `iso` to now, to the millisecond, at least 0 (clocks a little apart must not make a
+ * negative lag); undefined when `iso` is not a time.
+ */
+function secondsSince(iso: string): number | undefined {
+  const at = Date.parse(iso);
+  if (!Number.isFinite(at)) return undefined;
+  return Math.max(0, Date.now() - at) / 1000;
 }
 
 /**

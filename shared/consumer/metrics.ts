@@ -1,6 +1,7 @@
 /**
- * The inbox's metrics, as CloudWatch Embedded Metric Format: one JSON line on stdout per event that
- * was not simply applied in order, which CloudWatch Logs turns into a metric with no API call and
+ * The inbox's metrics, as CloudWatch Embedded Metric Format: one JSON line on stdout per applied
+ * event (`ConsumerLag`), per heartbeat, and per event that was not simply applied in order, which
+ * CloudWatch Logs turns into a metric with no API call and
  * no dependency in the consumer's bundle ("Specification: Embedded metric format", CloudWatch
  * User Guide). Lambda's runtime forwards stdout to the function's log group as it is.
  */
@@ -14,11 +15,22 @@ export interface InboxMetricsOptions {
   write?: (line: string) => void;
 }
 
+/** A value other than a count of 1: seconds (a lag, an age) or a count of several. */
+export interface InboxMetricValue {
+  value: number;
+  unit: 'Count' | 'Seconds';
+}
+
 /**
- * Emits one count for `consumer`; nothing when metrics are off. `properties` go into the EMF line
- * beside the count (searchable in CloudWatch Logs, not dimensions).
+ * Emits one value for `consumer` (a count of 1 unless `measured` says otherwise); nothing when
+ * metrics are off. `properties` go into the EMF line beside the value (searchable in CloudWatch
+ * Logs, not dimensions).
  */
-export type InboxMetricSink = (name: InboxMetricName, properties?: Record<string, string>) => void;
+export type InboxMetricSink = (
+  name: InboxMetricName,
+  properties?: Record<string, string>,
+  measured?: InboxMetricValue,
+) => void;
 
 /** Builds the sink of one consumer. */
 export function inboxMetrics(
@@ -28,7 +40,7 @@ export function inboxMetrics(
   if (options === false) return () => {};
   const namespace = options?.namespace ?? DEFAULT_METRIC_NAMESPACE;
   const write = options?.write ?? ((line: string) => process.stdout.write(`${line}\n`));
-  return (name, properties) =>
+  return (name, properties, measured) =>
     write(
       JSON.stringify({
         ...properties,
@@ -38,12 +50,12 @@ export function inboxMetrics(
             {
               Namespace: namespace,
               Dimensions: [[INBOX_METRIC_DIMENSION]],
-              Metrics: [{ Name: name, Unit: 'Count' }],
+              Metrics: [{ Name: name, Unit: measured?.unit ?? 'Count' }],
             },
           ],
         },
         [INBOX_METRIC_DIMENSION]: consumer,
-        [name]: 1,
+        [name]: measured?.value ?? 1,
       }),
     );
 }

@@ -66,9 +66,12 @@ export interface InboxSkip {
    *   `beyond-retention: …` or `replay-behind-chain: …` (recorded, counted);
    * - `parked`: wait-for-gap with `onGapTimeout: 'park'`, set aside after its wait (recorded
    *   whole, counted, alarmed on; `outbox inbox parked replay` re-applies it); a redelivery or a
-   *   bus replay of a parked event is answered `parked` too, and it stays parked.
+   *   bus replay of a parked event is answered `parked` too, and it stays parked;
+   * - `heartbeat`: the monitor's heartbeat event (`outbox.heartbeat` / `OutboxHeartbeat`),
+   *   counted (`HeartbeatReceived`, `HeartbeatAgeSeconds`) and not recorded
+   *   (docs/observe.md#the-heartbeat).
    */
-  inbox: 'duplicate' | 'stale' | 'parked';
+  inbox: 'duplicate' | 'stale' | 'parked' | 'heartbeat';
   eventId: string;
   /** Present when a Custom Event Bus subscriber delivered it as a replay (`aws:DeliveryType` REPLAY). */
   replay?: true;

@@ -140,6 +140,10 @@ export const settingSchemas = {
   [EnvVar.backlogPerRelay]: z._default(int(1, 100_000_000, 'pending events per relay'), 30_000),
   /** Longest an extra relay polls, counted from the start of the monitor's invocation, seconds. */
   [EnvVar.scaleOutSeconds]: z._default(int(10, 900), 50),
+  /** The heartbeat (docs/observe.md#the-heartbeat): off unless set; the OutboxRelay construct sets it on. */
+  [EnvVar.heartbeat]: z._default(z.enum(['on', 'off']), 'off'),
+  /** A heartbeat at most once per this many seconds (the monitor runs every minute). */
+  [EnvVar.heartbeatIntervalSeconds]: z._default(int(60, 86_400), 300),
 
   // --- the deploy-time migrate function ---
   [EnvVar.adminSecretArn]: required(),
@@ -426,6 +430,8 @@ export const monitorConfigSchema = schemaOf([
   EnvVar.maxRelays,
   EnvVar.backlogPerRelay,
   EnvVar.scaleOutSeconds,
+  EnvVar.heartbeat,
+  EnvVar.heartbeatIntervalSeconds,
   // The relay's, for scale-out: whether dead letters hold rows back (the construct copies them).
   EnvVar.ordering,
   EnvVar.deadLetterPolicy,
@@ -440,6 +446,11 @@ export interface MonitorSettings {
   pruneBatchSize: number;
   pruneTimeBudgetMs: number;
   metricNamespace: string;
+  /**
+   * Seconds between heartbeats (`OUTBOX_HEARTBEAT=on`): each run enqueues one unless one was
+   * enqueued in the current interval; undefined: no heartbeat.
+   */
+  heartbeatIntervalSeconds?: number;
   /** Set when the monitor scales the relays out (a relay function is named and `maxRelays` > 1). */
   scaleOut?: {
     /** Name or ARN of the relay function. */
@@ -472,6 +483,7 @@ export function loadMonitorSettings(env: NodeJS.ProcessEnv = process.env): Monit
     pruneBatchSize: e[EnvVar.pruneBatchSize],
     pruneTimeBudgetMs: e[EnvVar.pruneTimeBudgetMs],
     metricNamespace: e[EnvVar.metricNamespace],
+    ...(e[EnvVar.heartbeat] === 'on' ? { heartbeatIntervalSeconds: e[EnvVar.heartbeatIntervalSeconds] } : {}),
     ...(relayFunctionName && e[EnvVar.maxRelays] > 1
       ? {
           scaleOut: {

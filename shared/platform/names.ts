@@ -116,7 +116,8 @@ export const METRIC_SERVICE: Readonly<Record<MetricName, ServiceName>> = {
 /**
  * Metrics the inbox emits from the consumer's own function (CloudWatch Embedded Metric Format
  * lines on stdout, in {@link DEFAULT_METRIC_NAMESPACE} unless the consumer names another), each
- * with the one dimension {@link INBOX_METRIC_DIMENSION} = the consumer's name. Counts, one per event.
+ * with the one dimension {@link INBOX_METRIC_DIMENSION} = the consumer's name. Counts, one per event,
+ * but for {@link InboxMetricName.ConsumerLag} and {@link InboxMetricName.HeartbeatAge} (seconds).
  */
 export const InboxMetricName = {
   /** wait-for-gap, `onGapTimeout: 'park'`: set aside for an operator after its wait. */
@@ -139,9 +140,27 @@ export const InboxMetricName = {
    * (applied, or acknowledged as a duplicate: the EMF line says which, with the event's id).
    */
   BusReplay: 'InboxBusReplay',
+  /**
+   * Seconds from the event's enqueue in the outbox (`metadata.occurredAt`, its transaction's time)
+   * to the commit of the inbox transaction that applied it: the whole way, relay, bus, rule and
+   * consumer, one value per applied event (the `OutboxConsumer` alarms on its p99).
+   */
+  ConsumerLag: 'ConsumerLag',
+  /** A heartbeat event of the monitor reached this consumer (acknowledged, the handler not called). */
+  HeartbeatReceived: 'HeartbeatReceived',
+  /** Seconds from the heartbeat's enqueue to its arrival at this consumer. */
+  HeartbeatAge: 'HeartbeatAgeSeconds',
 } as const;
 /** One of {@link InboxMetricName}'s values. */
 export type InboxMetricName = (typeof InboxMetricName)[keyof typeof InboxMetricName];
+
+/**
+ * The heartbeat event the monitor enqueues through the outbox (migration 030,
+ * `outbox_enqueue_heartbeat`): this Source and DetailType, aggregate `outbox.heartbeat` /
+ * `heartbeat`, an empty payload. Every `OutboxConsumer`'s rule matches it too, and the inbox
+ * acknowledges it without calling the handler (docs/observe.md#the-heartbeat).
+ */
+export const HEARTBEAT_EVENT = { source: 'outbox.heartbeat', detailType: 'OutboxHeartbeat' } as const;
 
 /** The dimension of the inbox's metrics: its value is the consumer's name. */
 export const INBOX_METRIC_DIMENSION = 'consumer';
@@ -216,6 +235,9 @@ export const EnvVar = {
   idempotencyRetentionDays: 'OUTBOX_IDEMPOTENCY_RETENTION_DAYS',
   pruneBatchSize: 'OUTBOX_PRUNE_BATCH_SIZE',
   pruneTimeBudgetMs: 'OUTBOX_PRUNE_TIME_BUDGET_MS',
+  /** `on`: the monitor enqueues a heartbeat event every OUTBOX_HEARTBEAT_INTERVAL_SECONDS (docs/observe.md#the-heartbeat). */
+  heartbeat: 'OUTBOX_HEARTBEAT',
+  heartbeatIntervalSeconds: 'OUTBOX_HEARTBEAT_INTERVAL_SECONDS',
   /** `outbox enqueue`: Source for lines without one. */
   defaultSource: 'OUTBOX_DEFAULT_SOURCE',
   powertoolsServiceName: 'POWERTOOLS_SERVICE_NAME',

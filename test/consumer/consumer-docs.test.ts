@@ -79,7 +79,11 @@ describe('the consumer docs', () => {
       signal: null,
       stderr: '',
     });
-    expect(first.stdout.trim()).toBe("{ invoiced: '8842' }");
+    // The inbox's ConsumerLag EMF line (docs/observe.md#lag-per-consumer), then the handler's answer.
+    const [emf, answer, ...rest] = first.stdout.trim().split('\n');
+    expect(JSON.parse(emf ?? '')).toMatchObject({ consumer: 'billing', ConsumerLag: expect.any(Number) });
+    expect(answer).toBe("{ invoiced: '8842' }");
+    expect(rest).toEqual([]);
     const second = await invokeLocally();
     expect(second.code).toBe(0);
     expect(second.stdout.trim()).toBe(

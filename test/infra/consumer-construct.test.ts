@@ -119,7 +119,10 @@ describe('OutboxConsumer, direct topology (bundled from an entry, locally)', () 
 
   it("matches the events' sources and detail-types on the relay's bus", () => {
     t.hasResourceProperties('AWS::Events::Rule', {
-      EventPattern: { source: ['demo.shop'], 'detail-type': ['OrderPlaced'] },
+      EventPattern: {
+        source: ['demo.shop', 'outbox.heartbeat'],
+        'detail-type': ['OrderPlaced', 'OutboxHeartbeat'],
+      },
       EventBusName: Match.anyValue(),
     });
   });
@@ -178,8 +181,10 @@ describe('OutboxConsumer, direct topology (bundled from an entry, locally)', () 
 
   it('alarms on the dead-letter queue, the on-failure queue, function errors and parked events', () => {
     expect(Object.keys(consumer.alarms).sort()).toEqual([
+      'consumerLag',
       'errors',
       'failed',
+      'heartbeat',
       'parked',
       'queueAge',
       'undelivered',
@@ -297,7 +302,10 @@ describe('OutboxConsumer options and checks (bundling skipped)', () => {
     });
     Template.fromStack(stack).hasResourceProperties('AWS::Events::Rule', {
       EventBusName: 'other',
-      EventPattern: { source: ['demo.shop'], 'detail-type': ['OrderPlaced', 'OrderCancelled'] },
+      EventPattern: {
+        source: ['demo.shop', 'outbox.heartbeat'],
+        'detail-type': ['OrderPlaced', 'OrderCancelled', 'OutboxHeartbeat'],
+      },
     });
   });
 });
@@ -324,7 +332,10 @@ describe('OutboxConsumer, queue topology (bundling skipped)', () => {
     const failed = id(consumer.failedEventsQueue);
     const dlq = id(consumer.deadLetterQueue);
     t.hasResourceProperties('AWS::Events::Rule', {
-      EventPattern: { source: ['demo.shop'], 'detail-type': ['OrderPlaced'] },
+      EventPattern: {
+        source: ['demo.shop', 'outbox.heartbeat'],
+        'detail-type': ['OrderPlaced', 'OutboxHeartbeat'],
+      },
       Targets: [
         Match.objectLike({
           Arn: { 'Fn::GetAtt': [queue, 'Arn'] },
@@ -349,7 +360,7 @@ describe('OutboxConsumer, queue topology (bundling skipped)', () => {
     const alarms = Object.keys(t.findResources('AWS::CloudWatch::Alarm')).filter((a) =>
       a.startsWith('Billing'),
     );
-    expect(alarms).toHaveLength(5);
+    expect(alarms).toHaveLength(7);
     t.hasResourceProperties('AWS::CloudWatch::Alarm', {
       MetricName: 'ApproximateAgeOfOldestMessage',
       Dimensions: [{ Name: 'QueueName', Value: { 'Fn::GetAtt': [queue, 'QueueName'] } }],
@@ -438,10 +449,10 @@ describe("OutboxConsumer's dashboard widgets (bundling skipped)", () => {
 
   it("adds the failure queues, the function's invocations, errors and duration, and parked events to the relay's dashboard", () => {
     const { consumer, t, id, fn } = build('direct', true);
-    expect(consumer.widgets).toHaveLength(3);
+    expect(consumer.widgets).toHaveLength(4);
     const widgets = dashboardWidgets(t, 'Outbox');
     const ours = widgets.filter((w) => w.properties.title?.startsWith('billing: '));
-    expect(ours.map((w) => w.width)).toEqual([8, 8, 8]);
+    expect(ours.map((w) => w.width)).toEqual([6, 6, 6, 6]);
     expect(metricsOf(widgets, 'billing').sort()).toEqual(
       [
         `AWS/SQS ApproximateNumberOfMessagesVisible QueueName ${id(consumer.deadLetterQueue)}.QueueName Maximum`,
@@ -451,6 +462,9 @@ describe("OutboxConsumer's dashboard widgets (bundling skipped)", () => {
         `AWS/Lambda Duration FunctionName ${fn} p50`,
         `AWS/Lambda Duration FunctionName ${fn} p99`,
         'Outbox InboxParked consumer billing Sum',
+        'Outbox ConsumerLag consumer billing p50',
+        'Outbox ConsumerLag consumer billing p99',
+        'Outbox HeartbeatReceived consumer billing Sum',
       ].sort(),
     );
     // The parked graph is the alarm's metric.
@@ -467,7 +481,7 @@ describe("OutboxConsumer's dashboard widgets (bundling skipped)", () => {
 
   it("adds the queue's visible messages and oldest message age in the queue topology", () => {
     const { consumer, t, id } = build('queue', true);
-    expect(consumer.widgets).toHaveLength(4);
+    expect(consumer.widgets).toHaveLength(5);
     const queue = id(consumer.queue as Construct);
     expect(metricsOf(dashboardWidgets(t, 'Outbox'), 'billing')).toEqual(
       expect.arrayContaining([
@@ -482,7 +496,7 @@ describe("OutboxConsumer's dashboard widgets (bundling skipped)", () => {
       new cloudwatch.Dashboard(Stack.of(consumer), 'Mine', { widgets: [[...consumer.widgets]] });
     });
     expect(metricsOf(dashboardWidgets(t, 'Outbox'), 'billing')).toEqual([]);
-    expect(metricsOf(dashboardWidgets(t, 'Mine'), 'billing')).toHaveLength(7);
+    expect(metricsOf(dashboardWidgets(t, 'Mine'), 'billing')).toHaveLength(10);
   });
 });
 

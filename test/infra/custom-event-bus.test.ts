@@ -339,9 +339,10 @@ describe('OutboxConsumer on a Custom Event Bus', () => {
     expect(sub().EventBusArn).toEqual(busArn);
     const [filter] = sub().FilterConfiguration.Filters;
     expect(filter.Scope).toBe('DATA');
+    // With the relay monitor's heartbeat (docs/observe.md#the-heartbeat).
     expect(JSON.parse(filter.Pattern)).toEqual({
-      source: [OrderPlaced.source],
-      'detail-type': [OrderPlaced.type],
+      source: [OrderPlaced.source, 'outbox.heartbeat'],
+      'detail-type': [OrderPlaced.type, 'OutboxHeartbeat'],
     });
   });
 

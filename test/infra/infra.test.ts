@@ -116,8 +116,9 @@ describe('demo stack (synthesised)', () => {
       ['AWS::RDS::DBProxy', 1],
       ['AWS::Events::EventBus', 1],
       ['AWS::Scheduler::Schedule', 2],
-      // eight of the relay's; the example consumer's two failure queues and its parked events
-      ['AWS::CloudWatch::Alarm', 12],
+      // eight of the relay's; the example consumer's two failure queues, errors, parked events, lag
+      // and heartbeat
+      ['AWS::CloudWatch::Alarm', 14],
       ['AWS::Events::Rule', 1],
       ['AWS::SQS::Queue', 2],
       ['AWS::CloudWatch::Dashboard', 1],
@@ -648,7 +649,7 @@ describe('alarms link to their runbooks, and the outputs say how to connect', ()
     // The relay's alarms (infra/observability.ts), not the example consumer's.
     const alarms = Object.entries(template.findResources('AWS::CloudWatch::Alarm'))
       .filter(([id]) =>
-        /(Lag|DeadLetter|RelayError|RelayThrottle|MonitorError|ProxyPinnedSessions|InboxParked|InboxFailed)Alarm/.test(
+        /((?<!Consumer)Lag|DeadLetter|RelayError|RelayThrottle|MonitorError|ProxyPinnedSessions|InboxParked|InboxFailed)Alarm/.test(
           id,
         ),
       )
@@ -1050,7 +1051,11 @@ describe('example consumer wiring', () => {
     // Delivery into Lambda: the rule target's retry policy, then the delivery dead-letter queue.
     t.hasResourceProperties('AWS::Events::Rule', {
       EventBusName: 'orders',
-      EventPattern: { source: ['demo.shop'], 'detail-type': ['OrderPlaced'] },
+      // With the relay monitor's heartbeat (docs/observe.md#the-heartbeat), which the inbox acknowledges.
+      EventPattern: {
+        source: ['demo.shop', 'outbox.heartbeat'],
+        'detail-type': ['OrderPlaced', 'OutboxHeartbeat'],
+      },
       Targets: [
         Match.objectLike({
           RetryPolicy: { MaximumRetryAttempts: 185, MaximumEventAgeInSeconds: 86_400 },
@@ -1195,12 +1200,12 @@ describe('demo stack without a proxy (databaseAccess=direct, synthesised)', () =
   /** `rds-db:connect` on the instance's resource id, as `user`. */
   const onInstance = (user: string) => rdsDbUser({ 'Fn::GetAtt': [instanceId, 'DbiResourceId'] }, user);
 
-  it('passes cdk-nag AwsSolutions, has no proxy, and seven alarms of the relay beside the consumer’s four', () => {
+  it('passes cdk-nag AwsSolutions, has no proxy, and seven alarms of the relay beside the consumer’s six', () => {
     expect(directError).toBeUndefined();
     direct.resourceCountIs('AWS::RDS::DBProxy', 0);
     direct.resourceCountIs('AWS::RDS::DBInstance', 1);
     direct.hasResourceProperties('AWS::RDS::DBInstance', { EnableIAMDatabaseAuthentication: true });
-    direct.resourceCountIs('AWS::CloudWatch::Alarm', 11);
+    direct.resourceCountIs('AWS::CloudWatch::Alarm', 13);
     expect(JSON.stringify(direct.toJSON())).not.toContain('DatabaseConnectionsCurrentlySessionPinned');
   });
 
@@ -1289,7 +1294,7 @@ describe('demo stack without a proxy (databaseAccess=direct, synthesised)', () =
     };
     expect({
       relay: number(/CloudWatch metrics: (\d+) alarms/),
-      consumer: number(/\(\+(\d+) on the consumer's queues, errors and parked events\)/),
+      consumer: number(/\(\+(\d+) on the consumer's queues, errors, parked events, lag and heartbeat\)/),
       directRelay: number(/the construct makes (\d+) alarms/),
       all: number(/\| CloudWatch: (\d+) alarms/),
       directAll: number(/`-c databaseAccess=direct`: (\d+) alarms/),

@@ -183,6 +183,7 @@ describe('SECURITY DEFINER enqueue functions with planted overloads beside them'
       from pg_proc p where p.prosecdef and p.pronamespace = 'outbox'::regnamespace order by 1`;
     expect(definers.map((d) => d.name.replace(/\(.*/, ''))).toEqual([
       'outbox_enqueue',
+      'outbox_enqueue_heartbeat',
       'outbox_enqueue_many',
       // the inbox's deletes, for roles that hold no DELETE (migration 026)
       'outbox_inbox_forget_failed',

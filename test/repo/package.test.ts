@@ -754,7 +754,11 @@ describe('the packed package, installed in a fresh project', () => {
         const [, rule] = only(`${name}Rule`, 'AWS::Events::Rule');
         const [dlq] = only(`${name}DeadLetterQueue`, 'AWS::SQS::Queue');
         const [failed] = only(`${name}FailedEventsQueue`, 'AWS::SQS::Queue');
-        expect(rule.EventPattern).toEqual({ source: [event.source], 'detail-type': [event.type] });
+        // With the relay monitor's heartbeat (docs/observe.md#the-heartbeat).
+        expect(rule.EventPattern).toEqual({
+          source: [event.source, 'outbox.heartbeat'],
+          'detail-type': [event.type, 'OutboxHeartbeat'],
+        });
         const [target] = rule.Targets as Record<string, unknown>[];
         expect(target).toMatchObject({
           RetryPolicy: { MaximumRetryAttempts: 185, MaximumEventAgeInSeconds: 86_400 },
@@ -788,7 +792,8 @@ describe('the packed package, installed in a fresh project', () => {
           expect(invokeConfigs).toEqual([]);
         }
         const alarms = ofType('AWS::CloudWatch::Alarm').filter(([id]) => id.startsWith(name));
-        expect(alarms).toHaveLength(name === 'Billing' ? 4 : 5);
+        // errors, parked, lag and heartbeat, and the failure queues' (and the queue's age).
+        expect(alarms).toHaveLength(name === 'Billing' ? 6 : 7);
 
         // The bundle: Node 24 ESM, esbuild's output of the handler and what it imports.
         expect(fnProps).toMatchObject({ Handler: 'index.handler', Runtime: 'nodejs24.x' });

@@ -10,6 +10,7 @@ export * from '../../consumer/operations/index.ts';
 export { parseExactJson } from '../../platform/index.ts';
 export * from './counters.ts';
 export * from './dead-letters.ts';
+export * from './heartbeat.ts';
 export * from './metrics.ts';
 export * from './prune.ts';
 export * from './roles.ts';

@@ -220,6 +220,8 @@ export async function ensureRoles(
         // as for the relay: its prune and count statements gain nothing from JIT
         'alter role %I set jit = off',
         SEARCH_PATH_DEFAULT,
+        // the heartbeat (migration 030): one fixed event per interval, and nothing else enqueued
+        'grant execute on function outbox_enqueue_heartbeat(integer) to %I',
       ],
     ],
     [

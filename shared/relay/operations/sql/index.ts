@@ -27,6 +27,7 @@ export { deleteDeadLetters } from './delete-dead-letters.ts';
 export { deleteIdempotencyKeys } from './delete-idempotency-keys.ts';
 export { deletePublished } from './delete-published.ts';
 export { discardDeadLetterRows } from './discard-dead-letters.ts';
+export { type DbHeartbeat, enqueueHeartbeatRow } from './enqueue-heartbeat.ts';
 export { replayDeadLetterRows } from './replay-dead-letters.ts';
 export { type DeadLetterCriteria, selectDeadLetterIds } from './select-dead-letter-ids.ts';
 export {

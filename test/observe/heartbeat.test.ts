@@ -1,0 +1,267 @@
+/**
+ * The heartbeat (issue 49, docs/observe.md#the-heartbeat): the monitor enqueues one event per
+ * interval through the outbox (migration 030, as the monitor role, which alone may), the relay
+ * publishes it like any event, each OutboxConsumer's rule matches it, and the inbox acknowledges it
+ * without calling the handler, counting HeartbeatReceived: the metric whose absence the consumer's
+ * heartbeat alarm fires on. Real Postgres, the real roles, the real relay to the local bus, rules
+ * from a synthesised template evaluated by the local bus's pattern matcher.
+ */
+import { randomUUID } from 'node:crypto';
+import { App, Stack } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
+import * as ec2 from 'aws-cdk-lib/aws-ec2';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as rds from 'aws-cdk-lib/aws-rds';
+import type { EventBridgeEvent } from 'aws-lambda';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { delivery } from '../../dev/delivery.ts';
+import { OrderPlaced } from '../../examples/billing/events.ts';
+import { createMonitorHandler } from '../../functions/monitor/monitor-handler.ts';
+import { OutboxConsumer } from '../../infra/outbox-consumer.ts';
+import { OutboxRelay } from '../../infra/outbox-relay.ts';
+import { inbox } from '../../shared/consumer/index.ts';
+import { matchesEventPattern } from '../../shared/local/event-pattern.ts';
+import { HEARTBEAT_EVENT, loadMonitorSettings, type Sql } from '../../shared/platform/index.ts';
+import { runRelay } from '../../shared/relay/index.ts';
+import { useHarness } from '../support/harness.ts';
+import { lambdaContext } from '../support/lambda.ts';
+import { testClient, testSettings } from '../support/relay.ts';
+import { createTestRoles, type TestRoles } from '../support/roles.ts';
+
+const h = useHarness({ max: 6 });
+let roles: TestRoles;
+beforeAll(async () => {
+  roles = await createTestRoles(h.db);
+});
+afterAll(async () => {
+  await roles?.drop();
+});
+
+const heartbeats = () =>
+  h.db.sql<{ event_type: string; source: string; payload: unknown; aggregate_type: string }[]>`
+    select event_type, source, payload, aggregate_type from outbox where source = ${HEARTBEAT_EVENT.source}`;
+
+/** One run of the monitor as deployed (its handler, logged in as the monitor role). */
+async function runMonitor(env: Record<string, string>) {
+  const handler = createMonitorHandler({
+    sql: roles.connectAs(roles.roles.monitor),
+    settings: loadMonitorSettings({ ...env, OUTBOX_METRIC_NAMESPACE: 'OutboxTest' }),
+  });
+  return handler({}, lambdaContext(60_000, 'outbox-monitor'));
+}
+
+/** An inbox consumer whose EMF lines and handler calls are kept. */
+function consumer(name: string, options: { types?: string[] } = {}) {
+  const lines: Record<string, unknown>[] = [];
+  const handled: string[] = [];
+  const handler = inbox(
+    { sql: h.db.sql, consumer: name, ...options, metrics: { write: (l) => lines.push(JSON.parse(l)) } },
+    async (event) => {
+      handled.push(event['detail-type']);
+      return 'applied';
+    },
+  );
+  return { handler, lines, handled, received: () => lines.filter((l) => 'HeartbeatReceived' in l) };
+}
+
+describe('the monitor enqueues the heartbeat', () => {
+  it('OUTBOX_HEARTBEAT=on: one heartbeat row per interval, however many runs', async () => {
+    const on = { OUTBOX_HEARTBEAT: 'on', OUTBOX_HEARTBEAT_INTERVAL_SECONDS: '3600' };
+    const first = await runMonitor(on);
+    const second = await runMonitor(on);
+    expect(first.heartbeat).toMatchObject({ duplicate: false });
+    expect(second.heartbeat).toEqual({
+      eventId: (first.heartbeat as { eventId: string }).eventId,
+      duplicate: true,
+    });
+    expect(await heartbeats()).toEqual([
+      {
+        event_type: 'OutboxHeartbeat',
+        source: 'outbox.heartbeat',
+        payload: {},
+        aggregate_type: 'outbox.heartbeat',
+      },
+    ]);
+  });
+
+  it('off (the default, and OUTBOX_HEARTBEAT=off): none', async () => {
+    const off = await runMonitor({ OUTBOX_HEARTBEAT: 'off' });
+    const unset = await runMonitor({});
+    expect(off.heartbeat).toBeUndefined();
+    expect(unset.heartbeat).toBeUndefined();
+    expect(await heartbeats()).toEqual([]);
+  });
+
+  it('only the monitor role may enqueue it: the producer, relay and consumer roles are refused', async () => {
+    for (const role of [roles.roles.producer, roles.roles.relay, roles.roles.consumer]) {
+      await expect(
+        roles.connectAs(role)`select * from outbox_enqueue_heartbeat(300::integer)`,
+        role,
+      ).rejects.toMatchObject({ code: '42501' });
+    }
+    // And the monitor role still enqueues nothing else.
+    await expect(
+      roles.connectAs(
+        roles.roles.monitor,
+      )`select * from outbox_enqueue('T'::text, 's'::text, 'a'::text, '1'::text, '{}'::jsonb)`,
+    ).rejects.toMatchObject({ code: '42501' });
+    await expect(
+      roles.connectAs(roles.roles.monitor)`select * from outbox_enqueue_heartbeat(30::integer)`,
+    ).rejects.toThrow(/interval_seconds/);
+    expect(await heartbeats()).toEqual([]);
+  });
+});
+
+describe('the inbox acknowledges a heartbeat', () => {
+  const heartbeatEvent = (ageMs: number) =>
+    delivery({
+      source: HEARTBEAT_EVENT.source,
+      detailType: HEARTBEAT_EVENT.detailType,
+      metadata: {
+        eventId: randomUUID(),
+        aggregateType: 'outbox.heartbeat',
+        aggregateId: 'heartbeat',
+        sequence: 7,
+        occurredAt: new Date(Date.now() - ageMs).toISOString(),
+      },
+      data: {},
+    }) as EventBridgeEvent<string, unknown>;
+
+  it('answers heartbeat, never calls the handler, records nothing, and counts it with its age', async () => {
+    // An order-aware consumer that declares its types: the heartbeat is neither refused nor a gap.
+    const c = consumer('billing', { types: ['OrderPlaced'] });
+    const event = heartbeatEvent(4_000);
+    const answer = await c.handler(event, lambdaContext());
+    expect(answer).toEqual({
+      inbox: 'heartbeat',
+      eventId: (event.detail as { metadata: { eventId: string } }).metadata.eventId,
+    });
+    expect(c.handled).toEqual([]);
+    expect(await h.db.sql`select 1 from inbox_message`).toHaveLength(0);
+    expect(c.received()).toHaveLength(1);
+    expect(c.received()[0]).toMatchObject({
+      consumer: 'billing',
+      HeartbeatReceived: 1,
+      _aws: {
+        CloudWatchMetrics: [
+          {
+            Namespace: 'Outbox',
+            Dimensions: [['consumer']],
+            Metrics: [{ Name: 'HeartbeatReceived', Unit: 'Count' }],
+          },
+        ],
+      },
+    });
+    const age = c.lines.find((l) => 'HeartbeatAgeSeconds' in l);
+    expect(age?.HeartbeatAgeSeconds).toBeGreaterThanOrEqual(4);
+    expect(age?.HeartbeatAgeSeconds).toBeLessThan(30);
+    expect(c.lines.some((l) => 'ConsumerLag' in l)).toBe(false);
+  });
+});
+
+describe('end to end: monitor → outbox → relay → bus → rule → inbox', () => {
+  /** The rules' patterns of two consumers, one with the heartbeat (the default) and one without. */
+  function synthRules(): { withHeartbeat: Record<string, never>; without: Record<string, never> } {
+    const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+    const stack = new Stack(app, 'Shop', { env: { account: '123456789012', region: 'eu-west-1' } });
+    const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
+      vpcId: 'vpc-12345678',
+      availabilityZones: ['eu-west-1a'],
+      privateSubnetIds: ['subnet-11111111'],
+    });
+    const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
+    const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
+      dbProxyName: 'p',
+      dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
+      endpoint: 'p.proxy.eu-west-1.rds.amazonaws.com',
+      securityGroups: [],
+    });
+    const relay = new OutboxRelay(stack, 'Outbox', {
+      vpc,
+      securityGroups: [sg],
+      database: { proxy, databaseName: 'shop' },
+    });
+    const fn = (id: string) =>
+      new lambda.Function(stack, id, {
+        runtime: lambda.Runtime.NODEJS_24_X,
+        handler: 'index.handler',
+        code: lambda.Code.fromInline('export const handler = async () => {}'),
+      });
+    const base = {
+      eventBus: relay.eventBus,
+      events: [OrderPlaced],
+      vpc,
+      securityGroups: [sg],
+      proxy,
+      databaseName: 'shop',
+    };
+    const billing = new OutboxConsumer(stack, 'Billing', {
+      ...base,
+      consumer: 'billing',
+      existingFunction: fn('B'),
+    });
+    const legacy = new OutboxConsumer(stack, 'Legacy', {
+      ...base,
+      consumer: 'legacy',
+      existingFunction: fn('L'),
+      heartbeat: false,
+    });
+    const t = Template.fromStack(stack).toJSON().Resources as Record<
+      string,
+      { Properties: { EventPattern: never } }
+    >;
+    const patternOf = (c: OutboxConsumer) =>
+      (t[stack.getLogicalId(c.rule.node.defaultChild as never)] as { Properties: { EventPattern: never } })
+        .Properties.EventPattern;
+    // The relay's monitor is told to send them, every 5 minutes by default.
+    const monitor = Object.values(Template.fromStack(stack).findResources('AWS::Lambda::Function')).find(
+      (f) =>
+        (f as { Properties: { Description?: string } }).Properties.Description?.startsWith('Outbox monitor'),
+    ) as { Properties: { Environment: { Variables: Record<string, unknown> } } };
+    expect(monitor.Properties.Environment.Variables).toMatchObject({
+      OUTBOX_HEARTBEAT: 'on',
+      OUTBOX_HEARTBEAT_INTERVAL_SECONDS: '300',
+    });
+    expect(billing.alarms.heartbeat).toBeDefined();
+    expect(legacy.alarms.heartbeat).toBeUndefined();
+    return { withHeartbeat: patternOf(billing), without: patternOf(legacy) };
+  }
+
+  it('the heartbeat reaches a consumer whose rule matches it; one whose rule does not emits no heartbeat metric', async () => {
+    const rules = synthRules();
+    await runMonitor({ OUTBOX_HEARTBEAT: 'on', OUTBOX_HEARTBEAT_INTERVAL_SECONDS: '300' });
+    const client = testClient(h.bus.url);
+    await runRelay({ sql: h.db.sql as Sql, client, settings: testSettings(), untilEmpty: true });
+    client.destroy();
+    expect(h.bus.events.map((e) => [e.source, e.detailType])).toEqual([
+      ['outbox.heartbeat', 'OutboxHeartbeat'],
+    ]);
+
+    const billing = consumer('billing');
+    const legacy = consumer('legacy');
+    for (const accepted of h.bus.events) {
+      const event = {
+        version: '0',
+        id: accepted.id,
+        'detail-type': accepted.detailType,
+        source: accepted.source,
+        account: '123456789012',
+        time: accepted.time ?? new Date().toISOString(),
+        region: 'eu-west-1',
+        resources: [],
+        detail: accepted.detail,
+      } as EventBridgeEvent<string, unknown>;
+      for (const [pattern, c] of [
+        [rules.withHeartbeat, billing],
+        [rules.without, legacy],
+      ] as const) {
+        if (matchesEventPattern(pattern, event)) await c.handler(event, lambdaContext());
+      }
+    }
+    expect(billing.received()).toHaveLength(1);
+    expect(billing.handled).toEqual([]);
+    // The legacy consumer's rule never matched: no HeartbeatReceived, the alarm's condition.
+    expect(legacy.received()).toHaveLength(0);
+    expect(legacy.lines).toHaveLength(0);
+  }, 240_000);
+});
