@@ -67,6 +67,16 @@ export const PEERS: Record<string, Peer> = {
 
 type End = 'lowest' | 'latest';
 
+/** The parts of vitest's JSON report read here. */
+interface VitestReport {
+  numPassedTests: number;
+  numFailedTests: number;
+  testResults?: {
+    name: string;
+    assertionResults?: { fullName: string; status: string; failureMessages?: string[] }[];
+  }[];
+}
+
 interface Cell {
   peer: string;
   end: End;
@@ -139,7 +149,7 @@ async function runCell(peer: string, end: End): Promise<Cell> {
       ['vitest', 'run', ...spec.files, '--reporter=json', `--outputFile=${report}`],
       { ...process.env, OUTBOX_TEST_PEERS: join(dir, 'node_modules'), OUTBOX_TEST_POSTGRES: '3' },
     );
-    let counts = { numPassedTests: 0, numFailedTests: 0 };
+    let counts: VitestReport = { numPassedTests: 0, numFailedTests: 0 };
     try {
       counts = JSON.parse(await readFile(report, 'utf8'));
     } catch {
@@ -154,6 +164,14 @@ async function runCell(peer: string, end: End): Promise<Cell> {
       seconds: Math.round((Date.now() - started) / 1000),
     };
     if (tests.code !== 0 && cell.failed === 0) cell.error = `vitest exited ${tests.code}`;
+    // Name each failed test, with the first line of its failure (the report goes with the folder).
+    for (const file of counts.testResults ?? []) {
+      for (const test of file.assertionResults ?? []) {
+        if (test.status !== 'failed') continue;
+        const why = (test.failureMessages?.[0] ?? '').split('\n')[0];
+        console.log(`peers:   failed: ${file.name.replace(repo, '')} > ${test.fullName}: ${why}`);
+      }
+    }
     return cell;
   } catch (error) {
     return {
