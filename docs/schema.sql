@@ -125,6 +125,7 @@ CREATE INDEX outbox_idempotency_key_created_at_idx ON public.outbox_idempotency_
 CREATE OR REPLACE FUNCTION public.inbox_message_clears_trace()
  RETURNS trigger
  LANGUAGE plpgsql
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin

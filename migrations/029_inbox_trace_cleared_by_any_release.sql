@@ -6,12 +6,15 @@
 -- this release and was applied by a retry on the previous one kept its trace, counted by the
 -- monitor (InboxFailedCount) and listed by `outbox inbox failed list` as if never applied
 -- (test/versions/mixed-consumers.test.ts). The trigger deletes it in the recording transaction, so
--- it goes if and only if that transaction commits. It runs as the inserting consumer role, which
--- may delete its traces; the table is named through the trigger's own schema (TG_TABLE_SCHEMA) and
--- nothing is looked up through the caller's search_path. To contract once no supported release
+-- it goes if and only if that transaction commits. It runs with its owner's rights (SECURITY
+-- DEFINER): an inbox role holds no DELETE (migration 026: it would let the role lock the table
+-- against every other consumer). It deletes only the traces of the consumer of the row just
+-- inserted, which the inserting role's policy allowed (row-level security checks a new row before
+-- the insert), and a trigger function cannot be called otherwise. The table is named through the
+-- trigger's own schema (TG_TABLE_SCHEMA) and nothing is looked up through the caller's search_path. To contract once no supported release
 -- predates migration 019 (CONTRIBUTING.md#migrations).
 create function inbox_message_clears_trace() returns trigger
-language plpgsql set search_path = pg_catalog, pg_temp as $fn$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $fn$
 begin
   execute format('delete from %I.inbox_failed where consumer = $1 and (event_id = $2 or message_key = $3)',
                  TG_TABLE_SCHEMA)
