@@ -182,10 +182,11 @@ describe('SECURITY DEFINER enqueue functions with planted overloads beside them'
       select p.oid::regprocedure::text as name, p.proconfig as config
       from pg_proc p where p.prosecdef and p.pronamespace = 'outbox'::regnamespace order by 1`;
     expect(definers.map((d) => d.name.replace(/\(.*/, ''))).toEqual([
+      // the inbox's deletes, for roles that hold no DELETE (migrations 026 and 029)
+      'inbox_message_clears_trace',
       'outbox_enqueue',
       'outbox_enqueue_heartbeat',
       'outbox_enqueue_many',
-      // the inbox's deletes, for roles that hold no DELETE (migration 026)
       'outbox_inbox_forget_failed',
       'outbox_inbox_forget_gap',
     ]);

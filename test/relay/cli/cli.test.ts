@@ -105,9 +105,12 @@ describe('outbox CLI', () => {
           qual: `(consumer = '${consumer}'::text)`,
         })),
       );
-      const [granted] = await h.db.sql<{ updates: boolean }[]>`
-        select has_table_privilege(${role}, 'inbox_message', 'update') as updates`;
-      expect(granted?.updates).toBe(true);
+      // It updates the record's outcome, through a column privilege: a table-level UPDATE would let
+      // it lock the table against every other consumer (migration 026).
+      const [granted] = await h.db.sql<{ updates: boolean; locks: boolean }[]>`
+        select has_column_privilege(${role}, 'inbox_message', 'outcome', 'update') as updates,
+               has_table_privilege(${role}, 'inbox_message', 'update') as locks`;
+      expect(granted).toEqual({ updates: true, locks: false });
     } finally {
       await h.db.sql.unsafe(`drop owned by "${role}"; drop role if exists "${role}"`);
     }
