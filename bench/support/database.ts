@@ -23,6 +23,9 @@ export async function createBenchDatabase(serverUrl: string, name: string): Prom
   const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
   await admin.unsafe(`drop database if exists ${name} with (force)`);
   await admin.unsafe(`create database ${name}`);
+  // The bench's own sessions find the outbox's tables (schema outbox since migration 024) and its
+  // own ones unqualified; the relay's, the monitor's and the CLI's set their own search_path.
+  await admin.unsafe(`alter database ${name} set search_path = public, outbox`);
   await migrate(url.toString());
   return {
     url: url.toString(),

@@ -19,6 +19,8 @@ export async function openEnvironment() {
     await sql.end();
   };
   await admin(`create database ${dbName}`);
+  // The bench's own sessions find the outbox's tables (schema outbox since migration 024) unqualified.
+  await admin(`alter database ${dbName} set search_path = public, outbox`);
   const url = new URL(serverUrl);
   url.pathname = `/${dbName}`;
   const dbUrl = url.toString();

@@ -339,7 +339,7 @@ describe('order mode × situation (the table in docs/inbox-order.md)', () => {
       max: 2,
       onnotice: () => {},
       debug: (_connection, query) => {
-        if (query.includes('insert into inbox_message')) decisions++;
+        if (query.includes('insert into outbox.inbox_message')) decisions++;
       },
     });
     try {

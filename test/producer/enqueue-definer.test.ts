@@ -47,7 +47,7 @@ beforeAll(async () => {
   // The plants, created by the producer itself: one per outbox function and parameter shape.
   const functions = await db.sql<{ name: string; args: string[] }[]>`
     select p.proname as name, string_to_array(pg_get_function_identity_arguments(p.oid), ', ') as args
-    from pg_proc p where p.pronamespace = 'public'::regnamespace and p.proname like 'outbox\\_%'
+    from pg_proc p where p.pronamespace = 'outbox'::regnamespace and p.proname like 'outbox\\_%'
       and p.prokind = 'f'`;
   const types = (args: string[]) => args.map((a) => a.replace(/^\w+ /, ''));
   const signatures = new Set<string>();

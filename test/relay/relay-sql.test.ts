@@ -26,7 +26,7 @@ describe('relay SQL', () => {
         await tx`create index relay_probe_pending on outbox (id) where ${pendingRow(tx)}`;
         await tx`create index relay_probe_unpublished on outbox (id) where ${unpublishedRow(tx)}`;
         definitions = await tx<{ indexname: string; indexdef: string }[]>`
-          select indexname, indexdef from pg_indexes where schemaname = 'public' and tablename = 'outbox'`;
+          select indexname, indexdef from pg_indexes where schemaname = 'outbox' and tablename = 'outbox'`;
         throw new Rollback();
       })
       .catch((error: unknown) => {

@@ -46,9 +46,9 @@ export const LOCAL_DATABASE_HINT =
 
 /**
  * SQLSTATEs that mean the schema is missing or older than this code: undefined table (42P01),
- * column (42703) or function (42883).
+ * column (42703) or function (42883), or no schema `outbox` (3F000, before migration 024).
  */
-const SCHEMA_BEHIND = new Set(['42P01', '42703', '42883']);
+const SCHEMA_BEHIND = new Set(['42P01', '42703', '42883', '3F000']);
 
 /** The message (possibly several lines, without the `error: ` prefix) and exit status for `error`. */
 export function explainError(thrown: unknown, env: NodeJS.ProcessEnv): { message: string; exitCode: number } {
@@ -72,7 +72,7 @@ export function explainError(thrown: unknown, env: NodeJS.ProcessEnv): { message
   if (typeof e?.code === 'string' && SCHEMA_BEHIND.has(e.code)) {
     const target = databaseTarget(env);
     const what =
-      e.code === '42P01'
+      e.code === '42P01' || e.code === '3F000'
         ? 'the outbox tables are missing from'
         : 'the outbox schema is older than this version of outbox in';
     return {
