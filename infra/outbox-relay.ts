@@ -21,6 +21,7 @@ import {
   DEFAULT_METRIC_NAMESPACE,
   DEFAULT_ROLES,
   EnvVar,
+  HEARTBEAT_EVENT,
   LAMBDA_CA_BUNDLE,
   ServiceName,
 } from '../shared/platform/names.ts';
@@ -182,11 +183,18 @@ export class OutboxRelay extends Construct {
     this.relayFunction = this.createRelayFunction(fn, props, settings.relay, dbEnvironment, timeout);
     database.grantConnect(this.relayFunction, this.databaseUsers.relay);
     const relayRole = this.relayFunction.role as iam.IRole;
+    const policyProps = { ...props, sources: policySources(props.sources, this.heartbeatInterval) };
     this.busPolicy = this.classicBus
-      ? restrictPutEvents(this, this.classicBus, props.eventBus === undefined, props, relayRole)
+      ? restrictPutEvents(this, this.classicBus, props.eventBus === undefined, policyProps, relayRole)
       : undefined;
     this.customEventBusPolicy = this.custom
-      ? restrictCustomBusPutEvents(this, this.custom.arn, this.custom.bus !== undefined, props, relayRole)
+      ? restrictCustomBusPutEvents(
+          this,
+          this.custom.arn,
+          this.custom.bus !== undefined,
+          policyProps,
+          relayRole,
+        )
       : undefined;
     const scaleOutSeconds = scaleOutSecondsFor(monitorScheduleExpression, timeout);
     this.monitorFunction = this.createMonitorFunction(fn, props, settings, dbEnvironment, scaleOutSeconds);
@@ -481,6 +489,19 @@ export class OutboxRelay extends Construct {
       }
     }
   }
+}
+
+/**
+ * The sources the bus policy denies to all but the relay: {@link OutboxRelayProps.sources} and,
+ * with the heartbeat on, its `outbox.heartbeat`, so that no one else can put a heartbeat that
+ * keeps a consumer's heartbeat alarm quiet while the relay's events do not arrive. Undefined stays
+ * undefined: on the construct's own bus every source is then denied, the heartbeat's with them.
+ */
+function policySources(sources: string[] | undefined, heartbeat: Duration | undefined) {
+  if (sources === undefined || heartbeat === undefined || sources.includes(HEARTBEAT_EVENT.source)) {
+    return sources;
+  }
+  return [...sources, HEARTBEAT_EVENT.source];
 }
 
 /**

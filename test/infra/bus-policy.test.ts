@@ -9,7 +9,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { App, Stack } from 'aws-cdk-lib';
+import { App, Duration, Stack } from 'aws-cdk-lib';
 import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
@@ -108,7 +108,8 @@ describe("the bus's resource policy: the outbox's sources only from the relay", 
       Action: 'events:PutEvents',
       Resource: { 'Fn::GetAtt': [busId, 'Arn'] },
       Condition: {
-        StringEquals: { 'events:source': ['shop.orders', 'shop.billing'] },
+        // The heartbeat's source with them (it is on by default): no one else can fake a heartbeat.
+        StringEquals: { 'events:source': ['shop.orders', 'shop.billing', 'outbox.heartbeat'] },
         ArnNotEquals: { 'aws:PrincipalArn': relayRoleArn(template) },
       },
     });
@@ -125,6 +126,22 @@ describe("the bus's resource policy: the outbox's sources only from the relay", 
         ]),
       },
     });
+  });
+
+  it("denies the heartbeat's source to all but the relay exactly when the heartbeat is on", () => {
+    const sourcesOf = (props: Props) =>
+      busPolicies(relay(props).template)[0]?.Properties.Statement.Condition.StringEquals?.['events:source'];
+    expect(sourcesOf({ sources: ['shop.orders'], heartbeat: { interval: Duration.minutes(2) } })).toEqual([
+      'shop.orders',
+      'outbox.heartbeat',
+    ]);
+    // Named by the user as well: once.
+    expect(sourcesOf({ sources: ['outbox.heartbeat', 'shop.orders'] })).toEqual([
+      'outbox.heartbeat',
+      'shop.orders',
+    ]);
+    // No heartbeat: nothing the relay publishes carries it, the policy names the sources given.
+    expect(sourcesOf({ sources: ['shop.orders'], heartbeat: false })).toEqual(['shop.orders']);
   });
 
   it('without sources, lets only the relay put any event on the bus it creates', () => {
@@ -152,7 +169,9 @@ describe("the bus's resource policy: the outbox's sources only from the relay", 
     const { template } = relay({ importBus: 'same-account', sources: ['shop.orders'] });
     const [policy] = busPolicies(template);
     expect(policy?.Properties.EventBusName).toBe('orders');
-    expect(policy?.Properties.Statement.Condition.StringEquals).toEqual({ 'events:source': ['shop.orders'] });
+    expect(policy?.Properties.Statement.Condition.StringEquals).toEqual({
+      'events:source': ['shop.orders', 'outbox.heartbeat'],
+    });
     expect(JSON.stringify(policy?.Properties.Statement.Resource)).toContain('event-bus/orders');
   });
 

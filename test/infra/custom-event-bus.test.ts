@@ -257,7 +257,10 @@ describe('OutboxRelay on a Custom Event Bus: settings and refusals', () => {
     const [statement] =
       t.toJSON().Resources[idOf(stack, outbox.customEventBusPolicy as never)].Properties.PolicyDocument
         .Statement;
-    expect(statement.Condition.StringEquals).toEqual({ 'events:source': ['shop.orders'] });
+    // The heartbeat's source with them: no one but the relay can put a heartbeat either.
+    expect(statement.Condition.StringEquals).toEqual({
+      'events:source': ['shop.orders', 'outbox.heartbeat'],
+    });
     expect(statement.Condition.ArnNotEquals['aws:PrincipalArn']).toHaveLength(2);
     // A raw event's source is whatever its bytes say: PutRawEvents is denied whatever the source.
     const raw = t

@@ -136,7 +136,7 @@ describe('demo stack (synthesised)', () => {
     template.hasResourceProperties('AWS::SNS::Topic', { KmsMasterKeyId: Match.anyValue() });
   });
 
-  it("lets only the relay put the demo's source (demo.shop) on the bus", () => {
+  it("lets only the relay put the demo's source (demo.shop) and the heartbeat's on the bus", () => {
     const policies = Object.values(template.findResources('AWS::Events::EventBusPolicy')) as {
       Properties: { Statement: { Effect: string; Condition: Record<string, Record<string, unknown>> } };
     }[];
@@ -146,7 +146,7 @@ describe('demo stack (synthesised)', () => {
       Principal: '*',
       Action: 'events:PutEvents',
       Condition: {
-        StringEquals: { 'events:source': ['demo.shop'] },
+        StringEquals: { 'events:source': ['demo.shop', 'outbox.heartbeat'] },
         ArnNotEquals: {
           'aws:PrincipalArn': {
             'Fn::GetAtt': [expect.stringMatching(/^OutboxRelayFunctionServiceRole/), 'Arn'],
