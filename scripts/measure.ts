@@ -26,7 +26,7 @@ export interface BundleSize {
 }
 
 /** esbuild's options as a user's NodejsFunction bundles with `minify: true`: ESM, Node 24, `module` before `main`. */
-const AS_NODEJS_FUNCTION = {
+export const AS_NODEJS_FUNCTION = {
   bundle: true,
   minify: true,
   platform: 'node',
