@@ -159,9 +159,86 @@ describe('the inbox acknowledges a heartbeat', () => {
   });
 });
 
+/** The properties of an `AWS::CloudWatch::Alarm` on one metric that {@link alarmStates} reads. */
+interface AlarmProperties {
+  Namespace: string;
+  MetricName: string;
+  Dimensions: { Name: string; Value: string }[];
+  Statistic: string;
+  Period: number;
+  EvaluationPeriods: number;
+  DatapointsToAlarm?: number;
+  Threshold: number;
+  ComparisonOperator: string;
+  TreatMissingData?: string;
+}
+
+/**
+ * The alarm's state at the end of each of `periods` periods from `t0` (ms), from the EMF lines a
+ * consumer wrote, as CloudWatch evaluates it: the datapoint of a period is the statistic of the
+ * alarm's metric (namespace, name, dimensions) over the lines stamped in it; the alarm is ALARM
+ * when at least DatapointsToAlarm of the last EvaluationPeriods datapoints breach, a missing one
+ * counting as TreatMissingData says. Only what this alarm uses is modelled (Sum; the four plain
+ * comparisons; missing data breaching, notBreaching or missing): anything else throws, so a
+ * changed alarm fails the test rather than being misread.
+ */
+function alarmStates(alarm: AlarmProperties, lines: Record<string, unknown>[], t0: number, periods: number) {
+  if (alarm.Statistic !== 'Sum') throw new Error(`statistic ${alarm.Statistic} is not modelled`);
+  const compare: Record<string, (v: number) => boolean> = {
+    LessThanThreshold: (v) => v < alarm.Threshold,
+    LessThanOrEqualToThreshold: (v) => v <= alarm.Threshold,
+    GreaterThanThreshold: (v) => v > alarm.Threshold,
+    GreaterThanOrEqualToThreshold: (v) => v >= alarm.Threshold,
+  };
+  const breaches = compare[alarm.ComparisonOperator];
+  if (!breaches) throw new Error(`comparison ${alarm.ComparisonOperator} is not modelled`);
+  const missing = alarm.TreatMissingData ?? 'missing';
+  if (!['breaching', 'notBreaching', 'missing'].includes(missing))
+    throw new Error(`${missing} is not modelled`);
+  const periodMs = alarm.Period * 1000;
+  const sums = new Map<number, number>();
+  for (const line of lines) {
+    const aws = line._aws as {
+      Timestamp: number;
+      CloudWatchMetrics: { Namespace: string; Dimensions: string[][]; Metrics: { Name: string }[] }[];
+    };
+    const ofAlarm = aws.CloudWatchMetrics.some(
+      (d) =>
+        d.Namespace === alarm.Namespace &&
+        d.Metrics.some((m) => m.Name === alarm.MetricName) &&
+        d.Dimensions.some(
+          (set) =>
+            set.length === alarm.Dimensions.length &&
+            alarm.Dimensions.every((dim) => set.includes(dim.Name) && line[dim.Name] === dim.Value),
+        ),
+    );
+    if (!ofAlarm) continue;
+    const period = Math.floor((aws.Timestamp - t0) / periodMs);
+    sums.set(period, (sums.get(period) ?? 0) + Number(line[alarm.MetricName]));
+  }
+  const states: ('OK' | 'ALARM' | 'INSUFFICIENT_DATA')[] = [];
+  for (let end = 0; end < periods; end++) {
+    const window = Array.from({ length: alarm.EvaluationPeriods }, (_, i) => end - i).filter((p) => p >= 0);
+    const points = window.map((p) => sums.get(p));
+    const counted = points.filter((v) => v !== undefined || missing !== 'missing');
+    const breaching = counted.filter((v) => (v === undefined ? missing === 'breaching' : breaches(v))).length;
+    if (breaching >= (alarm.DatapointsToAlarm ?? alarm.EvaluationPeriods)) states.push('ALARM');
+    else if (counted.length === 0) states.push('INSUFFICIENT_DATA');
+    else states.push('OK');
+  }
+  return states;
+}
+
 describe('end to end: monitor → outbox → relay → bus → rule → inbox', () => {
-  /** The rules' patterns of two consumers, one with the heartbeat (the default) and one without. */
-  function synthRules(): { withHeartbeat: Record<string, never>; without: Record<string, never> } {
+  /**
+   * The rules' patterns of two consumers, one with the heartbeat (the default) and one without, and
+   * the heartbeat alarm of the first as the template has it.
+   */
+  function synthRules(): {
+    withHeartbeat: Record<string, never>;
+    without: Record<string, never>;
+    alarm: AlarmProperties;
+  } {
     const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
     const stack = new Stack(app, 'Shop', { env: { account: '123456789012', region: 'eu-west-1' } });
     const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
@@ -224,7 +301,12 @@ describe('end to end: monitor → outbox → relay → bus → rule → inbox', 
     });
     expect(billing.alarms.heartbeat).toBeDefined();
     expect(legacy.alarms.heartbeat).toBeUndefined();
-    return { withHeartbeat: patternOf(billing), without: patternOf(legacy) };
+    const alarm = (
+      t[stack.getLogicalId(billing.alarms.heartbeat?.node.defaultChild as never)] as unknown as {
+        Properties: AlarmProperties;
+      }
+    ).Properties;
+    return { withHeartbeat: patternOf(billing), without: patternOf(legacy), alarm };
   }
 
   it('the heartbeat reaches a consumer whose rule matches it; one whose rule does not emits no heartbeat metric', async () => {
@@ -263,5 +345,70 @@ describe('end to end: monitor → outbox → relay → bus → rule → inbox', 
     // The legacy consumer's rule never matched: no HeartbeatReceived, the alarm's condition.
     expect(legacy.received()).toHaveLength(0);
     expect(legacy.lines).toHaveLength(0);
+  }, 240_000);
+
+  it("the heartbeat alarm stays OK while the consumer's rule matches, and is in ALARM within its own window once the rule no longer does", async () => {
+    const { withHeartbeat, without, alarm } = synthRules();
+    expect(alarm).toMatchObject({
+      MetricName: 'HeartbeatReceived',
+      Dimensions: [{ Name: 'consumer', Value: 'billing' }],
+      TreatMissingData: 'breaching',
+    });
+    // N: the alarm's own window, from the template (3 × 5 min by default).
+    const windowMinutes = (alarm.EvaluationPeriods * alarm.Period) / 60;
+    const periodsToAlarm = alarm.DatapointsToAlarm ?? alarm.EvaluationPeriods;
+    await runMonitor({ OUTBOX_HEARTBEAT: 'on', OUTBOX_HEARTBEAT_INTERVAL_SECONDS: String(alarm.Period) });
+    const client = testClient(h.bus.url);
+    await runRelay({ sql: h.db.sql as Sql, client, settings: testSettings(), untilEmpty: true });
+    client.destroy();
+    const [accepted] = h.bus.events;
+    expect(accepted?.source).toBe(HEARTBEAT_EVENT.source);
+    const event = {
+      version: '0',
+      id: accepted?.id,
+      'detail-type': accepted?.detailType,
+      source: accepted?.source,
+      account: '123456789012',
+      time: accepted?.time ?? new Date().toISOString(),
+      region: 'eu-west-1',
+      resources: [],
+      detail: accepted?.detail,
+    } as EventBridgeEvent<string, unknown>;
+
+    /**
+     * One heartbeat per interval for `periods` intervals, through `patternAt(i)` (the rule in force
+     * in interval i) to a `billing` inbox; its EMF lines stamped in the middle of their interval.
+     */
+    const t0 = Date.UTC(2026, 0, 1);
+    const simulate = async (periods: number, patternAt: (i: number) => Record<string, never>) => {
+      const billing = consumer('billing');
+      for (let i = 0; i < periods; i++) {
+        const before = billing.lines.length;
+        if (matchesEventPattern(patternAt(i), event)) await billing.handler(event, lambdaContext());
+        for (const line of billing.lines.slice(before)) {
+          (line._aws as { Timestamp: number }).Timestamp = t0 + (i + 0.5) * alarm.Period * 1000;
+        }
+      }
+      return alarmStates(alarm, billing.lines, t0, periods);
+    };
+
+    const horizon = 4 * alarm.EvaluationPeriods;
+    const matching = await simulate(horizon, () => withHeartbeat);
+    expect(matching).toEqual(Array(horizon).fill('OK'));
+
+    // The rule stops matching the heartbeat after `stopAt` intervals (narrowed by hand, say).
+    const stopAt = alarm.EvaluationPeriods;
+    const stopped = await simulate(horizon, (i) => (i < stopAt ? withHeartbeat : without));
+    const firstAlarm = stopped.indexOf('ALARM');
+    expect(stopped.slice(0, firstAlarm)).toEqual(Array(firstAlarm).fill('OK'));
+    expect(stopped.slice(firstAlarm)).toEqual(Array(horizon - firstAlarm).fill('ALARM'));
+    // In ALARM at the end of the periodsToAlarm-th period without a heartbeat: within N minutes.
+    const minutesToAlarm = ((firstAlarm + 1 - stopAt) * alarm.Period) / 60;
+    expect(firstAlarm + 1 - stopAt).toBe(periodsToAlarm);
+    expect(minutesToAlarm).toBeLessThanOrEqual(windowMinutes);
+
+    // A consumer whose rule never matched: ALARM from the first full window on (missing is breaching).
+    const never = await simulate(horizon, () => without);
+    expect(never.indexOf('ALARM')).toBe(periodsToAlarm - 1);
   }, 240_000);
 });
