@@ -141,6 +141,7 @@ export interface OutboxRelayProps {
    * the bus's resource policy that denies `events:PutEvents` of these sources to every principal
    * but the relay's role (and {@link publishers}); other sources stay as the bus's other policies
    * say. Each is 1–256 characters, not starting with `aws.` (as `enqueue` requires), named once.
+   * With {@link heartbeat} on, the statement denies its source `outbox.heartbeat` too.
    * (docs/relay-construct.md#who-may-put-the-outboxs-sources-on-the-bus)
    * @default none: on the bus the construct creates, the statement denies PutEvents of any source
    *   to every principal but the relay (the bus is the outbox's alone); on a bus you pass, no
