@@ -243,7 +243,15 @@ async function attempt(
   // Parked for its handler's failures, or behind such an event: held, not taken by its chain.
   const held = await heldPark(m, e, outcome, fails || r.poisoned.has(e.eventId), before);
   // A parked event delivered again stays parked: neither waited for nor taken anew.
-  const again = outcome === 'parked' && m.parked.has(e.eventId);
+  // So does a held event marked for replay that a delivery reached before the held event below it:
+  // its record stays `replaying`, no new park.
+  const again =
+    outcome === 'parked' &&
+    (m.parked.has(e.eventId) ||
+      (
+        await db.sql<{ outcome: string }[]>`
+          select outcome from inbox_message where consumer = 'model' and event_id = ${e.eventId}`
+      )[0]?.outcome === 'replaying');
   if (outcome === 'parked' && !again) {
     m.parked.add(e.eventId);
     m.parks++;
