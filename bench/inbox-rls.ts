@@ -59,7 +59,7 @@ try {
   await owner.unsafe(`alter role "${role}" in database ${database} set synchronous_commit = off`);
   // Other consumers' records and order state: what a mapped role's statements must not scan.
   await owner`
-    insert into inbox_message (consumer, message_key, event_id, outcome)
+    insert into outbox.inbox_message (consumer, message_key, event_id, outcome)
     select 'other-' || (i % 20), gen_random_uuid()::text, gen_random_uuid()::text, 'processed'
     from generate_series(1, ${Number(args.others)}) i`;
   await owner`analyze inbox_message`;

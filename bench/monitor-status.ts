@@ -77,10 +77,10 @@ async function statements(state: string): Promise<void> {
 function claimableSql(limit: number, block: boolean): string {
   const heldBack = block
     ? `and (o.aggregate_type, o.aggregate_id) not in (
-        select d.aggregate_type, d.aggregate_id from outbox d
+        select d.aggregate_type, d.aggregate_id from outbox.outbox d
         where dead_lettered_at is not null and published_at is null and d.discarded_at is null
           and d.sequence = (
-            select p.sequence from outbox p
+            select p.sequence from outbox.outbox p
             where p.aggregate_type = d.aggregate_type and p.aggregate_id = d.aggregate_id
               and published_at is null
               and (coalesce(dead_lettered_at, published_at) is null or (true::boolean and discarded_at is null))
@@ -88,14 +88,14 @@ function claimableSql(limit: number, block: boolean): string {
     : '';
   return `select
       (select count(*) from (
-        select from outbox o
+        select from outbox.outbox o
         where published_at is null and dead_lettered_at is null
           and available_at <= now() and (lease_expires_at is null or lease_expires_at <= now()) ${heldBack}
         limit ${limit}
       ) c) as claimable,
       exists (
         select from (
-          select t.last_error from outbox t
+          select t.last_error from outbox.outbox t
           where published_at is null and dead_lettered_at is null and t.available_at > now()
           order by t.available_at desc, t.id desc
           limit 1000
@@ -107,17 +107,17 @@ function claimableSql(limit: number, block: boolean): string {
 // countOutbox's statement with its fragments written out (for EXPLAIN), includePublished false.
 const STATUS_SQL = `
     select p.pending, p.oldest, p.in_flight,
-      (select count(*) from inbox_message where outcome in ('parked', 'replaying')) as inbox_parked,
-      (select count(*) from inbox_failed
+      (select count(*) from outbox.inbox_message where outcome in ('parked', 'replaying')) as inbox_parked,
+      (select count(*) from outbox.inbox_failed
        where last_failed_at < now() - pg_catalog.make_interval(secs => 300)) as inbox_failed,
-      (select count(*) from outbox
+      (select count(*) from outbox.outbox
        where dead_lettered_at is not null and published_at is null and discarded_at is null) as dead,
-      case when false then (select count(*) from outbox where published_at is not null) end as published
+      case when false then (select count(*) from outbox.outbox where published_at is not null) end as published
     from (
       select count(*) as pending,
              extract(epoch from now() - min(created_at))::float8 as oldest,
              count(*) filter (where lease_expires_at > now()) as in_flight
-      from outbox where published_at is null and dead_lettered_at is null
+      from outbox.outbox where published_at is null and dead_lettered_at is null
     ) p`;
 
 try {
@@ -126,7 +126,7 @@ try {
   for (let from = 0; from < ROWS; from += chunk) {
     const to = Math.min(ROWS, from + chunk);
     await sql`
-      insert into outbox (aggregate_type, aggregate_id, sequence, type_sequence, event_type, source, payload, created_at, available_at)
+      insert into outbox.outbox (aggregate_type, aggregate_id, sequence, type_sequence, event_type, source, payload, created_at, available_at)
       select 'order', 'o' || (g / ${PER_AGGREGATE}), g % ${PER_AGGREGATE} + 1, g % ${PER_AGGREGATE} + 1,
              'OrderPlaced', 'shop.orders',
              jsonb_build_object('orderId', g, 'customer', 'c' || (g % 9973), 'total', g % 1000,
@@ -137,11 +137,11 @@ try {
   // 1,000 aggregates held back by a dead letter at their first event (29,000 rows behind them),
   // and 10,000 rows in backoff after an error of their own (the throttling scan reads 1,000).
   await sql`
-    update outbox set dead_lettered_at = now(), last_error = 'InvalidArgument: bench'
+    update outbox.outbox set dead_lettered_at = now(), last_error = 'InvalidArgument: bench'
     where sequence = 1 and aggregate_id in (select 'o' || g from generate_series(0, 999) g)`;
   await sql`
-    update outbox set available_at = now() + interval '1 hour', last_error = 'InternalFailure: bench'
-    where id in (select id from outbox where id % 300 = 7)`;
+    update outbox.outbox set available_at = now() + interval '1 hour', last_error = 'InternalFailure: bench'
+    where id in (select id from outbox.outbox where id % 300 = 7)`;
   const [size] = await sql<{ heap: string; idx: string }[]>`
     select pg_size_pretty(pg_table_size('outbox')) as heap, pg_size_pretty(pg_indexes_size('outbox')) as idx`;
   console.log(

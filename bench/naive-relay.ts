@@ -37,7 +37,7 @@ export async function runNaiveRelay(
       }[]
     >`
       select id, event_id, aggregate_type, aggregate_id, sequence, event_type, source, payload, created_at
-      from outbox where published_at is null order by id limit 100`;
+      from outbox.outbox where published_at is null order by id limit 100`;
     if (rows.length === 0) return published;
     for (const row of rows) {
       if (performance.now() - started > budgetMs) return published;
@@ -62,7 +62,7 @@ export async function runNaiveRelay(
           ],
         }),
       );
-      await sql`update outbox set published_at = now() where id = ${row.id}`;
+      await sql`update outbox.outbox set published_at = now() where id = ${row.id}`;
       published++;
     }
   }

@@ -65,7 +65,7 @@ async function fill(): Promise<void> {
   for (let from = 0; from < history + pending; from += batch) {
     const n = Math.min(batch, history + pending - from);
     await sql`
-      select count(*) from outbox_enqueue_many(
+      select count(*) from outbox.outbox_enqueue_many(
         array_fill('OrderPlaced'::text, array[${n}::int]), array_fill('bench.orders'::text, array[${n}::int]),
         array_fill('order'::text, array[${n}::int]),
         array(select ((${from}::int + g) % ${aggregates}::int)::text from generate_series(0, ${n}::int - 1) g),
@@ -73,7 +73,7 @@ async function fill(): Promise<void> {
   }
   // The history: the first `history` rows published, each partition's rows a day apart.
   await sql`
-    update outbox set published_at = now() - make_interval(days => (${historyPartitions}::int - ((id - 1) / ${perPartition}::int)::int))
+    update outbox.outbox set published_at = now() - make_interval(days => (${historyPartitions}::int - ((id - 1) / ${perPartition}::int)::int))
     where id <= ${history}`;
 }
 

@@ -54,7 +54,7 @@ await probeSql`create extension if not exists pg_stat_statements`;
 
 try {
   for (let r = 0; r < repeats; r++) {
-    await sql`truncate outbox, outbox_aggregate, outbox_idempotency_key restart identity`;
+    await sql`truncate outbox.outbox, outbox.outbox_aggregate, outbox.outbox_idempotency_key restart identity`;
     await enqueueThroughFunction(sql, { events: EVENTS, aggregates: AGGREGATES, clients: CLIENTS });
     // ANALYZE=1: the relay phase with the table's statistics fresh (as autovacuum would leave them
     // on a table that has been filling for a while) rather than those of the empty table.

@@ -297,7 +297,7 @@ async function burstDriver(): Promise<BurstResult[]> {
     const enqueueS = (performance.now() - t0) / 1000;
     for (;;) {
       const [p] = await sql<{ n: string }[]>`
-        select count(*) as n from outbox where published_at is null and dead_lettered_at is null`;
+        select count(*) as n from outbox.outbox where published_at is null and dead_lettered_at is null`;
       if (Number(p?.n) === 0) break;
       await sleep(200);
     }
@@ -395,7 +395,7 @@ async function sample(): Promise<Sample> {
     { table: string; indexes: string; rows: string; dead: string; av: string; agg: string }[]
   >`
     select pg_table_size('outbox') as table, pg_indexes_size('outbox') as indexes,
-           (select count(*) from outbox) as rows,
+           (select count(*) from outbox.outbox) as rows,
            s.n_dead_tup as dead, s.autovacuum_count as av,
            pg_total_relation_size('outbox_aggregate') as agg
     from pg_stat_user_tables s where s.relname = 'outbox'`;

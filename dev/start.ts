@@ -128,7 +128,7 @@ const relayHost = createRelay({
 // Order numbers go on from the last run's, so a database used before gets new orders (billing
 // keys its invoices on the order id; reusing 1001 would be a different order with a taken key).
 const [last] = await sql<{ n: string }[]>`
-  select coalesce(max(aggregate_id::bigint), 1000)::text as n from outbox_aggregate
+  select coalesce(max(aggregate_id::bigint), 1000)::text as n from outbox.outbox_aggregate
   where aggregate_type = 'order' and aggregate_id ~ '^[0-9]{1,15}$'`;
 const producer = runDemoProducer(sql, abort.signal, Number(last?.n ?? 1000));
 const reporter = runReporter(sql, abort.signal);

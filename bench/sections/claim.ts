@@ -23,7 +23,7 @@ export async function runClaim(bench: Bench): Promise<void> {
         });
         samples.push(performance.now() - t);
         claimedCold.push(claimed.filter((c) => c.aggregateId.startsWith('cold-')).length);
-        await sql`update outbox set lease_token = null, lease_expires_at = null, attempts = 0 where id = any(${claimed.map((c) => c.id)}::int8[])`;
+        await sql`update outbox.outbox set lease_token = null, lease_expires_at = null, attempts = 0 where id = any(${claimed.map((c) => c.id)}::int8[])`;
       }
       log(`claim: ${label}`);
       return {
@@ -38,7 +38,7 @@ export async function runClaim(bench: Bench): Promise<void> {
     await seed(10_000);
     const empty = await measureClaims('no published history');
     await sql`
-      insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload, published_at)
+      insert into outbox.outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload, published_at)
       select 'old', g::text, 1, 'OrderPlaced', 'bench.orders', '{}'::jsonb, now() - interval '1 day'
       from generate_series(1, ${params.bloatRows}) g`;
     await sql`analyze outbox`;

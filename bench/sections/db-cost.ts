@@ -282,7 +282,7 @@ export function enqueueThroughFunction(
     const e = benchEvent(i, o.aggregates);
     await sql.begin(
       (tx) => tx`
-        select event_id, sequence, duplicate from outbox_enqueue(
+        select event_id, sequence, duplicate from outbox.outbox_enqueue(
           event_type => ${e.type}, source => ${e.source}, aggregate_type => 'order',
           aggregate_id => ${e.aggregateId}, payload => ${tx.json(e.payload)})`,
     );
@@ -304,7 +304,7 @@ export async function dbCost(ctx: SectionContext, o: DbCostOptions): Promise<DbC
     // history (`delete`: OUTBOX_PUBLISHED_RETENTION_DAYS=0, the relay deletes each row as it is
     // published; prune then finds nothing, and its run is measured all the same).
     const ours = async (history: PublishedHistory): Promise<Phases> => {
-      await sql`truncate outbox, outbox_aggregate, outbox_idempotency_key restart identity`;
+      await sql`truncate outbox.outbox, outbox.outbox_aggregate, outbox.outbox_idempotency_key restart identity`;
       let latenciesMs: number[] = [];
       const enqueue = await probe.measure(async () => {
         latenciesMs = await enqueueThroughFunction(sql, o);
@@ -321,7 +321,7 @@ export async function dbCost(ctx: SectionContext, o: DbCostOptions): Promise<DbC
       const onBus = new Set((await bus.events()).map((e) => eventIdOf(e.detail)));
       if (onBus.size !== o.events)
         throw new Error(`db-cost: ${onBus.size} distinct events reached the bus, of ${o.events}`);
-      const left = await sql<{ n: string }[]>`select count(*) as n from outbox`;
+      const left = await sql<{ n: string }[]>`select count(*) as n from outbox.outbox`;
       const expectedLeft = history === 'keep' ? o.events : 0;
       if (Number(left[0]?.n) !== expectedLeft)
         throw new Error(
@@ -339,14 +339,14 @@ export async function dbCost(ctx: SectionContext, o: DbCostOptions): Promise<DbC
         throw new Error(`db-cost: prune deleted ${pruned.result.publishedDeleted} of ${expectedLeft}`);
 
       // As deployed: the relay runs (its default 200 ms poll) while the producers enqueue.
-      await sql`truncate outbox, outbox_aggregate, outbox_idempotency_key restart identity`;
+      await sql`truncate outbox.outbox, outbox.outbox_aggregate, outbox.outbox_idempotency_key restart identity`;
       await bus.reset();
       const deployed = await probe.measure(async () => {
         const stop = new AbortController();
         const relaying = runRelay({ sql: relaySql, client, settings: relaySettings, signal: stop.signal });
         await enqueueThroughFunction(sql, o);
         await untilDrained(
-          () => sql<{ n: string }[]>`select count(*) as n from outbox where published_at is null`,
+          () => sql<{ n: string }[]>`select count(*) as n from outbox.outbox where published_at is null`,
         );
         stop.abort();
         return relaying;

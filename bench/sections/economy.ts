@@ -77,7 +77,7 @@ export async function economy(
   const rateWords = o.meanGapMs > 0 ? `one event every ${o.meanGapMs / 1000} s on average` : 'no events';
   const invocationsPerMonth = (30 * 86_400) / schedule.periodSeconds;
   const run = async (mode: 'steady' | 'economy'): Promise<ModeFigures> => {
-    await ctx.sql`truncate outbox, outbox_aggregate`;
+    await ctx.sql`truncate outbox.outbox, outbox.outbox_aggregate`;
     await ctx.bus.reset();
     await ctx.bus.setFaults({ latencyMs: o.busLatencyMs });
     const service = new LambdaService(

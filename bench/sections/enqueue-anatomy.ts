@@ -62,7 +62,7 @@ export const HELPERS = `
   begin
     event_id := gen_random_uuid();
     sequence := nextval('anatomy.sequence');
-    insert into outbox (event_id, aggregate_type, aggregate_id, sequence, event_type, source, payload)
+    insert into outbox.outbox (event_id, aggregate_type, aggregate_id, sequence, event_type, source, payload)
     values (row_only.event_id, row_only.aggregate_type, row_only.aggregate_id, row_only.sequence,
             row_only.event_type, row_only.source, row_only.payload);
   end $fn$;
@@ -70,11 +70,11 @@ export const HELPERS = `
     out event_id uuid, out sequence bigint)
   language plpgsql volatile as $fn$
   begin
-    update outbox_aggregate as a set sequence_offset = a.sequence_offset + 1
+    update outbox.outbox_aggregate as a set sequence_offset = a.sequence_offset + 1
     where a.aggregate_type = with_counter.aggregate_type and a.aggregate_id = with_counter.aggregate_id
     returning a.last_sequence + a.sequence_offset into with_counter.sequence;
     event_id := gen_random_uuid();
-    insert into outbox (event_id, aggregate_type, aggregate_id, sequence, event_type, source, payload)
+    insert into outbox.outbox (event_id, aggregate_type, aggregate_id, sequence, event_type, source, payload)
     values (with_counter.event_id, with_counter.aggregate_type, with_counter.aggregate_id, with_counter.sequence,
             with_counter.event_type, with_counter.source, with_counter.payload);
   end $fn$;
@@ -83,7 +83,7 @@ export const HELPERS = `
   language plpgsql volatile as $fn$
   declare type_sequence bigint;
   begin
-    update outbox_aggregate as a
+    update outbox.outbox_aggregate as a
     set type_counts = coalesce(a.type_counts, '{}'::jsonb) || jsonb_build_object(
           with_type_counts.event_type, coalesce((a.type_counts ->> with_type_counts.event_type)::bigint, 0) + 1),
         sequence_offset = a.sequence_offset + 1
@@ -91,7 +91,7 @@ export const HELPERS = `
     returning a.last_sequence + a.sequence_offset, (a.type_counts ->> with_type_counts.event_type)::bigint
     into with_type_counts.sequence, type_sequence;
     event_id := gen_random_uuid();
-    insert into outbox (event_id, aggregate_type, aggregate_id, sequence, type_sequence, event_type, source, payload)
+    insert into outbox.outbox (event_id, aggregate_type, aggregate_id, sequence, type_sequence, event_type, source, payload)
     values (with_type_counts.event_id, with_type_counts.aggregate_type, with_type_counts.aggregate_id,
             with_type_counts.sequence, type_sequence, with_type_counts.event_type, with_type_counts.source,
             with_type_counts.payload);
@@ -115,7 +115,7 @@ export const STEPS: AnatomyStepDef[] = [
   {
     step: "this project's row, INSERT from the client",
     write: (tx, e) => tx`
-      insert into outbox (event_id, aggregate_type, aggregate_id, sequence, event_type, source, payload)
+      insert into outbox.outbox (event_id, aggregate_type, aggregate_id, sequence, event_type, source, payload)
       values (gen_random_uuid(), 'order', ${e.aggregateId}, nextval('anatomy.sequence'), ${e.type},
               ${e.source}, ${tx.json(e.payload)})`,
   },
@@ -137,7 +137,7 @@ export const STEPS: AnatomyStepDef[] = [
   {
     step: '`outbox_enqueue` as shipped (+ validation, SECURITY DEFINER)',
     write: (tx, e) => tx`
-      select event_id, sequence, duplicate from outbox_enqueue(
+      select event_id, sequence, duplicate from outbox.outbox_enqueue(
         event_type => ${e.type}, source => ${e.source}, aggregate_type => 'order',
         aggregate_id => ${e.aggregateId}, payload => ${tx.json(e.payload)})`,
   },
@@ -160,9 +160,9 @@ export const STEPS: AnatomyStepDef[] = [
  * of an aggregate seen before, with no counter row created during a measurement.
  */
 export async function emptyWithCountersSeen(sql: Sql, aggregates: number): Promise<void> {
-  await sql`truncate outbox, outbox_aggregate, plain_outbox restart identity`;
+  await sql`truncate outbox.outbox, outbox.outbox_aggregate, plain_outbox restart identity`;
   await sql`
-    insert into outbox_aggregate (aggregate_type, aggregate_id, last_sequence, type_counts)
+    insert into outbox.outbox_aggregate (aggregate_type, aggregate_id, last_sequence, type_counts)
     select 'order', g::text, 3, '{"OrderPaid": 1, "OrderPlaced": 1, "OrderShipped": 1}'
     from generate_series(0, ${aggregates - 1}) as g`;
 }

@@ -110,7 +110,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
     throw new Error(`lambda-lag: no rate schedule invokes the relay (${schedule?.expression ?? 'none'})`);
   }
   const busKind = o.busKind ?? 'classic';
-  await ctx.sql`truncate outbox, outbox_aggregate`;
+  await ctx.sql`truncate outbox.outbox, outbox.outbox_aggregate`;
   await ctx.bus.reset();
   await ctx.bus.setFaults({ latencyMs: o.busLatencyMs });
 

@@ -73,9 +73,9 @@ export async function lambdaScale(
   const rows: LambdaScaleRow[] = [];
   for (const busKind of o.busKinds)
     for (const k of o.relays) {
-      await ctx.sql`truncate outbox, outbox_aggregate`;
+      await ctx.sql`truncate outbox.outbox, outbox.outbox_aggregate`;
       await ctx.sql`
-      insert into outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload)
+      insert into outbox.outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload)
       select 'order', g::text, 1, 'OrderPlaced', 'bench.orders', jsonb_build_object('orderId', g, 'total', g * 3)
       from generate_series(1, ${o.rows}) g`;
       await ctx.sql`vacuum analyze outbox`;

@@ -224,7 +224,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     >`
       select event_id, aggregate_id, sequence, payload->>'note' = ${POISON} as poison,
              published_at is not null as published, dead_lettered_at is not null as dead
-      from outbox`;
+      from outbox.outbox`;
     const table = new Map(rows.map((r) => [r.event_id, r]));
     const meta = (e: AcceptedEvent) => (e.detail as unknown as { metadata: EnvelopeMetadata }).metadata;
     const onBus = new Map<string, AcceptedEvent[]>();
@@ -299,7 +299,7 @@ async function countPending(sql: Sql): Promise<number> {
   // Bounded: a query in flight when Postgres restarted may never be answered by the driver.
   const [row] = await withDeadline(
     sql<{ n: number }[]>`
-      select count(*)::int as n from outbox where published_at is null and dead_lettered_at is null`,
+      select count(*)::int as n from outbox.outbox where published_at is null and dead_lettered_at is null`,
     'count pending',
     5_000,
   );

@@ -139,7 +139,7 @@ try {
 
   // 2. How long a dead relay's rows stay leased: one relay works through a backlog over a slow
   // bus (so it is always mid-pass), is SIGKILLed, and the rows it held are read at once.
-  await sql`truncate outbox, outbox_aggregate`;
+  await sql`truncate outbox.outbox, outbox.outbox_aggregate`;
   bus.reset();
   bus.setFaults({ latencyMs: 100 });
   await seed(20_000, 'b');
@@ -153,7 +153,7 @@ try {
     const [row] = await sql<{ rows: number; wait: number | null }[]>`
       select count(*)::int as rows,
              extract(epoch from max(lease_expires_at) - now())::float8 as wait
-      from outbox where lease_expires_at > now() and published_at is null`;
+      from outbox.outbox where lease_expires_at > now() and published_at is null`;
     waits.push(row?.wait ?? 0);
     log(
       `  kill ${k + 1}: ${row?.rows ?? 0} rows still leased, claimable again in ${(row?.wait ?? 0).toFixed(2)} s`,

@@ -176,7 +176,7 @@ export async function runSlowness(o: SlownessOptions): Promise<SlownessReport> {
     const drainBy = performance.now() + o.drainTimeoutMs;
     for (;;) {
       const [row] = await o.sql<{ n: number }[]>`
-        select count(*)::int as n from outbox where published_at is null and dead_lettered_at is null`;
+        select count(*)::int as n from outbox.outbox where published_at is null and dead_lettered_at is null`;
       if (row?.n === 0 || performance.now() > drainBy) break;
       await sleep(200);
     }
@@ -186,7 +186,7 @@ export async function runSlowness(o: SlownessOptions): Promise<SlownessReport> {
     const [state] = await o.sql<{ published: number; dead: number }[]>`
       select count(*) filter (where published_at is not null)::int as published,
              count(*) filter (where dead_lettered_at is not null)::int as dead
-      from outbox`;
+      from outbox.outbox`;
     const claimed = passes.filter((p) => Number.isFinite(p.heldUntil));
     const overruns = claimed.map((p) => p.endedAt - p.heldUntil).filter((ms) => ms > 0);
     return {
@@ -306,7 +306,7 @@ export async function runSlowBus(o: SlowBusOptions): Promise<SlowBusReport> {
   try {
     while (performance.now() - started < o.runForMs) {
       const [row] = await o.sql<{ n: number }[]>`
-        select count(*)::int as n from outbox where published_at is not null`;
+        select count(*)::int as n from outbox.outbox where published_at is not null`;
       published = row?.n ?? 0;
       if (published === o.events) {
         allMarkedAfterMs = performance.now() - started;
@@ -330,7 +330,7 @@ export async function runSlowBus(o: SlowBusOptions): Promise<SlowBusReport> {
     perEvent.set(id, (perEvent.get(id) ?? 0) + 1);
   }
   const [dead] = await o.sql<{ n: number }[]>`
-    select count(*)::int as n from outbox where dead_lettered_at is not null and event_type = ${SLOW_BUS_EVENT}`;
+    select count(*)::int as n from outbox.outbox where dead_lettered_at is not null and event_type = ${SLOW_BUS_EVENT}`;
   return {
     events: o.events,
     published,

@@ -201,7 +201,7 @@ export async function rehearseConsumerFailures(c: ConsumerFailureContext): Promi
       );
     }
     const [trace] = await c.db<{ n: number }[]>`
-      select count(*)::int as n from inbox_failed where consumer = 'billing' and event_id = ${(event.detail as { metadata: { eventId: string } }).metadata.eventId}`;
+      select count(*)::int as n from outbox.inbox_failed where consumer = 'billing' and event_id = ${(event.detail as { metadata: { eventId: string } }).metadata.eventId}`;
     c.check(
       (await visible(failureQueue)) === 1 && (await invoices()) === 0 && trace?.n === 1,
       `${c.shape}${topology} topology: an event whose handler fails on every attempt ends in the failure queue`,

@@ -345,8 +345,8 @@ async function rehearse(): Promise<void> {
     'a one-connection pool runs concurrent statements correctly behind the pooler',
     `${stress.rounds} rounds: ${stress.hangs} hung, ${stress.misrouted} got another statement's answer ${stress.errors.slice(0, 2).join(' | ')}`,
   );
-  await db`delete from outbox where source = 'rehearsal.pooler'`;
-  await db`delete from outbox_aggregate where aggregate_type = 'pooler'`;
+  await db`delete from outbox.outbox where source = 'rehearsal.pooler'`;
+  await db`delete from outbox.outbox_aggregate where aggregate_type = 'pooler'`;
   const committed = await produce(1);
   check(
     committed.length > 0,
@@ -402,8 +402,8 @@ async function rehearse(): Promise<void> {
 
   // 7. The monitor, after some published rows are back-dated past the retention.
   const backdated = await db`
-    update outbox set published_at = now() - interval '30 days'
-    where id in (select id from outbox where published_at is not null order by id limit 10)`;
+    update outbox.outbox set published_at = now() - interval '30 days'
+    where id in (select id from outbox.outbox where published_at is not null order by id limit 10)`;
   const monitorSchedule = stack.schedules.find((s) => s.targetLogicalId === monitor.logicalId);
   check(Boolean(monitorSchedule), 'a schedule invokes the monitor', monitorSchedule?.expression ?? 'none');
   const monitorFn = await start(monitor);
@@ -420,7 +420,7 @@ async function rehearse(): Promise<void> {
     'the monitor prunes what expired, under its own role',
     `${pruned ?? '?'} of ${backdated.count} back-dated rows; ${describe(monitored)}`,
   );
-  const [left] = await db<{ n: number }[]>`select count(*)::int as n from outbox`;
+  const [left] = await db<{ n: number }[]>`select count(*)::int as n from outbox.outbox`;
   check(left?.n === all.length - backdated.count, 'nothing else was pruned', `${left?.n} rows left`);
 
   // 8. The example consumer, on the bus's deliveries that its rule matches; one delivered twice.
@@ -456,10 +456,10 @@ async function rehearse(): Promise<void> {
       data: { orderId: 'rehearsal-gap', total: 1 },
     });
     const waits = await invoke(consumerFn, consumer, ahead, consumer.timeoutSeconds * 1000 * scale);
-    await db`update inbox_gap set first_seen_at = first_seen_at - interval '200 seconds'`;
+    await db`update outbox.inbox_gap set first_seen_at = first_seen_at - interval '200 seconds'`;
     const parks = await invoke(consumerFn, consumer, ahead, consumer.timeoutSeconds * 1000 * scale);
     const [parkedRow] = await db<{ n: number }[]>`
-      select count(*)::int as n from inbox_message where consumer = 'billing' and outcome = 'parked'`;
+      select count(*)::int as n from outbox.inbox_message where consumer = 'billing' and outcome = 'parked'`;
     check(
       waits.type !== 'result' && parks.type === 'result' && parkedRow?.n === 1,
       'the example consumer waits for a missing event, then parks the one behind it',

@@ -146,8 +146,8 @@ export async function rehearseRunbook(c: RunbookContext): Promise<void> {
   const line = (text: string, label: string) =>
     text.split('\n').find((l) => l.startsWith(`${label}:`)) ?? `(no ${label} line)`;
   const cleanUp = async () => {
-    await c.db`delete from outbox where source = ${SOURCE}`;
-    await c.db`delete from outbox_aggregate where aggregate_type like 'runbook-%'`;
+    await c.db`delete from outbox.outbox where source = ${SOURCE}`;
+    await c.db`delete from outbox.outbox_aggregate where aggregate_type like 'runbook-%'`;
   };
   const commit = (
     aggregateType: string,
@@ -195,7 +195,7 @@ export async function rehearseRunbook(c: RunbookContext): Promise<void> {
   c.bus.setFaults({});
   await blockRelay.stop();
   const [letter] = await c.db<{ id: string; last_error: string }[]>`
-    select id::text, last_error from outbox
+    select id::text, last_error from outbox.outbox
     where source = ${SOURCE} and event_id = ${chain[0]?.eventId ?? ''} and dead_lettered_at is not null`;
   // What the runbook runs next is run beside it: `outbox dead-letters show <id>` as the relay's
   // user (it reads the payload).

@@ -494,7 +494,7 @@ describe('the packed package, installed in a fresh project', () => {
       const sql = postgres(databaseUrl, { max: 1, onnotice: () => {} });
       try {
         const rows = await sql<{ aggregate_id: string; published: boolean }[]>`
-        select aggregate_id, published_at is not null as published from outbox
+        select aggregate_id, published_at is not null as published from outbox.outbox
         where aggregate_type = ${`node-${report.node}`} order by aggregate_id`;
         expect(rows).toEqual([
           { aggregate_id: 'drizzle', published: true },
@@ -534,7 +534,7 @@ describe('the packed package, installed in a fresh project', () => {
             ['classic', classic],
             ['custom', custom],
           ] as const) {
-            await sql`select * from outbox_enqueue(event_type => 'BusCommandTested', source => 'test.package',
+            await sql`select * from outbox.outbox_enqueue(event_type => 'BusCommandTested', source => 'test.package',
               aggregate_type => 'bus-command', aggregate_id => ${kind}, payload => '{"ok": true}'::jsonb)`;
             const { EVENT_BUS_NAME: _unset, ...rest } = process.env;
             await exec('npx', ['--no-install', 'outbox', 'relay', '--until-empty', '--quiet'], {
@@ -551,7 +551,7 @@ describe('the packed package, installed in a fresh project', () => {
             await until(new RegExp(`test\\.package {2}BusCommandTested {2}.*"aggregateId":"${kind}"`));
           }
           const rows = await sql<{ aggregate_id: string; published: boolean }[]>`
-            select aggregate_id, published_at is not null as published from outbox
+            select aggregate_id, published_at is not null as published from outbox.outbox
             where aggregate_type = 'bus-command' order by aggregate_id`;
           expect(rows).toEqual([
             { aggregate_id: 'classic', published: true },
@@ -611,7 +611,7 @@ describe('the packed package, installed in a fresh project', () => {
     async () => {
       const sql = postgres(databaseUrl, { max: 1, onnotice: () => {} });
       try {
-        await sql`select * from outbox_enqueue(event_type => 'BundleTested', source => 'test.package',
+        await sql`select * from outbox.outbox_enqueue(event_type => 'BundleTested', source => 'test.package',
         aggregate_type => 'bundle', aggregate_id => '1', payload => '{"ok": true}'::jsonb)`;
       } finally {
         await sql.end();
@@ -856,7 +856,7 @@ describe('the packed package, installed in a fresh project', () => {
         const vars = (line: string) =>
           Object.fromEntries(line.split(' ').map((kv) => kv.split('=', 2) as [string, string]));
         const enqueue = (type: string, source: string, id: string, payload: object) =>
-          sql`select * from outbox_enqueue(event_type => ${type}, source => ${source},
+          sql`select * from outbox.outbox_enqueue(event_type => ${type}, source => ${source},
             aggregate_type => 'order', aggregate_id => ${id}, payload => ${sql.json(payload as never)})`;
         const relay = () =>
           inApp(
@@ -893,7 +893,7 @@ describe('the packed package, installed in a fresh project', () => {
           printed().match(/billing ← OrderPlaced order\/p-2 #1: failed .*Lambda retries it \([12] of 2\)/g),
         ).toHaveLength(2);
         const [trace] = await sql<{ attempts: number }[]>`
-          select attempts from inbox_failed where consumer = 'billing' and event ->> 'detail-type' = 'OrderPlaced'`;
+          select attempts from outbox.inbox_failed where consumer = 'billing' and event ->> 'detail-type' = 'OrderPlaced'`;
         expect(trace?.attempts).toBe(3);
 
         // Fixed, then replayed from the on-failure queue with the documented command, once.
@@ -923,7 +923,7 @@ describe('the packed package, installed in a fresh project', () => {
           { order_id: 'p-1' },
           { order_id: 'p-2' },
         ]);
-        expect(await sql`select 1 from inbox_failed where consumer = 'billing'`).toHaveLength(0);
+        expect(await sql`select 1 from outbox.inbox_failed where consumer = 'billing'`).toHaveLength(0);
       } finally {
         await stop();
         await sql.end();

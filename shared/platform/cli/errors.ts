@@ -75,10 +75,17 @@ export function explainError(thrown: unknown, env: NodeJS.ProcessEnv): { message
       e.code === '42P01' || e.code === '3F000'
         ? 'the outbox tables are missing from'
         : 'the outbox schema is older than this version of outbox in';
+    // Since migration 024 the tables live in schema outbox, which sessions find through their
+    // search_path: a user without USAGE on it gets the same 42P01 as a database never migrated.
+    const orPrivilege =
+      e.code === '42P01' || e.code === '3F000'
+        ? ` Migrated already? Then the database user ${target.user} (from ${target.from}) may not use schema outbox: ` +
+          'each task has its user (docs/operations.md, "the user for each task"), and `outbox migrate --roles` grants them.'
+        : '';
     return {
       message:
         `${what} database "${target.database}" at ${target.address} (${e.message}, ${e.code}): ` +
-        `run \`outbox migrate\` first, ${sameConnectionSettings(env)}.`,
+        `run \`outbox migrate\` first, ${sameConnectionSettings(env)}.${orPrivilege}`,
       exitCode: EXIT.failure,
     };
   }

@@ -35,7 +35,7 @@ describe('outbox CLI', () => {
         /^applied \d+ migration\(s\): 001_outbox, .*007_outbox_enqueue, 009_least_privilege,/m,
       );
       expect(r.stdout).toMatch(
-        /^no migration 008 or 012: those numbers were never released \(a migration takes the next number after the highest\)$/m,
+        /^no migration 008, 012(, \d{3})*: those numbers were never released \(a migration takes the next number after the highest\)$/m,
       );
       // Nothing to say once the schema is up to date.
       expect((await run(['migrate'], { env: env({ DATABASE_URL: empty.url }) })).stdout.trim()).toBe(
