@@ -14,6 +14,7 @@ export {
   connect,
   ignoreTransientDriverRejections,
   loadRelaySettings,
+  OUTBOX_SEARCH_PATH,
   openPool,
   poolSize,
   type RelaySettings,

@@ -64,7 +64,7 @@ describe('npm run db', () => {
     expect(migrate.code, migrate.stderr).toBe(0);
     expect(migrate.stdout).toMatch(/^applied \d+ migration\(s\)/);
     const sql = postgres(url, { max: 1, onnotice: () => {} });
-    await sql`insert into outbox_aggregate (aggregate_type, aggregate_id, last_sequence) values ('kept', '1', 7)`;
+    await sql`insert into outbox.outbox_aggregate (aggregate_type, aggregate_id, last_sequence) values ('kept', '1', 7)`;
     await sql.end();
 
     const again = await db(['start'], env);
@@ -85,7 +85,7 @@ describe('npm run db', () => {
     expect((await db(['url'], env)).stdout.trim()).toBe(url);
     const sql2 = postgres(url, { max: 1, onnotice: () => {} });
     const [row] =
-      await sql2`select last_sequence::int as n from outbox_aggregate where aggregate_type = 'kept'`;
+      await sql2`select last_sequence::int as n from outbox.outbox_aggregate where aggregate_type = 'kept'`;
     await sql2.end();
     expect(row?.n).toBe(7);
 

@@ -4,7 +4,13 @@
 
 import * as cdk from '@outbox-relay-aws/cdk';
 import * as consumer from '@outbox-relay-aws/consumer';
-import { connect, createEventBridgeClient, loadRelaySettings, runRelay } from '@outbox-relay-aws/relay';
+import {
+  connect,
+  createEventBridgeClient,
+  loadRelaySettings,
+  OUTBOX_SEARCH_PATH,
+  runRelay,
+} from '@outbox-relay-aws/relay';
 import * as operations from '@outbox-relay-aws/relay/operations';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { Kysely, PostgresDialect } from 'kysely';
@@ -24,7 +30,8 @@ const event = (via: string) => ({
   payload: { via, node: process.versions.node },
 });
 
-const sql = connect({ url, max: 2 });
+// The relay's statements name the outbox's objects through this search_path (docs/relay.md).
+const sql = connect({ url, max: 2, searchPath: OUTBOX_SEARCH_PATH });
 const pool = new pg.Pool({ connectionString: url, max: 2 });
 try {
   const main = await sql.begin((tx) => enqueue(tx, event('postgres')));
