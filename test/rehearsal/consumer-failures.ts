@@ -74,7 +74,8 @@ function urlOf(db: Sql): string {
       options: { host: string[]; port: number[]; user: string; pass: string; database: string };
     }
   ).options;
-  return `postgres://${encodeURIComponent(o.user)}:${encodeURIComponent(o.pass)}@${o.host[0]}:${o.port[0]}/${o.database}`;
+  // The rehearsal's Postgres takes TCP logins over TLS only (hostssl).
+  return `postgres://${encodeURIComponent(o.user)}:${encodeURIComponent(o.pass)}@${o.host[0]}:${o.port[0]}/${o.database}?sslmode=require`;
 }
 
 /** Runs the failure path; each step is a check. */

@@ -420,8 +420,20 @@ async function rehearse(): Promise<void> {
     'the monitor prunes what expired, under its own role',
     `${pruned ?? '?'} of ${backdated.count} back-dated rows; ${describe(monitored)}`,
   );
-  const [left] = await db<{ n: number }[]>`select count(*)::int as n from outbox.outbox`;
+  // The monitor also enqueues its heartbeat (docs/observe.md#the-heartbeat): not one of the events.
+  const [left] = await db<{ n: number }[]>`
+    select count(*)::int as n from outbox.outbox where source <> 'outbox.heartbeat'`;
   check(left?.n === all.length - backdated.count, 'nothing else was pruned', `${left?.n} rows left`);
+  // The heartbeat that monitor run enqueued goes the whole way: the next relay invocation sends it.
+  const third = await invoke(relayFn, relay, relaySchedule?.input ?? {}, relayTimeoutMs);
+  const heartbeats = bus.events.filter(
+    (e) => e.source === 'outbox.heartbeat' && e.detailType === 'OutboxHeartbeat',
+  );
+  check(
+    third.type === 'result' && heartbeats.length > 0,
+    "the monitor's heartbeat reaches the bus through the relay",
+    `${heartbeats.length} heartbeat(s) on the bus; ${describe(third)}`,
+  );
 
   // 8. The example consumer, on the bus's deliveries that its rule matches; one delivered twice.
   if (consumer) {
@@ -444,6 +456,21 @@ async function rehearse(): Promise<void> {
       failures.length === 0 && invoices?.n === deliveries.length,
       'the example consumer applies each event once, as its own role',
       `${invoices?.n} invoices for ${deliveries.length} orders over ${outcomes.length} deliveries${failures[0] ? `; ${describe(failures[0])}` : ''}`,
+    );
+    // The heartbeat, which its rule matches too: acknowledged by the inbox, the handler not called
+    // (HeartbeatReceived, which the consumer's heartbeat alarm watches: step 10).
+    const beats: InvocationOutcome[] = [];
+    for (const e of heartbeats) {
+      beats.push(await invoke(consumerFn, consumer, asDelivery(e), consumer.timeoutSeconds * 1000 * scale));
+    }
+    const [invoicesAfter] = await db<{ n: number }[]>`select count(*)::int as n from billing_invoice`;
+    check(
+      beats.length > 0 && beats.every((o) => o.type === 'result') && invoicesAfter?.n === invoices?.n,
+      'the example consumer acknowledges the heartbeat without calling its handler',
+      `${beats.length} heartbeat(s); ${invoicesAfter?.n} invoices; ${beats
+        .map((o) => describe(o))
+        .join(' | ')
+        .slice(0, 300)}`,
     );
     // An OrderPlaced whose predecessor of its type never comes: it waits (Lambda's retry), then,
     // with the gap wait passed on the database clock, is parked and counted (InboxParked).
