@@ -136,8 +136,15 @@ describe('a consumer holding every lock it can take on the inbox tables', () => 
       held.release();
     }
     // No lock that blocks the inbox's statements: nothing stronger than ROW EXCLUSIVE, on any table.
+    // (ROW SHARE, which conflicts only with EXCLUSIVE and ACCESS EXCLUSIVE, is refused on Postgres 15
+    // and taken on the embedded server's newer major, which allows it with column-level UPDATE.)
+    const weak = ['access share', 'row share', 'row exclusive'];
     for (const table of INBOX_TABLES) {
-      expect({ table, taken: taken[table] }).toEqual({ table, taken: ['access share', 'row exclusive'] });
+      expect({ table, stronger: (taken[table] ?? []).filter((m) => !weak.includes(m)) }).toEqual({
+        table,
+        stronger: [],
+      });
+      expect(taken[table]).toContain('row exclusive');
       expect(refused[`${table}: access exclusive`]).toBe('42501');
     }
   });
