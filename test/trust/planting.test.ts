@@ -32,6 +32,7 @@ import { enqueue, enqueueMany, OutboxValidationError } from '../../shared/produc
 import { runRelay } from '../../shared/relay/index.ts';
 import {
   countParked,
+  enqueueHeartbeat,
   getStatus,
   measureClaimable,
   migrateWithRoles,
@@ -332,6 +333,8 @@ describe('every privileged statement beside plants in every schema an untrusted 
       timeBudgetMs: 10_000,
     });
     await countParked(monitor, ['billing']);
+    // The heartbeat (migration 030): the monitor's one enqueue, through its definer function.
+    expect((await enqueueHeartbeat(monitor, 300)).eventId).toMatch(/^[0-9a-f-]{36}$/);
     await measureClaimable(monitor, {
       maxRelays: 3,
       backlogPerRelay: 10,
