@@ -49,10 +49,10 @@ import { mapWithConcurrency } from './semaphore.ts';
 import {
   type ClaimOptions,
   claimBatchKept,
-  outboxIdOf,
-  readOutboxId,
   type Failure,
   markPublished,
+  outboxIdOf,
+  readOutboxId,
   recordFailures,
   releaseUnsent,
   renewLease,

@@ -45,7 +45,10 @@ const MODES: { name: string; options: Partial<InboxOptions<Record<string, unknow
     name: 'wait-for-gap, process, types',
     options: { order: 'wait-for-gap', onGapTimeout: 'process', types: TYPES },
   },
-  { name: 'wait-for-gap, park, types', options: { order: 'wait-for-gap', onGapTimeout: 'park', types: TYPES } },
+  {
+    name: 'wait-for-gap, park, types',
+    options: { order: 'wait-for-gap', onGapTimeout: 'park', types: TYPES },
+  },
 ];
 
 /**
@@ -120,7 +123,18 @@ describe('two outboxes publishing order/8842 to one consumer: two chains', () =>
         await run(LEGACY, n);
         await run(SHOP, n);
       }
-      const order = ['shop', 'shop', 'shop', 'legacy', 'legacy', 'legacy', 'legacy', 'shop', 'legacy', 'shop'];
+      const order = [
+        'shop',
+        'shop',
+        'shop',
+        'legacy',
+        'legacy',
+        'legacy',
+        'legacy',
+        'shop',
+        'legacy',
+        'shop',
+      ];
       const numbers = [1, 2, 3, 1, 2, 3, 4, 4, 5, 5];
       const expected = order.map((o, i) => `${o} #${numbers[i]}: ${inTurn(mode)}`);
       expect(answers).toEqual(expected);

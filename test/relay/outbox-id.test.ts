@@ -13,7 +13,11 @@ import { type AcceptedEvent, type LocalBus, startLocalBus } from '../../shared/l
 import { entrySize } from '../../shared/platform/index.ts';
 import { enqueueMany } from '../../shared/producer/index.ts';
 import { toEntry } from '../../shared/relay/buses/classic-bus.ts';
-import { createEventsV2Client, eventsV2Publisher, toEventsV2Entry } from '../../shared/relay/buses/custom-event-bus.ts';
+import {
+  createEventsV2Client,
+  eventsV2Publisher,
+  toEventsV2Entry,
+} from '../../shared/relay/buses/custom-event-bus.ts';
 import { runRelay } from '../../shared/relay/index.ts';
 import type { ClaimedEvent } from '../../shared/relay/types.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
@@ -82,14 +86,16 @@ describe('the outbox id on the bus', () => {
         untilEmpty: true,
       });
     }
-    expect(bus.events.map((e) => `${e.source} #${metadataOf(e).sequence} ${metadataOf(e).outboxId}`)).toEqual([
-      `shop.orders #1 ${ids.shop}`,
-      `shop.orders #2 ${ids.shop}`,
-      `shop.orders #3 ${ids.shop}`,
-      `legacy.orders #1 ${ids.legacy}`,
-      `legacy.orders #2 ${ids.legacy}`,
-      `legacy.orders #3 ${ids.legacy}`,
-    ]);
+    expect(bus.events.map((e) => `${e.source} #${metadataOf(e).sequence} ${metadataOf(e).outboxId}`)).toEqual(
+      [
+        `shop.orders #1 ${ids.shop}`,
+        `shop.orders #2 ${ids.shop}`,
+        `shop.orders #3 ${ids.shop}`,
+        `legacy.orders #1 ${ids.legacy}`,
+        `legacy.orders #2 ${ids.legacy}`,
+        `legacy.orders #3 ${ids.legacy}`,
+      ],
+    );
 
     const handler = inbox(
       { sql: shop.sql, consumer: 'billing', order: 'ignore-stale', metrics: false },
@@ -122,7 +128,12 @@ describe('the outbox id on the bus', () => {
       region: 'eu-west-1',
       credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
     });
-    await runRelay({ sql: legacy.sql, publisher: eventsV2Publisher(client, settings), settings, untilEmpty: true });
+    await runRelay({
+      sql: legacy.sql,
+      publisher: eventsV2Publisher(client, settings),
+      settings,
+      untilEmpty: true,
+    });
     expect(bus.events).toHaveLength(3);
     expect(new Set(bus.events.map((e) => metadataOf(e).outboxId))).toEqual(new Set([await idOf(legacy)]));
   });
@@ -154,9 +165,9 @@ describe('the outbox id on the bus', () => {
       const v2 = toEventsV2Entry(event, limit);
       for (const entry of [classic, v2]) {
         expect(entrySize(entry)).toBeLessThanOrEqual(limit);
-        expect((JSON.parse(entry.Detail as string) as { metadata: { outboxId?: string } }).metadata.outboxId).toBe(
-          carries ? event.outboxId : undefined,
-        );
+        expect(
+          (JSON.parse(entry.Detail as string) as { metadata: { outboxId?: string } }).metadata.outboxId,
+        ).toBe(carries ? event.outboxId : undefined);
       }
     }
   });
