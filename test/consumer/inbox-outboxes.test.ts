@@ -206,3 +206,16 @@ describe('the upgrade: chains the inbox kept before outboxes were named', () => 
     });
   }
 });
+
+describe('the outboxId field', () => {
+  it('is a uuid, else a typed error naming the field (nothing recorded); its case does not split a chain', async () => {
+    const deliver = consumer('field', { order: 'ignore-stale' });
+    const bad = outboxEvent(SHOP, 1);
+    (bad.detail as { metadata: { outboxId: unknown } }).metadata.outboxId = 'shop';
+    expect(await deliver(bad)).toBe('InboxEnvelopeError');
+    expect(await db.sql`select 1 from inbox_message where consumer = 'field'`).toHaveLength(0);
+    const upper = outboxEvent(SHOP, 1);
+    (upper.detail as { metadata: { outboxId: string } }).metadata.outboxId = SHOP.toUpperCase();
+    expect([await deliver(upper), await deliver(outboxEvent(SHOP, 2))]).toEqual(['next', 'next']);
+  });
+});

@@ -2,8 +2,8 @@
  * Issue 45, item 6, end to end: two outbox databases publish `order/8842` #1–#3 each to one bus; the
  * relay names each event's outbox (`metadata.outboxId`, migration 031's `outbox.outbox_identity`)
  * on the classic bus and on the Custom Event Bus, and one inbox consumer keeps two chains: nothing
- * stale. The id is left out of an entry it would take past the size limit (enqueue's size check of
- * an event enqueued before migration 031 did not count it).
+ * stale. The id is left out of an entry it would take past the size limit (enqueue's size check
+ * does not count it).
  */
 import { randomUUID } from 'node:crypto';
 import type { EventBridgeEvent } from 'aws-lambda';

@@ -52,8 +52,8 @@ export const USER_AGENT_MIDDLEWARE = 'getUserAgentMiddleware';
 /**
  * The PutEvents entry for an event: the envelope described in docs/producing.md#the-event-on-the-bus.
  * The outbox's id goes into the metadata as `outboxId` when the event has one and the entry stays
- * within `maxEntryBytes` (enqueue's size check, before migration 031, did not count it; without
- * the limit it always goes); then, with `traced` and `maxEntryBytes`, the producer's trace context
+ * within `maxEntryBytes` (enqueue's size check does not count its 50 bytes; without the limit it
+ * always goes); then, with `traced` and `maxEntryBytes`, the producer's trace context
  * as `traceparent` when its trace header maps to one and the entry still fits.
  */
 export function toEntry(
