@@ -7,7 +7,7 @@
  *
  * The upgrade: a chain the inbox kept before (no outbox named) is continued by the first outbox
  * whose named events arrive (adopted in place, `inbox_aggregate.outbox_id`), and events without an
- * `outboxId` (a previous release's relay) keep using that chain (docs/inbox-order.md#two-outboxes).
+ * `outboxId` (a previous release's relay) keep using that chain (docs/inbox-order.md#two-outboxes-one-consumer).
  */
 import { randomUUID } from 'node:crypto';
 import type { EventBridgeEvent } from 'aws-lambda';
