@@ -380,8 +380,8 @@ function chainOf(consumer: string, d: Delivery<unknown>, chain: string): ChainKe
  * (nothing taken yet). The event's chain is the aggregate's row when the event names no outbox (a
  * relay before migration 031), when the row names none yet (its first named outbox adopts it, in
  * place, unless another outbox owns a sibling row of the aggregate: the chain kept before continues) or when it names the event's; another outbox's events
- * have a row of their own (docs/inbox-order.md#two-outboxes-one-consumer). The aggregate's row is
- * read first, so an event of its owner costs what it did before.
+ * have a row of their own (docs/inbox-order.md#two-outboxes-one-consumer). One statement finds and
+ * locks the one row an event's chain is in (sql/lock-chain.ts), whichever outbox it comes from.
  */
 async function lockChain(
   tx: Tx,
@@ -389,10 +389,12 @@ async function lockChain(
   d: Delivery<unknown>,
 ): Promise<{ key: ChainKey; last: bigint }> {
   const outboxId = d.outboxId;
+  const own = outboxId === undefined ? undefined : ownChainKey(aggregate, outboxId);
   // Rounds: an insert meets a row another transaction created meanwhile only once per row.
   for (let round = 0; round < 3; round++) {
-    const locked = await lockChainRound(tx, aggregate, outboxId);
+    const locked = await lockChainRound(tx, aggregate, outboxId, own);
     if (locked === undefined) continue;
+    if (locked.own) return { key: own as ChainKey, last: locked.last };
     if (
       outboxId === undefined ||
       locked.outboxId === outboxId ||
@@ -400,9 +402,9 @@ async function lockChain(
     ) {
       return { key: aggregate, last: locked.last };
     }
-    const own = ownChainKey(aggregate, outboxId);
-    const mine = await lockChainRound(tx, own, outboxId);
-    if (mine !== undefined) return { key: own, last: mine.last };
+    // Another outbox's chain: this outbox's first event of the aggregate starts a row of its own.
+    const mine = await lockChainRound(tx, own as ChainKey, outboxId);
+    if (mine !== undefined) return { key: own as ChainKey, last: mine.last };
   }
   throw new Error(`inbox: the order state of ${describeChain(d, aggregate.chain)} could not be locked`);
 }
