@@ -138,6 +138,24 @@ describe('the outbox id on the bus', () => {
     expect(new Set(bus.events.map((e) => metadataOf(e).outboxId))).toEqual(new Set([await idOf(legacy)]));
   });
 
+  it('a database without the id (migration 031 not run yet) is still relayed: its events name no outbox', async () => {
+    const bare = await createTestDatabase({ max: 2 });
+    try {
+      await bare.sql`drop table outbox.outbox_identity`;
+      await enqueueOrder(bare, 'shop.orders');
+      const run = await runRelay({
+        sql: bare.sql,
+        client: testClient(bus.url),
+        settings: testSettings({ eventBusName: 'orders' }),
+        untilEmpty: true,
+      });
+      expect(run.published).toBe(3);
+      expect(bus.events.map((e) => metadataOf(e).outboxId)).toEqual([undefined, undefined, undefined]);
+    } finally {
+      await bare.drop();
+    }
+  });
+
   it('an entry the id would take past the size limit goes without it, on both buses', () => {
     const event: ClaimedEvent = {
       id: '1',
