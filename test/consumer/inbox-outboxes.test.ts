@@ -207,6 +207,37 @@ describe('the upgrade: chains the inbox kept before outboxes were named', () => 
   }
 });
 
+describe('parkAfterAttempts', () => {
+  it("an event parked after its handler failed holds its own outbox's later events of the aggregate, not the other outbox's", async () => {
+    const failing = new Set<string>();
+    const handler = inbox(
+      { sql: db.sql, consumer: 'held', order: 'ignore-stale', parkAfterAttempts: 1, metrics: false },
+      async (_event, { inbox: i }) => {
+        if (failing.has(i.metadata.eventId)) throw new Error('the handler failed (injected)');
+        const outboxId = (i.metadata as { outboxId?: string }).outboxId;
+        await i.tx`insert into applied (consumer, outbox, sequence, arrival)
+          values ('held', ${nameOf(outboxId)}, ${Number(i.metadata.sequence)}, ${i.arrival})`;
+        return i.arrival;
+      },
+    );
+    const deliver = (event: EventBridgeEvent<string, unknown>) =>
+      handler({ ...event, id: randomUUID() } as never, lambdaContext(10_000)).then(
+        (r) => (typeof r === 'string' ? r : (r as { inbox: string }).inbox),
+        (e: Error) => e.name,
+      );
+    const poison = outboxEvent(SHOP, 1);
+    failing.add((poison.detail as { metadata: { eventId: string } }).metadata.eventId);
+    const answers = [
+      await deliver(poison),
+      await deliver(outboxEvent(SHOP, 2)),
+      await deliver(outboxEvent(LEGACY, 1)),
+      await deliver(outboxEvent(LEGACY, 2)),
+    ];
+    expect(answers).toEqual(['parked', 'parked', 'next', 'next']);
+    expect(await appliedOf('held')).toEqual(['legacy #1', 'legacy #2']);
+  });
+});
+
 describe('the outboxId field', () => {
   it('is a uuid, else a typed error naming the field (nothing recorded); its case does not split a chain', async () => {
     const deliver = consumer('field', { order: 'ignore-stale' });
