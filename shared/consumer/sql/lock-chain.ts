@@ -81,7 +81,9 @@ export async function lockChain(
  * transaction and owned by none yet: the first outbox that names itself continues the chain kept
  * before migration 031, in place (docs/inbox-order.md#two-outboxes-one-consumer). Not when another
  * outbox owns another chain row of the aggregate (with `types`, one per type): the aggregate's
- * history is that outbox's, and this one's events start a row of their own.
+ * history is that outbox's, and this one's events start a row of their own. (Two outboxes whose
+ * first named events of one aggregate arrive at the same moment for two of its types may each
+ * adopt one: each reads the other's sibling before it commits. With `types` only, once.)
  * @returns whether it adopted the row
  */
 export async function adoptChain(tx: Tx, k: ChainKey, outboxId: string): Promise<boolean> {
