@@ -10,9 +10,11 @@ create table inbox_aggregate (
   updated_at timestamp with time zone not null default now(),
   source text not null default ''::text,
   chain text not null default ''::text,
+  outbox_id uuid,
   constraint inbox_aggregate_pkey PRIMARY KEY (consumer, aggregate_type, aggregate_id, source, chain)
 );
 comment on column inbox_aggregate.source is '''''  for the chain of an aggregate across sources (from migration 018, and before migration 010); a source for the per-source chains of migrations 010 to 017, read only to adopt their position';
+comment on column inbox_aggregate.outbox_id is 'The outbox that numbers this chain (metadata.outboxId), NULL when no event named one yet (rows of releases before migration 031)';
 CREATE INDEX inbox_aggregate_updated_at_idx ON outbox.inbox_aggregate USING btree (updated_at);
 alter table inbox_aggregate enable row level security;
 
@@ -62,6 +64,7 @@ create table inbox_message (
   reason text,
   event jsonb,
   holds_chain boolean,
+  outbox_id uuid,
   constraint inbox_message_pkey PRIMARY KEY (consumer, message_key)
 );
 CREATE INDEX inbox_message_held_idx ON outbox.inbox_message USING btree (consumer, aggregate_type, aggregate_id, sequence) WHERE holds_chain;
@@ -121,6 +124,15 @@ create table outbox_idempotency_key (
   constraint outbox_idempotency_key_pkey PRIMARY KEY (idempotency_key, producer, source)
 );
 CREATE INDEX outbox_idempotency_key_created_at_idx ON outbox.outbox_idempotency_key USING btree (created_at);
+
+create table outbox_identity (
+  singleton boolean not null default true,
+  outbox_id uuid not null default gen_random_uuid(),
+  created_at timestamp with time zone not null default now(),
+  constraint outbox_identity_pkey PRIMARY KEY (singleton),
+  constraint outbox_identity_singleton_check CHECK (singleton)
+);
+comment on table outbox_identity is 'The outbox''s id (one row): the relay writes it into every event as metadata.outboxId, and consumers keep one chain per outbox and aggregate';
 
 CREATE OR REPLACE FUNCTION outbox.inbox_message_clears_trace()
  RETURNS trigger

@@ -30,6 +30,11 @@ export interface Delivery<T> extends InboxEvent<T> {
   sequence: bigint;
   /** Absent on events enqueued before migration 010. */
   typeSequence: bigint | undefined;
+  /**
+   * The outbox that numbered it (`metadata.outboxId`, lower case), absent on events relayed by a
+   * release before migration 031: its chain is then the aggregate's row kept before.
+   */
+  outboxId: string | undefined;
 }
 
 /**
@@ -135,6 +140,20 @@ function position(value: unknown, field: string, required: boolean): bigint | un
   return n;
 }
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** The outbox's id: a uuid when present (migration 031 draws one per outbox database). */
+function outboxIdOf(value: unknown): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'string' || !UUID.test(value)) {
+    throw new InboxEnvelopeError(
+      'detail.metadata.outboxId',
+      `expected the outbox's id, a uuid (outbox.outbox_identity), got ${JSON.stringify(value)}`,
+    );
+  }
+  return value.toLowerCase();
+}
+
 function text(value: unknown, field: string, max: number): string {
   if (typeof value !== 'string' || value.trim() === '')
     throw new InboxEnvelopeError(field, `expected a non-empty string, got ${JSON.stringify(value)}`);
@@ -168,6 +187,7 @@ export function readDelivery<T>(
   const aggregateId = text(m.aggregateId, 'detail.metadata.aggregateId', 512);
   const sequence = position(m.sequence, 'detail.metadata.sequence', true) as bigint;
   const typeSequence = position(m.typeSequence, 'detail.metadata.typeSequence', false);
+  const outboxId = outboxIdOf(m.outboxId);
   if (typeSequence !== undefined && typeSequence > sequence) {
     throw new InboxEnvelopeError(
       'detail.metadata.typeSequence',
@@ -195,5 +215,5 @@ export function readDelivery<T>(
     data = parsed.data;
   }
   const metadata = { ...(m as unknown as EnvelopeMetadata), eventId, aggregateType, aggregateId };
-  return { type, source, metadata, data, sequence, typeSequence };
+  return { type, source, metadata, data, sequence, typeSequence, outboxId };
 }

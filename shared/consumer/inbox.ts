@@ -569,6 +569,7 @@ export function inbox<T = Record<string, unknown>, R = unknown>(
               aggregateType: metadata.aggregateType,
               aggregateId: metadata.aggregateId,
               sequence: delivery.sequence,
+              outboxId: delivery.outboxId,
             });
             await markHeld(tx, settings.consumer, key, event, handlerFailureReason(failures, limit, last));
             return true;

@@ -19,6 +19,7 @@ import type { Sql, Tx } from '../platform/db.ts';
 import type { Delivery } from './delivery.ts';
 import { InboxGapError } from './errors.ts';
 import {
+  adoptChain,
   advanceChain,
   type ChainKey,
   clearGap as clearGapRow,
@@ -30,6 +31,7 @@ import {
   markParked,
   markReplayed,
   markStale,
+  ownChainKey,
   readChainPosition,
   readGap,
   readHandlerFailures,
@@ -146,6 +148,7 @@ export async function decide<T>(
     aggregateType,
     aggregateId,
     sequence: d.sequence,
+    outboxId: d.outboxId,
   });
   let otherRoute = false;
   if (!inserted) {
@@ -155,7 +158,7 @@ export async function decide<T>(
       const held = s.parkAfterAttempts !== undefined && (await readHoldsChain(tx, consumer, key));
       // A held event is applied only after every held event of its aggregate below it: a replay
       // (or a redelivery) out of order leaves it marked for replay.
-      if (held && (await readHolder(tx, consumer, aggregateType, aggregateId, d.sequence))) {
+      if (held && (await readHolder(tx, consumer, aggregateType, aggregateId, d.sequence, d.outboxId))) {
         return { skip: 'parked', again: true };
       }
       // An operator asked for this parked event to be applied: this delivery does it.
@@ -175,7 +178,7 @@ export async function decide<T>(
   if (s.parkAfterAttempts !== undefined && !otherRoute) {
     // An earlier event of the aggregate was parked after its handler kept failing: this one parks
     // behind it, in order, until an operator replays them (the chain is held, not skipped).
-    const holder = await readHolder(tx, consumer, aggregateType, aggregateId, d.sequence);
+    const holder = await readHolder(tx, consumer, aggregateType, aggregateId, d.sequence, d.outboxId);
     if (holder) {
       await markHeld(
         tx,
@@ -218,9 +221,8 @@ export async function decide<T>(
     return tooOld ? beyondRetention('no record of it') : { apply: 'unordered' };
   }
 
-  // 2. The chain's state, locked until this transaction ends.
-  const chainKey = chainOf(s.consumer, d, chain);
-  const last = await lockChain(tx, chainKey, d);
+  // 2. The chain's state, locked until this transaction ends: the chain of the event's outbox.
+  const { key: chainKey, last } = await lockChain(tx, chainOf(s.consumer, d, chain), d);
   const clearGap = async () => {
     if (s.order === 'wait-for-gap') await clearGapRow(tx, consumer, eventId);
   };
@@ -310,8 +312,7 @@ async function releaseChain<T>(tx: Tx, s: OrderSettings, d: Delivery<T>): Promis
   const chain = s.types ? d.type : '';
   const position = s.types ? d.typeSequence : d.sequence;
   if (position === undefined) return;
-  const key = chainOf(s.consumer, d, chain);
-  const last = await lockChain(tx, key, d);
+  const { key, last } = await lockChain(tx, chainOf(s.consumer, d, chain), d);
   if (position > last) await advanceChain(tx, key, position, d.source);
 }
 
@@ -360,7 +361,10 @@ function describeChain(d: Delivery<unknown>, chain: string): string {
   return chain === '' ? aggregate : `${chain} of ${aggregate}`;
 }
 
-/** The key of the chain's state row: the aggregate across sources (one outbox numbers it). */
+/**
+ * The key of the aggregate's chain row: the aggregate across sources (one outbox numbers it), or
+ * one type of it. Which row holds the event's chain is decided under its lock ({@link lockChain}).
+ */
 function chainOf(consumer: string, d: Delivery<unknown>, chain: string): ChainKey {
   return {
     consumer,
@@ -371,16 +375,38 @@ function chainOf(consumer: string, d: Delivery<unknown>, chain: string): ChainKe
 }
 
 /**
- * Locks the chain's state row and returns its position, creating the row when the chain is new at
- * the position its per-source rows of migrations 010 to 017 recorded, or at 0 (nothing taken yet).
+ * Locks the state row of the event's chain and returns its key and position, creating the row when
+ * the chain is new at the position its per-source rows of migrations 010 to 017 recorded, or at 0
+ * (nothing taken yet). The event's chain is the aggregate's row when the event names no outbox (a
+ * relay before migration 031), when the row names none yet (its first named outbox adopts it, in
+ * place, unless another outbox owns a sibling row of the aggregate: the chain kept before continues) or when it names the event's; another outbox's events
+ * have a row of their own (docs/inbox-order.md#two-outboxes-one-consumer). One statement finds and
+ * locks the one row an event's chain is in (sql/lock-chain.ts), whichever outbox it comes from.
  */
-async function lockChain(tx: Tx, key: ChainKey, d: Delivery<unknown>): Promise<bigint> {
-  // Two rounds at most: the insert meets a row another transaction created meanwhile only once.
-  for (let round = 0; round < 2; round++) {
-    const last = await lockChainRound(tx, key);
-    if (last !== undefined) return last;
+async function lockChain(
+  tx: Tx,
+  aggregate: ChainKey,
+  d: Delivery<unknown>,
+): Promise<{ key: ChainKey; last: bigint }> {
+  const outboxId = d.outboxId;
+  const own = outboxId === undefined ? undefined : ownChainKey(aggregate, outboxId);
+  // Rounds: an insert meets a row another transaction created meanwhile only once per row.
+  for (let round = 0; round < 3; round++) {
+    const locked = await lockChainRound(tx, aggregate, outboxId, own);
+    if (locked === undefined) continue;
+    if (locked.own) return { key: own as ChainKey, last: locked.last };
+    if (
+      outboxId === undefined ||
+      locked.outboxId === outboxId ||
+      (locked.outboxId === null && (await adoptChain(tx, aggregate, outboxId)))
+    ) {
+      return { key: aggregate, last: locked.last };
+    }
+    // Another outbox's chain: this outbox's first event of the aggregate starts a row of its own.
+    const mine = await lockChainRound(tx, own as ChainKey, outboxId);
+    if (mine !== undefined) return { key: own as ChainKey, last: mine.last };
   }
-  throw new Error(`inbox: the order state of ${describeChain(d, key.chain)} could not be locked`);
+  throw new Error(`inbox: the order state of ${describeChain(d, aggregate.chain)} could not be locked`);
 }
 
 /**

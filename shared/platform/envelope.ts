@@ -1,7 +1,8 @@
 /**
  * The event envelope on the bus and its size as EventBridge counts it.
  *
- * Detail = `{ metadata: { eventId, aggregateType, aggregateId, sequence, typeSequence, occurredAt }, data }`.
+ * Detail = `{ metadata: { eventId, aggregateType, aggregateId, sequence, typeSequence, occurredAt,
+ * outboxId, traceparent }, data }`.
  * `eventId` is ours and stable across re-publication; EventBridge's own event `id` changes on
  * every PutEvents call and must not be used to deduplicate.
  */
@@ -27,6 +28,13 @@ export interface EnvelopeMetadata {
   typeSequence?: number;
   /** ISO-8601 UTC time the event was enqueued. */
   occurredAt: string;
+  /**
+   * The outbox that numbered the event (a uuid drawn when migration 031 ran, `outbox.outbox_identity`):
+   * `sequence` and `typeSequence` count per outbox, so two outboxes publishing one aggregate type
+   * and id make two chains, and the inbox keeps them apart (docs/inbox-order.md#two-outboxes-one-consumer).
+   * Absent on events relayed by releases before it, and on an entry it would take past the size limit.
+   */
+  outboxId?: string;
   /**
    * The producer's trace context, a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), when the
    * event was enqueued with one and the entry has room for it (docs/observe.md#the-trace). Absent
@@ -107,7 +115,8 @@ export function detailJson(metadata: DetailMetadata, payloadJson: string): strin
     throw new OutboxError(`typeSequence: ${JSON.stringify(typeSequence)} is not an int8 in decimal`);
   }
   const ofType = typeSequence === undefined ? '' : `,"typeSequence":${typeSequence}`;
+  const outbox = metadata.outboxId === undefined ? '' : `,"outboxId":${JSON.stringify(metadata.outboxId)}`;
   const traced =
     metadata.traceparent === undefined ? '' : `,"traceparent":${JSON.stringify(metadata.traceparent)}`;
-  return `{"metadata":{"eventId":${JSON.stringify(metadata.eventId)},"aggregateType":${JSON.stringify(metadata.aggregateType)},"aggregateId":${JSON.stringify(metadata.aggregateId)},"sequence":${metadata.sequence}${ofType},"occurredAt":${JSON.stringify(metadata.occurredAt)}${traced}},"data":${payloadJson}}`;
+  return `{"metadata":{"eventId":${JSON.stringify(metadata.eventId)},"aggregateType":${JSON.stringify(metadata.aggregateType)},"aggregateId":${JSON.stringify(metadata.aggregateId)},"sequence":${metadata.sequence}${ofType},"occurredAt":${JSON.stringify(metadata.occurredAt)}${outbox}${traced}},"data":${payloadJson}}`;
 }

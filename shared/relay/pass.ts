@@ -51,6 +51,8 @@ import {
   claimBatchKept,
   type Failure,
   markPublished,
+  outboxIdOf,
+  readOutboxId,
   recordFailures,
   releaseUnsent,
   renewLease,
@@ -189,6 +191,15 @@ class Pass {
         throw error;
       });
     this.counts.claimed = events.length;
+    if (events.length > 0) {
+      // Read once per pool (sql/outbox-identity.ts): no round trip after a process's first claim.
+      const sql = this.#sql();
+      const outboxId = await this.#watchdog.statement(
+        'outbox id',
+        outboxIdOf(this.#deps.sql, () => readOutboxId(sql)),
+      );
+      if (outboxId !== undefined) for (const event of events) event.outboxId = outboxId;
+    }
     return events;
   }
 

@@ -24,4 +24,9 @@ export interface ClaimedEvent {
   attempts: number;
   /** Claimed as its aggregate's head (the others came along as its successors). */
   isHead: boolean;
+  /**
+   * The outbox's id (`outbox.outbox_identity`, migration 031), written into the Detail as
+   * `metadata.outboxId`; set by the pass after the claim, undefined when the database has none.
+   */
+  outboxId?: string;
 }

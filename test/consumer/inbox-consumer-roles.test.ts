@@ -138,6 +138,45 @@ describe("a consumer's own role", () => {
     expect(count?.n).toBe(3);
   });
 
+  it('keeps a chain per outbox: the first named outbox adopts the chain kept before (migration 031), the other has its own', async () => {
+    const [shop, legacy] = [randomUUID(), randomUUID()];
+    const named = (outboxId: string | undefined, sequence: number): Delivery =>
+      delivery({
+        metadata: { eventId: randomUUID(), aggregateId: 'b-9', sequence, ...(outboxId ? { outboxId } : {}) },
+      });
+    const answers = [];
+    for (const [outboxId, n] of [
+      [undefined, 1],
+      [shop, 2],
+      [legacy, 1],
+      [legacy, 2],
+      [shop, 3],
+    ] as const)
+      answers.push(await deliver(billing, 'billing', named(outboxId, n)));
+    expect(answers).toEqual(Array(5).fill('applied'));
+    const chains = await db.sql<{ chain: string; outbox_id: string; last_sequence: string }[]>`
+      select chain, outbox_id::text, last_sequence::text from inbox_aggregate
+      where consumer = 'billing' and source = '' order by chain`;
+    expect(chains).toEqual([
+      { chain: '', outbox_id: shop, last_sequence: '3' },
+      { chain: `outbox:${legacy}/`, outbox_id: legacy, last_sequence: '2' },
+    ]);
+    // Its column-level UPDATE of outbox_id reaches its own rows, and only those.
+    await shippingHasRows();
+    expect(
+      await attempt(
+        billing,
+        `update outbox.inbox_aggregate set outbox_id = outbox_id where consumer = 'billing' and source = ''`,
+      ),
+    ).toBe(2);
+    expect(
+      await attempt(
+        billing,
+        `update outbox.inbox_aggregate set outbox_id = gen_random_uuid() where consumer = 'shipping'`,
+      ),
+    ).toBe(0);
+  });
+
   it("reads none of another consumer's inbox records, order state or gap rows", async () => {
     await shippingHasRows();
     // shipping's gap left a failure trace too (inbox_failed, migration 019)

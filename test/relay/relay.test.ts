@@ -57,6 +57,7 @@ describe('relay', () => {
     const [stored] = await h.db.sql<
       { event_id: string; created_at: Date }[]
     >`select event_id, created_at from outbox`;
+    const [identity] = await h.db.sql<{ outbox_id: string }[]>`select outbox_id::text from outbox_identity`;
     await runRelay({
       sql: h.db.sql,
       client: testClient(h.bus.url),
@@ -80,6 +81,8 @@ describe('relay', () => {
         sequence: 1,
         typeSequence: 1,
         occurredAt: stored?.created_at.toISOString(),
+        // the outbox that numbered it (migration 031): consumers keep a chain per outbox
+        outboxId: identity?.outbox_id,
       },
       data: { total: 12.5, note: 'naïve ☕' },
     });

@@ -309,6 +309,10 @@ describe('every privileged statement beside plants in every schema an untrusted 
       maxConsecutiveErrors: 1,
     });
     expect(ok.published).toBe(4);
+    // The relay role read the outbox's id (migration 031) among the plants, and named its outbox.
+    const named = bus.events.map((e) => (e.detail.metadata as { outboxId?: string }).outboxId);
+    expect(named.length).toBeGreaterThan(0);
+    expect(named.every((id) => /^[0-9a-f-]{36}$/.test(id ?? ''))).toBe(true);
     await producer.begin((tx) =>
       enqueueMany(tx, [{ ...event('poison'), payload: { poison: 'yes' } }, event('poison')]),
     );

@@ -92,6 +92,8 @@ describe('migration 024 on an install in public (the release before it)', () => 
         'outbox',
         'outbox_aggregate',
         'outbox_idempotency_key',
+        // migration 031, after the move: created in schema outbox too
+        'outbox_identity',
         'outbox_migrations',
       ],
       inPublic: ['outbox_enqueue', 'outbox_enqueue_many'],

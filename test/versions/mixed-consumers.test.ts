@@ -18,11 +18,23 @@ import { lambdaContext } from '../support/lambda.ts';
 import { PREVIOUS_RELEASE, previousRelease } from '../support/previous-release.ts';
 
 type Inbox = typeof current.inbox;
-let previous: Inbox;
+/**
+ * The commit before migration 031 (issue 45, item 6): its inbox keeps one chain per aggregate in
+ * the row with source '' and knows no outbox. Run beside this one as well as the pinned release,
+ * whose inbox keeps per-source rows.
+ */
+const BEFORE_OUTBOX_CHAINS = 'd2ac790';
+const PREVIOUS = [PREVIOUS_RELEASE, BEFORE_OUTBOX_CHAINS];
+const previousInboxes = new Map<string, Inbox>();
 let db: TestDatabase;
 beforeAll(async () => {
-  const tree = previousRelease();
-  previous = ((await import(join(tree, 'shared/consumer/index.ts'))) as typeof current).inbox;
+  for (const ref of PREVIOUS) {
+    const tree = previousRelease(ref);
+    previousInboxes.set(
+      ref,
+      ((await import(join(tree, 'shared/consumer/index.ts'))) as typeof current).inbox,
+    );
+  }
   db = await createTestDatabase({ max: 6 });
   await db.sql`create table applied (n serial primary key, event_id text not null, sequence int not null,
     version text not null, arrival text not null)`;
@@ -71,8 +83,11 @@ const SCHEDULES: { name: string; versions: Version[] }[] = [
   },
 ];
 
-/** Six events of one aggregate, OrderPlaced and OrderPaid in turn, numbered as the producer does. */
-function chain(): EventBridgeEvent<string, unknown>[] {
+/**
+ * Six events of one aggregate, OrderPlaced and OrderPaid in turn, numbered as the producer does;
+ * with `outboxId`, named by this release's relay (migration 031), which the previous consumer ignores.
+ */
+function chain(outboxId?: string): EventBridgeEvent<string, unknown>[] {
   const aggregateId = `o-${randomUUID().slice(0, 8)}`;
   const perType = new Map<string, number>();
   return [1, 2, 3, 4, 5, 6].map((sequence) => {
@@ -81,7 +96,13 @@ function chain(): EventBridgeEvent<string, unknown>[] {
     perType.set(detailType, typeSequence);
     return delivery({
       detailType,
-      metadata: { eventId: randomUUID(), aggregateId, sequence, typeSequence },
+      metadata: {
+        eventId: randomUUID(),
+        aggregateId,
+        sequence,
+        typeSequence,
+        ...(outboxId ? { outboxId } : {}),
+      },
     }) as EventBridgeEvent<string, unknown>;
   });
 }
@@ -90,7 +111,8 @@ const eventId = (e: EventBridgeEvent<string, unknown>) =>
   (e.detail as { metadata: { eventId: string } }).metadata.eventId;
 
 /** Both versions' consumers, one name, one database; each answers the outcome as a string. */
-function consumers(mode: Mode) {
+function consumers(mode: Mode, ref: string) {
+  const previous = previousInboxes.get(ref) as Inbox;
   const failing = new Set<string>();
   const make = (version: Version) => {
     const handler = (version === 'previous' ? previous : current.inbox)(
@@ -111,65 +133,74 @@ function consumers(mode: Mode) {
   return { failing, previous: make('previous'), current: make('current') };
 }
 
-describe(`the previous release (${PREVIOUS_RELEASE}) and this one, one consumer on one database`, () => {
-  for (const mode of MODES) {
-    describe(mode.name, () => {
-      for (const schedule of SCHEDULES) {
-        it(schedule.name, async () => {
-          const c = consumers(mode);
-          const events = chain();
-          const answers: string[] = [];
-          for (const [i, e] of events.entries()) {
-            const version = schedule.versions[i] as Version;
-            const other: Version = version === 'previous' ? 'current' : 'previous';
-            if (i === 2) {
-              // #3 fails once (a dependency down); Lambda's retry lands on the other version.
-              c.failing.add(eventId(e));
-              answers.push(`#3 ${version}: ${await c[version](e)}`);
-              answers.push(`#3 ${other}: ${await c[other](e)}`);
-            } else answers.push(`#${i + 1} ${version}: ${await c[version](e)}`);
-          }
-          const expected = events.map((_, i) => {
-            const version = schedule.versions[i] as Version;
-            if (i !== 2)
-              return [`#${i + 1} ${version}: ${mode.options.order === 'none' ? 'unordered' : 'next'}`];
-            const other = version === 'previous' ? 'current' : 'previous';
-            return [
-              `#3 ${version}: error:Error`,
-              `#3 ${other}: ${mode.options.order === 'none' ? 'unordered' : 'next'}`,
-            ];
-          });
-          // Nothing was missing: every event applied in its turn, none waited, none parked.
-          expect(answers).toEqual(expected.flat());
-          // #3 failed once: its trace went when it was applied, by whichever version applied it.
-          expect(
-            await db.sql`select event_id from inbox_failed`,
-            'no failure trace of an applied event',
-          ).toEqual([]);
+/** Relayed by the previous release (no outbox named) or by this one (its outbox's id, migration 031). */
+const RELAYS = [
+  { name: 'relayed without an outboxId', outboxId: undefined },
+  { name: 'relayed with an outboxId', outboxId: randomUUID() },
+];
 
-          // Each version delivers every event again (a redelivery, a replay): nothing applied twice.
-          for (const version of ['previous', 'current'] as const)
-            for (const e of events)
-              expect(`${version}: ${await c[version](e)}`).toBe(`${version}: duplicate`);
+for (const ref of PREVIOUS)
+  describe(`the previous release (${ref}) and this one, one consumer on one database`, () => {
+    for (const mode of MODES) {
+      for (const relay of RELAYS) {
+        describe(`${mode.name}, ${relay.name}`, () => {
+          for (const schedule of SCHEDULES) {
+            it(schedule.name, async () => {
+              const c = consumers(mode, ref);
+              const events = chain(relay.outboxId);
+              const answers: string[] = [];
+              for (const [i, e] of events.entries()) {
+                const version = schedule.versions[i] as Version;
+                const other: Version = version === 'previous' ? 'current' : 'previous';
+                if (i === 2) {
+                  // #3 fails once (a dependency down); Lambda's retry lands on the other version.
+                  c.failing.add(eventId(e));
+                  answers.push(`#3 ${version}: ${await c[version](e)}`);
+                  answers.push(`#3 ${other}: ${await c[other](e)}`);
+                } else answers.push(`#${i + 1} ${version}: ${await c[version](e)}`);
+              }
+              const expected = events.map((_, i) => {
+                const version = schedule.versions[i] as Version;
+                if (i !== 2)
+                  return [`#${i + 1} ${version}: ${mode.options.order === 'none' ? 'unordered' : 'next'}`];
+                const other = version === 'previous' ? 'current' : 'previous';
+                return [
+                  `#3 ${version}: error:Error`,
+                  `#3 ${other}: ${mode.options.order === 'none' ? 'unordered' : 'next'}`,
+                ];
+              });
+              // Nothing was missing: every event applied in its turn, none waited, none parked.
+              expect(answers).toEqual(expected.flat());
+              // #3 failed once: its trace went when it was applied, by whichever version applied it.
+              expect(
+                await db.sql`select event_id from inbox_failed`,
+                'no failure trace of an applied event',
+              ).toEqual([]);
 
-          const applied = await db.sql<{ event_id: string; sequence: number }[]>`
+              // Each version delivers every event again (a redelivery, a replay): nothing applied twice.
+              for (const version of ['previous', 'current'] as const)
+                for (const e of events)
+                  expect(`${version}: ${await c[version](e)}`).toBe(`${version}: duplicate`);
+
+              const applied = await db.sql<{ event_id: string; sequence: number }[]>`
             select event_id, sequence from applied order by n`;
-          expect(
-            applied.map((a) => a.sequence),
-            'applied once each, in order',
-          ).toEqual([1, 2, 3, 4, 5, 6]);
-          expect(applied.map((a) => a.event_id)).toEqual(events.map(eventId));
-          const records = await db.sql<
-            { outcome: string }[]
-          >`select outcome from inbox_message order by sequence`;
-          expect(records.map((r) => r.outcome)).toEqual(Array(6).fill('processed'));
-          expect(
-            await db.sql`select event_id from inbox_failed`,
-            'no failure trace of an applied event',
-          ).toEqual([]);
-          expect(await db.sql`select message_key from inbox_gap`, 'nothing waits for a gap').toEqual([]);
+              expect(
+                applied.map((a) => a.sequence),
+                'applied once each, in order',
+              ).toEqual([1, 2, 3, 4, 5, 6]);
+              expect(applied.map((a) => a.event_id)).toEqual(events.map(eventId));
+              const records = await db.sql<
+                { outcome: string }[]
+              >`select outcome from inbox_message order by sequence`;
+              expect(records.map((r) => r.outcome)).toEqual(Array(6).fill('processed'));
+              expect(
+                await db.sql`select event_id from inbox_failed`,
+                'no failure trace of an applied event',
+              ).toEqual([]);
+              expect(await db.sql`select message_key from inbox_gap`, 'nothing waits for a gap').toEqual([]);
+            });
+          }
         });
       }
-    });
-  }
-});
+    }
+  });

@@ -1,6 +1,6 @@
 /** Moves a chain's order state to the position of the event just taken. */
 import type { Tx } from '../../platform/db.ts';
-import type { ChainKey } from './chain.ts';
+import { type ChainKey, chainRow } from './chain.ts';
 
 /**
  * Sets the chain's `last_sequence` (its row is locked by {@link lockChain} in this transaction),
@@ -11,8 +11,14 @@ import type { ChainKey } from './chain.ts';
  * release after no supported release reads them (CONTRIBUTING.md#migrations).
  */
 export async function advanceChain(tx: Tx, k: ChainKey, position: bigint, source: string): Promise<void> {
-  // One statement, one round trip: the rows of the chain raised, the source's row added when missing.
   const p = String(position);
+  if (k.ofOutbox !== undefined) {
+    // An outbox's row of its own (migration 031): no release before it reads a per-source row of it.
+    await tx`update outbox.inbox_aggregate set last_sequence = greatest(last_sequence, ${p}), updated_at = now()
+      where ${chainRow(tx, k)}`;
+    return;
+  }
+  // One statement, one round trip: the rows of the chain raised, the source's row added when missing.
   await tx`
     with raised as (
       update outbox.inbox_aggregate set last_sequence = greatest(last_sequence, ${p}), updated_at = now()

@@ -14,7 +14,8 @@ export interface DbHeldEvent {
 
 /**
  * The lowest event of the aggregate that holds it (parked or being replayed) below `sequence`, or
- * undefined when nothing holds it there.
+ * undefined when nothing holds it there. With `outboxId`, only that outbox's events hold it (and
+ * those that named none, recorded before migration 031): another outbox numbers its own events.
  */
 export async function readHolder(
   tx: Tx,
@@ -22,11 +23,13 @@ export async function readHolder(
   aggregateType: string,
   aggregateId: string,
   sequence: bigint,
+  outboxId?: string,
 ): Promise<DbHeldEvent | undefined> {
   const [row] = await tx<DbHeldEvent[]>`
     select event_id, sequence, outcome from outbox.inbox_message
     where consumer = ${consumer} and aggregate_type = ${aggregateType} and aggregate_id = ${aggregateId}
       and holds_chain and sequence < ${String(sequence)} and outcome in ('parked', 'replaying')
+      and (${outboxId ?? null}::uuid is null or outbox_id is null or outbox_id = ${outboxId ?? null}::uuid)
     order by sequence limit 1`;
   return row;
 }

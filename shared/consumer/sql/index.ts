@@ -3,7 +3,7 @@
  * type it returns, as in `relay/sql/`. No other consumer module writes SQL.
  */
 export { advanceChain } from './advance-chain.ts';
-export { type ChainKey, chainRow } from './chain.ts';
+export { type ChainKey, chainRow, outboxChain, ownChainKey } from './chain.ts';
 export { type FailureRecord, recordFailure, UNFINISHED_ATTEMPT } from './failed.ts';
 export { clearGap, type DbGapWait, type GapPlace, readGap, rememberGap } from './gap.ts';
 export {
@@ -13,7 +13,13 @@ export {
   readHolder,
   readHoldsChain,
 } from './hold.ts';
-export { type DbChainState, lockChain, readChainPosition } from './lock-chain.ts';
+export {
+  adoptChain,
+  type DbChainState,
+  type LockedChain,
+  lockChain,
+  readChainPosition,
+} from './lock-chain.ts';
 export { type DbMessageOutcome, lockMessage } from './lock-message.ts';
 export { markParked } from './mark-parked.ts';
 export { markReplayed } from './mark-replayed.ts';

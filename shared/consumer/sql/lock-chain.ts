@@ -1,6 +1,6 @@
 /**
- * Locks a chain's order state (`inbox_aggregate`), creating it when the chain is new. Two
- * statements in one module: the insert is the fallback of the locking read, and means nothing alone.
+ * Locks a chain's order state (`inbox_aggregate`), creating it when the chain is new, and records
+ * the outbox that adopts a chain kept before migration 031. Statements in one module: the insert is the fallback of the locking read, and means nothing alone.
  */
 import type { Sql, Tx } from '../../platform/db.ts';
 import { type ChainKey, chainRow } from './chain.ts';
@@ -23,24 +23,78 @@ function perSourcePosition(tx: Tx, k: ChainKey) {
       and s.aggregate_id = ${k.aggregateId} and s.chain = ${k.chain} and s.source <> '')`;
 }
 
+/** A chain's row, locked: its position and the outbox that owns it (null: none named yet). */
+export interface LockedChain {
+  last: bigint;
+  outboxId: string | null;
+  /** The row locked is `own`'s (see {@link lockChain}), not `k`'s. */
+  own: boolean;
+}
+
 /**
  * One round of locking: reads the chain's row `for update`, or, when there is none, creates it at
- * the position its per-source rows recorded, or 0 (nothing taken yet).
- * @returns the position, or undefined when another transaction created the row meanwhile (the
- *   caller reads again: its insert did nothing)
+ * the position its per-source rows recorded, or 0 (nothing taken yet), owned by `outboxId`. Given
+ * `own` (the event's outbox's row of its own), that row is read instead when it exists, in the same
+ * statement: an outbox that does not own the aggregate's row neither locks it nor pays a round
+ * trip more, and one that does pays an index probe.
+ * @returns the position and owner, or undefined when another transaction created the row
+ *   meanwhile (the caller reads again: its insert did nothing)
  */
-export async function lockChain(tx: Tx, k: ChainKey): Promise<bigint | undefined> {
-  const [row] = await tx<DbChainState[]>`
-      select greatest(last_sequence, ${perSourcePosition(tx, k)}) as last_sequence
-      from outbox.inbox_aggregate where ${chainRow(tx, k)} for update`;
-  if (row) return BigInt(row.last_sequence);
+export async function lockChain(
+  tx: Tx,
+  k: ChainKey,
+  outboxId: string | undefined,
+  own?: ChainKey,
+): Promise<LockedChain | undefined> {
+  const chain =
+    own === undefined
+      ? tx`${k.chain}`
+      : tx`(case when exists (select from outbox.inbox_aggregate o
+          where o.consumer = ${k.consumer} and o.aggregate_type = ${k.aggregateType}
+            and o.aggregate_id = ${k.aggregateId} and o.source = '' and o.chain = ${own.chain})
+          then ${own.chain} else ${k.chain} end)`;
+  const [row] = await tx<(DbChainState & { outbox_id: string | null; chain: string })[]>`
+      select greatest(a.last_sequence, (select max(s.last_sequence) from outbox.inbox_aggregate s
+               where s.consumer = a.consumer and s.aggregate_type = a.aggregate_type
+                 and s.aggregate_id = a.aggregate_id and s.chain = a.chain and s.source <> '')) as last_sequence,
+             a.outbox_id::text as outbox_id, a.chain
+      from outbox.inbox_aggregate a
+      where a.consumer = ${k.consumer} and a.aggregate_type = ${k.aggregateType}
+        and a.aggregate_id = ${k.aggregateId} and a.source = '' and a.chain = ${chain}
+      for update of a`;
+  if (row) {
+    return { last: BigInt(row.last_sequence), outboxId: row.outbox_id, own: row.chain !== k.chain };
+  }
   const [created] = await tx<DbChainState[]>`
-      insert into outbox.inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence)
+      insert into outbox.inbox_aggregate (consumer, aggregate_type, aggregate_id, source, chain, last_sequence, outbox_id)
       values (${k.consumer}, ${k.aggregateType}, ${k.aggregateId}, '', ${k.chain},
-              coalesce(${perSourcePosition(tx, k)}, 0))
+              coalesce(${perSourcePosition(tx, k)}, 0), ${outboxId ?? null}::uuid)
       on conflict do nothing
       returning last_sequence`;
-  return created ? BigInt(created.last_sequence) : undefined;
+  return created
+    ? { last: BigInt(created.last_sequence), outboxId: outboxId ?? null, own: false }
+    : undefined;
+}
+
+/**
+ * Records `outboxId` as the owner of the aggregate's chain row, locked by {@link lockChain} in this
+ * transaction and owned by none yet: the first outbox that names itself continues the chain kept
+ * before migration 031, in place (docs/inbox-order.md#two-outboxes-one-consumer). Not when another
+ * outbox owns another chain row of the aggregate (with `types`, one per type): the aggregate's
+ * history is that outbox's, and this one's events start a row of their own. (Two outboxes whose
+ * first named events of one aggregate arrive at the same moment for two of its types may each
+ * adopt one: each reads the other's sibling before it commits. With `types` only, once.)
+ * @returns whether it adopted the row
+ */
+export async function adoptChain(tx: Tx, k: ChainKey, outboxId: string): Promise<boolean> {
+  const adopted = await tx`update outbox.inbox_aggregate set outbox_id = ${outboxId}::uuid
+    where ${chainRow(tx, k)} and outbox_id is null
+      and not exists (select from outbox.inbox_aggregate o
+        where o.consumer = ${k.consumer} and o.aggregate_type = ${k.aggregateType}
+          and o.aggregate_id = ${k.aggregateId} and o.source = '' and o.chain not like 'outbox:%'
+          and o.outbox_id <> ${outboxId}::uuid)
+    returning 1`;
+  return adopted.length > 0;
 }
 
 /**

@@ -15,6 +15,8 @@ export interface MessageRecord {
   aggregateType: string;
   aggregateId: string;
   sequence: bigint;
+  /** The outbox that numbered it (`metadata.outboxId`), undefined when the event names none. */
+  outboxId: string | undefined;
 }
 
 /**
@@ -33,8 +35,9 @@ export interface MessageRecord {
  */
 export async function recordMessage(tx: Tx, r: MessageRecord): Promise<boolean> {
   const inserted = await tx`
-    insert into outbox.inbox_message (consumer, message_key, event_id, source, event_type, aggregate_type, aggregate_id, sequence)
-    select ${r.consumer}, ${r.key}, ${r.eventId}, ${r.source}, ${r.type}, ${r.aggregateType}, ${r.aggregateId}, ${String(r.sequence)}::bigint
+    insert into outbox.inbox_message (consumer, message_key, event_id, source, event_type, aggregate_type, aggregate_id, sequence, outbox_id)
+    select ${r.consumer}, ${r.key}, ${r.eventId}, ${r.source}, ${r.type}, ${r.aggregateType}, ${r.aggregateId}, ${String(r.sequence)}::bigint,
+           ${r.outboxId ?? null}::uuid
     from (select case when exists (select from outbox.inbox_failed where consumer = ${r.consumer}
       and (event_id = ${r.eventId} or message_key = ${r.key}))
       then outbox.outbox_inbox_forget_failed(${r.consumer}, ${r.eventId}, ${r.key}) end) as traced

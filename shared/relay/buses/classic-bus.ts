@@ -10,6 +10,7 @@ import {
   type PutEventsRequestEntry,
 } from '@aws-sdk/client-eventbridge';
 import {
+  type DetailMetadata,
   detailJson,
   entrySize,
   idsOfTraceHeader,
@@ -50,16 +51,18 @@ export const USER_AGENT_MIDDLEWARE = 'getUserAgentMiddleware';
 
 /**
  * The PutEvents entry for an event: the envelope described in docs/producing.md#the-event-on-the-bus.
- * With `maxEntryBytes`, the producer's trace context goes into the metadata as `traceparent` when
- * its trace header maps to one and the entry stays within that size (the enqueue's size check did
- * not count it); without, or when it does not fit, the metadata has none.
+ * The outbox's id goes into the metadata as `outboxId` when the event has one and the entry stays
+ * within `maxEntryBytes` (enqueue's size check does not count its 50 bytes; without the limit it
+ * always goes); then, with `traced` and `maxEntryBytes`, the producer's trace context
+ * as `traceparent` when its trace header maps to one and the entry still fits.
  */
 export function toEntry(
   event: ClaimedEvent,
   eventBusName: string,
   maxEntryBytes?: number,
+  traced = true,
 ): PutEventsRequestEntry {
-  const metadata = {
+  const metadata: DetailMetadata = {
     eventId: event.eventId,
     aggregateType: event.aggregateType,
     aggregateId: event.aggregateId,
@@ -74,11 +77,20 @@ export function toEntry(
     Time: event.createdAt,
     Detail: detailJson(metadata, event.payloadJson),
   };
+  const fits = (detail: string) =>
+    maxEntryBytes === undefined || entrySize({ ...entry, Detail: detail }) <= maxEntryBytes;
+  if (event.outboxId !== undefined) {
+    const named = detailJson({ ...metadata, outboxId: event.outboxId }, event.payloadJson);
+    if (fits(named)) {
+      entry.Detail = named;
+      metadata.outboxId = event.outboxId;
+    }
+  }
   const traceparent =
-    maxEntryBytes === undefined ? undefined : traceparentOf(idsOfTraceHeader(event.traceHeader));
+    maxEntryBytes === undefined || !traced ? undefined : traceparentOf(idsOfTraceHeader(event.traceHeader));
   if (traceparent !== undefined) {
-    const traced = { ...entry, Detail: detailJson({ ...metadata, traceparent }, event.payloadJson) };
-    if (entrySize(traced) <= (maxEntryBytes as number)) entry.Detail = traced.Detail;
+    const withTrace = detailJson({ ...metadata, traceparent }, event.payloadJson);
+    if (fits(withTrace)) entry.Detail = withTrace;
   }
   if (event.traceHeader) entry.TraceHeader = event.traceHeader;
   return entry;

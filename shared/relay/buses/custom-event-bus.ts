@@ -51,9 +51,13 @@ export function eventGroupIdOf(event: Pick<ClaimedEvent, 'aggregateType' | 'aggr
   return `sha256:${createHash('sha256').update(key, 'utf8').digest('hex')}`;
 }
 
-/** The Custom Event Bus entry of an event: the classic envelope (without TraceHeader, which the API has no member for) plus its system metadata. */
-export function toEventsV2Entry(event: ClaimedEvent): EventsV2PutEventsRequestEntry {
-  const classic = toEntry(event, '');
+/**
+ * The Custom Event Bus entry of an event: the classic envelope (without TraceHeader, which the API
+ * has no member for, nor a `traceparent` yet; with `outboxId` when it fits in `maxEntryBytes`) plus
+ * its system metadata.
+ */
+export function toEventsV2Entry(event: ClaimedEvent, maxEntryBytes?: number): EventsV2PutEventsRequestEntry {
+  const classic = toEntry(event, '', maxEntryBytes, false);
   return {
     Source: classic.Source as string,
     DetailType: classic.DetailType as string,
@@ -131,7 +135,7 @@ export function eventsV2Publisher(client: EventsV2Client, settings: RelaySetting
       };
       let bytes = 0;
       for (const event of events) {
-        const entry = toEventsV2Entry(event);
+        const entry = toEventsV2Entry(event, settings.maxRequestBytes);
         // Counted as the classic bus counts an entry (Source, DetailType, Detail, 14 bytes for
         // Time): the EventsV2 reference gives no rule of its own (an assumption, in the docs).
         const size = entrySize(entry);

@@ -143,7 +143,8 @@ const INBOX_GRANTS = [
   'grant select, insert on inbox_message to %I',
   'grant update (outcome, event, reason, processed_at, holds_chain) on inbox_message to %I',
   'grant select, insert on inbox_aggregate to %I',
-  'grant update (last_sequence, updated_at) on inbox_aggregate to %I',
+  // outbox_id: the first outbox to name itself adopts a chain kept before (migration 031)
+  'grant update (last_sequence, updated_at, outbox_id) on inbox_aggregate to %I',
   'grant select, insert on inbox_gap to %I',
   'grant update (first_seen_at, last_seen_at, aggregate_type, aggregate_id, chain, position) on inbox_gap to %I',
   // the failure trace: written outside the invocation's transaction, deleted by the one that
@@ -180,6 +181,8 @@ export async function ensureRoles(
       [
         'revoke all on outbox, outbox_aggregate, outbox_idempotency_key from %I',
         'grant select on outbox to %I',
+        // the outbox's id, written into every event as metadata.outboxId (migration 031)
+        'grant select on outbox_identity to %I',
         `grant update (${RELAY_WRITES.join(', ')}) on outbox to %I`,
         // No published history: a published row leaves in the statement that would have marked
         // it (sql/mark-published.ts), guarded by the relay's lease token like every other write.

@@ -14,6 +14,7 @@ export { claimableNow, pendingRow, pendingRowById, unpublishedRow } from './cond
 export { countHeldBack, type HeldBack, type HoldBackPolicy, hasPending } from './has-pending.ts';
 export { markPublished, type PublishedHistory } from './mark-published.ts';
 export { mayDeleteOutboxRows } from './may-delete.ts';
+export { outboxIdOf, readOutboxId } from './outbox-identity.ts';
 export { type Failure, recordFailures } from './record-failures.ts';
 export { releaseUnsent, type UnsentRow } from './release-unsent.ts';
 export { renewLease } from './renew-lease.ts';
