@@ -124,8 +124,9 @@ for (const ref of previousRelayReleases()) {
     const password = `test-${randomBytes(4).toString('hex')}`;
     const closers: (() => Promise<void>)[] = [];
 
-    const urlOf = (role: string) => {
-      const url = new URL(db.url);
+    /** The database (by default the test's) as `role`. */
+    const urlOf = (role: string, database = db.url) => {
+      const url = new URL(database);
       url.username = role;
       url.password = password;
       return url.toString();
@@ -140,9 +141,9 @@ for (const ref of previousRelayReleases()) {
     }
 
     /** A release's relay as its `createRelay` wires it, logged in as the relay role. */
-    function relayOf(r: Release, env: Record<string, string> = {}) {
+    function relayOf(r: Release, env: Record<string, string> = {}, database = db.url, role = roles.relay) {
       const relay = r.relay.createRelay({
-        url: urlOf(roles.relay),
+        url: urlOf(role, database),
         env: {},
         settings: r.platform.loadRelaySettings({ ...RELAY_ENV, ...env }),
         applicationName: `relay-${r.name}`,
@@ -162,10 +163,15 @@ for (const ref of previousRelayReleases()) {
      * role: with the release's OUTBOX_SEARCH_PATH at connect where it has one (since 024), else
      * none (the role's default).
      */
-    function monitorOf(r: Release, env: Record<string, string> = {}) {
+    function monitorOf(
+      r: Release,
+      env: Record<string, string> = {},
+      database = db.url,
+      role = roles.monitor,
+    ) {
       const searchPath = (r.platform as { OUTBOX_SEARCH_PATH?: string }).OUTBOX_SEARCH_PATH;
       const sql = r.platform.connect({
-        url: urlOf(roles.monitor),
+        url: urlOf(role, database),
         env: {},
         max: 2,
         applicationName: `monitor-${r.name}`,
@@ -296,6 +302,56 @@ for (const ref of previousRelayReleases()) {
         select pg_catalog.array_to_string(setconfig, ' ') as path from pg_catalog.pg_db_role_setting
         where setrole = ${roles.monitor}::regrole and setdatabase = 0`;
       expect(monitor?.path).toContain('search_path=pg_catalog, outbox, pg_temp');
+    });
+
+    it('on a database this release installed, the previous relay and monitor run as the roles it made (a rollback after a fresh install)', async () => {
+      const fresh = await createEmptyDatabase({ legacyPublic: true });
+      // Roles of its own: a role's default search_path is the cluster's, and 024 set the others'.
+      const suffix = randomBytes(4).toString('hex');
+      const own = {
+        relay: `relay_${suffix}`,
+        monitor: `monitor_${suffix}`,
+        producer: `producer_${suffix}`,
+        consumer: `consumer_${suffix}`,
+      };
+      try {
+        // Only this release's `outbox migrate --roles`: no migration 024 moved anything, the
+        // role defaults are ensureRoles' alone.
+        await current.operations.migrateWithRoles(fresh.url, { roles: own, statementTimeoutMs: 7_000 });
+        for (const role of [own.relay, own.monitor])
+          await admin.unsafe(`alter role "${role}" password '${password}'`);
+        bus.reset();
+        bus.setFaults({});
+        const sql = current.platform.connect({ url: fresh.url, env: {}, max: 1 });
+        try {
+          await sql.begin((tx) =>
+            enqueueMany(
+              tx,
+              Array.from({ length: 60 }, (_, i) => ({
+                type: 'OrderChanged',
+                source: 'shop.orders',
+                aggregateType: 'order',
+                aggregateId: `fresh-${i % 6}`,
+                payload: { i },
+              })),
+            ),
+          );
+        } finally {
+          await sql.end({ timeout: 1 });
+        }
+        const result = await relayOf(previous, {}, fresh.url, own.relay).run({ untilEmpty: true });
+        expect(result).toMatchObject({ published: 60, stopReason: 'empty' });
+        expect(orderViolations(delivered())).toEqual([]);
+        expect(new Set(delivered().map((m) => m.eventId)).size).toBe(60);
+        const summary = await monitorOf(previous, {}, fresh.url, own.monitor)();
+        expect(summary.status).toMatchObject({ pending: 0, inFlight: 0, deadLettered: 0 });
+        expect(summary.prune).toMatchObject({ publishedDeleted: 0, complete: true });
+      } finally {
+        for (const close of closers.splice(0)) await close().catch(() => {});
+        await fresh.drop();
+        for (const role of Object.values(own))
+          await admin.unsafe(`drop role if exists "${role}"`).catch(() => {});
+      }
     });
 
     it('both relays poll at once over a backlog of many aggregates, through bus faults', async () => {
