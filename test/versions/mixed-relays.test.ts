@@ -304,6 +304,51 @@ for (const ref of previousRelayReleases()) {
       expect(monitor?.path).toContain('search_path=pg_catalog, outbox, pg_temp');
     });
 
+    for (const installed of ['installed', 'upgraded'] as const) {
+      it(`the previous release's outbox migrate --roles on a database this release ${installed} (a stack rolled back) leaves one outbox`, async () => {
+        // A stack rolled back runs the previous release's migrate Trigger again. Before 024 that
+        // looked for its history in public.outbox_migrations: not finding it, it installed a
+        // second outbox in public, where its producers' unqualified calls then enqueued and no
+        // relay looked. It must refuse instead (or, for a release that finds its history, do
+        // nothing): one outbox table, in schema outbox, and the relay role still finds it.
+        const other = await createEmptyDatabase({ legacyPublic: true });
+        const suffix = randomBytes(4).toString('hex');
+        const own = {
+          relay: `relay_${suffix}`,
+          monitor: `monitor_${suffix}`,
+          producer: `producer_${suffix}`,
+          consumer: `consumer_${suffix}`,
+        };
+        try {
+          if (installed === 'upgraded') await previous.operations.migrateWithRoles(other.url, { roles: own });
+          await current.operations.migrateWithRoles(other.url, { roles: own });
+          const rolledBack = await previous.operations.migrateWithRoles(other.url, { roles: own }).then(
+            (applied) => ({ applied }),
+            (error: Error) => ({ refused: error.message }),
+          );
+          const [where] = await other.sql<{ outboxes: string[]; enqueues: string[] }[]>`
+            select array(select n.nspname::text from pg_catalog.pg_class c
+                         join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+                         where c.relname = 'outbox' and c.relkind = 'r' order by 1) as outboxes,
+                   array(select n.nspname::text from pg_catalog.pg_proc p
+                         join pg_catalog.pg_namespace n on n.oid = p.pronamespace
+                         where p.proname = 'outbox_enqueue' and p.prosecdef order by 1) as enqueues`;
+          // Refused at its history, before it applies anything (migration 032's view).
+          const refusal = /Unable to ensure migrations table: .*"outbox_migrations"/;
+          expect({ rolledBack, ...where }).toEqual({
+            rolledBack:
+              'applied' in rolledBack ? { applied: [] } : { refused: expect.stringMatching(refusal) },
+            outboxes: ['outbox'],
+            enqueues: ['outbox'],
+          });
+        } finally {
+          await other.drop();
+          for (const role of Object.values(own))
+            await admin.unsafe(`drop role if exists "${role}"`).catch(() => {});
+        }
+      });
+    }
+
     it('on a database this release installed, the previous relay and monitor run as the roles it made (a rollback after a fresh install)', async () => {
       const fresh = await createEmptyDatabase({ legacyPublic: true });
       // Roles of its own: a role's default search_path is the cluster's, and 024 set the others'.
