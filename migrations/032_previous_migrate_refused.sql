@@ -20,6 +20,9 @@ begin
   if not exists (select from pg_catalog.pg_namespace where nspname = 'public') then
     return; -- no public schema: the previous release's migrate could not have run there either
   end if;
+  if pg_catalog.to_regclass('outbox.outbox_migrations') is null then
+    return; -- the files applied by hand, not by `outbox migrate`: no history to point at
+  end if;
   -- Nested: the count is planned only once the table is known to exist.
   if (select c.relkind from pg_catalog.pg_class c
       where c.oid = pg_catalog.to_regclass('public.outbox_migrations')) = 'r' then
