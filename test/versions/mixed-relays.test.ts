@@ -9,10 +9,13 @@
  * Over a backlog of many aggregates: both relays polling at once; the previous relay crashing
  * mid-batch and this one taking its rows over once the lease ran out (an upgrade), and the reverse
  * (a rollback); each release's monitor pruning and counting beside the other's relay; no published
- * history with both. Every event reaches the bus at least once (exactly once where nothing fails),
- * each aggregate's deliveries in order, every row is marked (or deleted), and no row is claimed
- * while another lease holds it: a trigger on the outbox records every claim, mark and delete with
- * the session's application_name, so each check says which release did what.
+ * history with both; the previous relay and monitor on a database this release installed; and the
+ * previous release's `outbox migrate --roles` run again by a stack rolled back, which must apply
+ * nothing or refuse (migration 032), never install a second outbox. Every event reaches the bus
+ * at least once (exactly once where nothing fails), each aggregate's deliveries in order, every
+ * row is marked (or deleted), and no row is claimed while another lease holds it: a trigger on the
+ * outbox records every claim, mark and delete with the session's application_name, so each check
+ * says which release did what.
  */
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
