@@ -218,12 +218,15 @@ export interface OutboxConsumerProps extends OutboxDatabaseTarget {
   readonly deliveryMaxEventAge?: Duration;
   /**
    * How long the inbox keeps its records, days, 2 to 3,650: the inbox's `retentionDays`
-   * (`OUTBOX_INBOX_RETENTION_DAYS` in the function's environment); set the monitor's prune to the
-   * same. An event with no record older than this is answered `stale` (`beyond-retention`), never
-   * applied again. On a Custom Event Bus created by an `OutboxRelay` of this app, synthesis fails
-   * when the bus keeps events longer (`customEventBus.retentionDays`): a replay of them would find
-   * their records pruned.
-   * @default 30 (the prune's default)
+   * (`OUTBOX_INBOX_RETENTION_DAYS` in the function's environment). An event with no record older
+   * than this is answered `stale` (`beyond-retention`), never applied again. Checked at synth
+   * against the `OutboxRelay`s of the app (infra/retention.ts): synthesis fails when the monitor of
+   * a relay in this inbox's database prunes sooner (its `monitorSettings.inboxRetentionDays`: an
+   * event delivered again between the two ages would be applied twice), and when a Custom Event
+   * Bus created by the relay keeps events longer (`customEventBus.retentionDays`: a replay of
+   * them would find their records pruned); an archive of the classic bus kept longer (or
+   * indefinitely) adds a warning (`outbox-relay:inbox-retention-archive`).
+   * @default 30 (the monitor's default)
    */
   readonly inboxRetentionDays?: number;
   /** The rule target's dead-letter queue. @default a new queue, SSE-SQS encrypted, TLS only, 14 days */

@@ -46,3 +46,4 @@ export {
   type OutboxCustomEventBusProps,
   type OutboxRelayProps,
 } from './props.ts';
+export { RetentionWarning } from './retention.ts';

@@ -48,6 +48,7 @@ import { createSubscriber } from './consumer-subscriber.ts';
 import { queueVisibilityTimeout, validateConsumerProps } from './consumer-validation.ts';
 import { outboxDatabaseConnection, warnOnClusterAuth, warnOnProxyAuth } from './database.ts';
 import { OutboxRelay } from './outbox-relay.ts';
+import { checkMonitorKeepsInbox, warnOnConsumerArchives } from './retention.ts';
 
 /** A rule on the outbox's bus, the consumer's function, its two failure queues and their alarms. */
 export class OutboxConsumer extends Construct {
@@ -175,9 +176,23 @@ export class OutboxConsumer extends Construct {
     if (busDays !== undefined && busDays > inboxRetentionDays) {
       throw new OutboxConfigError(
         'customEventBus.retentionDays',
-        `OutboxConsumer ${JSON.stringify(props.consumer)}: the Custom Event Bus keeps events ${busDays} days (customEventBus.retentionDays of ${busRelay?.node.path}), longer than this consumer's inbox keeps its records (inboxRetentionDays ${inboxRetentionDays}): a replay of the older events would find their records pruned, and the inbox would answer them stale without applying them. Raise inboxRetentionDays (and the monitor's OUTBOX_INBOX_RETENTION_DAYS) or lower the bus's retention`,
+        `OutboxConsumer ${JSON.stringify(props.consumer)}: the Custom Event Bus keeps events ${busDays} days (customEventBus.retentionDays of ${busRelay?.node.path}), longer than this consumer's inbox keeps its records (inboxRetentionDays ${inboxRetentionDays}): a replay of the older events would find their records pruned, and the inbox would answer them stale without applying them. Raise inboxRetentionDays (and the relay's monitorSettings.inboxRetentionDays, OUTBOX_INBOX_RETENTION_DAYS) or lower the bus's retention`,
       );
     }
+    // The monitor of the relay in this inbox's database prunes its records: no sooner than the
+    // consumer counts on them (infra/retention.ts).
+    checkMonitorKeepsInbox(
+      props.consumer,
+      inboxRetentionDays,
+      { host: database.host, databaseName: props.databaseName },
+      relays,
+    );
+    warnOnConsumerArchives(
+      this,
+      props.consumer,
+      inboxRetentionDays,
+      customBusArn ? undefined : props.eventBus,
+    );
     if (props.proxy) warnOnProxyAuth(this, props.proxy);
     if (props.cluster) warnOnClusterAuth(this, props.cluster);
     this.environment = {

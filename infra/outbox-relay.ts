@@ -51,6 +51,7 @@ import {
   DEFAULT_RELAY_MEMORY_MB,
   type OutboxRelayProps,
 } from './props.ts';
+import { warnOnRelayReplayWindow } from './retention.ts';
 import {
   type FunctionSettings,
   functionSettings,
@@ -78,6 +79,13 @@ export class OutboxRelay extends Construct {
    * `OutboxConsumer` of this bus refuses a retention over its inbox's (`inboxRetentionDays`).
    */
   public readonly customEventBusRetentionDays: number | undefined;
+  /**
+   * How long the monitor keeps inbox records, days (`monitorSettings.inboxRetentionDays`,
+   * `OUTBOX_INBOX_RETENTION_DAYS`; 30 by default). An `OutboxConsumer` of the app whose inbox is in
+   * this relay's database refuses an `inboxRetentionDays` above it; the relay warns at synth when
+   * its Custom Event Bus or an archive of its bus keeps events longer (infra/retention.ts).
+   */
+  public readonly monitorInboxRetentionDays: number;
   /**
    * The Custom Event Bus's resource policy, with the statement of {@link OutboxRelayProps.sources};
    * undefined with a classic bus, `restrictPutEvents: false`, or an existing Custom Event Bus.
@@ -173,6 +181,13 @@ export class OutboxRelay extends Construct {
         ? undefined
         : (props.customEventBus?.retentionDays ?? DEFAULT_CUSTOM_BUS_RETENTION_DAYS);
     this.classicBus = this.custom ? undefined : (props.eventBus ?? new events.EventBus(this, 'Bus'));
+    this.monitorInboxRetentionDays = readSetting(EnvVar.inboxRetentionDays, settings.monitor);
+    warnOnRelayReplayWindow(
+      this,
+      this.monitorInboxRetentionDays,
+      this.customEventBusRetentionDays,
+      () => this.classicBus,
+    );
     const fn = functionFactory(this, props);
     const dbEnvironment = (user: string) => ({
       ...database.environment(user),

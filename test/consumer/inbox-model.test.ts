@@ -40,7 +40,9 @@
  * not moving its chain on (item 1), to a parked event whose successor then waits for it; with an
  * InboxGapError counted as a handler failure (issue 46, item 2), to #2 of an aggregate whose #1
  * never reached the inbox, parked for its handler's failures after 0 of them (parkAfterAttempts 2,
- * wait-for-gap: 60 runs, seed -1353949233).
+ * wait-for-gap: 60 runs, seed -1353949233); with each handler failure counted twice in its trace,
+ * to an event failing once under a swallowing middleware and parked on its next failure
+ * (parkAfterAttempts 2: 150 runs, seed -1282648755, after 5).
  */
 import { randomUUID } from 'node:crypto';
 import middy from '@middy/core';
@@ -655,8 +657,11 @@ async function replayParked(m: Model, r: Real): Promise<void> {
   const parked = await markParkedForReplay(db.sql, { consumer: 'model' });
   for (const p of parked) {
     m.parked.delete(p.eventId);
-    const outcome = await r.handler(p.event);
-    m.log.push(`replay of parked ${p.eventId} → ${outcome}`);
+    const answered = await r.handler(p.event);
+    // Under a swallowing middleware the replay's invoke succeeds; the inbox's outcome was the error
+    // (as in `attempt`): a handler failure that counts towards parkAfterAttempts all the same.
+    const outcome = answered.startsWith('swallowed ') ? answered.slice('swallowed '.length) : answered;
+    m.log.push(`replay of parked ${p.eventId} → ${answered}`);
     // Failed again and parked again (parkAfterAttempts): a new park, counted again. One left
     // marked for replay behind a lower event that parked again is answered `parked` too, but its
     // record stays `replaying`: no new park.
@@ -786,20 +791,18 @@ const commands = fc.commands(
 );
 const initialEvents = fc.array(produce, { minLength: 2, maxLength: 6 });
 
-const configs = fc
-  .record({
-    mode: fc.constantFrom<Mode>('none', 'ignore-stale', 'process', 'park'),
-    subset: fc.boolean(),
-    /** The operator replays the failure destination newest first (the wrong order) or oldest first. */
-    newestFirst: fc.boolean(),
-    retries: fc.constantFrom<1 | 2>(2, 1),
-    swallowing: fc.boolean(),
-    parkAfterAttempts: fc.constantFrom<number | undefined>(undefined, undefined, 1, 2, 3),
-  })
-  // Not yet together: under a middleware that answers a failure with a success, an event was parked
-  // after 1 handler failure with parkAfterAttempts 2 (seed -1282648755: its failure counted twice,
-  // the trace's count and the answer's), an open finding of issue 46 left for the next session.
-  .map((c) => (c.swallowing ? { ...c, parkAfterAttempts: undefined } : c));
+// Swallowing with parkAfterAttempts: seed -1282648755's finding (an event parked after 1 handler
+// failure, parkAfterAttempts 2) was the model's own: it did not count a parked event's replay that
+// failed under the swallowing middleware (replayParked), which the inbox rightly counts.
+const configs = fc.record({
+  mode: fc.constantFrom<Mode>('none', 'ignore-stale', 'process', 'park'),
+  subset: fc.boolean(),
+  /** The operator replays the failure destination newest first (the wrong order) or oldest first. */
+  newestFirst: fc.boolean(),
+  retries: fc.constantFrom<1 | 2>(2, 1),
+  swallowing: fc.boolean(),
+  parkAfterAttempts: fc.constantFrom<number | undefined>(undefined, undefined, 1, 2, 3),
+});
 
 describe('inbox model', () => {
   it("each event delivered is applied exactly once, or recorded with its reason, through duplicates, reordering, Lambda's retries and replays", {

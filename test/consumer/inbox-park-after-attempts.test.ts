@@ -10,10 +10,12 @@
  * replay is the CLI, invoking the function through the local Lambda over HTTP.
  */
 import { randomUUID } from 'node:crypto';
+import middy from '@middy/core';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { delivery } from '../../dev/delivery.ts';
 import { InboxOptionsError, inbox } from '../../shared/consumer/index.ts';
+import { markParkedForReplay } from '../../shared/consumer/operations/index.ts';
 import { type LocalBus, startLocalBus } from '../../shared/local/bus.ts';
 import { type LocalLambda, startLocalLambda } from '../../shared/local/lambda.ts';
 import { type LocalSubscriber, startSubscriber } from '../../shared/local/subscriber.ts';
@@ -364,5 +366,79 @@ describe('what counts towards parkAfterAttempts', () => {
       if (previous === undefined) delete process.env[EnvVar.inboxParkAfterAttempts];
       else process.env[EnvVar.inboxParkAfterAttempts] = previous;
     }
+  });
+});
+
+describe('parkAfterAttempts under a middleware that answers a failure with a success', () => {
+  // The inbox model's seed -1282648755 (swallowing, parkAfterAttempts 2): a parked event's replay
+  // failed, answered for by the middleware, then its next delivery failed and parked it. Two
+  // failures since it was parked, each counted once: the trace's attempt row (written before the
+  // transaction under middy's AbortSignal) counts no handler failure, its failure write counts one.
+  it('counts each swallowed handler failure once, a failed replay included, and parks on the second', async () => {
+    let failing = true;
+    let runs = 0;
+    const handler = middy<EventBridgeEvent<string, unknown>, unknown>()
+      .use({ onError: async () => ({ handled: true }) })
+      .handler(
+        inbox(
+          { sql: db.sql, consumer: 'swallow', order: 'none', parkAfterAttempts: 2, metrics: false },
+          async (_e, { inbox: i }) => {
+            runs++;
+            await i.tx`insert into effect values ('swallow', ${`o-9#${i.metadata.sequence}`}, ${i.arrival})`;
+            if (failing) throw new Error('the handler failed (injected)');
+            return 'ok';
+          },
+        ),
+      ) as unknown as (e: EventBridgeEvent<string, unknown>, c: unknown) => Promise<unknown>;
+    const invoke = (e: EventBridgeEvent<string, unknown>) =>
+      handler({ ...e, id: randomUUID() }, lambdaContext(10_000));
+    const first = event(1);
+    const second = event(2);
+    const state = async (e: EventBridgeEvent<string, unknown>) => {
+      const [row] = await db.sql<
+        { outcome: string | null; reason: string | null; handler_failures: number | null }[]
+      >`
+        select m.outcome, m.reason, f.handler_failures
+        from (select 1) as one
+        left join inbox_message m on m.consumer = 'swallow' and m.event_id = ${eventIdOf(e)}
+        left join inbox_failed f on f.consumer = 'swallow' and f.event_id = ${eventIdOf(e)}`;
+      return row;
+    };
+
+    // 1st failure, answered for: traced once, not parked (Lambda saw a success).
+    expect(await invoke(first)).toEqual({ handled: true });
+    expect(await state(first)).toEqual({ outcome: null, reason: null, handler_failures: 1 });
+    // 2nd failure (a redelivery, as the operator's `failed replay` makes): parked, holding o-9.
+    expect(await invoke(first)).toEqual({ inbox: 'parked', eventId: eventIdOf(first) });
+    expect(await state(first)).toMatchObject({ outcome: 'parked', handler_failures: null });
+    expect((await state(first))?.reason).toMatch(/^handler failed 2 time\(s\) \(parkAfterAttempts 2\)/);
+    expect(await invoke(second)).toEqual({ inbox: 'parked', eventId: eventIdOf(second) });
+
+    // Replayed while the handler still fails: the replay's failure is answered for, counted once;
+    // the record stays marked for replay, not parked after 1 failure.
+    const marked = await markParkedForReplay(db.sql, { consumer: 'swallow' });
+    expect(marked.map((p) => p.sequence)).toEqual([1, 2]);
+    expect(await invoke(marked[0]?.event as EventBridgeEvent<string, unknown>)).toEqual({ handled: true });
+    expect(await state(first)).toMatchObject({ outcome: 'replaying', handler_failures: 1 });
+    // #2 stays behind #1, its handler not run.
+    const before = runs;
+    expect(await invoke(marked[1]?.event as EventBridgeEvent<string, unknown>)).toEqual({
+      inbox: 'parked',
+      eventId: eventIdOf(second),
+    });
+    expect(runs).toBe(before);
+    // Its next delivery fails again: 2 failures since it was parked, parked again.
+    expect(await invoke(first)).toEqual({ inbox: 'parked', eventId: eventIdOf(first) });
+    expect(await state(first)).toMatchObject({ outcome: 'parked', handler_failures: null });
+    expect((await state(first))?.reason).toMatch(/^handler failed 2 time\(s\) \(parkAfterAttempts 2\)/);
+    // 1 + 1 + 1 + 1 handler runs, no effect committed.
+    expect(runs).toBe(4);
+    expect(await effects('swallow')).toEqual([]);
+
+    // Fixed and replayed in order: each applied once.
+    failing = false;
+    for (const p of await markParkedForReplay(db.sql, { consumer: 'swallow' })) await invoke(p.event);
+    expect(await effects('swallow')).toEqual(['o-9#1 replayed', 'o-9#2 replayed']);
+    expect(await db.sql`select * from inbox_failed where consumer = 'swallow'`).toEqual([]);
   });
 });

@@ -577,10 +577,16 @@ describe('OutboxConsumer on a Custom Event Bus', () => {
  * promises replays that would apply nothing: refused at synthesis, naming the setting.
  */
 describe('the Custom Event Bus retention against the consumer inbox retention', () => {
-  function consumerOf(busDays: number | undefined, props: Partial<OutboxConsumerProps> = {}) {
-    const { stack, outbox, vpc, sg, proxy } = relay(
-      busDays === undefined ? {} : { customEventBus: { retentionDays: busDays } },
-    );
+  function consumerOf(
+    busDays: number | undefined,
+    props: Partial<OutboxConsumerProps> = {},
+    monitorDays: number | undefined = undefined,
+  ) {
+    const { stack, outbox, vpc, sg, proxy } = relay({
+      ...(busDays === undefined ? {} : { customEventBus: { retentionDays: busDays } }),
+      // The monitor prunes this consumer's inbox (the same database): no sooner than it keeps records.
+      ...(monitorDays === undefined ? {} : { monitorSettings: { inboxRetentionDays: monitorDays } }),
+    });
     const fn = new lambda.Function(stack, 'Billing', {
       runtime: lambda.Runtime.NODEJS_24_X,
       handler: 'index.handler',
@@ -612,10 +618,14 @@ describe('the Custom Event Bus retention against the consumer inbox retention', 
     expect((error as Error).message).toMatch(/45 days.*inboxRetentionDays 30/s);
   });
 
-  it('takes the default bus (7 days), a bus of 30, and 45 days with inboxRetentionDays 60 (in the environment)', () => {
+  it('takes the default bus (7 days), a bus of 30, and 45 days with inboxRetentionDays 60 (in the environment) and the monitor at 60', () => {
     expect(consumerOf(undefined).environment.OUTBOX_INBOX_RETENTION_DAYS).toBe('30');
     expect(() => consumerOf(30)).not.toThrow();
-    expect(consumerOf(45, { inboxRetentionDays: 60 }).environment.OUTBOX_INBOX_RETENTION_DAYS).toBe('60');
+    expect(consumerOf(45, { inboxRetentionDays: 60 }, 60).environment.OUTBOX_INBOX_RETENTION_DAYS).toBe('60');
+    // The monitor at its default 30 would prune the records the consumer counts on for 60 days.
+    expect(() => consumerOf(45, { inboxRetentionDays: 60 })).toThrow(
+      expect.objectContaining({ variable: 'monitorSettings.inboxRetentionDays' }),
+    );
   });
 
   it('refuses inboxRetentionDays out of 2–3650, naming it', () => {
