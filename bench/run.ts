@@ -16,7 +16,8 @@
  * `--instructions-events n` (the enqueue-instructions section's transactions per step), the deployed
  * sections' short form for a busy machine (`--lag-rates 1000`, `--buses classic`, `--lag-seconds 70`,
  * `--lag-trace`: each event's claim recorded and the lag split at it, `--scale-rows 20000`,
- * `--scale-relays 1,4`; `--baseline` runs the other checkout's bundle beside this one's), `--only a,b` or
+ * `--scale-relays 1,4`; `--baseline` runs the other checkout's bundle beside this one's, `--variant
+ * K=V,K=V` this one's with other relay variables), `--only a,b` or
  * `--only a --only b` (run only these sections: relay, rounds, peers, profile, grid, lag, claim,
  * producer, bus-kind, bundle, lambda, scale, lambda-lag, lambda-scale, db-cost, enqueue-anatomy,
  * enqueue-instructions (needs valgrind); and economy, which runs only when
@@ -70,6 +71,8 @@ const { values } = parseArgs({
     'scale-rows': { type: 'string' },
     /** `lambda-scale`: relay counts, comma-separated (default 1,2,4). */
     'scale-relays': { type: 'string' },
+    /** Deployed sections: this checkout's bundle again with relay variables `K=V,K=V` (repeatable). */
+    variant: { type: 'string', multiple: true },
   },
 });
 
@@ -120,8 +123,8 @@ const SECTIONS: Section[] = [
       // Each checkout's bundle (this one, and --baseline's) at each rate and bus, side by side.
       const runs = [];
       for (const run of bench.params.lambdaLagRuns)
-        for (const checkout of bench.checkouts)
-          runs.push(await lambdaLag(bench.deployedContext(checkout), { ...bench.params.lambdaLag, ...run }));
+        for (const ctx of bench.deployedContexts())
+          runs.push(await lambdaLag(ctx, { ...bench.params.lambdaLag, ...run }));
       bench.results.lambdaLag = runs;
       bench.report(lambdaLagSummary(runs));
     },
@@ -130,10 +133,7 @@ const SECTIONS: Section[] = [
     names: ['lambda-scale'],
     bundle: true,
     run: async (bench) => {
-      bench.results.lambdaScale = await lambdaScale(
-        bench.checkouts.map((c) => bench.deployedContext(c)),
-        bench.params.lambdaScale,
-      );
+      bench.results.lambdaScale = await lambdaScale(bench.deployedContexts(), bench.params.lambdaScale);
     },
   },
   {
@@ -196,6 +196,12 @@ const bench = await openBench({
   only: values.only ? new Set(values.only.flatMap((o) => o.split(','))) : undefined,
   baselineDir: values.baseline ? `${resolve(values.baseline)}/` : undefined,
   schedulerDelay: values['scheduler-delay'],
+  variants: values.variant?.map((v) => {
+    const entries = v.split(',').map((kv) => kv.split('='));
+    if (entries.some((e) => e.length !== 2 || !/^[A-Z_][A-Z0-9_]*$/.test(e[0] as string)))
+      throw new Error(`--variant: ${JSON.stringify(v)} is not K=V,K=V`);
+    return Object.fromEntries(entries) as Record<string, string>;
+  }),
   deployed: {
     lagRates: counts('lag-rates', values['lag-rates']),
     lagBuses: buses,

@@ -31,8 +31,10 @@ import { load } from '../support/report.ts';
 export interface DeployedBenchContext {
   /** A `cdk synth` output folder of the checkout measured. */
   cdkOut: string;
-  /** Which checkout's bundle: `this checkout`, or `baseline <commit>` (`--baseline`). */
+  /** Which checkout's bundle: `this checkout`, or `baseline <commit>` (`--baseline`), with its `--variant`. */
   checkout: string;
+  /** Variables set on the relay function over the template's (`--variant`), to compare settings side by side. */
+  relayEnvironment?: Record<string, string>;
   databaseUrl: string;
   /** The database's name (for `pg_stat_activity`). */
   database: string;
@@ -137,7 +139,10 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
     serviceOptions(
       relay,
       { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url },
-      { coldStartExtraMs: o.coldStartExtraMs, environment: busEnvironment(busKind, ctx.bus.url) },
+      {
+        coldStartExtraMs: o.coldStartExtraMs,
+        environment: { ...busEnvironment(busKind, ctx.bus.url), ...ctx.relayEnvironment },
+      },
     ),
   );
   const periodMs = schedule.periodSeconds * 1000;

@@ -67,8 +67,8 @@ export async function lambdaScale(
   o: LambdaScaleOptions,
 ): Promise<LambdaScaleRow[]> {
   const rows: LambdaScaleRow[] = [];
+  // Each checkout's drain right after the other's: both meet the same machine.
   for (const busKind of o.busKinds)
-    // Each checkout's drain right after the other's: both meet the same machine.
     for (const k of o.relays) for (const ctx of contexts) rows.push(await drain(ctx, o, busKind, k));
   report(contexts[0] as DeployedBenchContext, o, rows);
   return rows;
@@ -109,7 +109,10 @@ async function drain(
       serviceOptions(
         relay,
         { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url },
-        { coldStartExtraMs: o.coldStartExtraMs, environment: busEnvironment(busKind, ctx.bus.url) },
+        {
+          coldStartExtraMs: o.coldStartExtraMs,
+          environment: { ...busEnvironment(busKind, ctx.bus.url), ...ctx.relayEnvironment },
+        },
       ),
     );
     const errors: unknown[] = [];

@@ -27,6 +27,11 @@ export interface BenchOptions {
   schedulerDelay: string;
   /** The deployed sections' knobs (`--lag-rates`, `--lag-seconds`, `--scale-rows`…). */
   deployed?: DeployedOverrides;
+  /**
+   * `--variant 'K=V,K=V'`: this checkout's bundle again with these relay variables, beside the
+   * others in the deployed sections (settings compared side by side in one run).
+   */
+  variants?: Record<string, string>[];
 }
 
 /** Opens the bench: creates its database, starts the bus, measures nothing yet. */
@@ -52,9 +57,17 @@ export async function openBench(options: BenchOptions) {
    * The context of the deployed sections (bench/sections/lambda-lag.ts and those after it), for
    * this checkout's bundle or another's (`--baseline`).
    */
-  const deployedContext = (checkout: Checkout = relay.checkouts[0] as Checkout): DeployedBenchContext => ({
+  const deployedContext = (
+    checkout: Checkout = relay.checkouts[0] as Checkout,
+    relayEnvironment?: Record<string, string>,
+  ): DeployedBenchContext => ({
     cdkOut: bundles.cdkOuts.get(checkout.dir) as string,
-    checkout: checkout.label,
+    checkout: relayEnvironment
+      ? `${checkout.label}, ${Object.entries(relayEnvironment)
+          .map(([k, v]) => `${k}=${v}`)
+          .join(' ')}`
+      : checkout.label,
+    relayEnvironment,
     databaseUrl: env.dbUrl,
     database: env.dbName,
     sql: env.sql,
@@ -89,6 +102,11 @@ export async function openBench(options: BenchOptions) {
     measureFixedCpu,
     ...bundles,
     deployedContext,
+    /** The deployed sections' bundles: each checkout's, then this one's with each `--variant`. */
+    deployedContexts: (): DeployedBenchContext[] => [
+      ...relay.checkouts.map((c) => deployedContext(c)),
+      ...(options.variants ?? []).map((v) => deployedContext(relay.checkouts[0] as Checkout, v)),
+    ],
     finish,
   };
 }
