@@ -89,6 +89,11 @@ export interface LambdaLagFigures {
   max: number;
   overOneSecondShare: number;
   /**
+   * The lag's p99 per 10 s of commit time, from the producer's start: whether the tail is one
+   * stall, waves of backlog, or spread over the run.
+   */
+  p99By10s: number[];
+  /**
    * Where the tail goes: the events committed around an invocation's start (from 1 s before it to
    * 5 s after, when a new invocation opens its pool and starts claiming, or while no invocation
    * ran) against the rest, with their lag percentiles, and the share of the events above the run's
@@ -215,6 +220,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
       p99: percentile(lags, 99),
       max: percentile(lags, 100),
       overOneSecondShare: lags.filter((l) => l > 1_000).length / Math.max(1, lags.length),
+      p99By10s: p99ByWindow(lags, committed, scheduler.start + 5_000, 10_000),
       breakdown: {
         ...lagBreakdown(lags, committed, service.records, service.starts),
         ...(claimedAt ? { claim: claimSplit(lags, committed, received, ids, claimedAt) } : {}),
@@ -252,7 +258,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
 |---|---|---|---|---|---|---|---|---|---|
 | \`${f.schedule}\`, ${f.timeoutSeconds} s | ${f.offered} | ${f.delivered} | ${f.p50} ms | ${f.p90} ms | ${f.p99} ms | ${f.max} ms | ${(f.overOneSecondShare * 100).toFixed(1)} % | ${f.peakRelayConnections} | ${f.peakConcurrentInvocations} |
 
-Where the lag goes: events committed from 1 s before an invocation's start to 5 s after it (or while none ran): ${f.breakdown.boundary.events}, p50 ${f.breakdown.boundary.p50} ms, p99 ${f.breakdown.boundary.p99} ms, max ${f.breakdown.boundary.max} ms; the rest: ${f.breakdown.steady.events}, p50 ${f.breakdown.steady.p50} ms, p99 ${f.breakdown.steady.p99} ms, max ${f.breakdown.steady.max} ms; of the events above the p99, ${(f.breakdown.tailAtBoundaryShare * 100).toFixed(0)} % were committed around a start. The relay's summaries: ${f.breakdown.passes} passes, ${f.breakdown.eventsPerPass} events per pass, ${f.breakdown.putEventsCalls} PutEvents calls of ${f.breakdown.meanPutEventsMs} ms on average.${claimSplitText(f.breakdown.claim)}
+Where the lag goes: events committed from 1 s before an invocation's start to 5 s after it (or while none ran): ${f.breakdown.boundary.events}, p50 ${f.breakdown.boundary.p50} ms, p99 ${f.breakdown.boundary.p99} ms, max ${f.breakdown.boundary.max} ms; the rest: ${f.breakdown.steady.events}, p50 ${f.breakdown.steady.p50} ms, p99 ${f.breakdown.steady.p99} ms, max ${f.breakdown.steady.max} ms; of the events above the p99, ${(f.breakdown.tailAtBoundaryShare * 100).toFixed(0)} % were committed around a start. The relay's summaries: ${f.breakdown.passes} passes, ${f.breakdown.eventsPerPass} events per pass, ${f.breakdown.putEventsCalls} PutEvents calls of ${f.breakdown.meanPutEventsMs} ms on average.${claimSplitText(f.breakdown.claim)} The p99 in each 10 s from the producer's start: ${f.p99By10s.join(', ')} ms.
 
 Invocations (s from the schedule's start; scheduled every ${periodMs / 1000} s, each 0–${o.schedulerJitterMs / 1000} s late${o.lateInvocation ? `, invocation ${o.lateInvocation.k + 1} a further ${o.lateInvocation.ms / 1000} s` : ''}; a new environment waits ${o.coldStartExtraMs} ms for its sandbox, then really starts and imports the bundle): ${f.invocations
       .map(
@@ -264,6 +270,21 @@ Invocations (s from the schedule's start; scheduled every ${periodMs / 1000} s, 
       )}. The bundle is the one \`cdk synth\` wrote, with the template's environment, memory and timeout; RDS Proxy and IAM are not here (a direct connection, the pooler settings kept). Connections: \`pg_stat_activity\` rows of the relay's application name, sampled every 100 ms.`,
   );
   return figures;
+}
+
+/** The lag's p99 in each `windowMs` of commit time from `from`. */
+function p99ByWindow(
+  lags: readonly number[],
+  committed: readonly number[],
+  from: number,
+  windowMs: number,
+): number[] {
+  const windows: number[][] = [];
+  lags.forEach((lag, i) => {
+    const w = Math.max(0, Math.floor(((committed[i] as number) - from) / windowMs));
+    (windows[w] ??= []).push(lag);
+  });
+  return Array.from(windows, (xs) => percentile(xs ?? [], 99));
 }
 
 /** The lag split by where an event was committed (see {@link LambdaLagFigures.breakdown}). */
