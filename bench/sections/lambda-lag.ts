@@ -155,7 +155,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
   const connections = sampleConnections(ctx.sql, ctx.database, ServiceName.relay);
   const errors: unknown[] = [];
   ctx.log(
-    `lambda-lag (${ctx.checkout}): ${busKind} bus, ${schedule.expression}, timeout ${relay.timeoutSeconds} s, ${o.ratePerSecond} events/s across ${o.boundaries} boundaries`,
+    `lambda-lag (${ctx.checkout}): ${busKind} bus, ${schedule.expression}, timeout ${relay.timeoutSeconds} s, ${o.ratePerSecond} events/s ${o.durationSeconds === undefined ? `across ${o.boundaries} boundaries` : `for ${o.durationSeconds} s`}`,
   );
   const scheduler = runSchedule(service, periodMs, schedule.input, delay, (e) => errors.push(e));
   let figures: LambdaLagFigures;
@@ -252,7 +252,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
   }));
   const f = figures;
   ctx.report(
-    `### Commit-to-bus lag as deployed (${ctx.checkout}): the relay bundle on its schedule, ${busKind === 'classic' ? 'classic event bus' : 'Custom Event Bus (100 entries per call)'}, ${o.ratePerSecond} events/s, ${o.busLatencyMs} ms bus latency, ${o.boundaries} invocation boundaries
+    `### Commit-to-bus lag as deployed (${ctx.checkout}): the relay bundle on its schedule, ${busKind === 'classic' ? 'classic event bus' : 'Custom Event Bus (100 entries per call)'}, ${o.ratePerSecond} events/s, ${o.busLatencyMs} ms bus latency, ${o.durationSeconds === undefined ? `${o.boundaries} invocation boundaries` : `${o.durationSeconds} s`}
 
 | schedule, timeout | offered | delivered | p50 | p90 | p99 | max | over 1 s | peak relay connections | peak invocations at once |
 |---|---|---|---|---|---|---|---|---|---|

@@ -183,10 +183,11 @@ export function sampleConnections(
   let running = true;
   const loop = (async () => {
     while (running) {
+      // A sample that fails (the shared server out of lock slots, say) is skipped, not fatal.
       const [row] = await sql<{ n: number }[]>`
         select count(*)::int as n from pg_stat_activity
-        where datname = ${database} and application_name = ${applicationName}`;
-      samples.push([Date.now(), row?.n ?? 0]);
+        where datname = ${database} and application_name = ${applicationName}`.catch(() => [undefined]);
+      if (row) samples.push([Date.now(), row.n]);
       await sleep(everyMs);
     }
   })();
@@ -317,7 +318,9 @@ export function sampleCpu(
   const sampleOnce = async () => {
     read(pids(), fns, started);
     const rows = await sql<{ pid: number }[]>`
-      select pid from pg_stat_activity where datname = ${database} and backend_type = 'client backend'`;
+      select pid from pg_stat_activity where datname = ${database} and backend_type = 'client backend'`.catch(
+      () => [],
+    );
     read(
       rows.map((r) => r.pid),
       backends,
