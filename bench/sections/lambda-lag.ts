@@ -282,7 +282,9 @@ function p99ByWindow(
   const windows: number[][] = [];
   lags.forEach((lag, i) => {
     const w = Math.max(0, Math.floor(((committed[i] as number) - from) / windowMs));
-    (windows[w] ??= []).push(lag);
+    const xs = windows[w] ?? [];
+    xs.push(lag);
+    windows[w] = xs;
   });
   return Array.from(windows, (xs) => percentile(xs ?? [], 99));
 }

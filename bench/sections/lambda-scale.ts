@@ -7,7 +7,9 @@
  * extra relays through the real Lambda client, against a local Invoke endpoint that hands each
  * asynchronous invocation to the relay's environments (a new one, cold, when all are busy).
  * `maxRelays` is set through the monitor's OUTBOX_MAX_RELAYS, with OUTBOX_BACKLOG_PER_RELAY 1 so
- * that the backlog asks for all of them.
+ * that the backlog asks for all of them. Each drain's CPU is read from /proc (the relay processes,
+ * this database's Postgres backends, the bus) with the machine's idle share: whether the relays
+ * or the machine's cores are the ceiling.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startLocalLambda } from '../../shared/local/lambda.ts';
@@ -95,111 +97,109 @@ async function drain(
   const relayInput = scheduleOf(relay.logicalId).input;
   const monitorPeriodMs = scheduleOf(monitor.logicalId).periodSeconds * 1000;
   const monitorInput = scheduleOf(monitor.logicalId).input;
-  {
-    await ctx.sql`truncate outbox.outbox, outbox.outbox_aggregate`;
-    await ctx.sql`
+  await ctx.sql`truncate outbox.outbox, outbox.outbox_aggregate`;
+  await ctx.sql`
       insert into outbox.outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload)
       select 'order', g::text, 1, 'OrderPlaced', 'bench.orders', jsonb_build_object('orderId', g, 'total', g * 3)
       from generate_series(1, ${o.rows}) g`;
-    await ctx.sql`vacuum analyze outbox`;
-    await ctx.bus.reset();
-    await ctx.bus.setFaults({ latencyMs: o.busLatencyMs });
+  await ctx.sql`vacuum analyze outbox`;
+  await ctx.bus.reset();
+  await ctx.bus.setFaults({ latencyMs: o.busLatencyMs });
 
-    const relays = new LambdaService(
-      serviceOptions(
-        relay,
-        { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url },
-        {
-          coldStartExtraMs: o.coldStartExtraMs,
-          environment: { ...busEnvironment(busKind, ctx.bus.url), ...ctx.relayEnvironment },
-        },
-      ),
-    );
-    const errors: unknown[] = [];
-    const lambda = await startLocalLambda({
-      onInvoke: (i) => {
-        if (i.functionName !== relayName) errors.push(new Error(`invoked ${i.functionName}`));
-        else relays.invoke(i.payload).catch((e: unknown) => errors.push(e));
+  const relays = new LambdaService(
+    serviceOptions(
+      relay,
+      { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url },
+      {
+        coldStartExtraMs: o.coldStartExtraMs,
+        environment: { ...busEnvironment(busKind, ctx.bus.url), ...ctx.relayEnvironment },
       },
-    });
-    const monitors = new LambdaService(
-      serviceOptions(
-        monitor,
-        { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url, lambdaUrl: lambda.url },
-        {
-          coldStartExtraMs: o.coldStartExtraMs,
-          environment: { OUTBOX_MAX_RELAYS: String(k), OUTBOX_BACKLOG_PER_RELAY: '1' },
-        },
-      ),
-    );
-    const connections = sampleConnections(ctx.sql, ctx.database, ServiceName.relay);
-    const cpu = sampleCpu(
-      ctx.sql,
-      ctx.database,
-      () => relays.pids,
-      () => ctx.bus.cpuMs(),
-    );
-    let cpuStopped = false;
-    ctx.log(
-      `lambda-scale (${ctx.checkout}): ${busKind} bus, ${o.rows} events, up to ${k} relay(s), ${o.busLatencyMs} ms bus`,
-    );
-    const started = Date.now();
-    let drainedAt: number | undefined;
-    // Both schedules fire at the same moments, on time (Scheduler invokes asynchronously); the
-    // drain may outlast a period, and then the next invocations join as they would deployed.
-    const onError = (e: unknown) => errors.push(e);
-    const relaySchedule = runSchedule(relays, relayPeriodMs, relayInput, () => 0, onError);
-    const monitorSchedule = runSchedule(monitors, monitorPeriodMs, monitorInput, () => 0, onError);
-    try {
-      while (Date.now() - started < o.drainTimeoutMs) {
-        if (errors.length > 0) throw errors[0];
-        if ((await ctx.bus.stats()).accepted >= o.rows) {
-          drainedAt = Date.now();
-          break;
-        }
-        await sleep(100);
+    ),
+  );
+  const errors: unknown[] = [];
+  const lambda = await startLocalLambda({
+    onInvoke: (i) => {
+      if (i.functionName !== relayName) errors.push(new Error(`invoked ${i.functionName}`));
+      else relays.invoke(i.payload).catch((e: unknown) => errors.push(e));
+    },
+  });
+  const monitors = new LambdaService(
+    serviceOptions(
+      monitor,
+      { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url, lambdaUrl: lambda.url },
+      {
+        coldStartExtraMs: o.coldStartExtraMs,
+        environment: { OUTBOX_MAX_RELAYS: String(k), OUTBOX_BACKLOG_PER_RELAY: '1' },
+      },
+    ),
+  );
+  const connections = sampleConnections(ctx.sql, ctx.database, ServiceName.relay);
+  const cpu = sampleCpu(
+    ctx.sql,
+    ctx.database,
+    () => relays.pids,
+    () => ctx.bus.cpuMs(),
+  );
+  let cpuStopped = false;
+  ctx.log(
+    `lambda-scale (${ctx.checkout}): ${busKind} bus, ${o.rows} events, up to ${k} relay(s), ${o.busLatencyMs} ms bus`,
+  );
+  const started = Date.now();
+  let drainedAt: number | undefined;
+  // Both schedules fire at the same moments, on time (Scheduler invokes asynchronously); the
+  // drain may outlast a period, and then the next invocations join as they would deployed.
+  const onError = (e: unknown) => errors.push(e);
+  const relaySchedule = runSchedule(relays, relayPeriodMs, relayInput, () => 0, onError);
+  const monitorSchedule = runSchedule(monitors, monitorPeriodMs, monitorInput, () => 0, onError);
+  try {
+    while (Date.now() - started < o.drainTimeoutMs) {
+      if (errors.length > 0) throw errors[0];
+      if ((await ctx.bus.stats()).accepted >= o.rows) {
+        drainedAt = Date.now();
+        break;
       }
-      if (drainedAt === undefined) throw new Error(`lambda-scale: not drained within ${o.drainTimeoutMs} ms`);
-      cpuStopped = true;
-      const used = await cpu.stop();
-      relaySchedule.stop();
-      monitorSchedule.stop();
-      // The monitor's invocations take seconds; their summaries say how many extras they started.
-      while (monitors.running > 0) await sleep(100);
-      const failed = monitors.records.find((r) => r.outcome.type !== 'result');
-      if (failed) throw new Error(`lambda-scale: a monitor invocation failed: ${failed.outcome.error}`);
-      const extras = monitors.records.reduce(
-        (n, r) =>
-          n + ((r.outcome.result as { scaleOut?: { started: number } } | undefined)?.scaleOut?.started ?? 0),
-        0,
-      );
-      const seconds = (drainedAt - started) / 1000;
-      const perEvent = (ms: number) => Math.round((ms * 1000) / o.rows);
-      return {
-        checkout: ctx.checkout,
-        bus: busKind,
-        relays: k,
-        drainSeconds: Number(seconds.toFixed(1)),
-        eventsPerSecond: Math.round(o.rows / seconds),
-        relayInvocations: relays.records.length + relays.running,
-        peakRelaysAtOnce: relays.peakConcurrency,
-        extraRelaysStarted: extras,
-        peakConnections: connections.peak(),
-        coldStarts: relays.environmentsCreated,
-        relayCpuUsPerEvent: perEvent(used.functionMs),
-        postgresCpuUsPerEvent: perEvent(used.postgresMs),
-        busCpuUsPerEvent: perEvent(used.busMs),
-        idleShare: Number(used.idleShare.toFixed(2)),
-      };
-    } finally {
-      if (!cpuStopped) await cpu.stop().catch(() => {});
-      relaySchedule.stop();
-      monitorSchedule.stop();
-      await connections.stop();
-      await relays.stop({ wait: false });
-      await monitors.stop({ wait: false });
-      await lambda.close();
+      await sleep(100);
     }
+    if (drainedAt === undefined) throw new Error(`lambda-scale: not drained within ${o.drainTimeoutMs} ms`);
+    cpuStopped = true;
+    const used = await cpu.stop();
+    relaySchedule.stop();
+    monitorSchedule.stop();
+    // The monitor's invocations take seconds; their summaries say how many extras they started.
+    while (monitors.running > 0) await sleep(100);
+    const failed = monitors.records.find((r) => r.outcome.type !== 'result');
+    if (failed) throw new Error(`lambda-scale: a monitor invocation failed: ${failed.outcome.error}`);
+    const extras = monitors.records.reduce(
+      (n, r) =>
+        n + ((r.outcome.result as { scaleOut?: { started: number } } | undefined)?.scaleOut?.started ?? 0),
+      0,
+    );
+    const seconds = (drainedAt - started) / 1000;
+    const perEvent = (ms: number) => Math.round((ms * 1000) / o.rows);
+    return {
+      checkout: ctx.checkout,
+      bus: busKind,
+      relays: k,
+      drainSeconds: Number(seconds.toFixed(1)),
+      eventsPerSecond: Math.round(o.rows / seconds),
+      relayInvocations: relays.records.length + relays.running,
+      peakRelaysAtOnce: relays.peakConcurrency,
+      extraRelaysStarted: extras,
+      peakConnections: connections.peak(),
+      coldStarts: relays.environmentsCreated,
+      relayCpuUsPerEvent: perEvent(used.functionMs),
+      postgresCpuUsPerEvent: perEvent(used.postgresMs),
+      busCpuUsPerEvent: perEvent(used.busMs),
+      idleShare: Number(used.idleShare.toFixed(2)),
+    };
+  } finally {
+    if (!cpuStopped) await cpu.stop().catch(() => {});
+    relaySchedule.stop();
+    monitorSchedule.stop();
+    await connections.stop();
+    await relays.stop({ wait: false });
+    await monitors.stop({ wait: false });
+    await lambda.close();
   }
 }
 
