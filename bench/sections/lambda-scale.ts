@@ -11,6 +11,7 @@
  * this database's Postgres backends, the bus) with the machine's idle share: whether the relays
  * or the machine's cores are the ceiling.
  */
+import { cpus } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startLocalLambda } from '../../shared/local/lambda.ts';
 import { LambdaService } from '../../shared/local/lambda-runtime/lambda-service.ts';
@@ -61,6 +62,9 @@ export interface LambdaScaleRow {
   postgresCpuUsPerEvent: number;
   busCpuUsPerEvent: number;
   idleShare: number;
+  /** Cores the drain's own processes kept busy on average (relays, Postgres, bus), and the machine's busy cores (anyone's). */
+  drainCores: number;
+  busyCores: number;
 }
 
 /** Runs the drains and reports their table. */
@@ -191,6 +195,8 @@ async function drain(
       postgresCpuUsPerEvent: perEvent(used.postgresMs),
       busCpuUsPerEvent: perEvent(used.busMs),
       idleShare: Number(used.idleShare.toFixed(2)),
+      drainCores: Number(((used.functionMs + used.postgresMs + used.busMs) / 1000 / seconds).toFixed(2)),
+      busyCores: Number(used.busyCores.toFixed(2)),
     };
   } finally {
     if (!cpuStopped) await cpu.stop().catch(() => {});
@@ -211,15 +217,15 @@ function report(ctx: DeployedBenchContext, o: LambdaScaleOptions, rows: LambdaSc
   ctx.report(
     `### Draining a ${o.rows.toLocaleString('en')}-event backlog as deployed, ${o.busLatencyMs} ms bus latency: the scheduled relay and the extra relays the monitor starts
 
-| ${checkouts ? 'checkout | ' : ''}bus | relays (maxRelays) | drained in | events/s | speed-up | relays at once (peak) | extra relays the monitor started | relay connections (peak) | relay CPU per event | Postgres CPU per event | bus CPU per event | machine idle |
-|---|---|---|---|---|---|---|---|---|---|---|---|${checkouts ? '---|' : ''}
+| ${checkouts ? 'checkout | ' : ''}bus | relays (maxRelays) | drained in | events/s | speed-up | relays at once (peak) | extra relays the monitor started | relay connections (peak) | relay CPU per event | Postgres CPU per event | bus CPU per event | cores busy: the drain's / the machine's | machine idle |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|${checkouts ? '---|' : ''}
 ${rows
   .map(
     (r) =>
-      `| ${checkouts ? `${r.checkout} | ` : ''}${r.bus === 'classic' ? 'classic' : 'Custom Event Bus'} | ${r.relays} | ${r.drainSeconds} s | ${r.eventsPerSecond} | ${(r.eventsPerSecond / single(r)).toFixed(2)}× | ${r.peakRelaysAtOnce} | ${r.extraRelaysStarted} | ${r.peakConnections} | ${r.relayCpuUsPerEvent} µs | ${r.postgresCpuUsPerEvent} µs | ${r.busCpuUsPerEvent} µs | ${Math.round(r.idleShare * 100)} % |`,
+      `| ${checkouts ? `${r.checkout} | ` : ''}${r.bus === 'classic' ? 'classic' : 'Custom Event Bus'} | ${r.relays} | ${r.drainSeconds} s | ${r.eventsPerSecond} | ${(r.eventsPerSecond / single(r)).toFixed(2)}× | ${r.peakRelaysAtOnce} | ${r.extraRelaysStarted} | ${r.peakConnections} | ${r.relayCpuUsPerEvent} µs | ${r.postgresCpuUsPerEvent} µs | ${r.busCpuUsPerEvent} µs | ${r.drainCores} / ${r.busyCores} | ${Math.round(r.idleShare * 100)} % |`,
   )
   .join('\n')}
 
-The relay and monitor bundles from \`cdk synth\`, with the template's environment, memory and timeout; both schedules fire together, on time, every period until the drain is over, and the monitor (OUTBOX_MAX_RELAYS set to the row's figure, OUTBOX_BACKLOG_PER_RELAY 1) starts the extra relays through \`@aws-sdk/client-lambda\` against a local Invoke endpoint; an invocation that finds no idle environment starts a new one (a cold start: ${o.coldStartExtraMs} ms of sandbox, then a real process start and import). "Relays at once" may exceed maxRelays by one: a drain longer than a period meets the scheduled relay's successor while its predecessor still polls. "Drained in": from the schedules' firing to the bus holding every event. All relays share this machine's cores (in Lambda each has its own share of a vCPU). CPU per event: user + system time from /proc during the drain, divided by the events: the relay processes' (cold starts included), this database's Postgres backends' (every session on it: relays, monitor, the bench's sampling), the bus's; "machine idle" is the idle share of all cores (/proc/stat) over the drain: near 0 %, the machine's CPU is the ceiling, not the relays.`,
+The relay and monitor bundles from \`cdk synth\`, with the template's environment, memory and timeout; both schedules fire together, on time, every period until the drain is over, and the monitor (OUTBOX_MAX_RELAYS set to the row's figure, OUTBOX_BACKLOG_PER_RELAY 1) starts the extra relays through \`@aws-sdk/client-lambda\` against a local Invoke endpoint; an invocation that finds no idle environment starts a new one (a cold start: ${o.coldStartExtraMs} ms of sandbox, then a real process start and import). "Relays at once" may exceed maxRelays by one: a drain longer than a period meets the scheduled relay's successor while its predecessor still polls. "Drained in": from the schedules' firing to the bus holding every event. All relays share this machine's cores (in Lambda each has its own share of a vCPU). CPU per event: user + system time from /proc during the drain, divided by the events: the relay processes' (cold starts included), this database's Postgres backends' (every session on it: relays, monitor, the bench's sampling), the bus's; "cores busy": those three together, and the whole machine's (/proc/stat, anyone's work), on average over the drain; "machine idle": the idle share of all ${cpus().length} cores. Near 0 % idle, the machine's CPU is the ceiling, not the relays.`,
   );
 }

@@ -6,6 +6,7 @@
  * steady producer and the database's connections counted from `pg_stat_activity`.
  */
 import { readFileSync } from 'node:fs';
+import { cpus } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type {
   LambdaService,
@@ -281,15 +282,17 @@ function machineCpu(): { idle: number; total: number } {
 export interface CpuFigures {
   /** The function's processes (its environments, cold starts included). */
   functionMs: number;
-  /** The server's backends of this database (every session: the relays', the monitor's, the bench's). */
+  /** The server's processes on this database (every session: the relays', the monitor's, the bench's; autovacuum's). */
   postgresMs: number;
   busMs: number;
   idleShare: number;
+  /** The machine's cores busy on average over the run (anyone's work). */
+  busyCores: number;
 }
 
 /**
  * Samples, every `everyMs` until stopped, the CPU of a function's processes (`pids`), of this
- * database's Postgres backends (`pg_stat_activity`, read from /proc: the server runs on this
+ * database's Postgres processes (`pg_stat_activity`, read from /proc: the server runs on this
  * machine) and of the bus, and the machine's idle time. A process that appears counts from 0; one
  * that exits keeps what it had used at its last sample. Linux only.
  */
@@ -318,9 +321,7 @@ export function sampleCpu(
   const sampleOnce = async () => {
     read(pids(), fns, started);
     const rows = await sql<{ pid: number }[]>`
-      select pid from pg_stat_activity where datname = ${database} and backend_type = 'client backend'`.catch(
-      () => [],
-    );
+      select pid from pg_stat_activity where datname = ${database}`.catch(() => []);
     read(
       rows.map((r) => r.pid),
       backends,
@@ -347,6 +348,9 @@ export function sampleCpu(
         postgresMs: sum(backends),
         busMs: busCpuMs() - busStart,
         idleShare: (machine.idle - machineStart.idle) / Math.max(1, machine.total - machineStart.total),
+        busyCores:
+          (cpus().length * (machine.total - machineStart.total - (machine.idle - machineStart.idle))) /
+          Math.max(1, machine.total - machineStart.total),
       };
     },
   };
