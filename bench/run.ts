@@ -13,7 +13,11 @@
  *
  * Options: `--full` (more rows and repeats, the peer tuning grid), `--scheduler-delay none` (the
  * lambda-lag section without its model of Scheduler's delays and cold starts),
- * `--instructions-events n` (the enqueue-instructions section's transactions per step), `--only a,b` or
+ * `--instructions-events n` (the enqueue-instructions section's transactions per step), the deployed
+ * sections' short form for a busy machine (`--lag-rates 1000`, `--buses classic`, `--lag-seconds 70`,
+ * `--lag-trace`: each event's claim recorded and the lag split at it, `--scale-rows 20000`,
+ * `--scale-relays 1,4`; `--baseline` runs the other checkout's bundle beside this one's, `--variant
+ * K=V,K=V` this one's with other relay variables), `--only a,b` or
  * `--only a --only b` (run only these sections: relay, rounds, peers, profile, grid, lag, claim,
  * producer, bus-kind, bundle, lambda, scale, lambda-lag, lambda-scale, db-cost, enqueue-anatomy,
  * enqueue-instructions (needs valgrind); and economy, which runs only when
@@ -33,7 +37,7 @@ import { enqueueInstructions } from './sections/enqueue-instructions.ts';
 import { runGrid } from './sections/grid.ts';
 import { runLag } from './sections/lag.ts';
 import { runLambda } from './sections/lambda.ts';
-import { lambdaLag } from './sections/lambda-lag.ts';
+import { lambdaLag, lambdaLagSummary } from './sections/lambda-lag.ts';
 import { lambdaScale } from './sections/lambda-scale.ts';
 import { runPeers } from './sections/peers.ts';
 import { runProducer } from './sections/producer.ts';
@@ -55,8 +59,36 @@ const { values } = parseArgs({
     'economy-modes': { type: 'string' },
     /** `enqueue-instructions`: transactions per step (default 2,000). */
     'instructions-events': { type: 'string' },
+    /** `lambda-lag`: events/s of the runs, comma-separated (default 100,1000). */
+    'lag-rates': { type: 'string' },
+    /** `lambda-lag` and `lambda-scale`: buses, comma-separated (default classic,custom). */
+    buses: { type: 'string' },
+    /** `lambda-lag`: seconds the producer runs (default across 3 boundaries: 195 s). */
+    'lag-seconds': { type: 'string' },
+    /** `lambda-lag`: record each event's claim (a trigger) and split the lag at it. */
+    'lag-trace': { type: 'boolean', default: false },
+    /** `lambda-scale`: the backlog (default 50,000 events). */
+    'scale-rows': { type: 'string' },
+    /** `lambda-scale`: relay counts, comma-separated (default 1,2,4). */
+    'scale-relays': { type: 'string' },
+    /** Deployed sections: this checkout's bundle again with relay variables `K=V,K=V` (repeatable). */
+    variant: { type: 'string', multiple: true },
   },
 });
+
+/** A comma-separated list of whole numbers of at least 1, from option `name`. */
+function counts(name: string, value: string | undefined): number[] | undefined {
+  if (value === undefined) return undefined;
+  const xs = value.split(',').map(Number);
+  if (xs.some((x) => !Number.isInteger(x) || x < 1))
+    throw new Error(
+      `--${name}: ${JSON.stringify(value)} is not a comma-separated list of whole numbers of at least 1`,
+    );
+  return xs;
+}
+const buses = values.buses?.split(',') as ('classic' | 'custom')[] | undefined;
+if (buses?.some((b) => b !== 'classic' && b !== 'custom'))
+  throw new Error(`--buses: ${JSON.stringify(values.buses)}: classic, custom or both`);
 
 /** A section of the bench: a module of bench/sections/. */
 interface Section {
@@ -88,17 +120,20 @@ const SECTIONS: Section[] = [
     names: ['lambda-lag'],
     bundle: true,
     run: async (bench) => {
+      // Each checkout's bundle (this one, and --baseline's) at each rate and bus, side by side.
       const runs = [];
       for (const run of bench.params.lambdaLagRuns)
-        runs.push(await lambdaLag(bench.deployedContext(), { ...bench.params.lambdaLag, ...run }));
+        for (const ctx of bench.deployedContexts())
+          runs.push(await lambdaLag(ctx, { ...bench.params.lambdaLag, ...run }));
       bench.results.lambdaLag = runs;
+      bench.report(lambdaLagSummary(runs));
     },
   },
   {
     names: ['lambda-scale'],
     bundle: true,
     run: async (bench) => {
-      bench.results.lambdaScale = await lambdaScale(bench.deployedContext(), bench.params.lambdaScale);
+      bench.results.lambdaScale = await lambdaScale(bench.deployedContexts(), bench.params.lambdaScale);
     },
   },
   {
@@ -161,6 +196,21 @@ const bench = await openBench({
   only: values.only ? new Set(values.only.flatMap((o) => o.split(','))) : undefined,
   baselineDir: values.baseline ? `${resolve(values.baseline)}/` : undefined,
   schedulerDelay: values['scheduler-delay'],
+  variants: values.variant?.map((v) => {
+    const entries = v.split(',').map((kv) => kv.split('='));
+    if (entries.some((e) => e.length !== 2 || !/^[A-Z_][A-Z0-9_]*$/.test(e[0] as string)))
+      throw new Error(`--variant: ${JSON.stringify(v)} is not K=V,K=V`);
+    return Object.fromEntries(entries) as Record<string, string>;
+  }),
+  deployed: {
+    lagRates: counts('lag-rates', values['lag-rates']),
+    lagBuses: buses,
+    lagSeconds: counts('lag-seconds', values['lag-seconds'])?.[0],
+    lagTrace: values['lag-trace'],
+    scaleRows: counts('scale-rows', values['scale-rows'])?.[0],
+    scaleRelays: counts('scale-relays', values['scale-relays']),
+    scaleBuses: buses,
+  },
 });
 const chosen = SECTIONS.filter((s) => s.names.some((n) => (s.long ? bench.wantLong(n) : bench.want(n))));
 if (chosen.some((s) => s.relayCpu)) await bench.measureFixedCpu();

@@ -7,6 +7,7 @@
  * commits a steady rate of events and the bus answers after a fixed latency. The lag of every
  * event is the bus's acceptance time less its commit time (first delivery).
  */
+import { writeFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LambdaService } from '../../shared/local/lambda-runtime/lambda-service.ts';
 import type { Sql } from '../../shared/platform/index.ts';
@@ -24,11 +25,16 @@ import {
   templateFunction,
 } from '../support/deployed.ts';
 import type { BusProcess } from '../support/processes.ts';
+import { load } from '../support/report.ts';
 
 /** What a deployed-bench section needs from the bench. */
 export interface DeployedBenchContext {
-  /** A `cdk synth` output folder of this checkout. */
+  /** A `cdk synth` output folder of the checkout measured. */
   cdkOut: string;
+  /** Which checkout's bundle: `this checkout`, or `baseline <commit>` (`--baseline`), with its `--variant`. */
+  checkout: string;
+  /** Variables set on the relay function over the template's (`--variant`), to compare settings side by side. */
+  relayEnvironment?: Record<string, string>;
   databaseUrl: string;
   /** The database's name (for `pg_stat_activity`). */
   database: string;
@@ -55,11 +61,23 @@ export interface LambdaLagOptions {
   /** Sandbox creation before a new environment's init, ms (the init itself is measured). */
   coldStartExtraMs: number;
   seed: number;
+  /** How long the producer runs, s (default: across the boundaries and 15 s into the next period). */
+  durationSeconds?: number;
+  /**
+   * Records when each event was first claimed (a trigger on the lease token, which costs the
+   * claim a little) and splits the lag there: waiting for a claim, and from the claim to the bus.
+   */
+  trace?: boolean;
 }
 
 /** What the lag run measured. */
 export interface LambdaLagFigures {
+  checkout: string;
   bus: BusKind;
+  /** How long the producer ran, s. */
+  seconds: number;
+  /** 1-minute load average per core at the end of the run (above 1: other work competed). */
+  loadPerCore: number;
   ratePerSecond: number;
   schedule: string;
   timeoutSeconds: number;
@@ -70,6 +88,11 @@ export interface LambdaLagFigures {
   p99: number;
   max: number;
   overOneSecondShare: number;
+  /**
+   * The lag's p99 per 10 s of commit time, from the producer's start: whether the tail is one
+   * stall, waves of backlog, or spread over the run.
+   */
+  p99By10s: number[];
   /**
    * Where the tail goes: the events committed around an invocation's start (from 1 s before it to
    * 5 s after, when a new invocation opens its pool and starts claiming, or while no invocation
@@ -86,6 +109,8 @@ export interface LambdaLagFigures {
     eventsPerPass: number;
     putEventsCalls: number;
     meanPutEventsMs: number;
+    /** With `trace`: the lag split at the event's first claim (see {@link claimSplit}). */
+    claim?: ClaimSplit;
   };
   peakRelayConnections: number;
   peakConcurrentInvocations: number;
@@ -113,12 +138,16 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
   await ctx.sql`truncate outbox.outbox, outbox.outbox_aggregate`;
   await ctx.bus.reset();
   await ctx.bus.setFaults({ latencyMs: o.busLatencyMs });
+  if (o.trace) await traceClaims(ctx.sql);
 
   const service = new LambdaService(
     serviceOptions(
       relay,
       { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url },
-      { coldStartExtraMs: o.coldStartExtraMs, environment: busEnvironment(busKind, ctx.bus.url) },
+      {
+        coldStartExtraMs: o.coldStartExtraMs,
+        environment: { ...busEnvironment(busKind, ctx.bus.url), ...ctx.relayEnvironment },
+      },
     ),
   );
   const periodMs = schedule.periodSeconds * 1000;
@@ -126,7 +155,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
   const connections = sampleConnections(ctx.sql, ctx.database, ServiceName.relay);
   const errors: unknown[] = [];
   ctx.log(
-    `lambda-lag: ${busKind} bus, ${schedule.expression}, timeout ${relay.timeoutSeconds} s, ${o.ratePerSecond} events/s across ${o.boundaries} boundaries`,
+    `lambda-lag (${ctx.checkout}): ${busKind} bus, ${schedule.expression}, timeout ${relay.timeoutSeconds} s, ${o.ratePerSecond} events/s ${o.durationSeconds === undefined ? `across ${o.boundaries} boundaries` : `for ${o.durationSeconds} s`}`,
   );
   const scheduler = runSchedule(service, periodMs, schedule.input, delay, (e) => errors.push(e));
   let figures: LambdaLagFigures;
@@ -136,7 +165,10 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
     // the boundaries, into the invocation after the last one.
     await sleep(Math.max(0, scheduler.start + 5_000 - Date.now()));
     const producer = steadyProducer(ctx.sql, o.ratePerSecond);
-    const endAt = scheduler.start + o.boundaries * periodMs + 20_000;
+    const endAt =
+      o.durationSeconds === undefined
+        ? scheduler.start + o.boundaries * periodMs + 20_000
+        : scheduler.start + 5_000 + o.durationSeconds * 1000;
     while (Date.now() < endAt) {
       if (errors.length > 0) throw errors[0];
       await sleep(1_000);
@@ -150,6 +182,8 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
     const lags: number[] = [];
     const committed: number[] = [];
     const seen = new Set<string>();
+    const ids: string[] = [];
+    const received: number[] = [];
     for (const e of await ctx.bus.events()) {
       const id = (e.detail as { metadata: { eventId: string } }).metadata.eventId;
       const c = producer.committedAt.get(id);
@@ -157,9 +191,25 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
       seen.add(id);
       lags.push(e.receivedAt - c);
       committed.push(c);
+      ids.push(id);
+      received.push(e.receivedAt);
     }
+    const claimedAt = o.trace ? await claimTimes(ctx.sql) : undefined;
+    const dump = process.env.OUTBOX_BENCH_LAG_DUMP;
+    if (dump)
+      writeFileSync(
+        `${dump}-${ctx.checkout.replace(/\W+/g, '-')}-${busKind}-${o.ratePerSecond}.json`,
+        JSON.stringify({
+          start: scheduler.start,
+          starts: service.starts,
+          events: ids.map((id, i) => [committed[i], claimedAt?.get(id) ?? null, received[i]]),
+        }),
+      );
     figures = {
+      checkout: ctx.checkout,
       bus: busKind,
+      seconds: Math.round((endAt - scheduler.start - 5_000) / 1000),
+      loadPerCore: load(),
       ratePerSecond: o.ratePerSecond,
       schedule: schedule.expression,
       timeoutSeconds: relay.timeoutSeconds,
@@ -170,7 +220,11 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
       p99: percentile(lags, 99),
       max: percentile(lags, 100),
       overOneSecondShare: lags.filter((l) => l > 1_000).length / Math.max(1, lags.length),
-      breakdown: lagBreakdown(lags, committed, service.records),
+      p99By10s: p99ByWindow(lags, committed, scheduler.start + 5_000, 10_000),
+      breakdown: {
+        ...lagBreakdown(lags, committed, service.records, service.starts),
+        ...(claimedAt ? { claim: claimSplit(lags, committed, received, ids, claimedAt) } : {}),
+      },
       peakRelayConnections: connections.peak(),
       peakConcurrentInvocations: service.peakConcurrency,
       environments: service.environmentsCreated,
@@ -180,6 +234,7 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
     stoppedAt = Date.now();
     scheduler.stop();
     await connections.stop();
+    if (o.trace) await untraceClaims(ctx.sql);
     // The invocations still running are not waited for (up to a timeout each): Lambda would
     // freeze them; here their processes are ended.
     await service.stop({ wait: false });
@@ -197,13 +252,13 @@ export async function lambdaLag(ctx: DeployedBenchContext, o: LambdaLagOptions):
   }));
   const f = figures;
   ctx.report(
-    `### Commit-to-bus lag as deployed: the relay bundle on its schedule, ${busKind === 'classic' ? 'classic event bus' : 'Custom Event Bus (100 entries per call)'}, ${o.ratePerSecond} events/s, ${o.busLatencyMs} ms bus latency, ${o.boundaries} invocation boundaries
+    `### Commit-to-bus lag as deployed (${ctx.checkout}): the relay bundle on its schedule, ${busKind === 'classic' ? 'classic event bus' : 'Custom Event Bus (100 entries per call)'}, ${o.ratePerSecond} events/s, ${o.busLatencyMs} ms bus latency, ${o.durationSeconds === undefined ? `${o.boundaries} invocation boundaries` : `${o.durationSeconds} s`}
 
 | schedule, timeout | offered | delivered | p50 | p90 | p99 | max | over 1 s | peak relay connections | peak invocations at once |
 |---|---|---|---|---|---|---|---|---|---|
 | \`${f.schedule}\`, ${f.timeoutSeconds} s | ${f.offered} | ${f.delivered} | ${f.p50} ms | ${f.p90} ms | ${f.p99} ms | ${f.max} ms | ${(f.overOneSecondShare * 100).toFixed(1)} % | ${f.peakRelayConnections} | ${f.peakConcurrentInvocations} |
 
-Where the lag goes: events committed from 1 s before an invocation's start to 5 s after it (or while none ran): ${f.breakdown.boundary.events}, p50 ${f.breakdown.boundary.p50} ms, p99 ${f.breakdown.boundary.p99} ms, max ${f.breakdown.boundary.max} ms; the rest: ${f.breakdown.steady.events}, p50 ${f.breakdown.steady.p50} ms, p99 ${f.breakdown.steady.p99} ms, max ${f.breakdown.steady.max} ms; of the events above the p99, ${(f.breakdown.tailAtBoundaryShare * 100).toFixed(0)} % were committed around a start. The relay's summaries: ${f.breakdown.passes} passes, ${f.breakdown.eventsPerPass} events per pass, ${f.breakdown.putEventsCalls} PutEvents calls of ${f.breakdown.meanPutEventsMs} ms on average.
+Where the lag goes: events committed from 1 s before an invocation's start to 5 s after it (or while none ran): ${f.breakdown.boundary.events}, p50 ${f.breakdown.boundary.p50} ms, p99 ${f.breakdown.boundary.p99} ms, max ${f.breakdown.boundary.max} ms; the rest: ${f.breakdown.steady.events}, p50 ${f.breakdown.steady.p50} ms, p99 ${f.breakdown.steady.p99} ms, max ${f.breakdown.steady.max} ms; of the events above the p99, ${(f.breakdown.tailAtBoundaryShare * 100).toFixed(0)} % were committed around a start. The relay's summaries: ${f.breakdown.passes} passes, ${f.breakdown.eventsPerPass} events per pass, ${f.breakdown.putEventsCalls} PutEvents calls of ${f.breakdown.meanPutEventsMs} ms on average.${claimSplitText(f.breakdown.claim)} The p99 in each 10 s from the producer's start: ${f.p99By10s.join(', ')} ms.
 
 Invocations (s from the schedule's start; scheduled every ${periodMs / 1000} s, each 0–${o.schedulerJitterMs / 1000} s late${o.lateInvocation ? `, invocation ${o.lateInvocation.k + 1} a further ${o.lateInvocation.ms / 1000} s` : ''}; a new environment waits ${o.coldStartExtraMs} ms for its sandbox, then really starts and imports the bundle): ${f.invocations
       .map(
@@ -217,16 +272,35 @@ Invocations (s from the schedule's start; scheduled every ${periodMs / 1000} s, 
   return figures;
 }
 
+/** The lag's p99 in each `windowMs` of commit time from `from`. */
+function p99ByWindow(
+  lags: readonly number[],
+  committed: readonly number[],
+  from: number,
+  windowMs: number,
+): number[] {
+  const windows: number[][] = [];
+  lags.forEach((lag, i) => {
+    const w = Math.max(0, Math.floor(((committed[i] as number) - from) / windowMs));
+    const xs = windows[w] ?? [];
+    xs.push(lag);
+    windows[w] = xs;
+  });
+  return Array.from(windows, (xs) => percentile(xs ?? [], 99));
+}
+
 /** The lag split by where an event was committed (see {@link LambdaLagFigures.breakdown}). */
 function lagBreakdown(
   lags: readonly number[],
   committed: readonly number[],
   records: readonly { startedAt: number; endedAt: number; outcome: { type: string; result?: unknown } }[],
+  starts: readonly number[],
 ): LambdaLagFigures['breakdown'] {
-  const starts = records.map((r) => r.startedAt);
+  // Invocations still running at the end have a start but no record yet.
+  const running = starts.filter((t) => !records.some((r) => r.startedAt === t));
   const aroundStart = (c: number) =>
     starts.some((t) => c >= t - 1_000 && c <= t + 5_000) ||
-    !records.some((r) => c >= r.startedAt && c <= r.endedAt);
+    !(records.some((r) => c >= r.startedAt && c <= r.endedAt) || running.some((t) => c >= t));
   const boundary: number[] = [];
   const steady: number[] = [];
   const p99 = percentile(lags, 99);
@@ -262,4 +336,111 @@ function lagBreakdown(
     putEventsCalls: sum.putEventsCalls,
     meanPutEventsMs: Math.round(sum.putEventsMs / Math.max(1, sum.putEventsCalls)),
   };
+}
+
+/**
+ * The lag split at each event's first claim (`trace`): commit → claim is the wait for a lane to
+ * claim it (the poll, the lanes busy with earlier passes, the claim statement itself, an
+ * invocation boundary); claim → bus is its pass's rounds, the wait for a PutEvents slot and the call.
+ */
+export interface ClaimSplit {
+  /** Events whose claim was recorded. */
+  events: number;
+  all: { commitToClaimP50: number; commitToClaimP99: number; claimToBusP50: number; claimToBusP99: number };
+  /** The events above the run's p99: their medians, and the share of them that waited longest for the claim. */
+  tail: { events: number; commitToClaimP50: number; claimToBusP50: number; claimWaitLongerShare: number };
+}
+
+/** Records, per outbox row, when a lease token was first set on it (bench only: a trigger). */
+async function traceClaims(sql: Sql): Promise<void> {
+  await sql`create table if not exists public.bench_claim (id int8 primary key, claimed_at timestamptz not null)`;
+  await sql`truncate public.bench_claim`;
+  await sql.unsafe(`
+    create or replace function public.bench_record_claim() returns trigger language plpgsql as $$
+    begin
+      insert into public.bench_claim values (new.id, pg_catalog.clock_timestamp()) on conflict do nothing;
+      return null;
+    end $$`);
+  await sql.unsafe(`
+    create or replace trigger bench_claim after update of lease_token on outbox.outbox for each row
+    when (new.lease_token is not null and new.lease_token is distinct from old.lease_token)
+    execute function public.bench_record_claim()`);
+}
+
+async function untraceClaims(sql: Sql): Promise<void> {
+  await sql`drop trigger if exists bench_claim on outbox.outbox`;
+}
+
+/** Each event's first claim, ms since the epoch, by event id. */
+async function claimTimes(sql: Sql): Promise<Map<string, number>> {
+  const rows = await sql<{ event_id: string; at: number }[]>`
+    select o.event_id::text, (extract(epoch from c.claimed_at) * 1000)::float8 as at
+    from outbox.outbox o join public.bench_claim c using (id)`;
+  return new Map(rows.map((r) => [r.event_id, Number(r.at)]));
+}
+
+function claimSplit(
+  lags: readonly number[],
+  committed: readonly number[],
+  received: readonly number[],
+  ids: readonly string[],
+  claimedAt: Map<string, number>,
+): ClaimSplit {
+  const p99 = percentile(lags, 99);
+  const wait: number[] = [];
+  const send: number[] = [];
+  const tailWait: number[] = [];
+  const tailSend: number[] = [];
+  let longer = 0;
+  ids.forEach((id, i) => {
+    const at = claimedAt.get(id);
+    if (at === undefined) return;
+    const w = at - (committed[i] as number);
+    const b = (received[i] as number) - at;
+    wait.push(w);
+    send.push(b);
+    if ((lags[i] as number) > p99) {
+      tailWait.push(w);
+      tailSend.push(b);
+      if (w > b) longer++;
+    }
+  });
+  const r = (x: number) => Math.round(x);
+  return {
+    events: wait.length,
+    all: {
+      commitToClaimP50: r(percentile(wait, 50)),
+      commitToClaimP99: r(percentile(wait, 99)),
+      claimToBusP50: r(percentile(send, 50)),
+      claimToBusP99: r(percentile(send, 99)),
+    },
+    tail: {
+      events: tailWait.length,
+      commitToClaimP50: r(percentile(tailWait, 50)),
+      claimToBusP50: r(percentile(tailSend, 50)),
+      claimWaitLongerShare: tailWait.length === 0 ? 0 : longer / tailWait.length,
+    },
+  };
+}
+
+function claimSplitText(c: ClaimSplit | undefined): string {
+  if (!c) return '';
+  return ` Split at each event's first claim (${c.events} events): commit → claim p50 ${c.all.commitToClaimP50} ms, p99 ${c.all.commitToClaimP99} ms; claim → bus p50 ${c.all.claimToBusP50} ms, p99 ${c.all.claimToBusP99} ms; the ${c.tail.events} events above the p99: commit → claim ${c.tail.commitToClaimP50} ms, claim → bus ${c.tail.claimToBusP50} ms (medians), ${(c.tail.claimWaitLongerShare * 100).toFixed(0)} % of them waited longer for their claim than from it to the bus.`;
+}
+
+/** The lag runs side by side: one row per checkout, bus and rate. */
+export function lambdaLagSummary(runs: readonly LambdaLagFigures[]): string {
+  const n = (x: number) => x.toLocaleString('en');
+  return `### Commit-to-bus lag as deployed, side by side
+
+| checkout | bus | events/s | for | offered | on the bus | p50 | p90 | p99 | max | p99 around a start | p99 the rest | load per core |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
+${runs
+  .map(
+    (f) =>
+      `| ${f.checkout} | ${f.bus === 'classic' ? 'classic' : 'Custom Event Bus'} | ${n(f.ratePerSecond)} | ${f.seconds} s | ${n(f.offered)} | ${n(f.delivered)}${f.delivered < f.offered ? ' (**missing**)' : ''} | ${f.p50} ms | ${f.p90} ms | ${f.p99} ms | ${f.max} ms | ${f.breakdown.boundary.p99} ms | ${f.breakdown.steady.p99} ms | ${f.loadPerCore} |`,
+  )
+  .join('\n')}
+
+"Around a start": events committed from 1 s before an invocation's start to 5 s after it, or while none ran. Load: the 1-minute load average per core at the end of the run.`;
 }

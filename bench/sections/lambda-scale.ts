@@ -7,8 +7,11 @@
  * extra relays through the real Lambda client, against a local Invoke endpoint that hands each
  * asynchronous invocation to the relay's environments (a new one, cold, when all are busy).
  * `maxRelays` is set through the monitor's OUTBOX_MAX_RELAYS, with OUTBOX_BACKLOG_PER_RELAY 1 so
- * that the backlog asks for all of them.
+ * that the backlog asks for all of them. Each drain's CPU is read from /proc (the relay processes,
+ * this database's Postgres backends, the bus) with the machine's idle share: whether the relays
+ * or the machine's cores are the ceiling.
  */
+import { cpus } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startLocalLambda } from '../../shared/local/lambda.ts';
 import { LambdaService } from '../../shared/local/lambda-runtime/lambda-service.ts';
@@ -19,6 +22,7 @@ import {
   readDemoStack,
   runSchedule,
   sampleConnections,
+  sampleCpu,
   serviceOptions,
   templateFunction,
 } from '../support/deployed.ts';
@@ -39,6 +43,8 @@ export interface LambdaScaleOptions {
 
 /** One drain. */
 export interface LambdaScaleRow {
+  /** Which checkout's bundle (`--baseline`: another one's beside this one's). */
+  checkout: string;
   bus: BusKind;
   relays: number;
   drainSeconds: number;
@@ -48,13 +54,38 @@ export interface LambdaScaleRow {
   extraRelaysStarted: number;
   peakConnections: number;
   coldStarts: number;
+  /**
+   * CPU per event, µs, during the drain: the relay processes' (cold starts included), this
+   * database's Postgres backends', the bus's; and the machine's idle share (all cores, 0–1).
+   */
+  relayCpuUsPerEvent: number;
+  postgresCpuUsPerEvent: number;
+  busCpuUsPerEvent: number;
+  idleShare: number;
+  /** Cores the drain's own processes kept busy on average (relays, Postgres, bus), and the machine's busy cores (anyone's). */
+  drainCores: number;
+  busyCores: number;
 }
 
 /** Runs the drains and reports their table. */
 export async function lambdaScale(
-  ctx: DeployedBenchContext,
+  contexts: DeployedBenchContext[],
   o: LambdaScaleOptions,
 ): Promise<LambdaScaleRow[]> {
+  const rows: LambdaScaleRow[] = [];
+  // Each checkout's drain right after the other's: both meet the same machine.
+  for (const busKind of o.busKinds)
+    for (const k of o.relays) for (const ctx of contexts) rows.push(await drain(ctx, o, busKind, k));
+  report(contexts[0] as DeployedBenchContext, o, rows);
+  return rows;
+}
+
+async function drain(
+  ctx: DeployedBenchContext,
+  o: LambdaScaleOptions,
+  busKind: BusKind,
+  k: number,
+): Promise<LambdaScaleRow> {
   const stack = await readDemoStack(ctx.cdkOut);
   const relay = templateFunction(stack, '/Outbox/RelayFunction/Resource');
   const monitor = templateFunction(stack, '/Outbox/MonitorFunction/Resource');
@@ -70,111 +101,131 @@ export async function lambdaScale(
   const relayInput = scheduleOf(relay.logicalId).input;
   const monitorPeriodMs = scheduleOf(monitor.logicalId).periodSeconds * 1000;
   const monitorInput = scheduleOf(monitor.logicalId).input;
-  const rows: LambdaScaleRow[] = [];
-  for (const busKind of o.busKinds)
-    for (const k of o.relays) {
-      await ctx.sql`truncate outbox.outbox, outbox.outbox_aggregate`;
-      await ctx.sql`
+  await ctx.sql`truncate outbox.outbox, outbox.outbox_aggregate`;
+  await ctx.sql`
       insert into outbox.outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload)
       select 'order', g::text, 1, 'OrderPlaced', 'bench.orders', jsonb_build_object('orderId', g, 'total', g * 3)
       from generate_series(1, ${o.rows}) g`;
-      await ctx.sql`vacuum analyze outbox`;
-      await ctx.bus.reset();
-      await ctx.bus.setFaults({ latencyMs: o.busLatencyMs });
+  await ctx.sql`vacuum analyze outbox`;
+  await ctx.bus.reset();
+  await ctx.bus.setFaults({ latencyMs: o.busLatencyMs });
 
-      const relays = new LambdaService(
-        serviceOptions(
-          relay,
-          { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url },
-          { coldStartExtraMs: o.coldStartExtraMs, environment: busEnvironment(busKind, ctx.bus.url) },
-        ),
-      );
-      const errors: unknown[] = [];
-      const lambda = await startLocalLambda({
-        onInvoke: (i) => {
-          if (i.functionName !== relayName) errors.push(new Error(`invoked ${i.functionName}`));
-          else relays.invoke(i.payload).catch((e: unknown) => errors.push(e));
-        },
-      });
-      const monitors = new LambdaService(
-        serviceOptions(
-          monitor,
-          { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url, lambdaUrl: lambda.url },
-          {
-            coldStartExtraMs: o.coldStartExtraMs,
-            environment: { OUTBOX_MAX_RELAYS: String(k), OUTBOX_BACKLOG_PER_RELAY: '1' },
-          },
-        ),
-      );
-      const connections = sampleConnections(ctx.sql, ctx.database, ServiceName.relay);
-      ctx.log(
-        `lambda-scale: ${busKind} bus, ${o.rows} events, up to ${k} relay(s), ${o.busLatencyMs} ms bus`,
-      );
-      const started = Date.now();
-      let drainedAt: number | undefined;
-      // Both schedules fire at the same moments, on time (Scheduler invokes asynchronously); the
-      // drain may outlast a period, and then the next invocations join as they would deployed.
-      const onError = (e: unknown) => errors.push(e);
-      const relaySchedule = runSchedule(relays, relayPeriodMs, relayInput, () => 0, onError);
-      const monitorSchedule = runSchedule(monitors, monitorPeriodMs, monitorInput, () => 0, onError);
-      try {
-        while (Date.now() - started < o.drainTimeoutMs) {
-          if (errors.length > 0) throw errors[0];
-          if ((await ctx.bus.stats()).accepted >= o.rows) {
-            drainedAt = Date.now();
-            break;
-          }
-          await sleep(100);
-        }
-        if (drainedAt === undefined)
-          throw new Error(`lambda-scale: not drained within ${o.drainTimeoutMs} ms`);
-        relaySchedule.stop();
-        monitorSchedule.stop();
-        // The monitor's invocations take seconds; their summaries say how many extras they started.
-        while (monitors.running > 0) await sleep(100);
-        const failed = monitors.records.find((r) => r.outcome.type !== 'result');
-        if (failed) throw new Error(`lambda-scale: a monitor invocation failed: ${failed.outcome.error}`);
-        const extras = monitors.records.reduce(
-          (n, r) =>
-            n +
-            ((r.outcome.result as { scaleOut?: { started: number } } | undefined)?.scaleOut?.started ?? 0),
-          0,
-        );
-        const seconds = (drainedAt - started) / 1000;
-        rows.push({
-          bus: busKind,
-          relays: k,
-          drainSeconds: Number(seconds.toFixed(1)),
-          eventsPerSecond: Math.round(o.rows / seconds),
-          relayInvocations: relays.records.length + relays.running,
-          peakRelaysAtOnce: relays.peakConcurrency,
-          extraRelaysStarted: extras,
-          peakConnections: connections.peak(),
-          coldStarts: relays.environmentsCreated,
-        });
-      } finally {
-        relaySchedule.stop();
-        monitorSchedule.stop();
-        await connections.stop();
-        await relays.stop({ wait: false });
-        await monitors.stop({ wait: false });
-        await lambda.close();
+  const relays = new LambdaService(
+    serviceOptions(
+      relay,
+      { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url },
+      {
+        coldStartExtraMs: o.coldStartExtraMs,
+        environment: { ...busEnvironment(busKind, ctx.bus.url), ...ctx.relayEnvironment },
+      },
+    ),
+  );
+  const errors: unknown[] = [];
+  const lambda = await startLocalLambda({
+    onInvoke: (i) => {
+      if (i.functionName !== relayName) errors.push(new Error(`invoked ${i.functionName}`));
+      else relays.invoke(i.payload).catch((e: unknown) => errors.push(e));
+    },
+  });
+  const monitors = new LambdaService(
+    serviceOptions(
+      monitor,
+      { databaseUrl: ctx.databaseUrl, busUrl: ctx.bus.url, lambdaUrl: lambda.url },
+      {
+        coldStartExtraMs: o.coldStartExtraMs,
+        environment: { OUTBOX_MAX_RELAYS: String(k), OUTBOX_BACKLOG_PER_RELAY: '1' },
+      },
+    ),
+  );
+  const connections = sampleConnections(ctx.sql, ctx.database, ServiceName.relay);
+  const cpu = sampleCpu(
+    ctx.sql,
+    ctx.database,
+    () => relays.pids,
+    () => ctx.bus.cpuMs(),
+  );
+  let cpuStopped = false;
+  ctx.log(
+    `lambda-scale (${ctx.checkout}): ${busKind} bus, ${o.rows} events, up to ${k} relay(s), ${o.busLatencyMs} ms bus`,
+  );
+  const started = Date.now();
+  let drainedAt: number | undefined;
+  // Both schedules fire at the same moments, on time (Scheduler invokes asynchronously); the
+  // drain may outlast a period, and then the next invocations join as they would deployed.
+  const onError = (e: unknown) => errors.push(e);
+  const relaySchedule = runSchedule(relays, relayPeriodMs, relayInput, () => 0, onError);
+  const monitorSchedule = runSchedule(monitors, monitorPeriodMs, monitorInput, () => 0, onError);
+  try {
+    while (Date.now() - started < o.drainTimeoutMs) {
+      if (errors.length > 0) throw errors[0];
+      if ((await ctx.bus.stats()).accepted >= o.rows) {
+        drainedAt = Date.now();
+        break;
       }
+      await sleep(100);
     }
-  const single = (bus: BusKind) => rows.find((r) => r.bus === bus)?.eventsPerSecond ?? 1;
+    if (drainedAt === undefined) throw new Error(`lambda-scale: not drained within ${o.drainTimeoutMs} ms`);
+    cpuStopped = true;
+    const used = await cpu.stop();
+    relaySchedule.stop();
+    monitorSchedule.stop();
+    // The monitor's invocations take seconds; their summaries say how many extras they started.
+    while (monitors.running > 0) await sleep(100);
+    const failed = monitors.records.find((r) => r.outcome.type !== 'result');
+    if (failed) throw new Error(`lambda-scale: a monitor invocation failed: ${failed.outcome.error}`);
+    const extras = monitors.records.reduce(
+      (n, r) =>
+        n + ((r.outcome.result as { scaleOut?: { started: number } } | undefined)?.scaleOut?.started ?? 0),
+      0,
+    );
+    const seconds = (drainedAt - started) / 1000;
+    const perEvent = (ms: number) => Math.round((ms * 1000) / o.rows);
+    return {
+      checkout: ctx.checkout,
+      bus: busKind,
+      relays: k,
+      drainSeconds: Number(seconds.toFixed(1)),
+      eventsPerSecond: Math.round(o.rows / seconds),
+      relayInvocations: relays.records.length + relays.running,
+      peakRelaysAtOnce: relays.peakConcurrency,
+      extraRelaysStarted: extras,
+      peakConnections: connections.peak(),
+      coldStarts: relays.environmentsCreated,
+      relayCpuUsPerEvent: perEvent(used.functionMs),
+      postgresCpuUsPerEvent: perEvent(used.postgresMs),
+      busCpuUsPerEvent: perEvent(used.busMs),
+      idleShare: Number(used.idleShare.toFixed(2)),
+      drainCores: Number(((used.functionMs + used.postgresMs + used.busMs) / 1000 / seconds).toFixed(2)),
+      busyCores: Number(used.busyCores.toFixed(2)),
+    };
+  } finally {
+    if (!cpuStopped) await cpu.stop().catch(() => {});
+    relaySchedule.stop();
+    monitorSchedule.stop();
+    await connections.stop();
+    await relays.stop({ wait: false });
+    await monitors.stop({ wait: false });
+    await lambda.close();
+  }
+}
+
+/** The drains' table. */
+function report(ctx: DeployedBenchContext, o: LambdaScaleOptions, rows: LambdaScaleRow[]): void {
+  const single = (r: LambdaScaleRow) =>
+    rows.find((x) => x.bus === r.bus && x.checkout === r.checkout)?.eventsPerSecond ?? 1;
+  const checkouts = new Set(rows.map((r) => r.checkout)).size > 1;
   ctx.report(
     `### Draining a ${o.rows.toLocaleString('en')}-event backlog as deployed, ${o.busLatencyMs} ms bus latency: the scheduled relay and the extra relays the monitor starts
 
-| bus | relays (maxRelays) | drained in | events/s | speed-up | relays at once (peak) | extra relays the monitor started | relay connections (peak) |
-|---|---|---|---|---|---|---|---|
+| ${checkouts ? 'checkout | ' : ''}bus | relays (maxRelays) | drained in | events/s | speed-up | relays at once (peak) | extra relays the monitor started | relay connections (peak) | relay CPU per event | Postgres CPU per event | bus CPU per event | cores busy: the drain's / the machine's | machine idle |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|${checkouts ? '---|' : ''}
 ${rows
   .map(
     (r) =>
-      `| ${r.bus === 'classic' ? 'classic' : 'Custom Event Bus'} | ${r.relays} | ${r.drainSeconds} s | ${r.eventsPerSecond} | ${(r.eventsPerSecond / single(r.bus)).toFixed(2)}× | ${r.peakRelaysAtOnce} | ${r.extraRelaysStarted} | ${r.peakConnections} |`,
+      `| ${checkouts ? `${r.checkout} | ` : ''}${r.bus === 'classic' ? 'classic' : 'Custom Event Bus'} | ${r.relays} | ${r.drainSeconds} s | ${r.eventsPerSecond} | ${(r.eventsPerSecond / single(r)).toFixed(2)}× | ${r.peakRelaysAtOnce} | ${r.extraRelaysStarted} | ${r.peakConnections} | ${r.relayCpuUsPerEvent} µs | ${r.postgresCpuUsPerEvent} µs | ${r.busCpuUsPerEvent} µs | ${r.drainCores} / ${r.busyCores} | ${Math.round(r.idleShare * 100)} % |`,
   )
   .join('\n')}
 
-The relay and monitor bundles from \`cdk synth\`, with the template's environment, memory and timeout; both schedules fire together, on time, every period until the drain is over, and the monitor (OUTBOX_MAX_RELAYS set to the row's figure, OUTBOX_BACKLOG_PER_RELAY 1) starts the extra relays through \`@aws-sdk/client-lambda\` against a local Invoke endpoint; an invocation that finds no idle environment starts a new one (a cold start: ${o.coldStartExtraMs} ms of sandbox, then a real process start and import). "Relays at once" may exceed maxRelays by one: a drain longer than a period meets the scheduled relay's successor while its predecessor still polls. "Drained in": from the schedules' firing to the bus holding every event. All relays share this machine's cores (in Lambda each has its own share of a vCPU).`,
+The relay and monitor bundles from \`cdk synth\`, with the template's environment, memory and timeout; both schedules fire together, on time, every period until the drain is over, and the monitor (OUTBOX_MAX_RELAYS set to the row's figure, OUTBOX_BACKLOG_PER_RELAY 1) starts the extra relays through \`@aws-sdk/client-lambda\` against a local Invoke endpoint; an invocation that finds no idle environment starts a new one (a cold start: ${o.coldStartExtraMs} ms of sandbox, then a real process start and import). "Relays at once" may exceed maxRelays by one: a drain longer than a period meets the scheduled relay's successor while its predecessor still polls. "Drained in": from the schedules' firing to the bus holding every event. All relays share this machine's cores (in Lambda each has its own share of a vCPU). CPU per event: user + system time from /proc during the drain, divided by the events: the relay processes' (cold starts included), this database's Postgres backends' (every session on it: relays, monitor, the bench's sampling), the bus's; "cores busy": those three together, and the whole machine's (/proc/stat, anyone's work), on average over the drain; "machine idle": the idle share of all ${cpus().length} cores. Near 0 % idle, the machine's CPU is the ceiling, not the relays.`,
   );
-  return rows;
 }

@@ -9,8 +9,8 @@ import { loadRelaySettings, type RelaySettings } from '../../shared/platform/ind
 import type { DeployedBenchContext } from '../sections/lambda-lag.ts';
 import { deployedAssets } from './assets.ts';
 import { openEnvironment } from './environment.ts';
-import { benchParameters } from './parameters.ts';
-import { relayRuns } from './relay-runs.ts';
+import { benchParameters, type DeployedOverrides } from './parameters.ts';
+import { type Checkout, relayRuns } from './relay-runs.ts';
 import { load, log, MB, openReport, pct, rate } from './report.ts';
 
 export type { BenchParameters } from './parameters.ts';
@@ -25,6 +25,13 @@ export interface BenchOptions {
   baselineDir?: string;
   /** `--scheduler-delay`: `model` or `none`. */
   schedulerDelay: string;
+  /** The deployed sections' knobs (`--lag-rates`, `--lag-seconds`, `--scale-rows`…). */
+  deployed?: DeployedOverrides;
+  /**
+   * `--variant 'K=V,K=V'`: this checkout's bundle again with these relay variables, beside the
+   * others in the deployed sections (settings compared side by side in one run).
+   */
+  variants?: Record<string, string>[];
 }
 
 /** Opens the bench: creates its database, starts the bus, measures nothing yet. */
@@ -46,9 +53,21 @@ export async function openBench(options: BenchOptions) {
   /** The CPU of a relay run over an empty outbox, per checkout (all of them when relay or rounds run). */
   const measureFixedCpu = () =>
     relay.measureFixedCpu(want('relay') || want('rounds') ? relay.checkouts : relay.checkouts.slice(0, 1));
-  /** The context of the deployed sections (bench/sections/lambda-lag.ts and those after it). */
-  const deployedContext = (): DeployedBenchContext => ({
-    cdkOut: bundles.cdkOuts.get(root) as string,
+  /**
+   * The context of the deployed sections (bench/sections/lambda-lag.ts and those after it), for
+   * this checkout's bundle or another's (`--baseline`).
+   */
+  const deployedContext = (
+    checkout: Checkout = relay.checkouts[0] as Checkout,
+    relayEnvironment?: Record<string, string>,
+  ): DeployedBenchContext => ({
+    cdkOut: bundles.cdkOuts.get(checkout.dir) as string,
+    checkout: relayEnvironment
+      ? `${checkout.label}, ${Object.entries(relayEnvironment)
+          .map(([k, v]) => `${k}=${v}`)
+          .join(' ')}`
+      : checkout.label,
+    relayEnvironment,
     databaseUrl: env.dbUrl,
     database: env.dbName,
     sql: env.sql,
@@ -63,7 +82,7 @@ export async function openBench(options: BenchOptions) {
   }
 
   return {
-    params: benchParameters(full, options.schedulerDelay),
+    params: benchParameters(full, options.schedulerDelay, options.deployed),
     full,
     root,
     baselineDir,
@@ -83,6 +102,11 @@ export async function openBench(options: BenchOptions) {
     measureFixedCpu,
     ...bundles,
     deployedContext,
+    /** The deployed sections' bundles: each checkout's, then this one's with each `--variant`. */
+    deployedContexts: (): DeployedBenchContext[] => [
+      ...relay.checkouts.map((c) => deployedContext(c)),
+      ...(options.variants ?? []).map((v) => deployedContext(relay.checkouts[0] as Checkout, v)),
+    ],
     finish,
   };
 }

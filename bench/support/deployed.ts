@@ -5,6 +5,8 @@
  * EventBridge Scheduler invokes them (every period of the template's rate, a little late), with a
  * steady producer and the database's connections counted from `pg_stat_activity`.
  */
+import { readFileSync } from 'node:fs';
+import { cpus } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type {
   LambdaService,
@@ -182,10 +184,11 @@ export function sampleConnections(
   let running = true;
   const loop = (async () => {
     while (running) {
+      // A sample that fails (the shared server out of lock slots, say) is skipped, not fatal.
       const [row] = await sql<{ n: number }[]>`
         select count(*)::int as n from pg_stat_activity
-        where datname = ${database} and application_name = ${applicationName}`;
-      samples.push([Date.now(), row?.n ?? 0]);
+        where datname = ${database} and application_name = ${applicationName}`.catch(() => [undefined]);
+      if (row) samples.push([Date.now(), row.n]);
       await sleep(everyMs);
     }
   })();
@@ -253,4 +256,102 @@ export function steadyProducer(
 export function percentile(xs: readonly number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? 0;
+}
+
+/** User + system CPU of a live process, ms (/proc/<pid>/stat); undefined once it has exited. */
+function cpuOf(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // utime and stime are the 12th and 13th fields after the command name (which may hold spaces).
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // USER_HZ 100
+  } catch {
+    return undefined;
+  }
+}
+
+/** The machine's CPU time so far from /proc/stat, ms: idle (idle + iowait) and total, all cores. */
+function machineCpu(): { idle: number; total: number } {
+  const line = readFileSync('/proc/stat', 'utf8').split('\n')[0] as string;
+  const ticks = line.trim().split(/\s+/).slice(1, 9).map(Number);
+  const idle = (ticks[3] ?? 0) + (ticks[4] ?? 0);
+  return { idle: idle * 10, total: ticks.reduce((a, b) => a + b, 0) * 10 };
+}
+
+/** CPU spent during a run, ms, by whom; and the machine's idle share (0–1, all cores). */
+export interface CpuFigures {
+  /** The function's processes (its environments, cold starts included). */
+  functionMs: number;
+  /** The server's processes on this database (every session: the relays', the monitor's, the bench's; autovacuum's). */
+  postgresMs: number;
+  busMs: number;
+  idleShare: number;
+  /** The machine's cores busy on average over the run (anyone's work). */
+  busyCores: number;
+}
+
+/**
+ * Samples, every `everyMs` until stopped, the CPU of a function's processes (`pids`), of this
+ * database's Postgres processes (`pg_stat_activity`, read from /proc: the server runs on this
+ * machine) and of the bus, and the machine's idle time. A process that appears counts from 0; one
+ * that exits keeps what it had used at its last sample. Linux only.
+ */
+export function sampleCpu(
+  sql: Sql,
+  database: string,
+  pids: () => number[],
+  busCpuMs: () => number,
+  everyMs = 250,
+): { stop: () => Promise<CpuFigures> } {
+  const backends = new Map<number, { first: number; last: number }>();
+  const busStart = busCpuMs();
+  const machineStart = machineCpu();
+  const read = (ids: number[], into: Map<number, { first: number; last: number }>, fromZero: boolean) => {
+    for (const pid of ids) {
+      const ms = cpuOf(pid);
+      if (ms === undefined) continue;
+      const known = into.get(pid);
+      if (known) known.last = ms;
+      else into.set(pid, { first: fromZero ? 0 : ms, last: ms });
+    }
+  };
+  const fns = new Map<number, { first: number; last: number }>();
+  let started = false;
+  let running = true;
+  const sampleOnce = async () => {
+    read(pids(), fns, started);
+    const rows = await sql<{ pid: number }[]>`
+      select pid from pg_stat_activity where datname = ${database}`.catch(() => []);
+    read(
+      rows.map((r) => r.pid),
+      backends,
+      started,
+    );
+    started = true;
+  };
+  const loop = (async () => {
+    while (running) {
+      await sampleOnce();
+      await sleep(everyMs);
+    }
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await loop;
+      await sampleOnce();
+      const machine = machineCpu();
+      const sum = (m: Map<number, { first: number; last: number }>) =>
+        [...m.values()].reduce((n, x) => n + x.last - x.first, 0);
+      return {
+        functionMs: sum(fns),
+        postgresMs: sum(backends),
+        busMs: busCpuMs() - busStart,
+        idleShare: (machine.idle - machineStart.idle) / Math.max(1, machine.total - machineStart.total),
+        busyCores:
+          (cpus().length * (machine.total - machineStart.total - (machine.idle - machineStart.idle))) /
+          Math.max(1, machine.total - machineStart.total),
+      };
+    },
+  };
 }

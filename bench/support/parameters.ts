@@ -6,8 +6,10 @@ import { PGTO_DEFAULTS } from '../pg-transactional-outbox.ts';
  * `--full`: more rows and repeats).
  * @param schedulerDelay `model` or `none` (the lambda-lag section)
  */
-export function benchParameters(full: boolean, schedulerDelay: string) {
+export function benchParameters(full: boolean, schedulerDelay: string, deployed: DeployedOverrides = {}) {
   const values = { 'scheduler-delay': schedulerDelay };
+  const lagRates = deployed.lagRates ?? [100, 1_000];
+  const lagBuses = deployed.lagBuses ?? (['classic', 'custom'] as const);
   return {
     rows: full ? 50_000 : 20_000,
     repeats: full ? 5 : 3,
@@ -39,12 +41,9 @@ export function benchParameters(full: boolean, schedulerDelay: string) {
     scaleRows: 100_000,
     scaleRelays: [1, 2, 4],
     /** The lambda-lag section's runs: each rate on each bus (issue 48: p99 at 1,000 events/s). */
-    lambdaLagRuns: [
-      { ratePerSecond: 100, busKind: 'classic' },
-      { ratePerSecond: 1_000, busKind: 'classic' },
-      { ratePerSecond: 100, busKind: 'custom' },
-      { ratePerSecond: 1_000, busKind: 'custom' },
-    ] as const,
+    lambdaLagRuns: lagBuses.flatMap((busKind) =>
+      lagRates.map((ratePerSecond) => ({ ratePerSecond, busKind })),
+    ),
     lambdaLag: {
       ratePerSecond: 100,
       boundaries: full ? 5 : 3,
@@ -53,6 +52,8 @@ export function benchParameters(full: boolean, schedulerDelay: string) {
         ? { schedulerJitterMs: 0, coldStartExtraMs: 0 }
         : { schedulerJitterMs: 2_000, lateInvocation: { k: 2, ms: 15_000 }, coldStartExtraMs: 1_000 }),
       seed: 19,
+      ...(deployed.lagSeconds === undefined ? {} : { durationSeconds: deployed.lagSeconds }),
+      trace: deployed.lagTrace ?? false,
     },
     economy: {
       meanGapMs: 15_000,
@@ -64,14 +65,35 @@ export function benchParameters(full: boolean, schedulerDelay: string) {
       seed: 21,
     },
     lambdaScale: {
-      rows: 100_000,
-      relays: [1, 2, 4],
-      busKinds: ['classic', 'custom'] as ('classic' | 'custom')[],
+      rows: deployed.scaleRows ?? 50_000,
+      relays: deployed.scaleRelays ?? [1, 2, 4],
+      busKinds: [...(deployed.scaleBuses ?? ['classic', 'custom'])] as ('classic' | 'custom')[],
       busLatencyMs: 20,
       coldStartExtraMs: 1_000,
       drainTimeoutMs: 300_000,
     },
   };
+}
+
+/**
+ * The deployed sections' knobs from the command line (bench/run.ts), for a short form on a busy
+ * machine: which rates and buses the lag runs, for how long, and the scale-out's backlog.
+ */
+export interface DeployedOverrides {
+  /** `--lag-rates 100,1000`: events/s of the lag runs (default 100 and 1,000). */
+  lagRates?: number[];
+  /** `--lag-buses classic,custom` (default both). */
+  lagBuses?: readonly ('classic' | 'custom')[];
+  /** `--lag-seconds n`: how long the producer runs (default: across the boundaries, 195 s). */
+  lagSeconds?: number;
+  /** `--lag-trace`: record when each event was claimed (a trigger), for the lag's split. */
+  lagTrace?: boolean;
+  /** `--scale-rows n` (default 50,000). */
+  scaleRows?: number;
+  /** `--scale-relays 1,4` (default 1, 2, 4). */
+  scaleRelays?: number[];
+  /** `--scale-buses classic` (default both). */
+  scaleBuses?: readonly ('classic' | 'custom')[];
 }
 
 /** The parameters of the run (see {@link benchParameters}). */

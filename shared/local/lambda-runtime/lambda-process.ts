@@ -26,6 +26,8 @@ export interface InvocationOutcome {
 /** A warm function: one process, invoked again and again until stopped. */
 export interface RunningFunction {
   name: string;
+  /** The process id (its CPU is in /proc/<pid>/stat). */
+  pid: number;
   initMs: number;
   /** Every line the function wrote to stdout or stderr (its log: JSON logs and EMF). */
   logLines: string[];
@@ -113,6 +115,7 @@ export async function startFunction(
   };
   return {
     name: spec.name,
+    pid: child.pid as number,
     initMs: Number(ready.initMs),
     logLines,
     async invoke(event, timeoutMs) {

@@ -55,6 +55,8 @@ interface Environment {
 /** A function's pool of execution environments (see the module's comment). */
 export class LambdaService {
   readonly records: InvocationRecord[] = [];
+  /** When each invocation's handler started (`Date.now()`), ended or still running, in that order. */
+  readonly starts: number[] = [];
   readonly #options: LambdaServiceOptions;
   readonly #environments: Environment[] = [];
   readonly #running = new Set<Promise<InvocationRecord>>();
@@ -75,6 +77,11 @@ export class LambdaService {
   /** Environments created so far (cold starts). */
   get environmentsCreated(): number {
     return this.#created;
+  }
+
+  /** The process ids of the environments alive now (to read their CPU from /proc). */
+  get pids(): number[] {
+    return this.#environments.flatMap((e) => (e.fn ? [e.fn.pid] : []));
   }
 
   /** Invocations running now. */
@@ -121,6 +128,7 @@ export class LambdaService {
       }
       env.busy = true;
       const startedAt = Date.now();
+      this.starts.push(startedAt);
       const outcome = await env.fn.invoke(event, this.#options.timeoutMs);
       const record: InvocationRecord = {
         n,
