@@ -65,6 +65,11 @@ export interface LambdaScaleRow {
   /** Cores the drain's own processes kept busy on average (relays, Postgres, bus), and the machine's busy cores (anyone's). */
   drainCores: number;
   busyCores: number;
+  /**
+   * Events/s from the first moment `relays` invocations ran at once to the end of the drain (the
+   * cold starts and the monitor's first invocation behind), or null when that many never ran at once.
+   */
+  allRunningEventsPerSecond: number | null;
 }
 
 /** Runs the drains and reports their table. */
@@ -150,6 +155,9 @@ async function drain(
   );
   const started = Date.now();
   let drainedAt: number | undefined;
+  // When k relays first ran at once, and how many events the bus held then: the rate after it is
+  // what k relays drain together, without the ramp (the monitor's invocation, the cold starts).
+  let allRunning: { at: number; accepted: number } | undefined;
   // Both schedules fire at the same moments, on time (Scheduler invokes asynchronously); the
   // drain may outlast a period, and then the next invocations join as they would deployed.
   const onError = (e: unknown) => errors.push(e);
@@ -158,10 +166,12 @@ async function drain(
   try {
     while (Date.now() - started < o.drainTimeoutMs) {
       if (errors.length > 0) throw errors[0];
-      if ((await ctx.bus.stats()).accepted >= o.rows) {
+      const { accepted } = await ctx.bus.stats();
+      if (accepted >= o.rows) {
         drainedAt = Date.now();
         break;
       }
+      if (!allRunning && relays.running >= k) allRunning = { at: Date.now(), accepted };
       await sleep(100);
     }
     if (drainedAt === undefined) throw new Error(`lambda-scale: not drained within ${o.drainTimeoutMs} ms`);
@@ -197,6 +207,10 @@ async function drain(
       idleShare: Number(used.idleShare.toFixed(2)),
       drainCores: Number(((used.functionMs + used.postgresMs + used.busMs) / 1000 / seconds).toFixed(2)),
       busyCores: Number(used.busyCores.toFixed(2)),
+      allRunningEventsPerSecond:
+        allRunning && drainedAt - allRunning.at >= 1000
+          ? Math.round(((o.rows - allRunning.accepted) * 1000) / (drainedAt - allRunning.at))
+          : null,
     };
   } finally {
     if (!cpuStopped) await cpu.stop().catch(() => {});
@@ -213,19 +227,27 @@ async function drain(
 function report(ctx: DeployedBenchContext, o: LambdaScaleOptions, rows: LambdaScaleRow[]): void {
   const single = (r: LambdaScaleRow) =>
     rows.find((x) => x.bus === r.bus && x.checkout === r.checkout)?.eventsPerSecond ?? 1;
+  const singleAllRunning = (r: LambdaScaleRow) =>
+    rows.find((x) => x.bus === r.bus && x.checkout === r.checkout)?.allRunningEventsPerSecond ?? null;
+  const allRunning = (r: LambdaScaleRow) => {
+    const one = singleAllRunning(r);
+    return r.allRunningEventsPerSecond === null || one === null
+      ? 'n/a'
+      : `${r.allRunningEventsPerSecond} (${(r.allRunningEventsPerSecond / one).toFixed(2)}×)`;
+  };
   const checkouts = new Set(rows.map((r) => r.checkout)).size > 1;
   ctx.report(
     `### Draining a ${o.rows.toLocaleString('en')}-event backlog as deployed, ${o.busLatencyMs} ms bus latency: the scheduled relay and the extra relays the monitor starts
 
-| ${checkouts ? 'checkout | ' : ''}bus | relays (maxRelays) | drained in | events/s | speed-up | relays at once (peak) | extra relays the monitor started | relay connections (peak) | relay CPU per event | Postgres CPU per event | bus CPU per event | cores busy: the drain's / the machine's | machine idle |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|${checkouts ? '---|' : ''}
+| ${checkouts ? 'checkout | ' : ''}bus | relays (maxRelays) | drained in | events/s | speed-up | events/s once all ran (speed-up) | relays at once (peak) | extra relays the monitor started | relay connections (peak) | relay CPU per event | Postgres CPU per event | bus CPU per event | cores busy: the drain's / the machine's | machine idle |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|${checkouts ? '---|' : ''}
 ${rows
   .map(
     (r) =>
-      `| ${checkouts ? `${r.checkout} | ` : ''}${r.bus === 'classic' ? 'classic' : 'Custom Event Bus'} | ${r.relays} | ${r.drainSeconds} s | ${r.eventsPerSecond} | ${(r.eventsPerSecond / single(r)).toFixed(2)}× | ${r.peakRelaysAtOnce} | ${r.extraRelaysStarted} | ${r.peakConnections} | ${r.relayCpuUsPerEvent} µs | ${r.postgresCpuUsPerEvent} µs | ${r.busCpuUsPerEvent} µs | ${r.drainCores} / ${r.busyCores} | ${Math.round(r.idleShare * 100)} % |`,
+      `| ${checkouts ? `${r.checkout} | ` : ''}${r.bus === 'classic' ? 'classic' : 'Custom Event Bus'} | ${r.relays} | ${r.drainSeconds} s | ${r.eventsPerSecond} | ${(r.eventsPerSecond / single(r)).toFixed(2)}× | ${allRunning(r)} | ${r.peakRelaysAtOnce} | ${r.extraRelaysStarted} | ${r.peakConnections} | ${r.relayCpuUsPerEvent} µs | ${r.postgresCpuUsPerEvent} µs | ${r.busCpuUsPerEvent} µs | ${r.drainCores} / ${r.busyCores} | ${Math.round(r.idleShare * 100)} % |`,
   )
   .join('\n')}
 
-The relay and monitor bundles from \`cdk synth\`, with the template's environment, memory and timeout; both schedules fire together, on time, every period until the drain is over, and the monitor (OUTBOX_MAX_RELAYS set to the row's figure, OUTBOX_BACKLOG_PER_RELAY 1) starts the extra relays through \`@aws-sdk/client-lambda\` against a local Invoke endpoint; an invocation that finds no idle environment starts a new one (a cold start: ${o.coldStartExtraMs} ms of sandbox, then a real process start and import). "Relays at once" may exceed maxRelays by one: a drain longer than a period meets the scheduled relay's successor while its predecessor still polls. "Drained in": from the schedules' firing to the bus holding every event. All relays share this machine's cores (in Lambda each has its own share of a vCPU). CPU per event: user + system time from /proc during the drain, divided by the events: the relay processes' (cold starts included), this database's Postgres backends' (every session on it: relays, monitor, the bench's sampling), the bus's; "cores busy": those three together, and the whole machine's (/proc/stat, anyone's work), on average over the drain; "machine idle": the idle share of all ${cpus().length} cores. Near 0 % idle, the machine's CPU is the ceiling, not the relays.`,
+The relay and monitor bundles from \`cdk synth\`, with the template's environment, memory and timeout; both schedules fire together, on time, every period until the drain is over, and the monitor (OUTBOX_MAX_RELAYS set to the row's figure, OUTBOX_BACKLOG_PER_RELAY 1) starts the extra relays through \`@aws-sdk/client-lambda\` against a local Invoke endpoint; an invocation that finds no idle environment starts a new one (a cold start: ${o.coldStartExtraMs} ms of sandbox, then a real process start and import). "Relays at once" may exceed maxRelays by one: a drain longer than a period meets the scheduled relay's successor while its predecessor still polls. "Events/s once all ran": from the first moment as many relays ran at once as the row allows to the end of the drain (the monitor's first invocation and the cold starts behind; n/a when they never all ran at once or for under a second), against the single relay's same rate. "Drained in": from the schedules' firing to the bus holding every event. All relays share this machine's cores (in Lambda each has its own share of a vCPU). CPU per event: user + system time from /proc during the drain, divided by the events: the relay processes' (cold starts included), this database's Postgres backends' (every session on it: relays, monitor, the bench's sampling), the bus's; "cores busy": those three together, and the whole machine's (/proc/stat, anyone's work), on average over the drain; "machine idle": the idle share of all ${cpus().length} cores. Near 0 % idle, the machine's CPU is the ceiling, not the relays.`,
   );
 }
