@@ -147,7 +147,8 @@ async function run(consumer: string, parkAfterAttempts: number | undefined) {
   await put(...poisonFirst());
   const failedOnce = Date.now() + 10_000;
   while (!subscriber.calls.some((c) => c.eventGroupId === 'order/o-1' && !c.ok)) {
-    if (Date.now() > failedOnce) throw new Error(`${consumer}: the poison's first call did not fail within 10 s`);
+    if (Date.now() > failedOnce)
+      throw new Error(`${consumer}: the poison's first call did not fail within 10 s`);
     await new Promise((r) => setTimeout(r, 2));
   }
   await put(...traffic());
