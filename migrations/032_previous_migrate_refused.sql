@@ -24,8 +24,11 @@ begin
     return; -- the files applied by hand, not by `outbox migrate`: no history to point at
   end if;
   -- Nested: the count is planned only once the table is known to exist.
-  if (select c.relkind from pg_catalog.pg_class c
-      where c.oid = pg_catalog.to_regclass('public.outbox_migrations')) = 'r' then
+  -- Only a table of ours: another role may create in public, and a table it planted there must
+  -- not make this migration fail (we may not drop it) nor be dropped on its word.
+  if (select c.relkind = 'r' and c.relowner = (select r.oid from pg_catalog.pg_roles r where r.rolname = current_user)
+      from pg_catalog.pg_class c
+      where c.oid = pg_catalog.to_regclass('public.outbox_migrations')) then
     if not exists (select from public.outbox_migrations) then
       drop table public.outbox_migrations;
     end if;

@@ -66,11 +66,30 @@ async function prepareSchema(databaseUrl: string | undefined): Promise<void> {
             'drop or rename that schema, or revoke CREATE on it',
         );
       }
-      const [history] = await tx<{ legacy: boolean }[]>`
+      const [history] = await tx<
+        { legacy: boolean; owner: string | null; ours: boolean | null; me: string }[]
+      >`
         select pg_catalog.to_regclass(${`${OUTBOX_SCHEMA}.${MIGRATIONS_TABLE}`}::text) is null
-           and pg_catalog.to_regclass(${`public.${MIGRATIONS_TABLE}`}::text) is not null as legacy`;
-      if (history?.legacy)
+                 and c.oid is not null as legacy,
+               c.relowner::regrole::text as owner,
+               c.relkind = 'r'
+                 and (c.relowner = (select oid from pg_catalog.pg_roles where rolname = current_user)
+                      or (select r.rolsuper from pg_catalog.pg_roles r where r.oid = c.relowner)) as ours,
+               current_user::text as me
+        from (select) one
+        left join pg_catalog.pg_class c on c.oid = pg_catalog.to_regclass(${`public.${MIGRATIONS_TABLE}`}::text)`;
+      if (history?.legacy) {
+        // The history an install before migration 024 kept in public moves into the outbox's
+        // schema, but only a table of the migrating user's: anyone with CREATE on public could
+        // plant one, whose rows node-pg-migrate would read as migrations already applied.
+        if (!history.ours)
+          throw new Error(
+            `public.${MIGRATIONS_TABLE} is owned by ${history.owner}, not by ${history.me} (who migrates) ` +
+              'nor a superuser: if it is the outbox history of an install before this release, run migrate ' +
+              `as its owner (or ALTER TABLE public.${MIGRATIONS_TABLE} OWNER TO ${history.me}); otherwise drop it`,
+          );
         await tx.unsafe(`alter table public.${MIGRATIONS_TABLE} set schema ${OUTBOX_SCHEMA}`);
+      }
     });
   } finally {
     await sql.end({ timeout: 5 });

@@ -291,4 +291,24 @@ describe('issue 43, item 6: a schema named after a privileged role, or named out
       await early.drop();
     }
   });
+  it('refuses to take a public.outbox_migrations another role planted for the history of an earlier install', async () => {
+    // Before migration 024 the history was public.outbox_migrations, and migrate moves it into the
+    // outbox's schema. A table another role planted there would be read as migrations applied.
+    const planted = await createEmptyDatabase({ legacyPublic: true });
+    try {
+      await planted.sql.unsafe(`grant create on schema public to "${testRoles.roles.producer}"`);
+      await planted.sql.unsafe(
+        `set role "${testRoles.roles.producer}"; create table public.outbox_migrations (id int, name text, run_on timestamp); reset role`,
+      );
+      await expect(migrate(planted.url)).rejects.toThrow(
+        new RegExp(`public.outbox_migrations is owned by ${testRoles.roles.producer}`),
+      );
+      const [t] = await planted.sql<{ schema: string }[]>`
+        select c.relnamespace::regnamespace::text as schema from pg_catalog.pg_class c
+        where c.relname = 'outbox_migrations'`;
+      expect(t?.schema).toBe('public');
+    } finally {
+      await planted.drop();
+    }
+  });
 });
