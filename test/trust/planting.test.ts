@@ -8,7 +8,8 @@
  * - for every pg_catalog function our SQL calls by name (read from migrations/ and shared/), each
  *   of its signatures with its polymorphic arguments made concrete, and the same with one more
  *   defaulted parameter; the same two for every outbox function;
- * - a table of each outbox table's name in each role-named schema.
+ * - a table of each outbox table's name in each role-named schema, and of the migration history's
+ *   (`outbox_migrations`), which before migration 024 lived in `public`.
  * No casts: CREATE CAST needs ownership of the source or target type, and our statements use no
  * type another role owns. Each plant records `<plant>@<current_user>` in a log anyone may insert
  * into (its own body on a search_path of pg_catalog alone, or it would call the other plants). Then everything privileged runs: migrate (fresh and up to date, with roles), enqueue (one,
@@ -234,6 +235,8 @@ beforeAll(async () => {
         'inbox_message',
         'inbox_aggregate',
         'inbox_gap',
+        // node-pg-migrate's history: a plant here that migrate read would be migrations "applied".
+        'outbox_migrations',
       ].map((t) => `create table "${schema}".${t} (id bigint)`),
     );
   }
@@ -284,6 +287,26 @@ describe('every privileged statement beside plants in every schema an untrusted 
     await expect(
       producer.begin((tx) => enqueue(tx, { ...event('p-4'), source: 'aws.nope' })),
     ).rejects.toBeInstanceOf(OutboxValidationError);
+    expect(await plantsRan()).toEqual([]);
+  });
+
+  it("cannot plant the migration history in public once migrate ran, and migrate reads none of the role-named schemas' plants", async () => {
+    // Before the first migrate a planted public.outbox_migrations makes migrate refuse, naming its
+    // owner (test/trust/regressions.test.ts); after it, migration 032's view holds the name.
+    await expect(
+      planterSql.unsafe('create table public.outbox_migrations (id int, name text, run_on timestamp)'),
+    ).rejects.toThrow(/already exists/);
+    const [history] = await admin<{ kind: string; owner: string; applied: number }[]>`
+      select c.relkind::text as kind, c.relowner::regrole::text as owner,
+             (select count(*)::int from outbox.outbox_migrations) as applied
+      from pg_catalog.pg_class c where c.oid = 'public.outbox_migrations'::regclass`;
+    expect(history).toEqual({ kind: 'v', owner: 'postgres', applied: readdirSync(MIGRATIONS_DIR).length });
+    const plantedHistory = await admin<{ schema: string }[]>`
+      select c.relnamespace::regnamespace::text as schema from pg_catalog.pg_class c
+      where c.relname = 'outbox_migrations' and c.relowner = ${planter}::regrole order by 1`;
+    expect(plantedHistory.map((r) => r.schema)).toContain(roles.relay);
+    expect(plantedHistory.map((r) => r.schema)).toContain('postgres');
+    expect(await migrateWithRoles(db.url, { roles, statementTimeoutMs: 7_000, consumers: ['billing'] })).toEqual([]);
     expect(await plantsRan()).toEqual([]);
   });
 
