@@ -306,7 +306,9 @@ describe('every privileged statement beside plants in every schema an untrusted 
       where c.relname = 'outbox_migrations' and c.relowner = ${planter}::regrole order by 1`;
     expect(plantedHistory.map((r) => r.schema)).toContain(roles.relay);
     expect(plantedHistory.map((r) => r.schema)).toContain('postgres');
-    expect(await migrateWithRoles(db.url, { roles, statementTimeoutMs: 7_000, consumers: ['billing'] })).toEqual([]);
+    expect(
+      await migrateWithRoles(db.url, { roles, statementTimeoutMs: 7_000, consumers: ['billing'] }),
+    ).toEqual([]);
     expect(await plantsRan()).toEqual([]);
   });
 
