@@ -195,8 +195,8 @@ export interface OutboxRelayProps {
    * Most relays polling at once, the scheduled one included. The monitor counts the claimable work
    * every minute (pending rows out of backoff, not leased, not held back behind a dead letter) and
    * invokes the relay function `ceil(claimable / backlogPerRelay) - 1` more times (at most
-   * `maxRelays - 1`; none while the bus throttles), 500 ms apart, closer (down to 100 ms) when that
-   * would take over 10 s, so every value is reached in one run; each extra relay returns once
+   * `maxRelays - 1`; none while the bus throttles), 100 ms apart, so every value up to 100 is reached
+   * in one run; each extra relay returns once
    * nothing is pending, and within the monitor's period. 1 turns scale-out off. Bounded by
    * `databaseConnectionBudget` (checked at synth) and by `relayReservedConcurrency` when set.
    * @default 4 (or `relayReservedConcurrency - 1` when that is lower)

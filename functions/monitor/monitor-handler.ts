@@ -1,6 +1,6 @@
 /**
- * The monitor Lambda's handler: prunes expired rows within its time budget, starts extra relays
- * for claimable work, then emits the backlog metrics (the oldest pending age is the health signal:
+ * The monitor Lambda's handler: starts extra relays for claimable work, prunes expired rows within
+ * its time budget, then emits the backlog metrics (the oldest pending age is the health signal:
  * it grows when the relay is dead). Built from its dependencies so tests run it against a real
  * database.
  */
@@ -50,15 +50,15 @@ export interface MonitorHandlerDeps {
 /** Time kept back at the end of an invocation for the metrics, ms. */
 const MARGIN_MS = 5_000;
 /**
- * Longest the monitor spends starting extra relays, ms: their spread (SCALE_OUT_SPREAD_MS, 10 s
- * at most) and the last invocation's answer.
+ * Longest the monitor spends starting extra relays, ms: their spread (SCALE_OUT_STAGGER_MS apart,
+ * 9.8 s for `maxRelays` 100) and the last invocation's answer.
  */
 const SCALE_OUT_BUDGET_MS = 15_000;
 
 /**
- * Builds the middy handler: prunes within min(OUTBOX_PRUNE_TIME_BUDGET_MS, remaining − 5 s), starts
- * the extra relays the claimable work asks for (`settings.scaleOut`: see
- * shared/relay/operations/scale-out.ts), then measures the backlog and emits the metrics. Each step runs
+ * Builds the middy handler: starts the extra relays the claimable work asks for (`settings.scaleOut`:
+ * see shared/relay/operations/scale-out.ts), prunes within min(OUTBOX_PRUNE_TIME_BUDGET_MS,
+ * remaining − 5 s), then measures the backlog and emits the metrics. Each step runs
  * even if an earlier one failed (a status statement that times out on a huge backlog costs neither
  * the scale-out nor the pruning figures); the invocation then fails, naming what failed.
  */
@@ -71,6 +71,29 @@ export function createMonitorHandler(deps: MonitorHandlerDeps) {
     .handler(async (_event, context) => {
       const started = performance.now();
       const s = deps.settings;
+      let scaleOut: ScaleOutResult | { error: string } | undefined;
+      if (s.scaleOut && deps.lambda) {
+        try {
+          // First, before pruning (up to its time budget, 20 s by default, on a large published
+          // history) and the status: a backlog gets its relays as soon as the monitor runs.
+          // Bounded by maxRelays, unlike the status below, so that a backlog too large to count in
+          // time still gets its relays. The extras end by the time this invocation started plus
+          // forSeconds, before the next minute's monitor starts its own.
+          const work = await measureClaimable(deps.sql, s.scaleOut);
+          const budgetMs = Math.min(SCALE_OUT_BUDGET_MS, context.getRemainingTimeInMillis() - MARGIN_MS);
+          scaleOut = await startExtraRelays(
+            deps.lambda,
+            s.scaleOut,
+            work,
+            started + s.scaleOut.forSeconds * 1000,
+            AbortSignal.timeout(Math.max(0, budgetMs)),
+          );
+          if (scaleOut.errors.length > 0) logger.warn('extra relays not started', { scaleOut });
+        } catch (error) {
+          logger.error('scale-out failed', { error });
+          scaleOut = { error: (error as Error).message };
+        }
+      }
       let pruned: PruneResult | { error: string };
       try {
         pruned = await prune(deps.sql, {
@@ -88,27 +111,6 @@ export function createMonitorHandler(deps: MonitorHandlerDeps) {
         // A failed prune must not cost us the lag metric: log it, emit the rest, fail afterwards.
         logger.error('pruning failed', { error });
         pruned = { error: (error as Error).message };
-      }
-      let scaleOut: ScaleOutResult | { error: string } | undefined;
-      if (s.scaleOut && deps.lambda) {
-        try {
-          // Bounded by maxRelays, unlike the status below: it runs first, so that a backlog too
-          // large to count in time still gets its relays. The extras end by the time this
-          // invocation started plus forSeconds, before the next minute's monitor starts its own.
-          const work = await measureClaimable(deps.sql, s.scaleOut);
-          const budgetMs = Math.min(SCALE_OUT_BUDGET_MS, context.getRemainingTimeInMillis() - MARGIN_MS);
-          scaleOut = await startExtraRelays(
-            deps.lambda,
-            s.scaleOut,
-            work,
-            started + s.scaleOut.forSeconds * 1000,
-            AbortSignal.timeout(Math.max(0, budgetMs)),
-          );
-          if (scaleOut.errors.length > 0) logger.warn('extra relays not started', { scaleOut });
-        } catch (error) {
-          logger.error('scale-out failed', { error });
-          scaleOut = { error: (error as Error).message };
-        }
       }
       // The heartbeat before the status, so that a status that times out does not cost it: a
       // missing heartbeat pages every consumer (docs/observe.md#the-heartbeat).

@@ -133,34 +133,14 @@ export async function measureClaimable(
 }
 
 /**
- * Extra relays are invoked at most this far apart, ms. Each one opens its pool's connections as it
- * starts (an IAM token and a TLS handshake each through RDS Proxy); spreading them keeps a burst of
- * logins well under what IAM authentication is made for (AWS suggests it below 200 new
- * connections a second) and what RDS Proxy accepts at once ("too many competing requests"):
- * 5 connections every 500 ms is 10 a second.
+ * Extra relays are invoked this far apart, ms. Each one opens its pool's connections as it starts
+ * (an IAM token and a TLS handshake each through RDS Proxy); spacing them keeps the logins well
+ * under what IAM authentication is made for (AWS suggests below 200 new connections a second):
+ * 5 connections every 100 ms is 50 a second, a quarter of it. The 99 extras of `maxRelays` 100
+ * go out in 9.8 s, within one monitor run. It was 500 ms for up to 21 extras (issue 48): 1 s of a
+ * 4-relay drain went by before the last extra was even invoked, while one relay worked alone.
  */
-export const SCALE_OUT_STAGGER_MS = 500;
-/**
- * Closest together extra relays are invoked, ms: 5 connections every 100 ms is 50 logins a
- * second, a quarter of IAM authentication's 200. At this spacing the 99 extras of `maxRelays` 100
- * fit in {@link SCALE_OUT_SPREAD_MS}.
- */
-export const MIN_SCALE_OUT_STAGGER_MS = 100;
-/**
- * The extras of one monitor run are spread over at most this long, ms: `wanted − 1` invocations
- * {@link SCALE_OUT_STAGGER_MS} apart, closer (down to {@link MIN_SCALE_OUT_STAGGER_MS}) when
- * that would take longer, so that every `maxRelays` from 1 to 100 is reached in one run.
- */
-export const SCALE_OUT_SPREAD_MS = 10_000;
-
-/** Spacing of `extras` invocations, ms: see {@link SCALE_OUT_SPREAD_MS}. */
-export function scaleOutStaggerMs(extras: number): number {
-  if (extras <= 1) return SCALE_OUT_STAGGER_MS;
-  return Math.max(
-    MIN_SCALE_OUT_STAGGER_MS,
-    Math.min(SCALE_OUT_STAGGER_MS, Math.floor(SCALE_OUT_SPREAD_MS / (extras - 1))),
-  );
-}
+export const SCALE_OUT_STAGGER_MS = 100;
 
 /** What {@link startExtraRelays} did. */
 export interface ScaleOutResult extends ClaimableWork {
@@ -176,7 +156,7 @@ export interface ScaleOutResult extends ClaimableWork {
 
 /**
  * Invokes the relay function `wanted − 1` times (InvocationType `Event`: Lambda queues each and
- * answers 202 at once), spaced by {@link scaleOutStaggerMs}, each with a {@link RelayScaleOutEvent}
+ * answers 202 at once), spaced by {@link SCALE_OUT_STAGGER_MS}, each with a {@link RelayScaleOutEvent}
  * whose `forSeconds` ends at `endsAt`. Nothing is started while the bus throttles, when one relay
  * is enough, or once less than {@link MIN_SCALE_OUT_SECONDS} is left. Each invocation is sent on its
  * time without waiting for the previous answer, bounded by the client's timeouts and by `signal`.
@@ -194,11 +174,10 @@ export async function startExtraRelays(
   const secondsLeft = () => Math.floor((endsAt - performance.now()) / 1000);
   const result: ScaleOutResult = { ...work, wanted, started: 0, forSeconds: secondsLeft(), errors: [] };
   if (wanted <= 1 || result.forSeconds < MIN_SCALE_OUT_SECONDS) return result;
-  const stagger = scaleOutStaggerMs(wanted - 1);
   const first = performance.now();
   const calls: Promise<void>[] = [];
   for (let i = 1; i < wanted; i++) {
-    const wait = first + (i - 1) * stagger - performance.now();
+    const wait = first + (i - 1) * SCALE_OUT_STAGGER_MS - performance.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
     const forSeconds = secondsLeft();
     if (signal?.aborted || forSeconds < MIN_SCALE_OUT_SECONDS) {
