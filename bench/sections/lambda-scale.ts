@@ -19,6 +19,7 @@ import { ServiceName } from '../../shared/platform/names.ts';
 import {
   type BusKind,
   busEnvironment,
+  machineCpu,
   readDemoStack,
   runSchedule,
   sampleConnections,
@@ -70,6 +71,8 @@ export interface LambdaScaleRow {
    * cold starts and the monitor's first invocation behind), or null when that many never ran at once.
    */
   allRunningEventsPerSecond: number | null;
+  /** The machine's idle share (all cores, 0–1) over the same span, or null with the rate. */
+  allRunningIdleShare: number | null;
 }
 
 /** Runs the drains and reports their table. */
@@ -157,7 +160,7 @@ async function drain(
   let drainedAt: number | undefined;
   // When k relays first ran at once, and how many events the bus held then: the rate after it is
   // what k relays drain together, without the ramp (the monitor's invocation, the cold starts).
-  let allRunning: { at: number; accepted: number } | undefined;
+  let allRunning: { at: number; accepted: number; machine: { idle: number; total: number } } | undefined;
   // Both schedules fire at the same moments, on time (Scheduler invokes asynchronously); the
   // drain may outlast a period, and then the next invocations join as they would deployed.
   const onError = (e: unknown) => errors.push(e);
@@ -171,10 +174,12 @@ async function drain(
         drainedAt = Date.now();
         break;
       }
-      if (!allRunning && relays.running >= k) allRunning = { at: Date.now(), accepted };
+      if (!allRunning && relays.running >= k)
+        allRunning = { at: Date.now(), accepted, machine: machineCpu() };
       await sleep(100);
     }
     if (drainedAt === undefined) throw new Error(`lambda-scale: not drained within ${o.drainTimeoutMs} ms`);
+    const machineAtEnd = machineCpu();
     cpuStopped = true;
     const used = await cpu.stop();
     relaySchedule.stop();
@@ -211,6 +216,15 @@ async function drain(
         allRunning && drainedAt - allRunning.at >= 1000
           ? Math.round(((o.rows - allRunning.accepted) * 1000) / (drainedAt - allRunning.at))
           : null,
+      allRunningIdleShare:
+        allRunning && drainedAt - allRunning.at >= 1000
+          ? Number(
+              (
+                (machineAtEnd.idle - allRunning.machine.idle) /
+                Math.max(1, machineAtEnd.total - allRunning.machine.total)
+              ).toFixed(2),
+            )
+          : null,
     };
   } finally {
     if (!cpuStopped) await cpu.stop().catch(() => {});
@@ -233,13 +247,13 @@ function report(ctx: DeployedBenchContext, o: LambdaScaleOptions, rows: LambdaSc
     const one = singleAllRunning(r);
     return r.allRunningEventsPerSecond === null || one === null
       ? 'n/a'
-      : `${r.allRunningEventsPerSecond} (${(r.allRunningEventsPerSecond / one).toFixed(2)}×)`;
+      : `${r.allRunningEventsPerSecond} (${(r.allRunningEventsPerSecond / one).toFixed(2)}×; ${Math.round((r.allRunningIdleShare ?? 0) * 100)} % idle)`;
   };
   const checkouts = new Set(rows.map((r) => r.checkout)).size > 1;
   ctx.report(
     `### Draining a ${o.rows.toLocaleString('en')}-event backlog as deployed, ${o.busLatencyMs} ms bus latency: the scheduled relay and the extra relays the monitor starts
 
-| ${checkouts ? 'checkout | ' : ''}bus | relays (maxRelays) | drained in | events/s | speed-up | events/s once all ran (speed-up) | relays at once (peak) | extra relays the monitor started | relay connections (peak) | relay CPU per event | Postgres CPU per event | bus CPU per event | cores busy: the drain's / the machine's | machine idle |
+| ${checkouts ? 'checkout | ' : ''}bus | relays (maxRelays) | drained in | events/s | speed-up | events/s once all ran (speed-up; machine idle meanwhile) | relays at once (peak) | extra relays the monitor started | relay connections (peak) | relay CPU per event | Postgres CPU per event | bus CPU per event | cores busy: the drain's / the machine's | machine idle |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|${checkouts ? '---|' : ''}
 ${rows
   .map(
@@ -248,6 +262,6 @@ ${rows
   )
   .join('\n')}
 
-The relay and monitor bundles from \`cdk synth\`, with the template's environment, memory and timeout; both schedules fire together, on time, every period until the drain is over, and the monitor (OUTBOX_MAX_RELAYS set to the row's figure, OUTBOX_BACKLOG_PER_RELAY 1) starts the extra relays through \`@aws-sdk/client-lambda\` against a local Invoke endpoint; an invocation that finds no idle environment starts a new one (a cold start: ${o.coldStartExtraMs} ms of sandbox, then a real process start and import). "Relays at once" may exceed maxRelays by one: a drain longer than a period meets the scheduled relay's successor while its predecessor still polls. "Events/s once all ran": from the first moment as many relays ran at once as the row allows to the end of the drain (the monitor's first invocation and the cold starts behind; n/a when they never all ran at once or for under a second), against the single relay's same rate. "Drained in": from the schedules' firing to the bus holding every event. All relays share this machine's cores (in Lambda each has its own share of a vCPU). CPU per event: user + system time from /proc during the drain, divided by the events: the relay processes' (cold starts included), this database's Postgres backends' (every session on it: relays, monitor, the bench's sampling), the bus's; "cores busy": those three together, and the whole machine's (/proc/stat, anyone's work), on average over the drain; "machine idle": the idle share of all ${cpus().length} cores. Near 0 % idle, the machine's CPU is the ceiling, not the relays.`,
+The relay and monitor bundles from \`cdk synth\`, with the template's environment, memory and timeout; both schedules fire together, on time, every period until the drain is over, and the monitor (OUTBOX_MAX_RELAYS set to the row's figure, OUTBOX_BACKLOG_PER_RELAY 1) starts the extra relays through \`@aws-sdk/client-lambda\` against a local Invoke endpoint; an invocation that finds no idle environment starts a new one (a cold start: ${o.coldStartExtraMs} ms of sandbox, then a real process start and import). "Relays at once" may exceed maxRelays by one: a drain longer than a period meets the scheduled relay's successor while its predecessor still polls. "Events/s once all ran": from the first moment as many relays ran at once as the row allows to the end of the drain (the monitor's first invocation and the cold starts behind; n/a when they never all ran at once or for under a second), against the single relay's same rate, with the machine's idle share over that span (near 0 %: the machine's cores, not the relays, set the rate). "Drained in": from the schedules' firing to the bus holding every event. All relays share this machine's cores (in Lambda each has its own share of a vCPU). CPU per event: user + system time from /proc during the drain, divided by the events: the relay processes' (cold starts included), this database's Postgres backends' (every session on it: relays, monitor, the bench's sampling), the bus's; "cores busy": those three together, and the whole machine's (/proc/stat, anyone's work), on average over the drain; "machine idle": the idle share of all ${cpus().length} cores. Near 0 % idle, the machine's CPU is the ceiling, not the relays.`,
   );
 }

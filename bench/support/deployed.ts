@@ -271,7 +271,8 @@ function cpuOf(pid: number): number | undefined {
 }
 
 /** The machine's CPU time so far from /proc/stat, ms: idle (idle + iowait) and total, all cores. */
-function machineCpu(): { idle: number; total: number } {
+/** The machine's CPU time so far from /proc/stat, ms: idle (with iowait) and total, all cores. */
+export function machineCpu(): { idle: number; total: number } {
   const line = readFileSync('/proc/stat', 'utf8').split('\n')[0] as string;
   const ticks = line.trim().split(/\s+/).slice(1, 9).map(Number);
   const idle = (ticks[3] ?? 0) + (ticks[4] ?? 0);
