@@ -16,6 +16,7 @@ import {
   databasePasswords,
   maskDatabaseUrl,
   migrate,
+  OUTBOX_SEARCH_PATH,
   redactPasswords,
   type Sql,
 } from '../shared/platform/index.ts';
@@ -80,7 +81,8 @@ const sql = connect({ url, applicationName: 'outbox-demo' });
 await createBillingSchema(sql);
 // The example consumer, as if it were the target of a rule on OrderPlaced. Every other delivery is
 // sent twice — EventBridge delivers at least once — and the inbox applies it once.
-const billing = createBillingHandler(sql);
+// Its metrics off: in Lambda they are EMF lines for CloudWatch; here they would bury the demo's lines.
+const billing = createBillingHandler(sql, { metrics: false });
 let deliveries = 0;
 bus.emitter.on('accepted', (e: AcceptedEvent) => {
   if (e.detailType !== OrderPlaced.type) return;
@@ -131,7 +133,16 @@ const [last] = await sql<{ n: string }[]>`
   select coalesce(max(aggregate_id::bigint), 1000)::text as n from outbox.outbox_aggregate
   where aggregate_type = 'order' and aggregate_id ~ '^[0-9]{1,15}$'`;
 const producer = runDemoProducer(sql, abort.signal, Number(last?.n ?? 1000));
-const reporter = runReporter(sql, abort.signal);
+// The status is the operations library's: its statements name the outbox's tables through the
+// session's search_path, `outbox, pg_temp`, as the monitor's and the CLI's sessions have it; the
+// demo's own pool keeps the login's default (billing's table is in public).
+const statusSql = connect({
+  url,
+  applicationName: 'outbox-demo-status',
+  max: 1,
+  searchPath: OUTBOX_SEARCH_PATH,
+});
+const reporter = runReporter(statusSql, abort.signal);
 const relay = relayHost.run({ signal: abort.signal });
 log('relay running; Ctrl-C to stop');
 
@@ -144,6 +155,7 @@ try {
 } finally {
   await relayHost.close();
   await sql.end({ timeout: 5 });
+  await statusSql.end({ timeout: 5 });
   await bus.close();
   await embedded?.stop();
   removeInterruptHandlers();

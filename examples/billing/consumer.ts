@@ -33,12 +33,14 @@ export async function createBillingSchema(sql: Sql, role: string = DEFAULT_ROLES
  * the order's events, so it declares it (`types`): each order's OrderPlaced events are kept in
  * order by their typeSequence, and it never waits for the order's other types. An OrderPlaced
  * still missing after the gap wait parks the one behind it (counted as InboxParked, alarmed on in
- * billing-consumer.ts) rather than invoicing out of order.
+ * billing-consumer.ts) rather than invoicing out of order. `metrics: false` turns the inbox's EMF
+ * lines off (the local demo, which prints lines for a reader).
  */
-export function createBillingHandler(sql: Sql | ConnectionPool) {
+export function createBillingHandler(sql: Sql | ConnectionPool, options: { metrics?: false } = {}) {
   return inbox(
     {
       sql,
+      ...options,
       consumer: BILLING_CONSUMER,
       types: [OrderPlaced.type],
       order: 'wait-for-gap',

@@ -49,11 +49,18 @@ describe('npm start', () => {
     const child = npmRun('start', { TMPDIR: scratch, LOCAL_BUS_PORT: '0' });
     running.push(child);
     const run = collect(child);
-    await waitForOutput(() => run.output().stdout + run.output().stderr, /billing: invoiced order/, 60_000);
+    // Past the first status line (every 3 s): a user watches it for minutes, not for one event.
+    await waitForOutput(
+      () => run.output().stdout + run.output().stderr,
+      /^(?=[\s\S]*billing: invoiced order)(?=[\s\S]*status: pending \d+)/,
+      60_000,
+    );
     expect((await readdir(scratch)).some((n) => n.startsWith('outbox-pg-'))).toBe(true);
     ctrlC(child);
     const r = await run;
     expect(r.stdout).toMatch(/relay stopped: published \d+/);
+    // Lines for a reader: no metric lines (EMF, for CloudWatch) among them.
+    expect(r.stdout.split('\n').filter((line) => line.startsWith('{'))).toEqual([]);
     expect({ code: r.code, signal: r.signal }).toEqual({ code: 0, signal: null });
     // Node's own compile cache may appear there; nothing of ours may.
     expect((await readdir(scratch)).filter((n) => n !== 'node-compile-cache')).toEqual([]);
