@@ -3,53 +3,22 @@
  * 1,024 characters once CloudFormation fills in the queue URLs and the function's name, whatever the
  * consumer's name (up to the 47 bytes its role allows), and give a command a shell runs as printed.
  */
-import { App, Stack, Token, Tokenization } from 'aws-cdk-lib';
+import { App, type Stack, Token, Tokenization } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
-import * as ec2 from 'aws-cdk-lib/aws-ec2';
-import * as lambda from 'aws-cdk-lib/aws-lambda';
-import * as rds from 'aws-cdk-lib/aws-rds';
 import { describe, expect, it } from 'vitest';
-import { OrderPlaced } from '../../examples/billing/events.ts';
 import { OutboxConsumer } from '../../infra/outbox-consumer.ts';
-import { OutboxRelay } from '../../infra/outbox-relay.ts';
+import { inlineFunction, relayStack } from '../support/synth.ts';
 
 /** The longest a queue URL (an 80-character name) and a function name (64) can resolve to. */
 const QUEUE_URL = 'https://sqs.ap-southeast-1.amazonaws.com.cn/123456789012/'.length + 80;
 const FUNCTION_NAME = 64;
 
 function consumerWith(consumer: string, topology: 'direct' | 'queue') {
-  const stack = new Stack(new App(), 'Shop', { env: { account: '123456789012', region: 'eu-west-1' } });
-  const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
-    vpcId: 'vpc-12345678',
-    availabilityZones: ['eu-west-1a'],
-    privateSubnetIds: ['subnet-11111111'],
-  });
-  const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
-  const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
-    dbProxyName: 'p',
-    dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
-    endpoint: 'p.proxy.eu-west-1.rds.amazonaws.com',
-    securityGroups: [],
-  });
-  const relay = new OutboxRelay(stack, 'Outbox', {
-    vpc,
-    securityGroups: [sg],
-    database: { proxy, databaseName: 'shop' },
-  });
-  const own = new lambda.Function(stack, 'Own', {
-    runtime: lambda.Runtime.NODEJS_24_X,
-    handler: 'index.handler',
-    code: lambda.Code.fromInline('export const handler = async () => {}'),
-  });
+  const { stack, base } = relayStack(new App());
   const c = new OutboxConsumer(stack, 'C', {
+    ...base,
     consumer,
-    eventBus: relay.eventBus,
-    events: [OrderPlaced],
-    vpc,
-    securityGroups: [sg],
-    proxy,
-    databaseName: 'shop',
-    existingFunction: own,
+    existingFunction: inlineFunction(stack, 'Own'),
     topology,
   });
   return { stack, c };

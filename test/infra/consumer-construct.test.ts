@@ -1,63 +1,23 @@
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { App, type AppProps, Duration, Stack } from 'aws-cdk-lib';
+import { Duration, Stack } from 'aws-cdk-lib';
 import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
-import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
-import * as lambda from 'aws-cdk-lib/aws-lambda';
-import * as rds from 'aws-cdk-lib/aws-rds';
 import type { Construct } from 'constructs';
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { OrderPlaced } from '../../examples/billing/events.ts';
 import type { OutboxConsumerProps } from '../../infra/consumer-props.ts';
 import { OutboxConsumer } from '../../infra/outbox-consumer.ts';
-import { OutboxRelay } from '../../infra/outbox-relay.ts';
 import { InboxOptionsError } from '../../shared/consumer/errors.ts';
 import { inbox } from '../../shared/consumer/inbox.ts';
 import type { Sql } from '../../shared/platform/db.ts';
 import { OutboxConfigError } from '../../shared/platform/errors.ts';
+import { inlineFunction, NO_BUNDLING, relayStack, useApps } from '../support/synth.ts';
 
-const workRoot = mkdtempSync(join(tmpdir(), 'outbox-consumer-test-'));
-afterAll(() => rmSync(workRoot, { recursive: true, force: true }));
-function newApp(props: AppProps = {}): App {
-  return new App({ outdir: mkdtempSync(join(workRoot, 'cdk.out-')), ...props });
-}
+const newApp = useApps('outbox-consumer-test-');
 const entry = new URL('../../examples/billing/handler.ts', import.meta.url).pathname;
 const repoRoot = new URL('../..', import.meta.url).pathname;
-
-/** A stack with a VPC, a proxy and an OutboxRelay, all imported or cheap. */
-function relayStack(app: App) {
-  const stack = new Stack(app, 'Shop', { env: { account: '123456789012', region: 'eu-west-1' } });
-  const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
-    vpcId: 'vpc-12345678',
-    availabilityZones: ['eu-west-1a'],
-    privateSubnetIds: ['subnet-11111111'],
-  });
-  const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
-  const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
-    dbProxyName: 'p',
-    dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
-    endpoint: 'p.proxy.eu-west-1.rds.amazonaws.com',
-    securityGroups: [],
-  });
-  const relay = new OutboxRelay(stack, 'Outbox', {
-    vpc,
-    securityGroups: [sg],
-    database: { proxy, databaseName: 'shop' },
-  });
-  const base = {
-    consumer: 'billing',
-    eventBus: relay.eventBus,
-    events: [OrderPlaced],
-    vpc,
-    securityGroups: [sg],
-    proxy,
-    databaseName: 'shop',
-  } satisfies Partial<OutboxConsumerProps>;
-  return { stack, relay, base };
-}
 
 /** The failure queues' alarms give the replay command with both queue URLs and the function filled in, within CloudWatch's 1,024 characters. */
 function expectReplayCommandInAlarms(t: Template, consumer: OutboxConsumer): void {
@@ -238,7 +198,7 @@ describe('OutboxConsumer, direct topology (bundled from an entry, locally)', () 
 });
 
 describe('OutboxConsumer options and checks (bundling skipped)', () => {
-  const app = () => newApp({ context: { 'aws:cdk:bundling-stacks': [] } });
+  const app = () => newApp({ context: NO_BUNDLING });
 
   it('with 1 retry and a 10-minute event age, tells the inbox a 60 s window', () => {
     const { stack, base } = relayStack(app());
@@ -257,11 +217,7 @@ describe('OutboxConsumer options and checks (bundling skipped)', () => {
 
   it("wires a function of the user's own, adding the environment", () => {
     const { stack, base } = relayStack(app());
-    const own = new lambda.Function(stack, 'Own', {
-      runtime: lambda.Runtime.NODEJS_24_X,
-      handler: 'index.handler',
-      code: lambda.Code.fromInline('export const handler = async () => {}'),
-    });
+    const own = inlineFunction(stack, 'Own');
     const consumer = new OutboxConsumer(stack, 'C', { ...base, existingFunction: own, retryAttempts: 0 });
     expect(consumer.function).toBe(own);
     const t = Template.fromStack(stack);
@@ -312,7 +268,7 @@ describe('OutboxConsumer options and checks (bundling skipped)', () => {
 
 describe('OutboxConsumer, queue topology (bundling skipped)', () => {
   const build = (extra: Partial<OutboxConsumerProps> = {}) => {
-    const { stack, base } = relayStack(newApp({ context: { 'aws:cdk:bundling-stacks': [] } }));
+    const { stack, base } = relayStack(newApp({ context: NO_BUNDLING }));
     const consumer = new OutboxConsumer(stack, 'Billing', { ...base, entry, topology: 'queue', ...extra });
     return {
       consumer,
@@ -389,7 +345,7 @@ describe('OutboxConsumer, queue topology (bundling skipped)', () => {
   });
 
   it('refuses the direct-only and queue-only props in the other topology', () => {
-    const { stack, base } = relayStack(newApp({ context: { 'aws:cdk:bundling-stacks': [] } }));
+    const { stack, base } = relayStack(newApp({ context: NO_BUNDLING }));
     expect(() => new OutboxConsumer(stack, 'D', { ...base, entry, maxReceiveCount: 3 })).toThrow(
       expect.objectContaining({ variable: 'maxReceiveCount' }),
     );
@@ -434,7 +390,7 @@ describe("OutboxConsumer's dashboard widgets (bundling skipped)", () => {
     withDashboard: boolean,
     before: (consumer: OutboxConsumer) => void = () => {},
   ) => {
-    const { stack, relay, base } = relayStack(newApp({ context: { 'aws:cdk:bundling-stacks': [] } }));
+    const { stack, relay, base } = relayStack(newApp({ context: NO_BUNDLING }));
     const consumer = new OutboxConsumer(stack, 'Billing', {
       ...base,
       entry,
@@ -542,11 +498,7 @@ describe('a consumer whose inbox the monitor cannot see', () => {
   const warnings = (databaseName: string) => {
     const app = newApp();
     const { stack, base } = relayStack(app);
-    const fn = new lambda.Function(stack, 'Fn', {
-      runtime: lambda.Runtime.NODEJS_24_X,
-      handler: 'index.handler',
-      code: lambda.Code.fromInline('export const handler = async () => {};'),
-    });
+    const fn = inlineFunction(stack, 'Fn');
     new OutboxConsumer(stack, 'Billing', { ...base, existingFunction: fn, databaseName });
     return Annotations.fromStack(stack)
       .findWarning('*', Match.stringLikeRegexp('which is the only one the relay'))

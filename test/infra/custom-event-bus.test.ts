@@ -5,31 +5,27 @@
  * subscribers; OutboxConsumer subscribes with a FIFO `AWS::EventsV2::Subscriber` that invokes its
  * function synchronously. Synthesised, not deployed: what is checked is the template.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { App, Duration, Stack } from 'aws-cdk-lib';
+import { readFileSync } from 'node:fs';
+import { Duration, type Stack } from 'aws-cdk-lib';
 import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
-import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as kms from 'aws-cdk-lib/aws-kms';
-import * as lambda from 'aws-cdk-lib/aws-lambda';
-import * as rds from 'aws-cdk-lib/aws-rds';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { OrderPlaced } from '../../examples/billing/events.ts';
 import {
   CUSTOM_BUS_FILTER_PATTERN_MAX_LENGTH,
   type OutboxConsumerProps,
 } from '../../infra/consumer-props.ts';
 import { OutboxConsumer } from '../../infra/outbox-consumer.ts';
-import { OutboxRelay } from '../../infra/outbox-relay.ts';
+import type { OutboxRelay } from '../../infra/outbox-relay.ts';
 import type { OutboxRelayProps } from '../../infra/props.ts';
 import { OutboxConfigError } from '../../shared/platform/errors.ts';
 import { EnvVar } from '../../shared/platform/names.ts';
+import { inlineFunction, NO_BUNDLING, ORDERS, relayStack, useApps } from '../support/synth.ts';
 
-const workRoot = mkdtempSync(join(tmpdir(), 'outbox-custom-bus-test-'));
-afterAll(() => rmSync(workRoot, { recursive: true, force: true }));
+// No bundling: the functions' code is not what these tests look at.
+const newApp = useApps('outbox-custom-bus-test-', { context: NO_BUNDLING });
 
 /** The key-policy actions eb-custom-bus-encryption lists for events.amazonaws.com. */
 const CUSTOM_BUS_SERVICE_KEY_ACTIONS = [
@@ -42,34 +38,13 @@ const CUSTOM_BUS_SERVICE_KEY_ACTIONS = [
 
 const EXISTING = 'arn:aws:events:eu-west-1:123456789012:event-busv2/orders/abcdefghijklmnopqrstuvwxy';
 
-/** A stack with imported network and proxy and an OutboxRelay on a Custom Event Bus. */
+/** A stack with imported network and proxy (ORDERS) and an OutboxRelay on a Custom Event Bus. */
 function relay(props: Partial<OutboxRelayProps> | ((stack: Stack) => Partial<OutboxRelayProps>) = {}) {
-  // No bundling: the functions' code is not what these tests look at.
-  const app = new App({
-    outdir: mkdtempSync(join(workRoot, 'cdk.out-')),
-    context: { 'aws:cdk:bundling-stacks': [] },
-  });
-  const stack = new Stack(app, 'Orders', { env: { account: '123456789012', region: 'eu-west-1' } });
-  const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
-    vpcId: 'vpc-1',
-    availabilityZones: ['eu-west-1a'],
-    privateSubnetIds: ['subnet-1'],
-  });
-  const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
-  const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
-    dbProxyName: 'p',
-    dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
-    endpoint: 'p.proxy-1.eu-west-1.rds.amazonaws.com',
-    securityGroups: [],
-  });
-  const outbox = new OutboxRelay(stack, 'Outbox', {
-    vpc,
-    securityGroups: [sg],
-    database: { proxy, databaseName: 'orders' },
+  const { relay: outbox, ...rest } = relayStack(newApp(), ORDERS, (stack) => ({
     customEventBus: {},
     ...(typeof props === 'function' ? props(stack) : props),
-  });
-  return { outbox, stack, vpc, sg, proxy };
+  }));
+  return { outbox, ...rest };
 }
 
 /** The logical id of a construct's resource (its default child) or of a resource. */
@@ -306,25 +281,10 @@ describe('OutboxRelay on a Custom Event Bus: settings and refusals', () => {
 
 /** A consumer of the relay's Custom Event Bus, with a function of its own (no bundling). */
 function consumer(props: Partial<OutboxConsumerProps> = {}, fnTimeout = Duration.seconds(20)) {
-  const { stack, outbox, vpc, sg, proxy } = relay();
-  const fn = new lambda.Function(stack, 'Billing', {
-    runtime: lambda.Runtime.NODEJS_24_X,
-    handler: 'index.handler',
-    code: lambda.Code.fromInline('export const handler = async () => {}'),
-    timeout: fnTimeout,
-  });
-  const c = new OutboxConsumer(stack, 'BillingConsumer', {
-    consumer: 'billing',
-    customEventBusArn: outbox.customEventBusArn,
-    events: [OrderPlaced],
-    existingFunction: fn,
-    vpc,
-    securityGroups: [sg],
-    proxy,
-    databaseName: 'orders',
-    ...props,
-  });
-  return { stack, outbox, fn, consumer: c, vpc, sg, proxy };
+  const { stack, outbox, base } = relay();
+  const fn = inlineFunction(stack, 'Billing', { timeout: fnTimeout });
+  const c = new OutboxConsumer(stack, 'BillingConsumer', { ...base, existingFunction: fn, ...props });
+  return { stack, outbox, fn, consumer: c, base };
 }
 
 describe('OutboxConsumer on a Custom Event Bus', () => {
@@ -483,23 +443,12 @@ describe('OutboxConsumer on a Custom Event Bus', () => {
   });
 
   it('a direct (FIFO) consumer and a queue-topology consumer of one outbox deploy side by side on its bus', () => {
-    const { stack: s3, outbox: o3, consumer: direct, vpc, sg, proxy } = consumer();
-    const fn2 = new lambda.Function(s3, 'Shipping', {
-      runtime: lambda.Runtime.NODEJS_24_X,
-      handler: 'index.handler',
-      code: lambda.Code.fromInline('export const handler = async () => {}'),
-      timeout: Duration.seconds(60),
-    });
+    const { stack: s3, consumer: direct, base } = consumer();
     const queued = new OutboxConsumer(s3, 'ShippingConsumer', {
+      ...base,
       consumer: 'shipping',
-      customEventBusArn: o3.customEventBusArn,
       topology: 'queue',
-      events: [OrderPlaced],
-      existingFunction: fn2,
-      vpc,
-      securityGroups: [sg],
-      proxy,
-      databaseName: 'orders',
+      existingFunction: inlineFunction(s3, 'Shipping', { timeout: Duration.seconds(60) }),
     });
     const json = Template.fromStack(s3).toJSON();
     const subs = Object.values(
@@ -582,28 +531,13 @@ describe('the Custom Event Bus retention against the consumer inbox retention', 
     props: Partial<OutboxConsumerProps> = {},
     monitorDays: number | undefined = undefined,
   ) {
-    const { stack, outbox, vpc, sg, proxy } = relay({
+    const { stack, base } = relay({
       ...(busDays === undefined ? {} : { customEventBus: { retentionDays: busDays } }),
       // The monitor prunes this consumer's inbox (the same database): no sooner than it keeps records.
       ...(monitorDays === undefined ? {} : { monitorSettings: { inboxRetentionDays: monitorDays } }),
     });
-    const fn = new lambda.Function(stack, 'Billing', {
-      runtime: lambda.Runtime.NODEJS_24_X,
-      handler: 'index.handler',
-      code: lambda.Code.fromInline('export const handler = async () => {}'),
-      timeout: Duration.seconds(20),
-    });
-    return new OutboxConsumer(stack, 'BillingConsumer', {
-      consumer: 'billing',
-      customEventBusArn: outbox.customEventBusArn,
-      events: [OrderPlaced],
-      existingFunction: fn,
-      vpc,
-      securityGroups: [sg],
-      proxy,
-      databaseName: 'orders',
-      ...props,
-    });
+    const fn = inlineFunction(stack, 'Billing', { timeout: Duration.seconds(20) });
+    return new OutboxConsumer(stack, 'BillingConsumer', { ...base, existingFunction: fn, ...props });
   }
 
   it('refuses a bus kept 45 days beside the inbox default of 30, naming customEventBus.retentionDays and inboxRetentionDays', () => {

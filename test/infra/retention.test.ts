@@ -8,26 +8,18 @@
  * settings (a replay beyond them is answered stale and applies nothing). Synthesised: the demo
  * app itself, and an app with a relay and a consumer.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { App, Annotations as CdkAnnotations, Duration, Stack } from 'aws-cdk-lib';
+import { readFileSync } from 'node:fs';
+import { Annotations as CdkAnnotations, Duration, type Stack } from 'aws-cdk-lib';
 import { Annotations, Match } from 'aws-cdk-lib/assertions';
-import * as ec2 from 'aws-cdk-lib/aws-ec2';
-import * as lambda from 'aws-cdk-lib/aws-lambda';
-import * as rds from 'aws-cdk-lib/aws-rds';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { OrderPlaced } from '../../examples/billing/events.ts';
 import { buildApp } from '../../examples/demo/app.ts';
 import type { OutboxConsumerProps } from '../../infra/consumer-props.ts';
 import { OutboxConsumer } from '../../infra/outbox-consumer.ts';
-import { OutboxRelay } from '../../infra/outbox-relay.ts';
 import type { OutboxRelayProps } from '../../infra/props.ts';
 import { RetentionWarning } from '../../infra/retention.ts';
 import { OutboxConfigError } from '../../shared/platform/errors.ts';
-
-const workRoot = mkdtempSync(join(tmpdir(), 'outbox-retention-test-'));
-afterAll(() => rmSync(workRoot, { recursive: true, force: true }));
+import { inlineFunction, NO_BUNDLING, ORDERS, relayStack, useApps } from '../support/synth.ts';
 
 /** cdk.json's context (the feature flags), without bundling: the functions' code is not looked at. */
 const context = {
@@ -36,9 +28,9 @@ const context = {
       context: Record<string, unknown>;
     }
   ).context,
-  'aws:cdk:bundling-stacks': [],
+  ...NO_BUNDLING,
 };
-const newApp = () => new App({ outdir: mkdtempSync(join(workRoot, 'cdk.out-')), context });
+const newApp = useApps('outbox-retention-test-', { context });
 
 /** The warnings of a stack with the given id (synthesises the app). */
 function warnings(stack: Stack, id: string): string[] {
@@ -61,12 +53,7 @@ function thrown(f: () => unknown): unknown {
 function consumer(stack: Stack, id: string, props: Omit<OutboxConsumerProps, 'events' | 'existingFunction'>) {
   return new OutboxConsumer(stack, id, {
     events: [OrderPlaced],
-    existingFunction: new lambda.Function(stack, `${id}Function`, {
-      runtime: lambda.Runtime.NODEJS_24_X,
-      handler: 'index.handler',
-      code: lambda.Code.fromInline('export const handler = async () => {}'),
-      timeout: Duration.seconds(20),
-    }),
+    existingFunction: inlineFunction(stack, `${id}Function`, { timeout: Duration.seconds(20) }),
     ...props,
   });
 }
@@ -155,40 +142,12 @@ describe('the demo app', () => {
   });
 });
 
-/** An app with an OutboxRelay on a proxy, and a consumer of its bus in its database. */
+/** An app with an OutboxRelay on a proxy (ORDERS), and a consumer of its bus in its database. */
 function relayApp(relayProps: Partial<OutboxRelayProps>) {
-  const stack = new Stack(newApp(), 'Orders', { env: { account: '123456789012', region: 'eu-west-1' } });
-  const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
-    vpcId: 'vpc-1',
-    availabilityZones: ['eu-west-1a'],
-    privateSubnetIds: ['subnet-1'],
-  });
-  const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
-  const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
-    dbProxyName: 'p',
-    dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
-    endpoint: 'p.proxy-1.eu-west-1.rds.amazonaws.com',
-    securityGroups: [],
-  });
-  const outbox = new OutboxRelay(stack, 'Outbox', {
-    vpc,
-    securityGroups: [sg],
-    database: { proxy, databaseName: 'orders' },
-    ...relayProps,
-  });
+  const { stack, relay: outbox, base } = relayStack(newApp(), ORDERS, relayProps);
   let n = 0;
   const billing = (props: Partial<OutboxConsumerProps> = {}) =>
-    consumer(stack, `Billing${n++ || ''}`, {
-      consumer: 'billing',
-      ...(outbox.busKind === 'custom'
-        ? { customEventBusArn: outbox.customEventBusArn }
-        : { eventBus: outbox.eventBus }),
-      vpc,
-      securityGroups: [sg],
-      proxy,
-      databaseName: 'orders',
-      ...props,
-    });
+    consumer(stack, `Billing${n++ || ''}`, { ...base, ...props });
   return { stack, outbox, billing };
 }
 

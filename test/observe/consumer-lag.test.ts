@@ -4,21 +4,17 @@
  * dimension; the OutboxConsumer alarms on its p99, on the very metric those lines make.
  */
 import { randomUUID } from 'node:crypto';
-import { App, Stack } from 'aws-cdk-lib';
+import { App } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
-import * as ec2 from 'aws-cdk-lib/aws-ec2';
-import * as lambda from 'aws-cdk-lib/aws-lambda';
-import * as rds from 'aws-cdk-lib/aws-rds';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { delivery } from '../../dev/delivery.ts';
-import { OrderPlaced } from '../../examples/billing/events.ts';
 import { OutboxConsumer } from '../../infra/outbox-consumer.ts';
-import { OutboxRelay } from '../../infra/outbox-relay.ts';
 import { inbox } from '../../shared/consumer/index.ts';
 import { OutboxConfigError } from '../../shared/platform/errors.ts';
 import { createTestDatabase, type TestDatabase } from '../support/db.ts';
 import { lambdaContext } from '../support/lambda.ts';
+import { inlineFunction, NO_BUNDLING, relayStack } from '../support/synth.ts';
 
 interface EmfLine {
   _aws: {
@@ -101,39 +97,10 @@ describe('ConsumerLag, emitted by the inbox', () => {
 
 describe("the OutboxConsumer's ConsumerLag alarm watches what the inbox emits", () => {
   const synth = (extra: { consumerLagAlarmSeconds?: number } = {}) => {
-    const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
-    const stack = new Stack(app, 'Shop', { env: { account: '123456789012', region: 'eu-west-1' } });
-    const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
-      vpcId: 'vpc-12345678',
-      availabilityZones: ['eu-west-1a'],
-      privateSubnetIds: ['subnet-11111111'],
-    });
-    const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
-    const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
-      dbProxyName: 'p',
-      dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
-      endpoint: 'p.proxy.eu-west-1.rds.amazonaws.com',
-      securityGroups: [],
-    });
-    const relay = new OutboxRelay(stack, 'Outbox', {
-      vpc,
-      securityGroups: [sg],
-      database: { proxy, databaseName: 'shop' },
-    });
-    const fn = new lambda.Function(stack, 'Own', {
-      runtime: lambda.Runtime.NODEJS_24_X,
-      handler: 'index.handler',
-      code: lambda.Code.fromInline('export const handler = async () => {}'),
-    });
+    const { stack, relay, base } = relayStack(new App({ context: NO_BUNDLING }));
     const c = new OutboxConsumer(stack, 'Billing', {
-      consumer: 'billing',
-      eventBus: relay.eventBus,
-      events: [OrderPlaced],
-      existingFunction: fn,
-      vpc,
-      securityGroups: [sg],
-      proxy,
-      databaseName: 'shop',
+      ...base,
+      existingFunction: inlineFunction(stack, 'Own'),
       dashboard: relay.dashboard,
       ...extra,
     });
