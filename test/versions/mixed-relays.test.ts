@@ -307,6 +307,17 @@ for (const ref of previousRelayReleases()) {
       expect(monitor?.path).toContain('search_path=pg_catalog, outbox, pg_temp');
     });
 
+    /** Four roles of a test's own (random names), for `migrateWithRoles` on a database of its own. */
+    const newRoles = () => {
+      const suffix = randomBytes(4).toString('hex');
+      return {
+        relay: `relay_${suffix}`,
+        monitor: `monitor_${suffix}`,
+        producer: `producer_${suffix}`,
+        consumer: `consumer_${suffix}`,
+      };
+    };
+
     for (const installed of ['installed', 'upgraded'] as const) {
       it(`the previous release's outbox migrate --roles on a database this release ${installed} (a stack rolled back) leaves one outbox`, async () => {
         // A stack rolled back runs the previous release's migrate Trigger again. Before 024 that
@@ -315,13 +326,7 @@ for (const ref of previousRelayReleases()) {
         // relay looked. It must refuse instead (or, for a release that finds its history, do
         // nothing): one outbox table, in schema outbox, and the relay role still finds it.
         const other = await createEmptyDatabase({ legacyPublic: true });
-        const suffix = randomBytes(4).toString('hex');
-        const own = {
-          relay: `relay_${suffix}`,
-          monitor: `monitor_${suffix}`,
-          producer: `producer_${suffix}`,
-          consumer: `consumer_${suffix}`,
-        };
+        const own = newRoles();
         try {
           if (installed === 'upgraded') await previous.operations.migrateWithRoles(other.url, { roles: own });
           await current.operations.migrateWithRoles(other.url, { roles: own });
@@ -355,13 +360,7 @@ for (const ref of previousRelayReleases()) {
     it('on a database this release installed, the previous relay and monitor run as the roles it made (a rollback after a fresh install)', async () => {
       const fresh = await createEmptyDatabase({ legacyPublic: true });
       // Roles of its own: a role's default search_path is the cluster's, and 024 set the others'.
-      const suffix = randomBytes(4).toString('hex');
-      const own = {
-        relay: `relay_${suffix}`,
-        monitor: `monitor_${suffix}`,
-        producer: `producer_${suffix}`,
-        consumer: `consumer_${suffix}`,
-      };
+      const own = newRoles();
       try {
         // Only this release's `outbox migrate --roles`: no migration 024 moved anything, the
         // role defaults are ensureRoles' alone.
