@@ -67,10 +67,13 @@ export interface LambdaScaleRow {
   drainCores: number;
   busyCores: number;
   /**
-   * Events/s from the first moment `relays` invocations ran at once to the end of the drain (the
-   * cold starts and the monitor's first invocation behind), or null when that many never ran at once.
+   * Events/s from the first moment `relays` handlers ran at once (every cold start's sandbox and
+   * init, and the monitor's first invocation, behind) to the end of the drain, or null when that
+   * many never ran at once.
    */
   allRunningEventsPerSecond: number | null;
+  /** The ramp: seconds from the schedules' firing to that moment, or null with the rate. */
+  allRunningAfterSeconds: number | null;
   /** The machine's idle share (all cores, 0–1) over the same span, or null with the rate. */
   allRunningIdleShare: number | null;
 }
@@ -174,7 +177,9 @@ async function drain(
         drainedAt = Date.now();
         break;
       }
-      if (!allRunning && relays.running >= k)
+      // Handlers, not invocations: an invocation waiting for its new environment's sandbox and
+      // init claims nothing yet.
+      if (!allRunning && relays.handlersRunning >= k)
         allRunning = { at: Date.now(), accepted, machine: machineCpu() };
       await sleep(100);
     }
@@ -216,6 +221,10 @@ async function drain(
         allRunning && drainedAt - allRunning.at >= 1000
           ? Math.round(((o.rows - allRunning.accepted) * 1000) / (drainedAt - allRunning.at))
           : null,
+      allRunningAfterSeconds:
+        allRunning && drainedAt - allRunning.at >= 1000
+          ? Number(((allRunning.at - started) / 1000).toFixed(1))
+          : null,
       allRunningIdleShare:
         allRunning && drainedAt - allRunning.at >= 1000
           ? Number(
@@ -247,13 +256,13 @@ function report(ctx: DeployedBenchContext, o: LambdaScaleOptions, rows: LambdaSc
     const one = singleAllRunning(r);
     return r.allRunningEventsPerSecond === null || one === null
       ? 'n/a'
-      : `${r.allRunningEventsPerSecond} (${(r.allRunningEventsPerSecond / one).toFixed(2)}×; ${Math.round((r.allRunningIdleShare ?? 0) * 100)} % idle)`;
+      : `${r.allRunningEventsPerSecond} (${(r.allRunningEventsPerSecond / one).toFixed(2)}×; ${Math.round((r.allRunningIdleShare ?? 0) * 100)} % idle; from ${r.allRunningAfterSeconds} s)`;
   };
   const checkouts = new Set(rows.map((r) => r.checkout)).size > 1;
   ctx.report(
     `### Draining a ${o.rows.toLocaleString('en')}-event backlog as deployed, ${o.busLatencyMs} ms bus latency: the scheduled relay and the extra relays the monitor starts
 
-| ${checkouts ? 'checkout | ' : ''}bus | relays (maxRelays) | drained in | events/s | speed-up | events/s once all ran (speed-up; machine idle meanwhile) | relays at once (peak) | extra relays the monitor started | relay connections (peak) | relay CPU per event | Postgres CPU per event | bus CPU per event | cores busy: the drain's / the machine's | machine idle |
+| ${checkouts ? 'checkout | ' : ''}bus | relays (maxRelays) | drained in | events/s | speed-up | events/s once all ran (speed-up; machine idle meanwhile; from) | relays at once (peak) | extra relays the monitor started | relay connections (peak) | relay CPU per event | Postgres CPU per event | bus CPU per event | cores busy: the drain's / the machine's | machine idle |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|${checkouts ? '---|' : ''}
 ${rows
   .map(
@@ -262,6 +271,6 @@ ${rows
   )
   .join('\n')}
 
-The relay and monitor bundles from \`cdk synth\`, with the template's environment, memory and timeout; both schedules fire together, on time, every period until the drain is over, and the monitor (OUTBOX_MAX_RELAYS set to the row's figure, OUTBOX_BACKLOG_PER_RELAY 1) starts the extra relays through \`@aws-sdk/client-lambda\` against a local Invoke endpoint; an invocation that finds no idle environment starts a new one (a cold start: ${o.coldStartExtraMs} ms of sandbox, then a real process start and import). "Relays at once" may exceed maxRelays by one: a drain longer than a period meets the scheduled relay's successor while its predecessor still polls. "Events/s once all ran": from the first moment as many relays ran at once as the row allows to the end of the drain (the monitor's first invocation and the cold starts behind; n/a when they never all ran at once or for under a second), against the single relay's same rate, with the machine's idle share over that span (near 0 %: the machine's cores, not the relays, set the rate). "Drained in": from the schedules' firing to the bus holding every event. All relays share this machine's cores (in Lambda each has its own share of a vCPU). CPU per event: user + system time from /proc during the drain, divided by the events: the relay processes' (cold starts included), this database's Postgres backends' (every session on it: relays, monitor, the bench's sampling), the bus's; "cores busy": those three together, and the whole machine's (/proc/stat, anyone's work), on average over the drain; "machine idle": the idle share of all ${cpus().length} cores. Near 0 % idle, the machine's CPU is the ceiling, not the relays.`,
+The relay and monitor bundles from \`cdk synth\`, with the template's environment, memory and timeout; both schedules fire together, on time, every period until the drain is over, and the monitor (OUTBOX_MAX_RELAYS set to the row's figure, OUTBOX_BACKLOG_PER_RELAY 1) starts the extra relays through \`@aws-sdk/client-lambda\` against a local Invoke endpoint; an invocation that finds no idle environment starts a new one (a cold start: ${o.coldStartExtraMs} ms of sandbox, then a real process start and import). "Relays at once" may exceed maxRelays by one: a drain longer than a period meets the scheduled relay's successor while its predecessor still polls. "Events/s once all ran": from the first moment as many relay handlers ran at once as the row allows (the monitor's first invocation and every cold start's sandbox and init behind) to the end of the drain (n/a when they never all ran at once or for under a second), against the single relay's same rate, with the machine's idle share over that span (near 0 %: the machine's cores, not the relays, set the rate) and when that moment came, s from the schedules' firing (the ramp). "Drained in": from the schedules' firing to the bus holding every event. All relays share this machine's cores (in Lambda each has its own share of a vCPU). CPU per event: user + system time from /proc during the drain, divided by the events: the relay processes' (cold starts included), this database's Postgres backends' (every session on it: relays, monitor, the bench's sampling), the bus's; "cores busy": those three together, and the whole machine's (/proc/stat, anyone's work), on average over the drain; "machine idle": the idle share of all ${cpus().length} cores. Near 0 % idle, the machine's CPU is the ceiling, not the relays.`,
   );
 }

@@ -63,6 +63,7 @@ export class LambdaService {
   #requested = 0;
   #created = 0;
   #busy = 0;
+  #inHandler = 0;
   #peakBusy = 0;
 
   constructor(options: LambdaServiceOptions) {
@@ -84,9 +85,14 @@ export class LambdaService {
     return this.#environments.flatMap((e) => (e.fn ? [e.fn.pid] : []));
   }
 
-  /** Invocations running now. */
+  /** Invocations running now, a new environment's init included. */
   get running(): number {
     return this.#busy;
+  }
+
+  /** Invocations whose handler runs now: past a new environment's sandbox and init. */
+  get handlersRunning(): number {
+    return this.#inHandler;
   }
 
   /**
@@ -129,7 +135,10 @@ export class LambdaService {
       env.busy = true;
       const startedAt = Date.now();
       this.starts.push(startedAt);
-      const outcome = await env.fn.invoke(event, this.#options.timeoutMs);
+      this.#inHandler++;
+      const outcome = await env.fn.invoke(event, this.#options.timeoutMs).finally(() => {
+        this.#inHandler--;
+      });
       const record: InvocationRecord = {
         n,
         event,
