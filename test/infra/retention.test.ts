@@ -59,6 +59,18 @@ function consumer(stack: Stack, id: string, props: Omit<OutboxConsumerProps, 'ev
 }
 
 describe('the demo app', () => {
+  /** A second consumer, `audit`, counting on 60 days of inbox records, its inbox in `databaseName`. */
+  const auditConsumer = (stack: ReturnType<typeof buildApp>['stack'], databaseName: string) =>
+    consumer(stack, 'Audit', {
+      consumer: 'audit',
+      eventBus: stack.outbox.eventBus,
+      vpc: stack.vpc,
+      securityGroups: [],
+      proxy: stack.proxy,
+      databaseName,
+      inboxRetentionDays: 60,
+    });
+
   it('synthesises with the monitor and the billing consumer at the same retention, and no retention warning', () => {
     const { stack } = buildApp(newApp());
     expect(stack.outbox.monitorInboxRetentionDays).toBe(30);
@@ -69,17 +81,7 @@ describe('the demo app', () => {
 
   it('refuses a second consumer in its database that counts on 60 days of records, naming both settings', () => {
     const { stack } = buildApp(newApp());
-    const error = thrown(() =>
-      consumer(stack, 'Audit', {
-        consumer: 'audit',
-        eventBus: stack.outbox.eventBus,
-        vpc: stack.vpc,
-        securityGroups: [],
-        proxy: stack.proxy,
-        databaseName: stack.outbox.databaseName,
-        inboxRetentionDays: 60,
-      }),
-    );
+    const error = thrown(() => auditConsumer(stack, stack.outbox.databaseName));
     expect(error).toBeInstanceOf(OutboxConfigError);
     expect((error as OutboxConfigError).variable).toBe('monitorSettings.inboxRetentionDays');
     expect((error as Error).message).toMatch(
@@ -89,17 +91,7 @@ describe('the demo app', () => {
 
   it('takes that consumer when its inbox is in another database, which the monitor does not prune', () => {
     const { stack } = buildApp(newApp());
-    expect(() =>
-      consumer(stack, 'Audit', {
-        consumer: 'audit',
-        eventBus: stack.outbox.eventBus,
-        vpc: stack.vpc,
-        securityGroups: [],
-        proxy: stack.proxy,
-        databaseName: 'audit',
-        inboxRetentionDays: 60,
-      }),
-    ).not.toThrow();
+    expect(() => auditConsumer(stack, 'audit')).not.toThrow();
   });
 
   it('warns, naming the archive and both retentions, for an archive of its bus kept 90 days or indefinitely (added after the consumer)', () => {
