@@ -200,6 +200,8 @@ async function drain(
     );
     const seconds = (drainedAt - started) / 1000;
     const perEvent = (ms: number) => Math.round((ms * 1000) / o.rows);
+    // The span once all ran, when it lasted a second or more (a shorter one gives no rate).
+    const all = allRunning && drainedAt - allRunning.at >= 1000 ? allRunning : undefined;
     return {
       checkout: ctx.checkout,
       bus: busKind,
@@ -217,23 +219,18 @@ async function drain(
       idleShare: Number(used.idleShare.toFixed(2)),
       drainCores: Number(((used.functionMs + used.postgresMs + used.busMs) / 1000 / seconds).toFixed(2)),
       busyCores: Number(used.busyCores.toFixed(2)),
-      allRunningEventsPerSecond:
-        allRunning && drainedAt - allRunning.at >= 1000
-          ? Math.round(((o.rows - allRunning.accepted) * 1000) / (drainedAt - allRunning.at))
-          : null,
-      allRunningAfterSeconds:
-        allRunning && drainedAt - allRunning.at >= 1000
-          ? Number(((allRunning.at - started) / 1000).toFixed(1))
-          : null,
-      allRunningIdleShare:
-        allRunning && drainedAt - allRunning.at >= 1000
-          ? Number(
-              (
-                (machineAtEnd.idle - allRunning.machine.idle) /
-                Math.max(1, machineAtEnd.total - allRunning.machine.total)
-              ).toFixed(2),
-            )
-          : null,
+      allRunningEventsPerSecond: all
+        ? Math.round(((o.rows - all.accepted) * 1000) / (drainedAt - all.at))
+        : null,
+      allRunningAfterSeconds: all ? Number(((all.at - started) / 1000).toFixed(1)) : null,
+      allRunningIdleShare: all
+        ? Number(
+            (
+              (machineAtEnd.idle - all.machine.idle) /
+              Math.max(1, machineAtEnd.total - all.machine.total)
+            ).toFixed(2),
+          )
+        : null,
     };
   } finally {
     if (!cpuStopped) await cpu.stop().catch(() => {});
