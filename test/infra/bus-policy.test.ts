@@ -6,60 +6,34 @@
  * (docs/relay-construct.md#who-may-put-the-outboxs-sources-on-the-bus). Synthesised, not deployed: what
  * is checked is the statement the template carries.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { App, Duration, Stack } from 'aws-cdk-lib';
+import { Duration, Stack } from 'aws-cdk-lib';
 import { Annotations, Match, Template } from 'aws-cdk-lib/assertions';
-import * as ec2 from 'aws-cdk-lib/aws-ec2';
 import * as events from 'aws-cdk-lib/aws-events';
 import * as iam from 'aws-cdk-lib/aws-iam';
-import * as rds from 'aws-cdk-lib/aws-rds';
-import { afterAll, describe, expect, it } from 'vitest';
-import { OutboxRelay } from '../../infra/outbox-relay.ts';
+import { describe, expect, it } from 'vitest';
 import type { OutboxRelayProps } from '../../infra/props.ts';
+import { NO_BUNDLING, ORDERS, relayStack, useApps } from '../support/synth.ts';
 
-const workRoot = mkdtempSync(join(tmpdir(), 'outbox-bus-policy-test-'));
-afterAll(() => rmSync(workRoot, { recursive: true, force: true }));
+// No bundling: the functions' code is not what these tests look at.
+const newApp = useApps('outbox-bus-policy-test-', { context: NO_BUNDLING });
 
 type Props = Partial<OutboxRelayProps> & { importBus?: 'same-account' | 'other-account' };
 
 /** An OutboxRelay on imported network and proxy, with its own bus unless `importBus`. */
 function relay(props: Props = {}) {
-  // No bundling: the functions' code is not what these tests look at.
-  const app = new App({
-    outdir: mkdtempSync(join(workRoot, 'cdk.out-')),
-    context: { 'aws:cdk:bundling-stacks': [] },
-  });
-  const stack = new Stack(app, 'Orders', { env: { account: '123456789012', region: 'eu-west-1' } });
-  const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
-    vpcId: 'vpc-1',
-    availabilityZones: ['eu-west-1a'],
-    privateSubnetIds: ['subnet-1'],
-  });
-  const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
-    dbProxyName: 'p',
-    dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
-    endpoint: 'p.proxy-1.eu-west-1.rds.amazonaws.com',
-    securityGroups: [],
-  });
   const { importBus, ...rest } = props;
-  const eventBus =
-    importBus === 'same-account'
-      ? events.EventBus.fromEventBusName(stack, 'Bus', 'orders')
-      : importBus === 'other-account'
-        ? events.EventBus.fromEventBusArn(
-            stack,
-            'Bus',
-            'arn:aws:events:eu-west-1:999999999999:event-bus/central',
-          )
-        : undefined;
-  const outbox = new OutboxRelay(stack, 'Outbox', {
-    vpc,
-    securityGroups: [ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678')],
-    database: { proxy, databaseName: 'orders' },
-    ...(eventBus ? { eventBus } : {}),
-    ...rest,
+  const { stack, relay: outbox } = relayStack(newApp(), ORDERS, (stack) => {
+    const eventBus =
+      importBus === 'same-account'
+        ? events.EventBus.fromEventBusName(stack, 'Bus', 'orders')
+        : importBus === 'other-account'
+          ? events.EventBus.fromEventBusArn(
+              stack,
+              'Bus',
+              'arn:aws:events:eu-west-1:999999999999:event-bus/central',
+            )
+          : undefined;
+    return { ...(eventBus ? { eventBus } : {}), ...rest };
   });
   return { outbox, stack, template: Template.fromStack(stack) };
 }
@@ -155,7 +129,7 @@ describe("the bus's resource policy: the outbox's sources only from the relay", 
 
   it('exempts the roles named in publishers as well as the relay', () => {
     const operator = iam.Role.fromRoleArn(
-      new Stack(new App({ outdir: mkdtempSync(join(workRoot, 'cdk.out-')) }), 'Operators'),
+      new Stack(newApp(), 'Operators'),
       'Operator',
       'arn:aws:iam::123456789012:role/outbox-operator',
     );

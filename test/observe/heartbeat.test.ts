@@ -7,18 +7,12 @@
  * from a synthesised template evaluated by the local bus's pattern matcher.
  */
 import { randomUUID } from 'node:crypto';
-import { App, Stack } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
-import * as ec2 from 'aws-cdk-lib/aws-ec2';
-import * as lambda from 'aws-cdk-lib/aws-lambda';
-import * as rds from 'aws-cdk-lib/aws-rds';
 import type { EventBridgeEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { delivery } from '../../dev/delivery.ts';
-import { OrderPlaced } from '../../examples/billing/events.ts';
 import { createMonitorHandler } from '../../functions/monitor/monitor-handler.ts';
 import { OutboxConsumer } from '../../infra/outbox-consumer.ts';
-import { OutboxRelay } from '../../infra/outbox-relay.ts';
 import { inbox } from '../../shared/consumer/index.ts';
 import { matchesEventPattern } from '../../shared/local/event-pattern.ts';
 import { HEARTBEAT_EVENT, loadMonitorSettings, type Sql } from '../../shared/platform/index.ts';
@@ -27,8 +21,10 @@ import { useHarness } from '../support/harness.ts';
 import { lambdaContext } from '../support/lambda.ts';
 import { testClient, testSettings } from '../support/relay.ts';
 import { createTestRoles, type TestRoles } from '../support/roles.ts';
+import { inlineFunction, NO_BUNDLING, relayStack, SHOP, useApps } from '../support/synth.ts';
 
 const h = useHarness({ max: 6 });
+const newApp = useApps('outbox-heartbeat-test-', { context: NO_BUNDLING });
 let roles: TestRoles;
 beforeAll(async () => {
   roles = await createTestRoles(h.db);
@@ -239,48 +235,15 @@ describe('end to end: monitor → outbox → relay → bus → rule → inbox', 
     without: Record<string, never>;
     alarm: AlarmProperties;
   } {
-    const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
-    const stack = new Stack(app, 'Shop', { env: { account: '123456789012', region: 'eu-west-1' } });
-    const vpc = ec2.Vpc.fromVpcAttributes(stack, 'Vpc', {
-      vpcId: 'vpc-12345678',
-      availabilityZones: ['eu-west-1a'],
-      privateSubnetIds: ['subnet-11111111'],
-    });
-    const sg = ec2.SecurityGroup.fromSecurityGroupId(stack, 'Sg', 'sg-12345678');
-    const proxy = rds.DatabaseProxy.fromDatabaseProxyAttributes(stack, 'Proxy', {
-      dbProxyName: 'p',
-      dbProxyArn: 'arn:aws:rds:eu-west-1:123456789012:db-proxy:prx-1',
-      endpoint: 'p.proxy.eu-west-1.rds.amazonaws.com',
-      securityGroups: [],
-    });
-    const relay = new OutboxRelay(stack, 'Outbox', {
-      vpc,
-      securityGroups: [sg],
-      database: { proxy, databaseName: 'shop' },
-    });
-    const fn = (id: string) =>
-      new lambda.Function(stack, id, {
-        runtime: lambda.Runtime.NODEJS_24_X,
-        handler: 'index.handler',
-        code: lambda.Code.fromInline('export const handler = async () => {}'),
-      });
-    const base = {
-      eventBus: relay.eventBus,
-      events: [OrderPlaced],
-      vpc,
-      securityGroups: [sg],
-      proxy,
-      databaseName: 'shop',
-    };
+    const { stack, base } = relayStack(newApp(), SHOP);
     const billing = new OutboxConsumer(stack, 'Billing', {
       ...base,
-      consumer: 'billing',
-      existingFunction: fn('B'),
+      existingFunction: inlineFunction(stack, 'B'),
     });
     const legacy = new OutboxConsumer(stack, 'Legacy', {
       ...base,
       consumer: 'legacy',
-      existingFunction: fn('L'),
+      existingFunction: inlineFunction(stack, 'L'),
       heartbeat: false,
     });
     const t = Template.fromStack(stack).toJSON().Resources as Record<
