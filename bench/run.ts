@@ -16,7 +16,8 @@
  * `--instructions-events n` (the enqueue-instructions section's transactions per step), the deployed
  * sections' short form for a busy machine (`--lag-rates 1000`, `--buses classic`, `--lag-seconds 70`,
  * `--lag-trace`: each event's claim recorded and the lag split at it, `--scale-rows 20000`,
- * `--scale-relays 1,4`; `--baseline` runs the other checkout's bundle beside this one's, `--variant
+ * `--scale-relays 1,4`, `--scale-start cold,warm`: the backlog also landing on a running deployment;
+ * `--baseline` runs the other checkout's bundle beside this one's, `--variant
  * K=V,K=V` this one's with other relay variables), `--only a,b` or
  * `--only a --only b` (run only these sections: relay, rounds, peers, profile, grid, lag, claim,
  * producer, bus-kind, bundle, lambda, scale, lambda-lag, lambda-scale, db-cost, enqueue-anatomy,
@@ -71,6 +72,12 @@ const { values } = parseArgs({
     'scale-rows': { type: 'string' },
     /** `lambda-scale`: relay counts, comma-separated (default 1,2,4). */
     'scale-relays': { type: 'string' },
+    /**
+     * `lambda-scale`: how the backlog meets the deployment, comma-separated (default cold): `cold`,
+     * nothing running when both schedules fire; `warm`, the backlog lands while the scheduled relay
+     * polls and just before the warm monitor's next firing.
+     */
+    'scale-start': { type: 'string' },
     /** Deployed sections: this checkout's bundle again with relay variables `K=V,K=V` (repeatable). */
     variant: { type: 'string', multiple: true },
   },
@@ -89,6 +96,9 @@ function counts(name: string, value: string | undefined): number[] | undefined {
 const buses = values.buses?.split(',') as ('classic' | 'custom')[] | undefined;
 if (buses?.some((b) => b !== 'classic' && b !== 'custom'))
   throw new Error(`--buses: ${JSON.stringify(values.buses)}: classic, custom or both`);
+const scaleStarts = values['scale-start']?.split(',') as ('cold' | 'warm')[] | undefined;
+if (scaleStarts?.some((b) => b !== 'cold' && b !== 'warm'))
+  throw new Error(`--scale-start: ${JSON.stringify(values['scale-start'])}: cold, warm or both`);
 
 /** A section of the bench: a module of bench/sections/. */
 interface Section {
@@ -210,6 +220,7 @@ const bench = await openBench({
     scaleRows: counts('scale-rows', values['scale-rows'])?.[0],
     scaleRelays: counts('scale-relays', values['scale-relays']),
     scaleBuses: buses,
+    scaleStarts,
   },
 });
 const chosen = SECTIONS.filter((s) => s.names.some((n) => (s.long ? bench.wantLong(n) : bench.want(n))));

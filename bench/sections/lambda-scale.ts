@@ -9,7 +9,10 @@
  * `maxRelays` is set through the monitor's OUTBOX_MAX_RELAYS, with OUTBOX_BACKLOG_PER_RELAY 1 so
  * that the backlog asks for all of them. Each drain's CPU is read from /proc (the relay processes,
  * this database's Postgres backends, the bus) with the machine's idle share: whether the relays
- * or the machine's cores are the ceiling.
+ * or the machine's cores are the ceiling. Two starts: `cold`, nothing running when the backlog is
+ * there and both schedules fire; `warm`, the backlog lands on a running deployment (the scheduled
+ * relay polling an empty outbox, the monitor's environment warm from its last firing, which comes
+ * next), so only the extra relays start cold.
  */
 import { cpus } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -35,6 +38,8 @@ export interface LambdaScaleOptions {
   relays: number[];
   /** The buses drained to, each with every relay count: the classic bus and the Custom Event Bus. */
   busKinds: BusKind[];
+  /** How the backlog meets the deployment: `cold` (nothing running) and `warm` (see the module's doc). */
+  starts: Start[];
   busLatencyMs: number;
   /** Sandbox creation before a new environment's init, ms. */
   coldStartExtraMs: number;
@@ -42,11 +47,15 @@ export interface LambdaScaleOptions {
   drainTimeoutMs: number;
 }
 
+/** `cold`: nothing running when both schedules fire; `warm`: the backlog lands on a running deployment. */
+export type Start = 'cold' | 'warm';
+
 /** One drain. */
 export interface LambdaScaleRow {
   /** Which checkout's bundle (`--baseline`: another one's beside this one's). */
   checkout: string;
   bus: BusKind;
+  start: Start;
   relays: number;
   drainSeconds: number;
   eventsPerSecond: number;
@@ -86,7 +95,8 @@ export async function lambdaScale(
   const rows: LambdaScaleRow[] = [];
   // Each checkout's drain right after the other's: both meet the same machine.
   for (const busKind of o.busKinds)
-    for (const k of o.relays) for (const ctx of contexts) rows.push(await drain(ctx, o, busKind, k));
+    for (const start of o.starts)
+      for (const k of o.relays) for (const ctx of contexts) rows.push(await drain(ctx, o, busKind, start, k));
   report(contexts[0] as DeployedBenchContext, o, rows);
   return rows;
 }
@@ -95,6 +105,7 @@ async function drain(
   ctx: DeployedBenchContext,
   o: LambdaScaleOptions,
   busKind: BusKind,
+  start: Start,
   k: number,
 ): Promise<LambdaScaleRow> {
   const stack = await readDemoStack(ctx.cdkOut);
@@ -113,11 +124,14 @@ async function drain(
   const monitorPeriodMs = scheduleOf(monitor.logicalId).periodSeconds * 1000;
   const monitorInput = scheduleOf(monitor.logicalId).input;
   await ctx.sql`truncate outbox.outbox, outbox.outbox_aggregate`;
-  await ctx.sql`
+  const land = (sql: typeof ctx.sql) => sql`
       insert into outbox.outbox (aggregate_type, aggregate_id, sequence, event_type, source, payload)
       select 'order', g::text, 1, 'OrderPlaced', 'bench.orders', jsonb_build_object('orderId', g, 'total', g * 3)
       from generate_series(1, ${o.rows}) g`;
-  await ctx.sql`vacuum analyze outbox`;
+  if (start === 'cold') {
+    await land(ctx.sql);
+    await ctx.sql`vacuum analyze outbox`;
+  }
   await ctx.bus.reset();
   await ctx.bus.setFaults({ latencyMs: o.busLatencyMs });
 
@@ -132,6 +146,7 @@ async function drain(
     ),
   );
   const errors: unknown[] = [];
+  const onError = (e: unknown) => errors.push(e);
   const lambda = await startLocalLambda({
     onInvoke: (i) => {
       if (i.functionName !== relayName) errors.push(new Error(`invoked ${i.functionName}`));
@@ -148,6 +163,20 @@ async function drain(
       },
     ),
   );
+  ctx.log(
+    `lambda-scale (${ctx.checkout}): ${busKind} bus, ${o.rows} events, ${start}, up to ${k} relay(s), ${o.busLatencyMs} ms bus`,
+  );
+  // Warm: the scheduled relay polls an empty outbox and the monitor has run once (its heartbeat
+  // published) before the backlog lands, in one transaction, just before the monitor's next firing.
+  const warmAt =
+    start === 'warm'
+      ? await warmUp().catch(async (e: unknown) => {
+          await relays.stop({ wait: false });
+          await monitors.stop({ wait: false });
+          await lambda.close();
+          throw e;
+        })
+      : undefined;
   const connections = sampleConnections(ctx.sql, ctx.database, ServiceName.relay);
   const cpu = sampleCpu(
     ctx.sql,
@@ -156,9 +185,6 @@ async function drain(
     () => ctx.bus.cpuMs(),
   );
   let cpuStopped = false;
-  ctx.log(
-    `lambda-scale (${ctx.checkout}): ${busKind} bus, ${o.rows} events, up to ${k} relay(s), ${o.busLatencyMs} ms bus`,
-  );
   const started = Date.now();
   let drainedAt: number | undefined;
   // When k relays first ran at once, and how many events the bus held then: the rate after it is
@@ -166,8 +192,9 @@ async function drain(
   let allRunning: { at: number; accepted: number; machine: { idle: number; total: number } } | undefined;
   // Both schedules fire at the same moments, on time (Scheduler invokes asynchronously); the
   // drain may outlast a period, and then the next invocations join as they would deployed.
-  const onError = (e: unknown) => errors.push(e);
-  const relaySchedule = runSchedule(relays, relayPeriodMs, relayInput, () => 0, onError);
+  // Warm, the relay's next firing is a period after the one already polling.
+  const relayDelay = warmAt === undefined ? 0 : Math.max(0, warmAt + relayPeriodMs - started);
+  const relaySchedule = runSchedule(relays, relayPeriodMs, relayInput, () => relayDelay, onError);
   const monitorSchedule = runSchedule(monitors, monitorPeriodMs, monitorInput, () => 0, onError);
   try {
     while (Date.now() - started < o.drainTimeoutMs) {
@@ -205,6 +232,7 @@ async function drain(
     return {
       checkout: ctx.checkout,
       bus: busKind,
+      start,
       relays: k,
       drainSeconds: Number(seconds.toFixed(1)),
       eventsPerSecond: Math.round(o.rows / seconds),
@@ -241,14 +269,40 @@ async function drain(
     await monitors.stop({ wait: false });
     await lambda.close();
   }
+
+  /** Starts the scheduled relay and runs the monitor once on the empty outbox, then lands the backlog; returns when the relay was invoked. */
+  async function warmUp(): Promise<number> {
+    const at = Date.now();
+    relays.invoke(relayInput).catch(onError);
+    const first = await monitors.invoke(monitorInput);
+    if (first.outcome.type !== 'result')
+      throw new Error(`lambda-scale: the monitor's warm-up invocation failed: ${first.outcome.error}`);
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      if (errors.length > 0) throw errors[0];
+      const [left] = await ctx.sql<{ n: number }[]>`
+          select count(*)::int as n from outbox.outbox where published_at is null`;
+      if (relays.handlersRunning >= 1 && left?.n === 0) break;
+      if (Date.now() > deadline)
+        throw new Error('lambda-scale: the warm relay did not start or publish the heartbeat within 30 s');
+      await sleep(100);
+    }
+    await ctx.bus.reset();
+    await ctx.sql.begin(async (tx) => {
+      await land(tx as unknown as typeof ctx.sql);
+      await tx`analyze outbox.outbox`;
+    });
+    return at;
+  }
 }
 
 /** The drains' table. */
 function report(ctx: DeployedBenchContext, o: LambdaScaleOptions, rows: LambdaScaleRow[]): void {
-  const single = (r: LambdaScaleRow) =>
-    rows.find((x) => x.bus === r.bus && x.checkout === r.checkout)?.eventsPerSecond ?? 1;
-  const singleAllRunning = (r: LambdaScaleRow) =>
-    rows.find((x) => x.bus === r.bus && x.checkout === r.checkout)?.allRunningEventsPerSecond ?? null;
+  // Against the first row of the same bus, checkout and start (the fewest relays).
+  const first = (r: LambdaScaleRow) =>
+    rows.find((x) => x.bus === r.bus && x.checkout === r.checkout && x.start === r.start);
+  const single = (r: LambdaScaleRow) => first(r)?.eventsPerSecond ?? 1;
+  const singleAllRunning = (r: LambdaScaleRow) => first(r)?.allRunningEventsPerSecond ?? null;
   const allRunning = (r: LambdaScaleRow) => {
     const one = singleAllRunning(r);
     return r.allRunningEventsPerSecond === null || one === null
@@ -256,18 +310,19 @@ function report(ctx: DeployedBenchContext, o: LambdaScaleOptions, rows: LambdaSc
       : `${r.allRunningEventsPerSecond} (${(r.allRunningEventsPerSecond / one).toFixed(2)}×; ${Math.round((r.allRunningIdleShare ?? 0) * 100)} % idle; from ${r.allRunningAfterSeconds} s)`;
   };
   const checkouts = new Set(rows.map((r) => r.checkout)).size > 1;
+  const starts = new Set(rows.map((r) => r.start)).size > 1;
   ctx.report(
     `### Draining a ${o.rows.toLocaleString('en')}-event backlog as deployed, ${o.busLatencyMs} ms bus latency: the scheduled relay and the extra relays the monitor starts
 
-| ${checkouts ? 'checkout | ' : ''}bus | relays (maxRelays) | drained in | events/s | speed-up | events/s once all ran (speed-up; machine idle meanwhile; from) | relays at once (peak) | extra relays the monitor started | relay connections (peak) | relay CPU per event | Postgres CPU per event | bus CPU per event | cores busy: the drain's / the machine's | machine idle |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|${checkouts ? '---|' : ''}
+| ${checkouts ? 'checkout | ' : ''}bus | ${starts ? 'start | ' : ''}relays (maxRelays) | drained in | events/s | speed-up | events/s once all ran (speed-up; machine idle meanwhile; from) | relays at once (peak) | extra relays the monitor started | relay connections (peak) | relay CPU per event | Postgres CPU per event | bus CPU per event | cores busy: the drain's / the machine's | machine idle |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|${checkouts ? '---|' : ''}${starts ? '---|' : ''}
 ${rows
   .map(
     (r) =>
-      `| ${checkouts ? `${r.checkout} | ` : ''}${r.bus === 'classic' ? 'classic' : 'Custom Event Bus'} | ${r.relays} | ${r.drainSeconds} s | ${r.eventsPerSecond} | ${(r.eventsPerSecond / single(r)).toFixed(2)}× | ${allRunning(r)} | ${r.peakRelaysAtOnce} | ${r.extraRelaysStarted} | ${r.peakConnections} | ${r.relayCpuUsPerEvent} µs | ${r.postgresCpuUsPerEvent} µs | ${r.busCpuUsPerEvent} µs | ${r.drainCores} / ${r.busyCores} | ${Math.round(r.idleShare * 100)} % |`,
+      `| ${checkouts ? `${r.checkout} | ` : ''}${r.bus === 'classic' ? 'classic' : 'Custom Event Bus'} | ${starts ? `${r.start} | ` : ''}${r.relays} | ${r.drainSeconds} s | ${r.eventsPerSecond} | ${(r.eventsPerSecond / single(r)).toFixed(2)}× | ${allRunning(r)} | ${r.peakRelaysAtOnce} | ${r.extraRelaysStarted} | ${r.peakConnections} | ${r.relayCpuUsPerEvent} µs | ${r.postgresCpuUsPerEvent} µs | ${r.busCpuUsPerEvent} µs | ${r.drainCores} / ${r.busyCores} | ${Math.round(r.idleShare * 100)} % |`,
   )
   .join('\n')}
 
-The relay and monitor bundles from \`cdk synth\`, with the template's environment, memory and timeout; both schedules fire together, on time, every period until the drain is over, and the monitor (OUTBOX_MAX_RELAYS set to the row's figure, OUTBOX_BACKLOG_PER_RELAY 1) starts the extra relays through \`@aws-sdk/client-lambda\` against a local Invoke endpoint; an invocation that finds no idle environment starts a new one (a cold start: ${o.coldStartExtraMs} ms of sandbox, then a real process start and import). "Relays at once" may exceed maxRelays by one: a drain longer than a period meets the scheduled relay's successor while its predecessor still polls. "Events/s once all ran": from the first moment as many relay handlers ran at once as the row allows (the monitor's first invocation and every cold start's sandbox and init behind) to the end of the drain (n/a when they never all ran at once or for under a second), against the single relay's same rate, with the machine's idle share over that span (near 0 %: the machine's cores, not the relays, set the rate) and when that moment came, s from the schedules' firing (the ramp). "Drained in": from the schedules' firing to the bus holding every event. All relays share this machine's cores (in Lambda each has its own share of a vCPU). CPU per event: user + system time from /proc during the drain, divided by the events: the relay processes' (cold starts included), this database's Postgres backends' (every session on it: relays, monitor, the bench's sampling), the bus's; "cores busy": those three together, and the whole machine's (/proc/stat, anyone's work), on average over the drain; "machine idle": the idle share of all ${cpus().length} cores. Near 0 % idle, the machine's CPU is the ceiling, not the relays.`,
+The relay and monitor bundles from \`cdk synth\`, with the template's environment, memory and timeout. Start \`cold\`: the backlog is there and nothing runs when both schedules fire together; \`warm\`: it lands (one transaction) while the scheduled relay polls the empty outbox and just before the monitor's next firing, its environment warm from the one before, so only the extra relays start cold. Both schedules fire on time, every period until the drain is over, and the monitor (OUTBOX_MAX_RELAYS set to the row's figure, OUTBOX_BACKLOG_PER_RELAY 1) starts the extra relays through \`@aws-sdk/client-lambda\` against a local Invoke endpoint; an invocation that finds no idle environment starts a new one (a cold start: ${o.coldStartExtraMs} ms of sandbox, then a real process start and import). "Relays at once" may exceed maxRelays by one: a drain longer than a period meets the scheduled relay's successor while its predecessor still polls. "Events/s once all ran": from the first moment as many relay handlers ran at once as the row allows (the monitor's first invocation and every cold start's sandbox and init behind) to the end of the drain (n/a when they never all ran at once or for under a second), against the single relay's same rate, with the machine's idle share over that span (near 0 %: the machine's cores, not the relays, set the rate) and when that moment came, s from the schedules' firing (the ramp). "Drained in": from the schedules' firing to the bus holding every event. All relays share this machine's cores (in Lambda each has its own share of a vCPU). CPU per event: user + system time from /proc during the drain, divided by the events: the relay processes' (cold starts included), this database's Postgres backends' (every session on it: relays, monitor, the bench's sampling), the bus's; "cores busy": those three together, and the whole machine's (/proc/stat, anyone's work), on average over the drain; "machine idle": the idle share of all ${cpus().length} cores. Near 0 % idle, the machine's CPU is the ceiling, not the relays.`,
   );
 }

@@ -68,6 +68,7 @@ export function benchParameters(full: boolean, schedulerDelay: string, deployed:
       rows: deployed.scaleRows ?? 50_000,
       relays: deployed.scaleRelays ?? [1, 2, 4],
       busKinds: [...(deployed.scaleBuses ?? ['classic', 'custom'])] as ('classic' | 'custom')[],
+      starts: [...(deployed.scaleStarts ?? ['cold'])] as ('cold' | 'warm')[],
       busLatencyMs: 20,
       coldStartExtraMs: 1_000,
       drainTimeoutMs: 300_000,
@@ -94,6 +95,8 @@ export interface DeployedOverrides {
   scaleRelays?: number[];
   /** `--scale-buses classic` (default both). */
   scaleBuses?: readonly ('classic' | 'custom')[];
+  /** `--scale-start cold,warm`: how the backlog meets the deployment (default cold). */
+  scaleStarts?: readonly ('cold' | 'warm')[];
 }
 
 /** The parameters of the run (see {@link benchParameters}). */
