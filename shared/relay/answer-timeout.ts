@@ -24,6 +24,14 @@ export interface AnswerTimeoutOptions {
   ceilingMs?: number;
 }
 
+/**
+ * When the invocation's remaining time, not the lease, capped a call, an attempt given all of it
+ * and at least this long counts as the longest wait, ms: the longest call at the default lease
+ * (`MAX_CALL_MS`, pass-deadlines.ts). Below it the attempt is given back, and a later call, with
+ * more of an invocation ahead of it, waits longer.
+ */
+const CAPPED_LONGEST_WAIT_MS = 10_000;
+
 /** The timeout is at least this multiple of the slowest recent answer. */
 const LATENCY_MULTIPLE = 4;
 /** Answers remembered for that: the slowest of the last 32. */
@@ -83,6 +91,21 @@ export class AnswerTimeout {
    */
   isCeiling(attemptMs: number): boolean {
     return attemptMs >= this.ceilingMs;
+  }
+
+  /**
+   * Whether an attempt given `attemptMs` of a call's `budgetMs` waited the longest any attempt
+   * will: the ceiling ({@link isCeiling}), or, when the call's budget was below the ceiling (a
+   * Lambda invocation's remaining time capped it), the whole budget and at least 10 s (or the
+   * ceiling, when lower). Without the second case a lease whose ceiling no call of an invocation
+   * can reach (`OUTBOX_LEASE_SECONDS` near or above the relay's timeout) left a bus that never
+   * answers as back-pressure for ever.
+   * @returns `'ceiling'`, `'capped'` (the invocation's time, all of it), or `false`
+   */
+  longestWait(attemptMs: number, budgetMs: number): 'ceiling' | 'capped' | false {
+    if (this.isCeiling(attemptMs)) return 'ceiling';
+    const capped = budgetMs < this.ceilingMs && attemptMs >= Math.floor(budgetMs);
+    return capped && attemptMs >= Math.min(this.ceilingMs, CAPPED_LONGEST_WAIT_MS) ? 'capped' : false;
   }
 
   /**

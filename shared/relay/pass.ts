@@ -474,8 +474,9 @@ class Pass {
    * One PutEvents call, SDK retries included, bounded by `maxCallMs` (the lease's) and by what the
    * invocation leaves for marking its outcome; the lease is renewed meanwhile (see
    * {@link #keepLease}), and the watchdog aborts the call if the lease cannot be. An attempt that
-   * waited the answer timeout's ceiling and got no answer is not back-pressure: the bus answers
-   * slower than the lease allows, so the entries spend their attempt and dead-letter after
+   * waited the answer timeout's ceiling (or, when the invocation capped the call, all of it and at
+   * least 10 s: `AnswerTimeout.longestWait`) and got no answer is not back-pressure: the bus answers
+   * slower than the relay may wait, so the entries spend their attempt and dead-letter after
    * `maxAttempts` rather than re-sending forever.
    */
   async #send(request: PublishRequest): Promise<EntryOutcome[]> {
@@ -494,8 +495,9 @@ class Pass {
     try {
       results = await this.#publisher.put(request, call.signal, attemptMs);
       const first = results[0];
-      if (first && isNoAnswer(first) && !watchdog.signal.aborted && this.#answerTimeout.isCeiling(attemptMs))
-        return results.map(() => slowerThanLease(attemptMs));
+      const longest = this.#answerTimeout.longestWait(attemptMs, budget);
+      if (first && isNoAnswer(first) && !watchdog.signal.aborted && longest)
+        return results.map(() => slowerThanLease(attemptMs, longest));
       return results;
     } finally {
       call.release();
@@ -640,11 +642,14 @@ function classicPublisher(deps: RelayDeps): Publisher {
  * entry's own failure (it spends its attempt), so that a bus no lease can wait for ends in dead
  * letters after `maxAttempts`, not in an endless loop of re-sends.
  */
-function slowerThanLease(waitedMs: number): EntryOutcome {
+function slowerThanLease(waitedMs: number, longest: 'ceiling' | 'capped'): EntryOutcome {
   return {
     ok: false,
     code: 'PutEventsTimeoutError',
-    message: `no answer from the bus within ${waitedMs} ms, the longest an attempt may wait under OUTBOX_LEASE_SECONDS (the lease less 3 s, at least 10 s): raise the lease for a bus this slow`,
+    message:
+      longest === 'ceiling'
+        ? `no answer from the bus within ${waitedMs} ms, the longest an attempt may wait under OUTBOX_LEASE_SECONDS (the lease less 3 s, at least 10 s): raise the lease for a bus this slow`
+        : `no answer from the bus within ${waitedMs} ms, all the invocation left for the call (the relay's timeout less 4.5 s caps each call below the lease's ceiling): raise the relay's timeout with the lease for a bus this slow`,
     permanent: false,
     throttled: false,
     backPressure: false,

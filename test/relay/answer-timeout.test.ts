@@ -43,6 +43,22 @@ describe('AnswerTimeout', () => {
   });
 });
 
+describe('AnswerTimeout.longestWait', () => {
+  it('counts the ceiling, or all of a budget the invocation capped below it when at least 10 s', () => {
+    const t = new AnswerTimeout({ ceilingMs: 27_000 });
+    expect(t.longestWait(27_000, 27_000)).toBe('ceiling');
+    expect(t.longestWait(16_000, 16_000)).toBe('capped');
+    expect(t.longestWait(10_000, 10_000.7)).toBe('capped');
+    // A learned timeout shorter than the budget: the next call waits longer.
+    expect(t.longestWait(12_000, 16_000)).toBe(false);
+    // Under 10 s of an invocation: given back, a later call gets more.
+    expect(t.longestWait(9_000, 9_000)).toBe(false);
+    expect(t.longestWait(3_000, 27_000)).toBe(false);
+    // A ceiling under 10 s (a test's): the ceiling is the bound either way.
+    expect(new AnswerTimeout({ ceilingMs: 1_000 }).longestWait(1_000, 5_000)).toBe('ceiling');
+  });
+});
+
 describe('a PutEvents call with an answer timeout', () => {
   let bus: LocalBus;
   beforeAll(async () => {

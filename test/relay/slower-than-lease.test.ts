@@ -7,11 +7,26 @@ import { describe, expect, it } from 'vitest';
 import { enqueueMany } from '../../shared/producer/index.ts';
 import { AnswerTimeout } from '../../shared/relay/answer-timeout.ts';
 import { runRelay } from '../../shared/relay/index.ts';
+import { relayAnswerTimeout } from '../../shared/relay/pass.ts';
 import { maxCallMs } from '../../shared/relay/pass-deadlines.ts';
 import { useHarness } from '../support/harness.ts';
 import { testClient, testSettings } from '../support/relay.ts';
 
 const h = useHarness({ max: 6 });
+
+/** One pending event of aggregate order/o-1. */
+async function enqueueOne() {
+  await h.db.sql.begin((tx) =>
+    enqueueMany(tx, [
+      { type: 'OrderPlaced', source: 'shop.orders', aggregateType: 'order', aggregateId: 'o-1', payload: {} },
+    ]),
+  );
+}
+
+async function rows() {
+  return h.db.sql<{ attempts: number; dead: boolean; last_error: string | null }[]>`
+    select attempts, dead_lettered_at is not null as dead, last_error from outbox`;
+}
 
 describe('a bus slower than the lease allows', () => {
   it('sets the longest call from the lease: 10 s up to a 13 s lease, the lease less 3 s above', () => {
@@ -60,4 +75,56 @@ describe('a bus slower than the lease allows', () => {
     await new Promise((r) => setTimeout(r, 1_800));
     expect(h.bus.events.length).toBeLessThanOrEqual(8);
   }, 90_000);
+
+  // The breaker's find (issue 48): in Lambda the invocation's remaining time caps each call, and a
+  // lease whose ceiling (27 s at 30 s) no call of a 25 s invocation can reach left a bus that never
+  // answers as back-pressure for ever: attempts 0, never dead-lettered.
+  it('dead-letters for a bus that never answers when the invocation, not the lease, caps every call', async () => {
+    await enqueueOne();
+    h.bus.setFaults({ latencyMs: 120_000 });
+    // One answer timeout across invocations, as the Lambda handler keeps its relay.
+    const answerTimeout = relayAnswerTimeout({ leaseSeconds: 30 });
+    const client = testClient(h.bus.url, { maxAttempts: 1 });
+    let dead = 0;
+    for (let invocation = 0; invocation < 3 && dead === 0; invocation++) {
+      const until = performance.now() + 25_000;
+      const result = await runRelay({
+        sql: h.db.sql,
+        client,
+        settings: testSettings({ leaseSeconds: 30, maxAttempts: 1, pipelineDepth: 1 }),
+        answerTimeout,
+        remainingMs: () => until - performance.now(),
+      });
+      dead += result.deadLettered;
+    }
+    h.bus.setFaults({});
+    const [row] = await rows();
+    expect(dead).toBe(1);
+    expect(row?.dead).toBe(true);
+    expect(row?.attempts).toBe(1);
+    expect(row?.last_error).toMatch(
+      /^PutEventsTimeoutError: no answer from the bus within \d+ ms, all the invocation left/,
+    );
+  }, 120_000);
+
+  // The breaker's other find: the SDK retries a 5xx inside the call, and when the call's budget
+  // cut that retry off, the pass took the abort for a bus that never answered and spent the
+  // entries' attempt (dead-lettered after 2, "raise the lease"). A bus answering 500 is an outage:
+  // back-pressure, the attempt given back.
+  it('gives the attempt back when the bus answered 500 and the budget cut the SDK retry off', async () => {
+    await enqueueOne();
+    h.bus.setFaults({ latencyMs: 6_000, serverErrorRate: 1 });
+    const result = await runRelay({
+      sql: h.db.sql,
+      client: testClient(h.bus.url, { maxAttempts: 3 }),
+      settings: testSettings({ leaseSeconds: 8, maxAttempts: 2, pipelineDepth: 1 }),
+      signal: AbortSignal.timeout(30_000),
+    });
+    h.bus.setFaults({});
+    const [row] = await rows();
+    expect(result.backPressure).toBeGreaterThan(0);
+    expect(result.deadLettered).toBe(0);
+    expect(row?.dead).toBe(false);
+    expect(row?.attempts).toBe(0);
+  }, 60_000);
 });

@@ -21,6 +21,7 @@ import {
 import type { ClaimedEvent } from '../types.ts';
 import {
   addNoRetryAfterTimeout,
+  answerOrAbort,
   checkEventBridgeClient,
   type EntryOutcome,
   entryOutcome,
@@ -141,8 +142,10 @@ export async function putEntries(
   signal?: AbortSignal,
   answerTimeoutMs?: number,
 ): Promise<EntryOutcome[]> {
+  const command = new PutEventsCommand({ Entries: entries });
+  const reported = answerOrAbort(command);
   try {
-    const out = await client.send(new PutEventsCommand({ Entries: entries }), {
+    const out = await client.send(command, {
       abortSignal: signal,
       ...(answerTimeoutMs === undefined ? {} : { requestTimeout: answerTimeoutMs }),
     });
@@ -153,7 +156,7 @@ export async function putEntries(
       const singles = await Promise.all(entries.map((e) => putEntries(client, [e], signal, answerTimeoutMs)));
       return singles.flat();
     }
-    const outcome = requestFailure(error);
+    const outcome = requestFailure(reported(error));
     return entries.map(() => ({ ...outcome }));
   }
 }

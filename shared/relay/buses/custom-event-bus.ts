@@ -17,6 +17,7 @@ import {
 } from './custom-event-bus-client.ts';
 import {
   addNoRetryAfterTimeout,
+  answerOrAbort,
   checkEventBridgeClient,
   type EntryOutcome,
   entryOutcome,
@@ -96,14 +97,14 @@ export function eventsV2Publisher(client: EventsV2Client, settings: RelaySetting
     signal?: AbortSignal,
     answerTimeoutMs?: number,
   ): Promise<EntryOutcome[]> => {
+    const command = new EventsV2PutEventsCommand({ EventBusArn: eventBusArn, Entries: entries });
+    // A smithy Command underneath: it has the middleware stack its declared type leaves out.
+    const reported = answerOrAbort(command as unknown as Parameters<typeof answerOrAbort>[0]);
     try {
-      const out = await client.send(
-        new EventsV2PutEventsCommand({ EventBusArn: eventBusArn, Entries: entries }),
-        {
-          abortSignal: signal,
-          ...(answerTimeoutMs === undefined ? {} : { requestTimeout: answerTimeoutMs }),
-        },
-      );
+      const out = await client.send(command, {
+        abortSignal: signal,
+        ...(answerTimeoutMs === undefined ? {} : { requestTimeout: answerTimeoutMs }),
+      });
       const results = out.Entries ?? [];
       return entries.map((_, i) => {
         const r = results[i];
@@ -121,7 +122,7 @@ export function eventsV2Publisher(client: EventsV2Client, settings: RelaySetting
         const singles = await Promise.all(entries.map((e) => put([e], signal, answerTimeoutMs)));
         return singles.flat();
       }
-      const outcome = requestFailure(error);
+      const outcome = requestFailure(reported(error));
       return entries.map(() => ({ ...outcome }));
     }
   };

@@ -165,6 +165,36 @@ export class PutEventsTimeoutError extends OutboxError {
   }
 }
 
+/**
+ * Records, on one command, the last answer the bus gave among the call's attempts (an error with
+ * an HTTP status, such as a 500 the SDK then retried), and returns what to report when the call
+ * ends in `error`: that answer when the call's budget then aborted the retry (an `AbortError`),
+ * else `error`. A bus that answered 500 is in an outage (back-pressure, the attempt given back);
+ * reported as the abort, it read as a bus that never answered, whose entries spend their attempt
+ * (pass.ts), and dead-lettered with "raise the lease".
+ * @param command a PutEvents command of either client, before it is sent
+ */
+export function answerOrAbort(command: {
+  middlewareStack: { add(middleware: never, options: never): void };
+}) {
+  let lastAnswer: unknown;
+  command.middlewareStack.add(
+    ((next: (args: unknown) => Promise<unknown>) => async (args: unknown) => {
+      try {
+        return await next(args);
+      } catch (error) {
+        if ((error as { $metadata?: { httpStatusCode?: number } })?.$metadata?.httpStatusCode !== undefined)
+          lastAnswer = error;
+        throw error;
+      }
+    }) as never,
+    // In the deserialize step, outside the deserializer: it sees each attempt's parsed error.
+    { step: 'deserialize', name: 'outboxLastAnswer', priority: 'high' } as never,
+  );
+  return (error: unknown): unknown =>
+    (error as Error)?.name === 'AbortError' && lastAnswer !== undefined ? lastAnswer : error;
+}
+
 /** The name of the middleware that turns an attempt's timeout into {@link PutEventsTimeoutError}. */
 export const NO_RETRY_AFTER_TIMEOUT_MIDDLEWARE = 'outboxNoRetryAfterTimeout';
 
