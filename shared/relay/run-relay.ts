@@ -97,7 +97,7 @@ export interface Relay {
    * delete outbox rows: without it every mark would fail after the events went out, and each
    * lease's expiry would send them again.
    * @throws {OutboxConfigError} naming AWS_REGION or the credentials, or OUTBOX_PUBLISHED_RETENTION_DAYS
-   * @throws the database's error when it cannot be asked (checked again at the next call)
+   * @throws the database's or the client's error when it cannot be asked (asked again at the next call; only a passed client check is kept)
    */
   check(): Promise<void>;
   /**
@@ -161,7 +161,12 @@ export function createRelay(options: CreateRelayOptions = {}): Relay {
   // OUTBOX_PUBLISHED_RETENTION_DAYS=0) would otherwise send a batch each invocation and fail its
   // mark with 42501, sending it again the next time (issue 48).
   const check = async () => {
-    checked ??= chosen.check();
+    // Kept once it passed; a failure is asked again next time (a credentials provider may time
+    // out once: cached, it failed a warm relay's every run until the process was recycled).
+    checked ??= chosen.check().catch((error: unknown) => {
+      checked = undefined;
+      throw error;
+    });
     await checked;
     if (keepsPublishedHistory(settings)) return;
     const { user, mayDelete } = await withDeadline(
