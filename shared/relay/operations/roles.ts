@@ -54,7 +54,7 @@ const INBOX_TABLES = ['inbox_message', 'inbox_aggregate', 'inbox_gap', 'inbox_fa
 /**
  * The database role of one inbox consumer: `<roles.consumer>_<consumer>`, e.g.
  * `outbox_consumer_billing` for the consumer `billing` (the inbox's `consumer` option).
- * @throws OutboxConfigError (`consumer`) for an empty name, or a role name over Postgres's 63 bytes
+ * @throws OutboxConfigError (`consumer`) for an empty name, a comma, or a role name over Postgres's 63 bytes
  */
 export function consumerRoleName(
   consumer: string,
@@ -65,6 +65,10 @@ export function consumerRoleName(
       'consumer',
       `expected a consumer's name (its inbox \`consumer\` option), got "${consumer}"`,
     );
+  }
+  // The construct refuses a comma too: lists of consumers in its settings are comma-separated.
+  if (consumer.includes(',')) {
+    throw new OutboxConfigError('consumer', `expected a consumer's name without a comma, got "${consumer}"`);
   }
   const role = `${roles.consumer}_${consumer}`;
   if (Buffer.byteLength(role) > MAX_ROLE_NAME_BYTES) {

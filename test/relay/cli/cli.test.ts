@@ -120,6 +120,14 @@ describe('outbox CLI', () => {
     const long = await run(['migrate', '--roles', '--consumer', 'x'.repeat(60)]);
     expect(long.code).toBe(2);
     expect(long.stderr).toMatch(/^error: --consumer the role of consumer "x+" would be named .*at most 63/);
+    // A comma: the construct refuses such a name (its consumer list settings are comma-separated);
+    // migrate created the role outbox_consumer_a,b (the new-user trial's find).
+    const comma = await run(['migrate', '--roles', '--consumer', 'a,b']);
+    expect(comma.code).toBe(2);
+    expect(comma.stderr).toMatch(/^error: --consumer expected a consumer.s name without a comma, got "a,b"/);
+    const [made] = await h.db
+      .sql`select count(*)::int as n from pg_roles where rolname = 'outbox_consumer_a,b'`;
+    expect(made?.n).toBe(0);
   });
 
   it('enqueue reads JSON lines, skips duplicates by idempotency key, and relay --until-empty publishes them', async () => {
