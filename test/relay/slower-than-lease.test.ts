@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { enqueueMany } from '../../shared/producer/index.ts';
 import { AnswerTimeout } from '../../shared/relay/answer-timeout.ts';
+import { createEventsV2Client, eventsV2Publisher } from '../../shared/relay/buses/custom-event-bus.ts';
 import { runRelay } from '../../shared/relay/index.ts';
 import { relayAnswerTimeout } from '../../shared/relay/pass.ts';
 import { maxCallMs } from '../../shared/relay/pass-deadlines.ts';
@@ -13,6 +14,7 @@ import { useHarness } from '../support/harness.ts';
 import { testClient, testSettings } from '../support/relay.ts';
 
 const h = useHarness({ max: 6 });
+const V2_ARN = 'arn:aws:events:eu-west-1:123456789012:event-busv2/orders/abc123';
 
 /** One pending event of aggregate order/o-1. */
 async function enqueueOne() {
@@ -111,20 +113,42 @@ describe('a bus slower than the lease allows', () => {
   // cut that retry off, the pass took the abort for a bus that never answered and spent the
   // entries' attempt (dead-lettered after 2, "raise the lease"). A bus answering 500 is an outage:
   // back-pressure, the attempt given back.
-  it('gives the attempt back when the bus answered 500 and the budget cut the SDK retry off', async () => {
-    await enqueueOne();
-    h.bus.setFaults({ latencyMs: 6_000, serverErrorRate: 1 });
-    const result = await runRelay({
-      sql: h.db.sql,
-      client: testClient(h.bus.url, { maxAttempts: 3 }),
-      settings: testSettings({ leaseSeconds: 8, maxAttempts: 2, pipelineDepth: 1 }),
-      signal: AbortSignal.timeout(30_000),
-    });
-    h.bus.setFaults({});
-    const [row] = await rows();
-    expect(result.backPressure).toBeGreaterThan(0);
-    expect(result.deadLettered).toBe(0);
-    expect(row?.dead).toBe(false);
-    expect(row?.attempts).toBe(0);
-  }, 60_000);
+  it.each(['classic', 'custom'] as const)(
+    'gives the attempt back when the %s bus answered 500 and the budget cut the SDK retry off',
+    async (busKind) => {
+      await enqueueOne();
+      h.bus.setFaults({ latencyMs: 6_000, serverErrorRate: 1 });
+      const settings = testSettings({
+        leaseSeconds: 8,
+        maxAttempts: 2,
+        pipelineDepth: 1,
+        ...(busKind === 'custom' ? { eventBusName: V2_ARN, eventBusArn: V2_ARN } : {}),
+      });
+      const result = await runRelay({
+        sql: h.db.sql,
+        ...(busKind === 'custom'
+          ? {
+              publisher: eventsV2Publisher(
+                createEventsV2Client({
+                  endpoint: h.bus.url,
+                  region: 'eu-west-1',
+                  credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
+                  maxAttempts: 3,
+                }),
+                settings,
+              ),
+            }
+          : { client: testClient(h.bus.url, { maxAttempts: 3 }) }),
+        settings,
+        signal: AbortSignal.timeout(30_000),
+      });
+      h.bus.setFaults({});
+      const [row] = await rows();
+      expect(result.backPressure).toBeGreaterThan(0);
+      expect(result.deadLettered).toBe(0);
+      expect(row?.dead).toBe(false);
+      expect(row?.attempts).toBe(0);
+    },
+    60_000,
+  );
 });
