@@ -10,6 +10,7 @@
  * shrinks slowly back toward a multiple of what the bus has recently taken to answer. The pass
  * caps it, call by call, to what the invocation leaves (it renews its lease during the call).
  */
+import { MAX_CALL_MS } from './pass-deadlines.ts';
 
 /** Bounds and pace of {@link AnswerTimeout}, ms unless named otherwise. */
 export interface AnswerTimeoutOptions {
@@ -23,14 +24,6 @@ export interface AnswerTimeoutOptions {
    */
   ceilingMs?: number;
 }
-
-/**
- * When the invocation's remaining time, not the lease, capped a call, an attempt given all of it
- * and at least this long counts as the longest wait, ms: the longest call at the default lease
- * (`MAX_CALL_MS`, pass-deadlines.ts). Below it the attempt is given back, and a later call, with
- * more of an invocation ahead of it, waits longer.
- */
-const CAPPED_LONGEST_WAIT_MS = 10_000;
 
 /** The timeout is at least this multiple of the slowest recent answer. */
 const LATENCY_MULTIPLE = 4;
@@ -57,7 +50,7 @@ export class AnswerTimeout {
 
   constructor(options: AnswerTimeoutOptions = {}) {
     this.floorMs = options.floorMs ?? 1_000;
-    this.ceilingMs = options.ceilingMs ?? 10_000;
+    this.ceilingMs = options.ceilingMs ?? MAX_CALL_MS;
     this.#ms = this.#clamp(options.initialMs ?? 3_000);
   }
 
@@ -105,7 +98,9 @@ export class AnswerTimeout {
   longestWait(attemptMs: number, budgetMs: number): 'ceiling' | 'capped' | false {
     if (this.isCeiling(attemptMs)) return 'ceiling';
     const capped = budgetMs < this.ceilingMs && attemptMs >= Math.floor(budgetMs);
-    return capped && attemptMs >= Math.min(this.ceilingMs, CAPPED_LONGEST_WAIT_MS) ? 'capped' : false;
+    // At least the longest call at the default lease: below it the attempt is given back, and a
+    // later call, with more of an invocation ahead of it, waits longer.
+    return capped && attemptMs >= Math.min(this.ceilingMs, MAX_CALL_MS) ? 'capped' : false;
   }
 
   /**
